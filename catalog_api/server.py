@@ -1,0 +1,73 @@
+"""Run the catalog under uvicorn in a background thread (embedded mode and tests)."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import httpx
+import uvicorn
+
+from catalog_api.app import build_app
+from catalog_api.store import CatalogStore
+from lakeview.errors import SetupError
+
+
+class CatalogServer:
+    """The catalog service on ``host:port``; ``port=0`` picks a free port."""
+
+    def __init__(self, store: CatalogStore, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.store = store
+        self.host = host
+        self.port = port or _free_port(host)
+        config = uvicorn.Config(build_app(store), host=host, port=self.port, log_level="warning", lifespan="off")
+        self._server = uvicorn.Server(config)
+        self._thread: threading.Thread | None = None
+
+    @property
+    def uri(self) -> str:
+        return f"http://{self.host}:{self.port}/iceberg"
+
+    def start(self, timeout: float = 15.0) -> CatalogServer:
+        if _port_taken(self.host, self.port):
+            raise SetupError(f"port {self.port} on {self.host} is in use; set [server] port in lakeview.toml")
+        self._thread = threading.Thread(target=self._server.run, name="lakeview-catalog", daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"http://{self.host}:{self.port}/healthz", timeout=1).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            if not self._thread.is_alive():
+                break
+            time.sleep(0.05)
+        raise SetupError(f"the catalog did not start on {self.host}:{self.port}")
+
+    def stop(self) -> None:
+        self._server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def serve_forever(self) -> None:
+        """Run in the calling thread until Ctrl-C."""
+        self._server.run()
+
+    def __enter__(self) -> CatalogServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _free_port(host: str) -> int:
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def _port_taken(host: str, port: int) -> bool:
+    with socket.socket() as sock:
+        return sock.connect_ex((host, port)) == 0

@@ -1,0 +1,247 @@
+"""The project file ``lakeview.toml``, validated into typed models.
+
+Unknown keys are rejected; every problem is raised as one :class:`ConfigError` naming the
+file, the key, the bad value and what would be valid.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+import tomllib
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from lakeview.cadence import Cadence, parse_cadence
+from lakeview.errors import ConfigError, UnsupportedSQLError
+
+PROJECT_FILE = "lakeview.toml"
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SourceFormat(str, Enum):
+    JSON = "json"
+    CSV = "csv"
+    PARQUET = "parquet"
+
+
+class TableFormat(str, Enum):
+    ICEBERG = "iceberg"
+    DELTA = "delta"
+
+
+class LakeConfig(_Strict):
+    """Where the lake lives. Relative paths are relative to the project file."""
+
+    warehouse: str = Field("lake", description="local directory holding view tables")
+    name: str = Field("lakeview", description="warehouse name, used as the REST catalog prefix")
+    catalog_store: str | None = Field(
+        None, description="SQLAlchemy URL of the catalog store; default: SQLite file <warehouse>/catalog.db"
+    )
+
+    @field_validator("warehouse")
+    @classmethod
+    def _local_only(cls, value: str) -> str:
+        if "://" in value and not value.startswith("file://"):
+            raise ValueError(f"{value!r}: only local warehouse paths are supported so far (object storage comes later)")
+        return value
+
+    @field_validator("name")
+    @classmethod
+    def _identifier(cls, value: str) -> str:
+        return _check_name(value)
+
+
+class ServerConfig(_Strict):
+    host: str = "127.0.0.1"
+    port: int = Field(8181, ge=0, le=65535)
+
+    @field_validator("host")
+    @classmethod
+    def _loopback_without_auth(cls, value: str) -> str:
+        if not _is_loopback(value):
+            raise ValueError(
+                f"{value!r} is not a loopback address; binding elsewhere requires auth, which this "
+                "version does not configure yet; use 127.0.0.1 (or ::1, localhost)"
+            )
+        return value
+
+
+class SourceConfig(_Strict):
+    """A landing directory where files of one format arrive."""
+
+    format: SourceFormat
+    path: str
+    schema_: str = Field(alias="schema", description="Spark DDL, e.g. 'id BIGINT, name STRING'")
+
+    @field_validator("schema_")
+    @classmethod
+    def _ddl(cls, value: str) -> str:
+        from lakeview.schema import parse_ddl
+
+        parse_ddl(value)
+        return value
+
+
+class ViewConfig(_Strict):
+    sql: str
+    format: TableFormat = TableFormat.ICEBERG
+    cadence: Cadence = Field(default_factory=lambda: parse_cadence("1m"))
+    namespace: str = "default"
+
+    @field_validator("cadence", mode="before")
+    @classmethod
+    def _cadence(cls, value: Any) -> Cadence:
+        return value if isinstance(value, Cadence) else parse_cadence(value)
+
+    @field_validator("namespace")
+    @classmethod
+    def _namespace(cls, value: str) -> str:
+        return _check_name(value)
+
+
+class ProjectConfig(_Strict):
+    """A whole project: the lake, the server, sources and views."""
+
+    lake: LakeConfig = Field(default_factory=LakeConfig)
+    server: ServerConfig = Field(default_factory=ServerConfig)
+    sources: dict[str, SourceConfig] = Field(default_factory=dict)
+    views: dict[str, ViewConfig] = Field(default_factory=dict)
+    root: Path = Field(default=Path("."), exclude=True)
+    file: str = Field(default=PROJECT_FILE, exclude=True)
+
+    def resolve(self, path: str) -> Path:
+        """A config path made absolute against the project directory."""
+        path = path.removeprefix("file://")
+        candidate = Path(path).expanduser()
+        return candidate if candidate.is_absolute() else (self.root / candidate).resolve()
+
+    @property
+    def warehouse_path(self) -> Path:
+        return self.resolve(self.lake.warehouse)
+
+    @property
+    def catalog_store_url(self) -> str:
+        return self.lake.catalog_store or f"sqlite:///{self.warehouse_path / 'catalog.db'}"
+
+    @property
+    def catalog_uri(self) -> str:
+        """The URI Iceberg clients use (``uri=`` in pyiceberg, Spark, Trino)."""
+        host = "127.0.0.1" if self.server.host in ("0.0.0.0", "localhost") else self.server.host
+        if ":" in host:
+            host = f"[{host}]"
+        return f"http://{host}:{self.server.port}/iceberg"
+
+    def source_path(self, name: str) -> Path:
+        return self.resolve(self.sources[name].path)
+
+    def checkpoint_path(self, view: str) -> Path:
+        return self.warehouse_path / "_lakeview" / "checkpoints" / view
+
+
+def _check_name(value: str) -> str:
+    if not _NAME.match(value):
+        raise ValueError(f"{value!r} is not a valid name; use letters, digits and _ (not starting with a digit)")
+    return value
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def load_project(path: str | Path = PROJECT_FILE) -> ProjectConfig:
+    """Read and validate a project file. Raises :class:`ConfigError`."""
+    file = Path(path)
+    if file.is_dir():
+        file = file / PROJECT_FILE
+    if not file.exists():
+        raise ConfigError(str(file), "-", "file not found; create one with `lakeview init DIR`")
+    try:
+        data = tomllib.loads(file.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(str(file), "-", f"not valid TOML: {exc}") from exc
+    return parse_project(data, file=str(file), root=file.resolve().parent)
+
+
+def parse_project(data: dict[str, Any], *, file: str = PROJECT_FILE, root: Path = Path(".")) -> ProjectConfig:
+    """Validate an already-parsed project document (see :func:`load_project`)."""
+    try:
+        config = ProjectConfig.model_validate({**data, "root": root, "file": file})
+    except ValidationError as exc:
+        raise _config_error(file, data, exc) from None
+    _check_views(config)
+    return config
+
+
+def _check_views(config: ProjectConfig) -> None:
+    from lakeview.plan import plan_view
+
+    for name, view in config.views.items():
+        _check_name_at(config.file, f"views.{name}", name)
+        try:
+            plan = plan_view(name, view.sql)
+        except UnsupportedSQLError as exc:
+            raise ConfigError(config.file, f"views.{name}.sql", str(exc)) from None
+        for source in plan.sources:
+            if source not in config.sources:
+                known = ", ".join(sorted(config.sources)) or "none declared"
+                raise ConfigError(
+                    config.file,
+                    f"views.{name}.sql",
+                    f"reads {source!r}, which is not a declared source (declared: {known}); "
+                    f"add a [sources.{source}] table",
+                )
+    for name in config.sources:
+        _check_name_at(config.file, f"sources.{name}", name)
+
+
+def _check_name_at(file: str, key: str, name: str) -> None:
+    try:
+        _check_name(name)
+    except ValueError as exc:
+        raise ConfigError(file, key, str(exc)) from None
+
+
+def _config_error(file: str, data: dict[str, Any], exc: ValidationError) -> ConfigError:
+    error = exc.errors()[0]
+    loc = [str(part) for part in error["loc"]]
+    key = ".".join(loc) or "-"
+    if error["type"] == "extra_forbidden":
+        parent = ".".join(loc[:-1])
+        model = _model_at(loc[:-1])
+        valid = ", ".join(sorted(f.alias or n for n, f in model.model_fields.items() if n not in ("root", "file")))
+        where = f"in [{parent}]" if parent else "at the top level"
+        return ConfigError(file, key, f"unknown key {where}; valid keys: {valid}")
+    message = str(error["msg"]).removeprefix("Value error, ")
+    if error["type"] == "missing":
+        return ConfigError(file, key, "required key is missing")
+    value = error.get("input")
+    if error["type"] == "enum":
+        return ConfigError(file, key, f"{value!r} is not valid; {message.lower()}")
+    return ConfigError(file, key, message if repr(value) in message else f"{value!r}: {message}")
+
+
+def _model_at(loc: list[str]) -> type[BaseModel]:
+    """The config model that owns the keys at ``loc`` (used to list the valid keys)."""
+    models: dict[str, type[BaseModel]] = {"lake": LakeConfig, "server": ServerConfig}
+    if not loc:
+        return ProjectConfig
+    if loc[0] in models:
+        return models[loc[0]]
+    if loc[0] == "sources":
+        return SourceConfig
+    if loc[0] == "views":
+        return ViewConfig
+    return ProjectConfig

@@ -1,0 +1,95 @@
+"""One error hierarchy for Lakeview.
+
+Every error a user can see derives from :class:`LakeviewError`. Errors are split into
+*transient* (retrying may succeed: a lost commit race, a server not up yet) and *terminal*
+(retrying cannot help: bad config, unsupported SQL) so loops know what to retry.
+"""
+
+from __future__ import annotations
+
+
+class LakeviewError(Exception):
+    """Root of every error Lakeview raises on purpose."""
+
+    transient: bool = False
+
+
+class TerminalError(LakeviewError):
+    """Retrying will not help; a person has to change something."""
+
+
+class TransientError(LakeviewError):
+    """Retrying (with backoff) may succeed."""
+
+    transient = True
+
+
+class ConfigError(TerminalError):
+    """The project file is invalid. The message names the file, the key, the value and what is valid."""
+
+    def __init__(self, file: str, key: str, problem: str) -> None:
+        self.file = file
+        self.key = key
+        self.problem = problem
+        super().__init__(f"{file}: {key}: {problem}")
+
+
+class UnsupportedSQLError(TerminalError):
+    """A view's SQL cannot be maintained incrementally (or cannot be parsed)."""
+
+
+class SetupError(TerminalError):
+    """The machine lacks something Lakeview needs (Java, a jar, an extension)."""
+
+
+class CatalogError(LakeviewError):
+    """Base of catalog errors; each maps to one HTTP status in the REST catalog."""
+
+    status: int = 500
+    kind: str = "InternalServerError"
+
+
+class BadRequestError(CatalogError, TerminalError):
+    status = 400
+    kind = "BadRequestException"
+
+
+class NotFoundError(CatalogError, TerminalError):
+    status = 404
+    kind = "NotFoundException"
+
+
+class NoSuchNamespaceError(NotFoundError):
+    kind = "NoSuchNamespaceException"
+
+
+class NoSuchTableError(NotFoundError):
+    kind = "NoSuchTableException"
+
+
+class AlreadyExistsError(CatalogError, TerminalError):
+    status = 409
+    kind = "AlreadyExistsException"
+
+
+class NamespaceNotEmptyError(CatalogError, TerminalError):
+    status = 409
+    kind = "NamespaceNotEmptyException"
+
+
+class CommitConflictError(CatalogError, TransientError):
+    """A commit's requirements no longer hold (someone else committed first): reload and retry."""
+
+    status = 409
+    kind = "CommitFailedException"
+
+
+class CommitStateUnknownError(CatalogError, TransientError):
+    """The commit may or may not have happened; the caller must check before retrying."""
+
+    status = 500
+    kind = "CommitStateUnknownException"
+
+
+class WriterError(LakeviewError):
+    """A snapshot writer failed to commit an epoch."""
