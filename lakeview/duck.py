@@ -1,0 +1,47 @@
+"""DuckDB with the offline extension wheels loaded by path (never downloaded)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import duckdb
+
+from lakeview.errors import SetupError
+
+DUCKDB_VERSION = "1.5.5"
+
+
+def extension_path(name: str) -> Path:
+    """Path of ``<name>.duckdb_extension`` inside the ``duckdb-extension-<name>`` wheel."""
+    spec = importlib.util.find_spec(f"duckdb_extension_{name}")
+    if spec is None or not spec.submodule_search_locations:
+        raise SetupError(f"DuckDB extension {name!r} is missing: pip install duckdb-extension-{name}=={DUCKDB_VERSION}")
+    root = Path(next(iter(spec.submodule_search_locations)))
+    found = sorted(root.glob(f"extensions/*/{name}.duckdb_extension"))
+    if not found:
+        raise SetupError(f"no {name}.duckdb_extension file inside {root}")
+    return found[0]
+
+
+def connect(*extensions: str) -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB with the named extensions loaded (avro before iceberg)."""
+    con = duckdb.connect(config={"autoinstall_known_extensions": False, "autoload_known_extensions": False})
+    for name in extensions:
+        con.execute(f"LOAD '{extension_path(name)}'")
+    return con
+
+
+def attach_sql(catalog_uri: str, warehouse: str, alias: str = "lake") -> str:
+    """The ATTACH statement that points DuckDB at Lakeview's REST catalog."""
+    return (
+        f"ATTACH '{warehouse}' AS {alias} "
+        f"(TYPE iceberg, ENDPOINT '{catalog_uri}', AUTHORIZATION_TYPE 'none')"
+    )
+
+
+def connect_catalog(catalog_uri: str, warehouse: str, alias: str = "lake") -> duckdb.DuckDBPyConnection:
+    """DuckDB attached to the catalog, so ``SELECT * FROM lake.<namespace>.<view>`` works."""
+    con = connect("avro", "httpfs", "iceberg")
+    con.execute(attach_sql(catalog_uri, warehouse, alias))
+    return con

@@ -1,0 +1,46 @@
+"""Spark's file-source log in a view's checkpoint: which files each batch took in.
+
+Each entry is ``{"path", "timestamp" (file mtime, ms), "batchId"}``; Spark compacts older
+batches into ``N.compact`` files, so every file in the log directory is read.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class LoggedFile:
+    path: Path
+    modified_ms: int
+    batch: int
+
+
+def logged_files(checkpoint: Path, source_index: int = 0) -> list[LoggedFile]:
+    log_dir = checkpoint / "sources" / str(source_index)
+    if not log_dir.exists():
+        return []
+    found: dict[str, LoggedFile] = {}
+    for entry in sorted(log_dir.iterdir()):
+        if entry.name.startswith(".") or not entry.is_file():
+            continue
+        for line in entry.read_text().splitlines()[1:]:
+            if line.strip():
+                record = json.loads(line)
+                path = Path(record["path"].removeprefix("file://").removeprefix("file:"))
+                found[record["path"]] = LoggedFile(path, int(record.get("timestamp", 0)), int(record.get("batchId", 0)))
+    return sorted(found.values(), key=lambda f: (f.batch, str(f.path)))
+
+
+def files_up_to(checkpoint: Path, log_offset: int | None) -> list[Path]:
+    """Files taken in by batches ``<= log_offset`` (the committed frontier)."""
+    if log_offset is None:
+        return []
+    return [f.path for f in logged_files(checkpoint) if f.batch <= log_offset]
+
+
+def batch_files(checkpoint: Path, log_offset: int) -> list[LoggedFile]:
+    """Files taken in by exactly one batch."""
+    return [f for f in logged_files(checkpoint) if f.batch == log_offset]

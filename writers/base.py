@@ -1,0 +1,121 @@
+"""The one interface every table format implements: commit an epoch's change, read back
+the last committed epoch, look up the stored rows of some keys."""
+
+from __future__ import annotations
+
+import json
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+# Keys Lakeview stamps on every commit (Iceberg snapshot summary / Delta commit info).
+VIEW = "lakeview.view"
+EPOCH = "lakeview.epoch"
+FRONTIER = "lakeview.frontier"
+ROWS_INSERTED = "lakeview.rows-inserted"
+ROWS_DELETED = "lakeview.rows-deleted"
+ROWS_IN = "lakeview.rows-in"
+LAG_MS = "lakeview.lag-ms"
+COMMITTED_AT = "lakeview.committed-at-ms"
+
+
+@dataclass(frozen=True)
+class Epoch:
+    """One Spark micro-batch of one view: its id and the source positions it reaches."""
+
+    view: str
+    number: int
+    frontier: dict[str, Any]
+    rows_in: int = 0
+    newest_input_ms: int | None = None
+
+
+@dataclass(frozen=True)
+class Change:
+    """What an epoch does to the view's table.
+
+    ``key is None``: ``rows`` are appended. Otherwise each row of ``rows`` replaces the stored
+    row with the same key (null-safe equality), or is inserted when there is none.
+    """
+
+    rows: pa.Table
+    key: tuple[str, ...] | None = None
+
+    @property
+    def is_empty(self) -> bool:
+        return self.rows.num_rows == 0
+
+
+@dataclass(frozen=True)
+class CommitRecord:
+    """What a commit recorded, read back from the table."""
+
+    view: str
+    epoch: int
+    frontier: dict[str, Any]
+    snapshot_id: int | None
+    committed_at_ms: int
+    rows_inserted: int = 0
+    rows_deleted: int = 0
+    rows_in: int = 0
+    lag_ms: int | None = None
+    extra: dict[str, str] = field(default_factory=dict)
+
+    @staticmethod
+    def properties(epoch: Epoch, inserted: int, deleted: int) -> dict[str, str]:
+        now = int(time.time() * 1000)
+        props = {
+            VIEW: epoch.view,
+            EPOCH: str(epoch.number),
+            FRONTIER: json.dumps(epoch.frontier, sort_keys=True, separators=(",", ":")),
+            ROWS_INSERTED: str(inserted),
+            ROWS_DELETED: str(deleted),
+            ROWS_IN: str(epoch.rows_in),
+            COMMITTED_AT: str(now),
+        }
+        if epoch.newest_input_ms is not None:
+            props[LAG_MS] = str(max(0, now - epoch.newest_input_ms))
+        return props
+
+    @classmethod
+    def from_properties(cls, props: dict[str, str], snapshot_id: int | None) -> CommitRecord | None:
+        if EPOCH not in props:
+            return None
+        return cls(
+            view=props.get(VIEW, ""),
+            epoch=int(props[EPOCH]),
+            frontier=json.loads(props.get(FRONTIER, "{}")),
+            snapshot_id=snapshot_id,
+            committed_at_ms=int(props.get(COMMITTED_AT, "0")),
+            rows_inserted=int(props.get(ROWS_INSERTED, "0")),
+            rows_deleted=int(props.get(ROWS_DELETED, "0")),
+            rows_in=int(props.get(ROWS_IN, "0")),
+            lag_ms=int(props[LAG_MS]) if LAG_MS in props else None,
+        )
+
+
+class SnapshotWriter(ABC):
+    """Commits a view's changes to one table, one snapshot per epoch, idempotently."""
+
+    @abstractmethod
+    def ensure_table(self, schema: pa.Schema, key: tuple[str, ...] | None, properties: dict[str, str]) -> None:
+        """Create the view's table (and its namespace) if it does not exist yet."""
+
+    @abstractmethod
+    def last_commit(self) -> CommitRecord | None:
+        """The newest commit Lakeview made to the table, or None for a new table."""
+
+    @abstractmethod
+    def lookup(self, keys: pa.Table) -> pa.Table:
+        """The stored rows whose key equals one of ``keys`` (null-safe)."""
+
+    @abstractmethod
+    def commit(self, epoch: Epoch, change: Change) -> CommitRecord | None:
+        """Apply ``change`` as one snapshot stamped with ``epoch``.
+
+        Returns None (and changes nothing) when the epoch is already committed or the change is
+        empty. Raises CommitConflictError when concurrent commits keep winning.
+        """

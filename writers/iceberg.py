@@ -1,0 +1,135 @@
+"""Iceberg v2 snapshots committed through Lakeview's REST catalog (pyiceberg).
+
+Keyed changes are copy-on-write: only the data files that may hold a changed key (found by
+pyiceberg's manifest and column-stats pruning) are rewritten, and the delete of the old
+files plus the add of the new ones is ONE ``overwrite`` snapshot, so time travel never shows
+a half-applied epoch. Appends are one ``append`` snapshot.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+
+import pyarrow as pa
+from pyiceberg.catalog import Catalog
+from pyiceberg.exceptions import CommitFailedException, NamespaceAlreadyExistsError, NoSuchTableError
+from pyiceberg.expressions import AlwaysTrue, And, BooleanExpression, In, IsNull, Or
+from pyiceberg.io.pyarrow import ArrowScan, _dataframe_to_data_files
+from pyiceberg.table import Table
+
+from lakeview.errors import CommitConflictError, WriterError
+from writers.arrow_ops import rows_with_keys, rows_without_keys
+from writers.base import Change, CommitRecord, Epoch, SnapshotWriter
+
+log = logging.getLogger("lakeview.writers.iceberg")
+MAX_ATTEMPTS = 5
+
+
+def last_commit_of(table: Table) -> CommitRecord | None:
+    """The newest Lakeview commit recorded in a table's snapshot history (walking parents)."""
+    snapshot = table.current_snapshot()
+    while snapshot is not None:
+        props = snapshot.summary.additional_properties if snapshot.summary else {}
+        record = CommitRecord.from_properties(props, snapshot.snapshot_id)
+        if record is not None:
+            return record
+        snapshot = table.snapshot_by_id(snapshot.parent_snapshot_id) if snapshot.parent_snapshot_id else None
+    return None
+
+
+class IcebergWriter(SnapshotWriter):
+    def __init__(self, catalog: Catalog, namespace: str, name: str) -> None:
+        self.catalog = catalog
+        self.identifier = (namespace, name)
+
+    def ensure_table(self, schema: pa.Schema, key: tuple[str, ...] | None, properties: dict[str, str]) -> None:
+        try:
+            self.catalog.create_namespace(self.identifier[0])
+        except NamespaceAlreadyExistsError:
+            pass
+        # Every column optional: merged values from DuckDB are nullable whatever Spark inferred.
+        nullable = pa.schema([f.with_nullable(True) for f in schema])
+        props = {"format-version": "2", **properties}
+        if key is not None:
+            props["lakeview.key"] = ",".join(key)
+        self.catalog.create_table_if_not_exists(self.identifier, schema=nullable, properties=props)
+
+    def table(self) -> Table:
+        try:
+            return self.catalog.load_table(self.identifier)
+        except NoSuchTableError as exc:
+            raise WriterError(f"view table {'.'.join(self.identifier)} does not exist") from exc
+
+    def last_commit(self) -> CommitRecord | None:
+        return last_commit_of(self.table())
+
+    def lookup(self, keys: pa.Table) -> pa.Table:
+        table = self.table()
+        key = tuple(keys.column_names)
+        stored = table.scan(row_filter=_key_filter(keys, key)).to_arrow()
+        return rows_with_keys(stored, keys, key)
+
+    def commit(self, epoch: Epoch, change: Change) -> CommitRecord | None:
+        for attempt in range(1, MAX_ATTEMPTS + 1):
+            table = self.table()
+            last = last_commit_of(table)
+            if last is not None and epoch.number <= last.epoch:
+                log.info("%s: epoch %s already committed (last %s); skipping", epoch.view, epoch.number, last.epoch)
+                return None
+            if change.is_empty:
+                return None
+            try:
+                return self._commit_once(table, epoch, change)
+            except CommitFailedException as exc:
+                log.warning("%s: commit of epoch %s lost a race (attempt %s): %s", epoch.view, epoch.number, attempt, exc)
+                time.sleep(min(2.0, 0.05 * 2**attempt))
+        raise CommitConflictError(f"{epoch.view}: epoch {epoch.number} lost {MAX_ATTEMPTS} commit races in a row")
+
+    def _commit_once(self, table: Table, epoch: Epoch, change: Change) -> CommitRecord:
+        arrow_schema = table.schema().as_arrow()
+        rows = change.rows.select(arrow_schema.names).cast(arrow_schema)
+        commit_uuid = uuid.uuid4()
+        replaced: list = []
+        deleted = 0
+        if change.key is not None and table.current_snapshot() is not None:
+            keys = rows.select(list(change.key))
+            for task in table.scan(row_filter=_key_filter(keys, change.key)).plan_files():
+                if task.delete_files:
+                    raise WriterError(f"{epoch.view}: data file {task.file.file_path} has delete files; not written by Lakeview")
+                stored = ArrowScan(
+                    table_metadata=table.metadata, io=table.io, projected_schema=table.schema(), row_filter=AlwaysTrue()
+                ).to_table(tasks=[task])
+                kept = rows_without_keys(stored, keys, change.key)
+                if kept.num_rows == stored.num_rows:
+                    continue  # stats said maybe; the file holds none of the keys
+                deleted += stored.num_rows - kept.num_rows
+                replaced.append(task.file)
+                rows = pa.concat_tables([kept.cast(arrow_schema), rows])
+        properties = CommitRecord.properties(epoch, inserted=change.rows.num_rows, deleted=deleted)
+        txn = table.transaction()
+        files = list(_dataframe_to_data_files(table_metadata=table.metadata, df=rows, io=table.io, write_uuid=commit_uuid))
+        producer = txn.update_snapshot(snapshot_properties=properties)
+        with (producer.overwrite(commit_uuid) if replaced else producer.fast_append()) as snapshot:
+            for data_file in replaced:
+                snapshot.delete_data_file(data_file)
+            for data_file in files:
+                snapshot.append_data_file(data_file)
+        committed = txn.commit_transaction()
+        current = committed.current_snapshot()
+        return CommitRecord.from_properties(properties, current.snapshot_id if current else None)  # type: ignore[return-value]
+
+
+def _key_filter(keys: pa.Table, key: tuple[str, ...]) -> BooleanExpression:
+    """A pruning filter that matches at least every row with one of ``keys`` (maybe more)."""
+    expression: BooleanExpression = AlwaysTrue()
+    for name in key:
+        values = keys.column(name).unique().to_pylist()
+        present = [v for v in values if v is not None]
+        term: BooleanExpression | None = In(name, present) if present else None
+        if len(present) < len(values):
+            term = Or(term, IsNull(name)) if term is not None else IsNull(name)
+        if term is not None:
+            expression = term if isinstance(expression, AlwaysTrue) else And(expression, term)
+    return expression
