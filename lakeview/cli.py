@@ -1,0 +1,271 @@
+"""The ``lakeview`` command. Heavy modules (Spark, pyiceberg, DuckDB) are imported inside
+commands so ``lakeview --help`` stays fast."""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from lakeview.errors import LakeviewError
+
+app = typer.Typer(
+    help="Lakeview keeps SQL views over the lake fresh incrementally and serves them through an Iceberg REST catalog.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+ProjectOption = Annotated[
+    Path, typer.Option("--project", "-p", help="Project directory or lakeview.toml file.", show_default=True)
+]
+
+
+def _load(project: Path):  # noqa: ANN202 - returns ProjectConfig (imported lazily)
+    from lakeview.config import load_project
+
+    return load_project(project)
+
+
+def _quiet_logs(verbose: bool = False) -> None:
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(asctime)s %(name)s %(message)s")
+    for noisy in ("pyiceberg", "httpx", "py4j", "urllib3"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+@app.command()
+def init(
+    directory: Annotated[Path, typer.Argument(help="Where to create the project.")] = Path("."),
+    port: Annotated[int, typer.Option(help="Catalog port written to the config.")] = 8181,
+    cadence: Annotated[str, typer.Option(help="Cadence of the example view.")] = "5s",
+    force: Annotated[bool, typer.Option(help="Overwrite an existing lakeview.toml.")] = False,
+) -> None:
+    """Write an example project: lakeview.toml, a landing directory and generate_orders.py."""
+    from lakeview.cadence import parse_cadence
+    from lakeview.project import init_project
+
+    try:
+        parse_cadence(cadence)
+    except ValueError as exc:
+        raise LakeviewError(f"--cadence: {exc}") from None
+    path = init_project(directory, port=port, cadence=cadence, force=force)
+    typer.echo(f"wrote {path}\nnext: cd {directory} && lakeview up   (and `python generate_orders.py` to land orders)")
+
+
+@app.command()
+def up(project: ProjectOption = Path("."), verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False) -> None:
+    """Start the catalog service and every view's streaming job; Ctrl-C stops both cleanly."""
+    from lakeview.embedded import EmbeddedStack
+
+    _quiet_logs(verbose)
+    config = _load(project)
+
+    def report(record) -> None:  # noqa: ANN001 - CommitRecord
+        typer.echo(
+            f"{record.view}: snapshot {record.snapshot_id} epoch {record.epoch} "
+            f"+{record.rows_inserted}/-{record.rows_deleted} rows, lag {record.lag_ms} ms"
+        )
+
+    stack = EmbeddedStack(config)
+    _stop_on_sigterm()
+    try:
+        stack.start_catalog()
+        typer.echo(f"catalog: {stack.catalog_uri} (warehouse {config.lake.name!r})")
+        stack.start_views(on_commit=report)
+        typer.echo(f"maintaining {len(stack.queries)} view(s): {', '.join(stack.queries) or 'none'}; Ctrl-C to stop")
+        assert stack.spark is not None
+        stack.spark.streams.awaitAnyTermination()
+        failed = [name for name, q in stack.queries.items() if q.exception() is not None]
+        for name in failed:
+            typer.echo(f"error: view {name} stopped: {stack.queries[name].exception()}", err=True)
+        if failed:
+            raise typer.Exit(1)
+    except KeyboardInterrupt:
+        typer.echo("\nstopping ...")
+    finally:
+        stack.stop()
+        if stack.spark is not None:
+            stack.spark.stop()
+    typer.echo("stopped.")
+
+
+@app.command()
+def serve(project: ProjectOption = Path(".")) -> None:
+    """Run only the Iceberg REST catalog (no view jobs) until Ctrl-C."""
+    from catalog_api.server import CatalogServer
+    from lakeview.embedded import open_store
+
+    _quiet_logs()
+    config = _load(project)
+    server = CatalogServer(open_store(config), host=config.server.host, port=config.server.port)
+    typer.echo(f"catalog: {server.uri} (warehouse {config.lake.name!r}); Ctrl-C to stop")
+    server.serve_forever()
+
+
+@app.command()
+def status(
+    project: ProjectOption = Path("."),
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+) -> None:
+    """Per view: last snapshot id, epoch, time of last commit, lag and cadence."""
+    from lakeview.status import view_statuses
+
+    statuses = view_statuses(_load(project))
+    if as_json:
+        typer.echo(json.dumps([s.as_dict() for s in statuses], indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="Lakeview views")
+    for column in ("view", "table", "format", "cadence", "state", "snapshot", "epoch", "last commit (UTC)", "lag ms"):
+        table.add_column(column)
+    for s in statuses:
+        table.add_row(
+            s.view, s.table, s.format, s.cadence, s.state,
+            *(str(v) if v is not None else "-" for v in (s.snapshot_id, s.epoch, s.committed_at, s.lag_ms)),
+        )
+    Console().print(table)
+
+
+@app.command()
+def query(
+    sql: Annotated[str, typer.Argument(help="SQL for DuckDB; views are lake.<namespace>.<view>.")],
+    project: ProjectOption = Path("."),
+) -> None:
+    """Run SQL in DuckDB with the Lakeview catalog attached over REST as `lake`.
+
+    Uses the running catalog (`lakeview up`/`serve`); when none answers, a temporary one is
+    started on a free loopback port for this query.
+    """
+    import httpx
+
+    from lakeview.duck import connect_catalog
+    from lakeview.embedded import EmbeddedStack
+
+    config = _load(project)
+    try:
+        running = httpx.get(config.catalog_uri + "/v1/config", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        running = False
+    stack = None if running else EmbeddedStack(config, port=0).start_catalog()
+    try:
+        con = connect_catalog(stack.catalog_uri if stack else config.catalog_uri, config.lake.name)
+        try:
+            result = con.sql(sql)
+        except Exception as exc:  # DuckDB's own errors name the problem
+            raise LakeviewError(f"query failed: {exc}") from None
+        if result is None:
+            return
+        _print_result(result.columns, result.fetchall())
+    finally:
+        if stack is not None:
+            stack.stop()
+
+
+def _print_result(columns: list[str], rows: list[tuple]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(caption=f"{len(rows)} row(s)")
+    for column in columns:
+        table.add_column(column)
+    for row in rows:
+        table.add_row(*("NULL" if v is None else str(v) for v in row))
+    Console().print(table)
+
+
+@app.command()
+def refresh(
+    view: Annotated[str, typer.Argument(help="The view to bring up to date.")],
+    project: ProjectOption = Path("."),
+) -> None:
+    """Process everything landed so far for VIEW (one snapshot), then stop. For manual cadences."""
+    from lakeview.embedded import EmbeddedStack
+
+    _quiet_logs()
+    config = _load(project)
+    if view not in config.views:
+        raise LakeviewError(f"no view {view!r}; views: {', '.join(config.views) or 'none'}")
+    with EmbeddedStack(config, port=0) as stack:
+        stack.start_views([view], available_now=True)
+        stack.queries[view].awaitTermination()
+        if stack.spark is not None:
+            stack.spark.stop()
+    typer.echo(f"{view}: refreshed")
+
+
+@app.command()
+def verify(
+    view: Annotated[str, typer.Argument(help="The view to check.")],
+    project: ProjectOption = Path("."),
+) -> None:
+    """Recompute VIEW from its sources at the committed frontier (DuckDB) and compare with the snapshot."""
+    from lakeview import oracle
+    from lakeview.embedded import open_store
+    from lakeview.source_log import files_up_to
+    from writers.iceberg import last_commit_of
+
+    config = _load(project)
+    if view not in config.views:
+        raise LakeviewError(f"no view {view!r}; views: {', '.join(config.views) or 'none'}")
+    table = open_store(config).load_table((config.views[view].namespace, view))
+    record = last_commit_of(table)
+    if record is None:
+        raise LakeviewError(f"{view} has no commit yet; nothing to verify")
+    source = oracle.plan_view(view, config.views[view].sql).sources[0]
+    files = files_up_to(config.checkpoint_path(view), record.frontier.get(source, {}).get("log_offset"))
+    comparison = oracle.compare(table.scan().to_arrow(), oracle.recompute(config, view, files))
+    typer.echo(f"{view} at epoch {record.epoch} ({len(files)} files): {comparison.describe()}")
+    if not comparison.equal:
+        raise typer.Exit(1)
+
+
+@app.command()
+def demo(
+    directory: Annotated[Path, typer.Option("--dir", help="Where to create the demo project.")] = Path("demo-project"),
+    batches: Annotated[int, typer.Option(min=1, help="Order files to land, one per cadence tick.")] = 4,
+    orders: Annotated[int, typer.Option(min=1, help="Orders per file.")] = 250,
+    cadence: Annotated[str, typer.Option(help="The view's cadence.")] = "5s",
+) -> None:
+    """A bounded run (about a minute): land orders over several ticks, print the view from DuckDB after each snapshot."""
+    from lakeview.demo import run_demo
+
+    _quiet_logs()
+    if not run_demo(directory.resolve(), batches=batches, orders=orders, cadence=cadence):
+        raise typer.Exit(1)
+
+
+def _stop_on_sigterm() -> None:
+    def handler(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, handler)
+
+
+def main(argv: Optional[list[str]] = None) -> None:
+    try:
+        app(args=argv, standalone_mode=False)
+    except LakeviewError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    except typer.Abort:
+        sys.exit(130)
+    except Exception as exc:  # click usage errors
+        import click
+
+        if isinstance(exc, click.ClickException):
+            exc.show()
+            sys.exit(exc.exit_code)
+        raise
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,102 @@
+"""The embedded stack: the catalog service plus one streaming query per view, in one process.
+
+Spark is imported only when views start, so the catalog-only paths stay light.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from catalog_api.server import CatalogServer
+from catalog_api.store import CatalogStore
+from lakeview.config import ProjectConfig, TableFormat
+from lakeview.errors import ConfigError
+from writers.base import CommitRecord, SnapshotWriter
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from spark_jobs.pipeline import ViewPipeline
+
+log = logging.getLogger("lakeview")
+
+
+def open_store(project: ProjectConfig) -> CatalogStore:
+    return CatalogStore(project.catalog_store_url, project.warehouse_path, project.lake.name)
+
+
+def make_writer(project: ProjectConfig, view: str, catalog_uri: str) -> SnapshotWriter:
+    """The writer for a view's table format, committing through the catalog at ``catalog_uri``."""
+    config = project.views[view]
+    if config.format is not TableFormat.ICEBERG:
+        raise ConfigError(project.file, f"views.{view}.format", f"{config.format.value!r} is not available yet; use 'iceberg'")
+    from pyiceberg.catalog.rest import RestCatalog
+
+    from writers.iceberg import IcebergWriter
+
+    catalog = RestCatalog(f"lakeview-{view}", uri=catalog_uri, warehouse=project.lake.name)
+    return IcebergWriter(catalog, config.namespace, view)
+
+
+class EmbeddedStack:
+    """Catalog + views. Use as a context manager; ``stop()`` is safe to call twice."""
+
+    def __init__(self, project: ProjectConfig, *, port: int | None = None) -> None:
+        self.project = project
+        port = project.server.port if port is None else port
+        self.server = CatalogServer(open_store(project), host=project.server.host, port=port)
+        self.spark: SparkSession | None = None
+        self.pipelines: dict[str, ViewPipeline] = {}
+        self.queries: dict[str, Any] = {}
+
+    @property
+    def catalog_uri(self) -> str:
+        return self.server.uri
+
+    def start_catalog(self) -> EmbeddedStack:
+        self.server.start()
+        return self
+
+    def start_views(
+        self,
+        views: list[str] | None = None,
+        *,
+        spark: SparkSession | None = None,
+        available_now: bool = False,
+        on_commit: Callable[[CommitRecord], None] | None = None,
+    ) -> None:
+        """Prepare each view's table and start its streaming query (manual views only with
+        ``available_now``, i.e. ``lakeview refresh``)."""
+        from spark_jobs.pipeline import ViewPipeline
+        from spark_jobs.session import build_session
+
+        names = list(self.project.views) if views is None else views
+        self.spark = spark or self.spark or build_session(catalog_uri=self.catalog_uri, warehouse=self.project.lake.name)
+        for name in names:
+            if self.project.views[name].cadence.is_manual and not available_now:
+                log.info("%s: manual cadence; refresh it with `lakeview refresh %s`", name, name)
+                continue
+            pipeline = ViewPipeline(self.spark, self.project, name, make_writer(self.project, name, self.catalog_uri), on_commit)
+            pipeline.prepare()
+            self.pipelines[name] = pipeline
+            self.queries[name] = pipeline.start(available_now=available_now)
+
+    def stop_views(self) -> None:
+        for name, query in list(self.queries.items()):
+            try:
+                query.stop()
+            except Exception:  # stopping must go on for the others
+                log.exception("%s: error while stopping its query", name)
+            del self.queries[name]
+
+    def stop(self) -> None:
+        self.stop_views()
+        self.server.stop()
+
+    def __enter__(self) -> EmbeddedStack:
+        return self.start_catalog()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,70 @@
+"""Shared fixtures: one real Spark session and one real catalog server per test run."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from catalog_api.server import CatalogServer
+from catalog_api.store import CatalogStore
+from lakeview.config import ProjectConfig, parse_project
+
+ORDERS_SCHEMA = "order_id BIGINT, product_id BIGINT, quantity INT, ts TIMESTAMP"
+SALES_SQL = "SELECT product_id, SUM(quantity) AS total_sold, COUNT(*) AS orders FROM orders GROUP BY product_id"
+
+
+@pytest.fixture(scope="session")
+def spark():
+    from spark_jobs.session import build_session
+
+    session = build_session("lakeview-tests")
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="session")
+def lake_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("lake")
+
+
+@pytest.fixture(scope="session")
+def catalog_server(lake_dir: Path) -> Iterator[CatalogServer]:
+    """The real catalog service on a free loopback port, SQLite store, for the whole run."""
+    store = CatalogStore(f"sqlite:///{lake_dir / 'catalog.db'}", lake_dir / "warehouse", "lakeview")
+    with CatalogServer(store, host="127.0.0.1", port=0) as server:
+        yield server
+
+
+@pytest.fixture()
+def rest_catalog(catalog_server: CatalogServer):
+    from pyiceberg.catalog.rest import RestCatalog
+
+    return RestCatalog("tests", uri=catalog_server.uri, warehouse="lakeview")
+
+
+@pytest.fixture()
+def make_project(catalog_server: CatalogServer, lake_dir: Path, tmp_path: Path) -> Callable[..., ProjectConfig]:
+    """A project whose warehouse and store are the session catalog's, with its own landing dir."""
+
+    def make(views: dict[str, dict[str, Any]] | None = None, sources: dict[str, dict[str, Any]] | None = None) -> ProjectConfig:
+        data = {
+            "lake": {"warehouse": str(lake_dir / "warehouse"), "catalog_store": f"sqlite:///{lake_dir / 'catalog.db'}"},
+            "server": {"host": "127.0.0.1", "port": catalog_server.port},
+            "sources": sources
+            or {"orders": {"format": "json", "path": str(tmp_path / "landing" / "orders"), "schema": ORDERS_SCHEMA}},
+            "views": views or {},
+        }
+        return parse_project(data, file=str(tmp_path / "lakeview.toml"), root=tmp_path)
+
+    return make
+
+
+@pytest.fixture()
+def unique_name(request: pytest.FixtureRequest) -> str:
+    """A table name unique to the test (the catalog is shared across the session)."""
+    import re
+
+    return re.sub(r"[^A-Za-z0-9_]", "_", request.node.name)[:60].lower()
