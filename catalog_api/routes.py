@@ -152,7 +152,9 @@ def build_routes(store: CatalogStore) -> list[Route]:
 
     async def commit_table(request: Request) -> Response:
         identifier = _table(request)
-        body = await parse_body(request, CommitTableRequest)
+        # The spec makes "identifier" optional here (the path names the table); pyiceberg requires it.
+        default_id = {"identifier": {"namespace": list(identifier[:-1]), "name": identifier[-1]}}
+        body = await parse_body(request, CommitTableRequest, default_id)
         result: CommitTableResponse = await run_in_threadpool(
             store.commit_table, identifier, body.requirements, body.updates
         )

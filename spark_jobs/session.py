@@ -62,6 +62,7 @@ def build_session(
     """A SparkSession with the Iceberg extensions; with ``catalog_uri`` the Lakeview REST
     catalog is registered as Spark catalog ``lakeview``."""
     check_java()
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # never bind the driver to a public interface
     from pyspark.sql import SparkSession
 
     builder = (
@@ -73,6 +74,7 @@ def build_session(
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
