@@ -7,6 +7,7 @@ import json
 import logging
 import signal
 import sys
+import threading
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -72,25 +73,30 @@ def up(project: ProjectOption = Path("."), verbose: Annotated[bool, typer.Option
         )
 
     stack = EmbeddedStack(config)
-    _stop_on_sigterm()
+    failed: list[str] = []
     try:
         stack.start_catalog()
         typer.echo(f"catalog: {stack.catalog_uri} (warehouse {config.lake.name!r})")
         stack.start_views(on_commit=report)
+        stop = _stop_event()  # after Spark started: pyspark installs its own SIGINT handler
         typer.echo(f"maintaining {len(stack.queries)} view(s): {', '.join(stack.queries) or 'none'}; Ctrl-C to stop")
-        assert stack.spark is not None
-        stack.spark.streams.awaitAnyTermination()
-        failed = [name for name, q in stack.queries.items() if q.exception() is not None]
+        # Wait in Python, not in a py4j call: a signal then interrupts cleanly.
+        while not stop.wait(1.0):
+            failed = [name for name, q in stack.queries.items() if not q.isActive]
+            if failed:
+                break
         for name in failed:
             typer.echo(f"error: view {name} stopped: {stack.queries[name].exception()}", err=True)
-        if failed:
-            raise typer.Exit(1)
-    except KeyboardInterrupt:
+        if not failed:
+            typer.echo("stopping ...")
+    except KeyboardInterrupt:  # Ctrl-C while starting up
         typer.echo("\nstopping ...")
     finally:
         stack.stop()
         if stack.spark is not None:
             stack.spark.stop()
+    if failed:
+        raise typer.Exit(1)
     typer.echo("stopped.")
 
 
@@ -241,11 +247,16 @@ def demo(
         raise typer.Exit(1)
 
 
-def _stop_on_sigterm() -> None:
-    def handler(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
+def _stop_event() -> threading.Event:
+    """An event set by Ctrl-C (SIGINT) or SIGTERM."""
+    stop = threading.Event()
 
+    def handler(signum: int, frame: object) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGINT, handler)
     signal.signal(signal.SIGTERM, handler)
+    return stop
 
 
 def main(argv: Optional[list[str]] = None) -> None:

@@ -1,0 +1,69 @@
+"""`lakeview up` as a process: it keeps the view fresh and Ctrl-C stops catalog and Spark cleanly."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from catalog_api.server import _free_port
+from lakeview.generator import land_json, make_orders
+
+CLI = [sys.executable, "-m", "lakeview.cli"]
+
+
+def wait_for(predicate, timeout: float, what: str):  # noqa: ANN001, ANN201
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.5)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_up_commits_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
+    port = _free_port("127.0.0.1")
+    subprocess.run([*CLI, "init", str(tmp_path), "--port", str(port), "--cadence", "1s"], check=True, capture_output=True)
+    process = subprocess.Popen([*CLI, "up", "-p", str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        uri = f"http://127.0.0.1:{port}/iceberg"
+
+        def catalog_up() -> bool:
+            try:
+                return httpx.get(f"{uri}/v1/config", timeout=1).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        wait_for(catalog_up, 120, "the catalog")
+        orders = make_orders(30, seed=5)
+        land_json(tmp_path / "landing" / "orders", "a.json", orders)
+
+        def committed() -> dict | None:
+            out = subprocess.run([*CLI, "status", "--json", "-p", str(tmp_path)], capture_output=True, text=True)
+            [view] = json.loads(out.stdout)
+            return view if view["state"] == "committed" else None
+
+        view = wait_for(committed, 120, "the first snapshot")
+        assert view["epoch"] == 0 and view["snapshot_id"] is not None
+
+        process.send_signal(signal.SIGINT)
+        output, _ = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 0, output
+    assert "stopped." in output and "Traceback" not in output
+    with socket.socket() as sock:
+        assert sock.connect_ex(("127.0.0.1", port)) != 0, "the catalog port is released"
+    query = subprocess.run(
+        [*CLI, "query", "SELECT SUM(orders) FROM lake.analytics.sales_by_product", "-p", str(tmp_path)],
+        capture_output=True, text=True,
+    )
+    assert query.returncode == 0 and "30" in query.stdout
