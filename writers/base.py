@@ -38,15 +38,29 @@ class Change:
     """What an epoch does to the view's table.
 
     ``key is None``: ``rows`` are appended. Otherwise each row of ``rows`` replaces the stored
-    row with the same key (null-safe equality), or is inserted when there is none.
+    row with the same key (null-safe equality), or is inserted when there is none, and the
+    stored rows whose key is in ``deletes`` (a table of the key columns) are removed.
     """
 
     rows: pa.Table
     key: tuple[str, ...] | None = None
+    deletes: pa.Table | None = None
+
+    def __post_init__(self) -> None:
+        if self.deletes is not None and self.key is None:
+            raise ValueError("deletes need a key: an append-only change cannot delete rows")
 
     @property
     def is_empty(self) -> bool:
-        return self.rows.num_rows == 0
+        return self.rows.num_rows == 0 and (self.deletes is None or self.deletes.num_rows == 0)
+
+    def touched_keys(self) -> pa.Table:
+        """Every key this change upserts or deletes (key columns only)."""
+        assert self.key is not None
+        upserted = self.rows.select(list(self.key))
+        if self.deletes is None or self.deletes.num_rows == 0:
+            return upserted
+        return pa.concat_tables([upserted, self.deletes.select(list(self.key)).cast(upserted.schema)])
 
 
 @dataclass(frozen=True)

@@ -94,7 +94,7 @@ class IcebergWriter(SnapshotWriter):
         replaced: list = []
         deleted = 0
         if change.key is not None and table.current_snapshot() is not None:
-            keys = rows.select(list(change.key))
+            keys = change.touched_keys()
             for task in table.scan(row_filter=_key_filter(keys, change.key)).plan_files():
                 if task.delete_files:
                     raise WriterError(f"{epoch.view}: data file {task.file.file_path} has delete files; not written by Lakeview")

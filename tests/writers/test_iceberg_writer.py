@@ -68,3 +68,16 @@ def test_append_change_and_empty_change(rest_catalog, unique_name: str) -> None:
     assert writer.commit(Epoch(unique_name, 2, {}), Change(SCHEMA.empty_table())) is None
     assert writer.table().scan().to_arrow().num_rows == 3
     assert len(writer.table().snapshots()) == 2
+
+
+def test_keyed_deletes_remove_rows_in_the_same_snapshot(rest_catalog, unique_name: str) -> None:
+    writer = IcebergWriter(rest_catalog, "writer_tests", unique_name)
+    writer.ensure_table(SCHEMA, ("k",), {})
+    writer.commit(Epoch(unique_name, 0, {}), Change(pa.table({"k": [1, 2, None], "total": [1, 2, 3]}), ("k",)))
+    record = writer.commit(
+        Epoch(unique_name, 1, {}),
+        Change(pa.table({"k": [1], "total": [10]}), ("k",), deletes=pa.table({"k": pa.array([2, None], pa.int64())})),
+    )
+    assert record is not None and record.rows_deleted == 3 and record.rows_inserted == 1
+    assert rows(writer.table().scan().to_arrow()) == [(1, 10)]
+    assert len(writer.table().snapshots()) == 2
