@@ -1,0 +1,205 @@
+"""Delta Lake snapshots written with delta-rs (``deltalake``).
+
+Keyed changes are ONE ``MERGE`` per epoch: the upserted rows and the deleted keys travel in one
+source table with an operation column, matched on the key with ``IS NOT DISTINCT FROM`` (null
+keys are keys). Append-only changes are one append. Every commit carries an app transaction
+``(app_id=view, version=epoch)`` — the Delta-native idempotency marker — and Lakeview's
+summary keys in its commit info, so a replayed epoch is a no-op and any reader of the log sees
+the view, epoch, frontier, row counts and lag.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+from deltalake.exceptions import CommitFailedError, DeltaError, DeltaProtocolError, SchemaMismatchError, TableNotFoundError
+
+from lakeview.errors import CommitConflictError, WriterError
+from writers.arrow_ops import rows_with_keys, rows_without_keys
+from writers.base import Change, CommitRecord, Epoch, SnapshotWriter
+
+log = logging.getLogger("lakeview.writers.delta")
+MAX_ATTEMPTS = 5
+OP = "__lakeview_op"  # the operation column of a merge source: 'u' upsert, 'd' delete
+KEY_PROPERTY = "lakeview.key"
+HISTORY_PAGE = 100
+
+
+def record_of(entry: dict[str, Any]) -> CommitRecord | None:
+    """The Lakeview commit recorded in one Delta history entry (commit info), if any."""
+    props = {k: str(v) for k, v in entry.items() if k.startswith("lakeview.")}
+    return CommitRecord.from_properties(props, entry.get("version"))
+
+
+def history_of(table: DeltaTable, limit: int | None = None) -> list[CommitRecord]:
+    """Lakeview's commits in a Delta table's log, newest first (commit files still present)."""
+    return [r for r in (record_of(e) for e in table.history(limit)) if r is not None]
+
+
+def last_commit_of(table: DeltaTable) -> CommitRecord | None:
+    """The newest Lakeview commit of a Delta table.
+
+    The app transaction says which epoch is the newest; the commit info of that commit gives the
+    rest. If the log was cleaned past that commit, the epoch is still known (from the checkpoint's
+    transaction) but the frontier is not.
+    """
+    view = table.metadata().name or ""
+    epoch = table.transaction_version(view) if view else None
+    limit = HISTORY_PAGE
+    while True:
+        entries = table.history(limit)
+        for entry in entries:
+            record = record_of(entry)
+            if record is not None:
+                return record
+        if len(entries) < limit:
+            break
+        limit *= 10
+    if epoch is None:
+        return None
+    return CommitRecord(view=view, epoch=epoch, frontier={}, snapshot_id=table.version(), committed_at_ms=0)
+
+
+class DeltaWriter(SnapshotWriter):
+    """Writes one view's Delta table at ``location`` (a path or ``s3://bucket/prefix/...``)."""
+
+    def __init__(self, location: str, view: str, storage_options: dict[str, str] | None = None) -> None:
+        self.location = location
+        self.view = view
+        self.storage_options = storage_options or None
+
+    def ensure_table(self, schema: pa.Schema, key: tuple[str, ...] | None, properties: dict[str, str]) -> None:
+        if DeltaTable.is_deltatable(self.location, storage_options=self.storage_options):
+            return
+        # Every column nullable: merged values are nullable whatever Spark inferred.
+        nullable = pa.schema([f.with_nullable(True) for f in schema])
+        # Delta's table configuration only takes keys it can parse; Lakeview's go in the
+        # create commit's info.
+        meta = dict(properties)
+        if key is not None:
+            meta[KEY_PROPERTY] = ",".join(key)
+        try:
+            DeltaTable.create(
+                self.location,
+                schema=nullable,
+                mode="ignore",
+                name=self.view,
+                storage_options=self.storage_options,
+                commit_properties=CommitProperties(custom_metadata=meta),
+            )
+        except DeltaError as exc:
+            raise WriterError(f"{self.view}: cannot create the Delta table at {self.location}: {exc}") from exc
+
+    def table(self, version: int | None = None) -> DeltaTable:
+        try:
+            return DeltaTable(self.location, version=version, storage_options=self.storage_options)
+        except TableNotFoundError as exc:
+            raise WriterError(f"view table {self.location} does not exist") from exc
+
+    def last_commit(self) -> CommitRecord | None:
+        return last_commit_of(self.table())
+
+    def lookup(self, keys: pa.Table) -> pa.Table:
+        table = self.table()
+        key = tuple(keys.column_names)
+        stored = table.to_pyarrow_dataset().to_table(filter=_key_filter(keys, key))
+        return rows_with_keys(stored, keys, key)
+
+    def commit(self, epoch: Epoch, change: Change) -> CommitRecord | None:
+        for attempt in range(1, MAX_ATTEMPTS + 1):
+            table = self.table()
+            done = table.transaction_version(epoch.view)
+            if done is not None and epoch.number <= done:
+                log.info("%s: epoch %s already committed (last %s); skipping", epoch.view, epoch.number, done)
+                return None
+            if change.is_empty:
+                return None
+            try:
+                return self._commit_once(table, epoch, change)
+            except CommitFailedError as exc:
+                log.warning("%s: commit of epoch %s lost a race (attempt %s): %s", epoch.view, epoch.number, attempt, exc)
+            except (SchemaMismatchError, DeltaProtocolError) as exc:
+                raise WriterError(f"{epoch.view}: epoch {epoch.number} does not fit the table: {exc}") from exc
+            except (OSError, DeltaError) as exc:
+                # A storage error before the log entry was written leaves the table as it was;
+                # after it, the app transaction makes the retry a no-op.
+                log.warning("%s: commit of epoch %s failed (attempt %s): %s", epoch.view, epoch.number, attempt, exc)
+                if attempt == MAX_ATTEMPTS:
+                    raise WriterError(f"{epoch.view}: epoch {epoch.number} failed {MAX_ATTEMPTS} times: {exc}") from exc
+            time.sleep(min(2.0, 0.05 * 2**attempt))
+        raise CommitConflictError(f"{epoch.view}: epoch {epoch.number} lost {MAX_ATTEMPTS} commit races in a row")
+
+    def _commit_once(self, table: DeltaTable, epoch: Epoch, change: Change) -> CommitRecord:
+        schema = pa.schema(table.schema().to_arrow())
+        rows = change.rows.select(schema.names).cast(schema)
+
+        def stamp(deleted: int) -> tuple[dict[str, str], CommitProperties]:
+            props = CommitRecord.properties(epoch, inserted=rows.num_rows, deleted=deleted)
+            txn = Transaction(app_id=epoch.view, version=epoch.number, last_updated=int(time.time() * 1000))
+            # delta-rs retries only non-conflicting races itself; Lakeview's loop rechecks the epoch.
+            return props, CommitProperties(custom_metadata=props, app_transactions=[txn], max_commit_retries=0)
+
+        if change.key is None:
+            props, commit = stamp(0)
+            write_deltalake(table, rows, mode="append", storage_options=self.storage_options, commit_properties=commit)
+            return self._record(props)
+        source = _merge_source(rows, change, schema)
+        # The deleted row count is only known after the merge, and commit info is written by it:
+        # stamp with the count of stored rows the touched keys match (what the merge removes).
+        deleted = self.lookup(change.touched_keys()).num_rows if table.version() > 0 else 0
+        props, commit = stamp(deleted)
+        predicate = " AND ".join(f't."{k}" IS NOT DISTINCT FROM s."{k}"' for k in change.key)
+        columns = {f'"{name}"': f's."{name}"' for name in schema.names}
+        metrics = (
+            table.merge(source, predicate=predicate, source_alias="s", target_alias="t", commit_properties=commit)
+            .when_matched_delete(predicate=f"s.{OP} = 'd'")
+            .when_matched_update(updates=columns, predicate=f"s.{OP} = 'u'")
+            .when_not_matched_insert(updates=columns, predicate=f"s.{OP} = 'u'")
+            .execute()
+        )
+        actual = int(metrics.get("num_target_rows_updated", 0)) + int(metrics.get("num_target_rows_deleted", 0))
+        if actual != deleted:  # a concurrent writer changed the rows between lookup and merge
+            log.warning("%s: epoch %s merge removed %s rows, %s expected", epoch.view, epoch.number, actual, deleted)
+        return self._record(props)
+
+    def _record(self, props: dict[str, str]) -> CommitRecord:
+        version = self.table().version()
+        return CommitRecord.from_properties(props, version)  # type: ignore[return-value]
+
+
+def _merge_source(rows: pa.Table, change: Change, schema: pa.Schema) -> pa.Table:
+    """Upserted rows (op 'u') plus deleted keys (op 'd', other columns null) as one table.
+
+    A key both upserted and deleted is upserted, as in the Iceberg writer.
+    """
+    assert change.key is not None
+    parts = [rows.append_column(OP, pa.array(["u"] * rows.num_rows, pa.string()))]
+    if change.deletes is not None and change.deletes.num_rows:
+        keys = change.deletes.select(list(change.key)).cast(pa.schema([schema.field(k) for k in change.key]))
+        keys = rows_without_keys(keys, rows.select(list(change.key)), change.key)
+        full = {
+            name: keys.column(name) if name in change.key else pa.nulls(keys.num_rows, schema.field(name).type)
+            for name in schema.names
+        }
+        deletes = pa.table(full, schema=schema)
+        parts.append(deletes.append_column(OP, pa.array(["d"] * deletes.num_rows, pa.string())))
+    return pa.concat_tables(parts)
+
+
+def _key_filter(keys: pa.Table, key: tuple[str, ...]) -> pc.Expression:
+    """A pyarrow filter matching at least every row with one of ``keys`` (maybe more)."""
+    expression = pc.scalar(True)
+    for name in key:
+        values = keys.column(name).unique()
+        present = pc.drop_null(values)
+        term = pc.field(name).isin(present)
+        if len(present) < len(values):
+            term = term | pc.field(name).is_null()
+        expression = expression & term
+    return expression
+
