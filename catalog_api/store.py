@@ -61,13 +61,18 @@ def _mapped() -> Iterator[None]:
 class CatalogStore:
     """Namespaces and tables of one warehouse, with atomic pointer swaps."""
 
-    def __init__(self, url: str, warehouse: str | Path, name: str = "lakeview") -> None:
+    def __init__(
+        self, url: str, warehouse: str | Path, name: str = "lakeview", properties: dict[str, str] | None = None
+    ) -> None:
+        """``properties``: extra catalog properties, e.g. pyiceberg FileIO settings (``s3.endpoint``) for an
+        ``s3://`` warehouse, where the store writes metadata files."""
         self.warehouse = str(warehouse).rstrip("/")
         self.name = name
         if url.startswith("sqlite:///"):
             Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
-        Path(self.warehouse).mkdir(parents=True, exist_ok=True)
-        self._catalog = SqlCatalog(name, uri=url, warehouse=self.warehouse)
+        if "://" not in self.warehouse.removeprefix("file://"):
+            Path(self.warehouse).mkdir(parents=True, exist_ok=True)
+        self._catalog = SqlCatalog(name, uri=url, warehouse=self.warehouse, **(properties or {}))
 
     # namespaces
     def list_namespaces(self, parent: Identifier = ()) -> list[Identifier]:

@@ -212,21 +212,18 @@ def verify(
     project: ProjectOption = Path("."),
 ) -> None:
     """Recompute VIEW from its sources at the committed frontier (DuckDB) and compare with the snapshot."""
-    from lakeview import oracle
-    from lakeview.embedded import open_store
+    from lakeview import oracle, tables
     from lakeview.source_log import files_up_to
-    from writers.iceberg import last_commit_of
 
     config = _load(project)
     if view not in config.views:
         raise LakeviewError(f"no view {view!r}; views: {', '.join(config.views) or 'none'}")
-    table = open_store(config).load_table((config.views[view].namespace, view))
-    record = last_commit_of(table)
+    record = tables.last_commit(config, view)
     if record is None:
         raise LakeviewError(f"{view} has no commit yet; nothing to verify")
     source = oracle.plan_view(view, config.views[view].sql).sources[0]
     files = files_up_to(config.checkpoint_path(view), record.frontier.get(source, {}).get("log_offset"))
-    comparison = oracle.compare(table.scan().to_arrow(), oracle.recompute(config, view, files))
+    comparison = oracle.compare(tables.read_rows(config, view, record.snapshot_id), oracle.recompute(config, view, files))
     typer.echo(f"{view} at epoch {record.epoch} ({len(files)} files): {comparison.describe()}")
     if not comparison.equal:
         raise typer.Exit(1)

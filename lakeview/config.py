@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from lakeview.cadence import Cadence, parse_cadence
 from lakeview.errors import ConfigError, UnsupportedSQLError
+from lakeview.storage_config import MaintenanceConfig, RetentionConfig, S3Config
 
 PROJECT_FILE = "lakeview.toml"
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
@@ -40,17 +41,21 @@ class TableFormat(str, Enum):
 class LakeConfig(_Strict):
     """Where the lake lives. Relative paths are relative to the project file."""
 
-    warehouse: str = Field("lake", description="local directory holding view tables")
+    warehouse: str = Field("lake", description="local directory or s3://bucket/prefix holding view tables")
     name: str = Field("lakeview", description="warehouse name, used as the REST catalog prefix")
     catalog_store: str | None = Field(
         None, description="SQLAlchemy URL of the catalog store; default: SQLite file <warehouse>/catalog.db"
     )
 
+    s3: S3Config = Field(default_factory=S3Config, description="endpoint/region/credentials of an s3:// warehouse")
+
     @field_validator("warehouse")
     @classmethod
     def _local_only(cls, value: str) -> str:
-        if "://" in value and not value.startswith("file://"):
-            raise ValueError(f"{value!r}: only local warehouse paths are supported so far (object storage comes later)")
+        if "://" in value and not value.startswith(("file://", "s3://")):
+            raise ValueError(f"{value!r}: use a local directory or s3://bucket/prefix")
+        if value.startswith("s3://") and not value.removeprefix("s3://").strip("/"):
+            raise ValueError(f"{value!r}: name a bucket, e.g. s3://my-bucket/lake")
         return value
 
     @field_validator("name")
@@ -95,6 +100,9 @@ class ViewConfig(_Strict):
     format: TableFormat = TableFormat.ICEBERG
     cadence: Cadence = Field(default_factory=lambda: parse_cadence("1m"))
     namespace: str = "default"
+    group: str | None = Field(None, description="views with the same group commit together (one frontier)")
+    retention: RetentionConfig = Field(default_factory=RetentionConfig)
+    maintenance: MaintenanceConfig = Field(default_factory=MaintenanceConfig)
 
     @field_validator("cadence", mode="before")
     @classmethod
@@ -124,8 +132,23 @@ class ProjectConfig(_Strict):
         return candidate if candidate.is_absolute() else (self.root / candidate).resolve()
 
     @property
+    def is_s3(self) -> bool:
+        return self.lake.warehouse.startswith("s3://")
+
+    @property
     def warehouse_path(self) -> Path:
-        return self.resolve(self.lake.warehouse)
+        """The local warehouse directory; for an s3:// warehouse, the local state directory
+        (Spark checkpoints, the default SQLite catalog store): ``.lakeview/`` next to the project file."""
+        return self.root / ".lakeview" if self.is_s3 else self.resolve(self.lake.warehouse)
+
+    @property
+    def warehouse_uri(self) -> str:
+        """Where view tables live: an absolute local path or ``s3://bucket/prefix``."""
+        return self.lake.warehouse.rstrip("/") if self.is_s3 else str(self.warehouse_path)
+
+    def table_location(self, view: str) -> str:
+        """A Delta view's table location: ``<warehouse>/<namespace>/<view>``."""
+        return f"{self.warehouse_uri}/{self.views[view].namespace}/{view}"
 
     @property
     def catalog_store_url(self) -> str:
@@ -235,6 +258,9 @@ def _config_error(file: str, data: dict[str, Any], exc: ValidationError) -> Conf
 
 def _model_at(loc: list[str]) -> type[BaseModel]:
     """The config model that owns the keys at ``loc`` (used to list the valid keys)."""
+    nested: dict[str, type[BaseModel]] = {"s3": S3Config, "retention": RetentionConfig, "maintenance": MaintenanceConfig}
+    if loc and loc[-1] in nested and len(loc) == {"lake": 2, "views": 3}.get(loc[0]):
+        return nested[loc[-1]]
     models: dict[str, type[BaseModel]] = {"lake": LakeConfig, "server": ServerConfig}
     if not loc:
         return ProjectConfig

@@ -24,20 +24,49 @@ log = logging.getLogger("lakeview")
 
 
 def open_store(project: ProjectConfig) -> CatalogStore:
-    return CatalogStore(project.catalog_store_url, project.warehouse_path, project.lake.name)
+    return CatalogStore(project.catalog_store_url, project.warehouse_uri, project.lake.name, properties=file_io_properties(project))
 
 
-def make_writer(project: ProjectConfig, view: str, catalog_uri: str) -> SnapshotWriter:
-    """The writer for a view's table format, committing through the catalog at ``catalog_uri``."""
-    config = project.views[view]
-    if config.format is not TableFormat.ICEBERG:
-        raise ConfigError(project.file, f"views.{view}.format", f"{config.format.value!r} is not available yet; use 'iceberg'")
+def file_io_properties(project: ProjectConfig) -> dict[str, str]:
+    """pyiceberg FileIO properties for the warehouse (S3 endpoint and credentials; none when local)."""
+    return project.lake.s3.iceberg_properties() if project.is_s3 else {}
+
+
+def delta_storage_options(project: ProjectConfig) -> dict[str, str] | None:
+    """deltalake ``storage_options`` for the warehouse (None when local)."""
+    return project.lake.s3.delta_options() if project.is_s3 else None
+
+
+def _iceberg_writer(project: ProjectConfig, view: str, catalog_uri: str) -> SnapshotWriter:
     from pyiceberg.catalog.rest import RestCatalog
 
     from writers.iceberg import IcebergWriter
 
-    catalog = RestCatalog(f"lakeview-{view}", uri=catalog_uri, warehouse=project.lake.name)
-    return IcebergWriter(catalog, config.namespace, view)
+    catalog = RestCatalog(f"lakeview-{view}", uri=catalog_uri, warehouse=project.lake.name, **file_io_properties(project))
+    return IcebergWriter(catalog, project.views[view].namespace, view)
+
+
+def _delta_writer(project: ProjectConfig, view: str, catalog_uri: str) -> SnapshotWriter:
+    from writers.delta import DeltaWriter
+
+    return DeltaWriter(project.table_location(view), view, delta_storage_options(project))
+
+
+# One loader per table format; heavy imports happen only for the formats a project uses.
+WRITERS: dict[TableFormat, Callable[[ProjectConfig, str, str], SnapshotWriter]] = {
+    TableFormat.ICEBERG: _iceberg_writer,
+    TableFormat.DELTA: _delta_writer,
+}
+
+
+def make_writer(project: ProjectConfig, view: str, catalog_uri: str) -> SnapshotWriter:
+    """The writer for a view's table format (Iceberg commits through the catalog at ``catalog_uri``)."""
+    config = project.views[view]
+    loader = WRITERS.get(config.format)
+    if loader is None:
+        valid = ", ".join(f.value for f in WRITERS)
+        raise ConfigError(project.file, f"views.{view}.format", f"{config.format.value!r} has no writer; use one of {valid}")
+    return loader(project, view, catalog_uri)
 
 
 class EmbeddedStack:

@@ -32,18 +32,18 @@ class ViewStatus:
 
 def view_statuses(project: ProjectConfig) -> list[ViewStatus]:
     from lakeview.embedded import open_store
-    from writers.iceberg import last_commit_of
+    from lakeview.tables import status_inputs
 
     store = open_store(project)
     statuses = []
     for name, view in project.views.items():
         base = dict(view=name, table=f"{view.namespace}.{name}", format=view.format.value, cadence=str(view.cadence))
         try:
-            table = store.load_table((view.namespace, name))
+            # Iceberg snapshots from the store, or the Delta log (lakeview/tables.py).
+            record, _ = status_inputs(project, store, name)
         except NoSuchTableError:
             statuses.append(ViewStatus(**base, state="not created (run `lakeview up`)"))
             continue
-        record = last_commit_of(table)
         if record is None:
             statuses.append(ViewStatus(**base, state="created, no commit yet"))
             continue
