@@ -38,6 +38,54 @@ class TableFormat(str, Enum):
     DELTA = "delta"
 
 
+class RegistrarName(str, Enum):
+    """Where a view is published besides the REST catalog (``register = [...]``)."""
+
+    GLUE = "glue"
+    HIVE = "hive"
+    FILESYSTEM = "filesystem"
+
+
+def _interval(value: Any) -> Cadence:
+    interval = value if isinstance(value, Cadence) else parse_cadence(value)
+    if interval.is_manual:
+        raise ValueError(f"{value!r}: the pointer-update interval is a duration like \"10s\"")
+    return interval
+
+
+class GlueConfig(_Strict):
+    """AWS Glue Data Catalog; credentials come from the usual AWS chain (env, profile, role)."""
+
+    endpoint: str | None = Field(None, description="Glue endpoint URL; default: AWS for the region")
+    region: str = "us-east-1"
+    catalog_id: str | None = Field(None, description="AWS account id of the Glue catalog; default: the caller's")
+    interval: Cadence = Field(default_factory=lambda: parse_cadence("30s"), description="update a pointer at most this often")
+
+    @field_validator("interval", mode="before")
+    @classmethod
+    def _interval(cls, value: Any) -> Cadence:
+        return _interval(value)
+
+
+class HiveConfig(_Strict):
+    """A Hive Metastore reached over Thrift."""
+
+    uri: str = Field(description="thrift://HOST:PORT")
+    interval: Cadence = Field(default_factory=lambda: parse_cadence("30s"), description="update a pointer at most this often")
+
+    @field_validator("uri")
+    @classmethod
+    def _thrift(cls, value: str) -> str:
+        if not re.match(r"^thrift://[^\s/:]+:\d+$", value):
+            raise ValueError(f"{value!r} is not a metastore URI; use thrift://HOST:PORT")
+        return value
+
+    @field_validator("interval", mode="before")
+    @classmethod
+    def _interval(cls, value: Any) -> Cadence:
+        return _interval(value)
+
+
 class LakeConfig(_Strict):
     """Where the lake lives. Relative paths are relative to the project file."""
 
@@ -100,6 +148,10 @@ class ViewConfig(_Strict):
     format: TableFormat = TableFormat.ICEBERG
     cadence: Cadence = Field(default_factory=lambda: parse_cadence("1m"))
     namespace: str = "default"
+    registrars: list[RegistrarName] = Field(
+        default_factory=list, alias="register", description="also publish in glue / hive / filesystem"
+    )
+    materialize: bool = Field(True, description="false: an inline view, published as an Iceberg view over other views")
     group: str | None = Field(None, description="views with the same group commit together (one frontier)")
     retention: RetentionConfig = Field(default_factory=RetentionConfig)
     maintenance: MaintenanceConfig = Field(default_factory=MaintenanceConfig)
@@ -122,6 +174,8 @@ class ProjectConfig(_Strict):
     server: ServerConfig = Field(default_factory=ServerConfig)
     sources: dict[str, SourceConfig] = Field(default_factory=dict)
     views: dict[str, ViewConfig] = Field(default_factory=dict)
+    glue: GlueConfig | None = None
+    hive: HiveConfig | None = None
     root: Path = Field(default=Path("."), exclude=True)
     file: str = Field(default=PROJECT_FILE, exclude=True)
 
@@ -205,7 +259,16 @@ def parse_project(data: dict[str, Any], *, file: str = PROJECT_FILE, root: Path 
     except ValidationError as exc:
         raise _config_error(file, data, exc) from None
     _check_views(config)
+    _check_registrars(config)
     return config
+
+
+def _check_registrars(config: ProjectConfig) -> None:
+    for name, view in config.views.items():
+        if RegistrarName.HIVE in view.registrars and config.hive is None:
+            raise ConfigError(config.file, f"views.{name}.register", "'hive' needs a [hive] table with uri = \"thrift://HOST:PORT\"")
+        if view.registrars and not view.materialize:
+            raise ConfigError(config.file, f"views.{name}.register", "an inline view (materialize = false) lives only in the REST catalog")
 
 
 def _check_views(config: ProjectConfig) -> None:
@@ -213,6 +276,11 @@ def _check_views(config: ProjectConfig) -> None:
 
     for name, view in config.views.items():
         _check_name_at(config.file, f"views.{name}", name)
+        if not view.materialize:
+            from lakeview.inline import check_inline_view
+
+            check_inline_view(config, name)
+            continue
         try:
             plan = plan_view(name, view.sql)
         except UnsupportedSQLError as exc:
@@ -261,7 +329,7 @@ def _model_at(loc: list[str]) -> type[BaseModel]:
     nested: dict[str, type[BaseModel]] = {"s3": S3Config, "retention": RetentionConfig, "maintenance": MaintenanceConfig}
     if loc and loc[-1] in nested and len(loc) == {"lake": 2, "views": 3}.get(loc[0]):
         return nested[loc[-1]]
-    models: dict[str, type[BaseModel]] = {"lake": LakeConfig, "server": ServerConfig}
+    models: dict[str, type[BaseModel]] = {"lake": LakeConfig, "glue": GlueConfig, "hive": HiveConfig, "server": ServerConfig}
     if not loc:
         return ProjectConfig
     if loc[0] in models:

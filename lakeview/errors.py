@@ -93,3 +93,11 @@ class CommitStateUnknownError(CatalogError, TransientError):
 
 class WriterError(LakeviewError):
     """A snapshot writer failed to commit an epoch."""
+
+
+class RegistrarError(TransientError):
+    """A registrar (Glue, Hive Metastore, filesystem) could not publish a view's pointer; retried."""
+
+
+class RegistrarConflictError(TerminalError):
+    """A registrar's entry for a view was changed by someone else in a way Lakeview must not overwrite."""
