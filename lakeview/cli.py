@@ -117,26 +117,35 @@ def serve(project: ProjectOption = Path(".")) -> None:
 def status(
     project: ProjectOption = Path("."),
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+    watch: Annotated[bool, typer.Option("--watch", help="Refresh the table in place until Ctrl-C.")] = False,
+    interval: Annotated[float, typer.Option(min=0.2, help="Seconds between refreshes with --watch.")] = 2.0,
 ) -> None:
-    """Per view: last snapshot id, epoch, time of last commit, lag and cadence."""
-    from lakeview.status import view_statuses
+    """Per view: freshness lag, SLO compliance and why it is degraded, last snapshot, epoch, cadence."""
+    from lakeview.status import status_table, view_statuses
 
-    statuses = view_statuses(_load(project))
+    config = _load(project)
     if as_json:
-        typer.echo(json.dumps([s.as_dict() for s in statuses], indent=2))
+        typer.echo(json.dumps([s.as_dict() for s in view_statuses(config)], indent=2))
         return
     from rich.console import Console
-    from rich.table import Table
 
-    table = Table(title="Lakeview views")
-    for column in ("view", "table", "format", "cadence", "state", "snapshot", "epoch", "last commit (UTC)", "lag ms"):
-        table.add_column(column)
-    for s in statuses:
-        table.add_row(
-            s.view, s.table, s.format, s.cadence, s.state,
-            *(str(v) if v is not None else "-" for v in (s.snapshot_id, s.epoch, s.committed_at, s.lag_ms)),
-        )
-    Console().print(table)
+    if not watch:
+        Console().print(status_table(view_statuses(config)))
+        return
+    import time
+
+    from rich.live import Live
+
+    from lakeview.embedded import open_store
+
+    store = open_store(config)
+    with Live(status_table(view_statuses(config, store)), auto_refresh=False) as live:
+        try:
+            while True:
+                time.sleep(interval)
+                live.update(status_table(view_statuses(config, store)), refresh=True)
+        except KeyboardInterrupt:
+            pass
 
 
 @app.command()

@@ -31,6 +31,12 @@ class SourceFormat(str, Enum):
     JSON = "json"
     CSV = "csv"
     PARQUET = "parquet"
+    INGEST = "ingest"  # rows POSTed to /lakeview/v1/sources/{name}/rows, landed as JSON lines
+
+    @property
+    def reader_format(self) -> str:
+        """The file format Spark and the oracle read the landing directory with."""
+        return "json" if self is SourceFormat.INGEST else self.value
 
 
 class TableFormat(str, Enum):
@@ -155,11 +161,29 @@ class ViewConfig(_Strict):
     group: str | None = Field(None, description="views with the same group commit together (one frontier)")
     retention: RetentionConfig = Field(default_factory=RetentionConfig)
     maintenance: MaintenanceConfig = Field(default_factory=MaintenanceConfig)
+    target_lag: Cadence | None = Field(None, description="freshness SLO; default 2 x cadence")
 
     @field_validator("cadence", mode="before")
     @classmethod
     def _cadence(cls, value: Any) -> Cadence:
         return value if isinstance(value, Cadence) else parse_cadence(value)
+
+    @field_validator("target_lag", mode="before")
+    @classmethod
+    def _target_lag(cls, value: Any) -> Cadence | None:
+        if value is None or isinstance(value, Cadence):
+            return value
+        lag = parse_cadence(value)
+        if lag.is_manual:
+            raise ValueError(f"{value!r}: a target lag is a duration like \"10s\" or \"5m\"")
+        return lag
+
+    @property
+    def target_lag_seconds(self) -> float | None:
+        """The freshness SLO in seconds: ``target_lag``, else 2 x cadence (None for manual views)."""
+        if self.target_lag is not None:
+            return self.target_lag.seconds
+        return None if self.cadence.seconds is None else 2 * self.cadence.seconds
 
     @field_validator("namespace")
     @classmethod
@@ -167,11 +191,26 @@ class ViewConfig(_Strict):
         return _check_name(value)
 
 
+class SparkConfig(_Strict):
+    """Where view jobs run: local mode by default, or an existing cluster (``master``)."""
+
+    master: str = Field("local[2]", description='e.g. "local[2]", "spark://host:7077", "k8s://https://..."')
+    conf: dict[str, str] = Field(default_factory=dict, description="extra Spark properties, e.g. spark.driver.host")
+
+    @field_validator("master")
+    @classmethod
+    def _master(cls, value: str) -> str:
+        if not re.match(r"^(local(\[(\d+|\*)\])?|spark://[^\s]+|k8s://[^\s]+|yarn)$", value):
+            raise ValueError(f"{value!r} is not a Spark master; use local[N], spark://HOST:PORT, k8s://URL or yarn")
+        return value
+
+
 class ProjectConfig(_Strict):
     """A whole project: the lake, the server, sources and views."""
 
     lake: LakeConfig = Field(default_factory=LakeConfig)
     server: ServerConfig = Field(default_factory=ServerConfig)
+    spark: SparkConfig = Field(default_factory=SparkConfig)
     sources: dict[str, SourceConfig] = Field(default_factory=dict)
     views: dict[str, ViewConfig] = Field(default_factory=dict)
     glue: GlueConfig | None = None
@@ -329,7 +368,7 @@ def _model_at(loc: list[str]) -> type[BaseModel]:
     nested: dict[str, type[BaseModel]] = {"s3": S3Config, "retention": RetentionConfig, "maintenance": MaintenanceConfig}
     if loc and loc[-1] in nested and len(loc) == {"lake": 2, "views": 3}.get(loc[0]):
         return nested[loc[-1]]
-    models: dict[str, type[BaseModel]] = {"lake": LakeConfig, "glue": GlueConfig, "hive": HiveConfig, "server": ServerConfig}
+    models: dict[str, type[BaseModel]] = {"lake": LakeConfig, "glue": GlueConfig, "hive": HiveConfig, "server": ServerConfig, "spark": SparkConfig}
     if not loc:
         return ProjectConfig
     if loc[0] in models:

@@ -45,7 +45,7 @@ def recompute(project: ProjectConfig, view: str, files: list[Path] | None = None
                 SourceFormat.JSON: f"SELECT * FROM read_json({paths}, columns={spec}, format='newline_delimited')",
                 SourceFormat.CSV: f"SELECT * FROM read_csv({paths}, columns={spec}, header=true)",
                 SourceFormat.PARQUET: f"SELECT {', '.join(chr(34) + n + chr(34) for n in columns)} FROM read_parquet({paths})",
-            }[source.format]
+            }[SourceFormat(source.format.reader_format)]
         con.execute(f'CREATE TEMP VIEW "{source_name}" AS {relation}')
         return con.execute(sqlglot.transpile(plan.sql, read="spark", write="duckdb")[0]).to_arrow_table()
     finally:

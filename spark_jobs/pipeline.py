@@ -89,7 +89,7 @@ class ViewPipeline:
     def start(self, available_now: bool = False) -> StreamingQuery:
         """Start the streaming query (``available_now``: process what has landed, then stop)."""
         source = self.project.sources[self.source]
-        reader = self.spark.readStream.format(source.format.value).schema(source.schema_)
+        reader = self.spark.readStream.format(source.format.reader_format).schema(source.schema_)
         if source.format is SourceFormat.CSV:
             reader = reader.option("header", "true")
         stream = reader.load(str(self.project.source_path(self.source)))

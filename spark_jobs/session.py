@@ -67,18 +67,18 @@ def build_session(
 
     builder = (
         SparkSession.builder.appName(app_name)
-        .master(master)
         .config("spark.jars", str(iceberg_jar()))
         .config("spark.sql.extensions", "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions")
         .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.driver.host", "127.0.0.1")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
     )
+    if not launched_by_spark_submit():
+        # spark-submit decides master and driver address (cluster mode); otherwise loopback.
+        builder = builder.master(master).config("spark.driver.bindAddress", "127.0.0.1").config("spark.driver.host", "127.0.0.1")
     if catalog_uri:
         for key, value in spark_catalog_conf(catalog_uri, warehouse).items():
             builder = builder.config(key, value)
@@ -87,6 +87,11 @@ def build_session(
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     return session
+
+
+def launched_by_spark_submit() -> bool:
+    """True in a driver started by ``spark-submit`` (its PythonRunner hands us the gateway port)."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ
 
 
 def spark_catalog_conf(catalog_uri: str, warehouse: str, name: str = "lakeview") -> dict[str, str]:
