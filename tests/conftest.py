@@ -38,6 +38,15 @@ def catalog_server(lake_dir: Path) -> Iterator[CatalogServer]:
         yield server
 
 
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory):
+    """A real S3 server (SeaweedFS ``weed mini``) on free loopback ports, for the whole run."""
+    from tests.s3_server import SeaweedS3
+
+    with SeaweedS3(tmp_path_factory.mktemp("seaweedfs")) as server:
+        yield server
+
+
 @pytest.fixture()
 def rest_catalog(catalog_server: CatalogServer):
     from pyiceberg.catalog.rest import RestCatalog
