@@ -1,18 +1,36 @@
-"""The Starlette application: the Iceberg REST catalog mounted at ``/iceberg``."""
+"""The Starlette application: the Iceberg REST catalog mounted at ``/iceberg``.
+
+``build_app`` is composable: other modules pass ``extra_routes`` (e.g. ``/lakeview/v1``,
+``/metrics``) and ``middleware``; ``authenticator`` switches on OAuth2 bearer tokens.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Mount, Route
+from starlette.routing import BaseRoute, Mount, Route
 
+from catalog_api.auth import AuthMiddleware, Authenticator, token_endpoint
+from catalog_api.idempotency import IdempotencyMiddleware
 from catalog_api.responses import error_response
 from catalog_api.routes import build_routes
 from catalog_api.store import CatalogStore
+from catalog_api.view_routes import add_view_routes
 
 
-def build_app(store: CatalogStore) -> Starlette:
+def build_app(
+    store: CatalogStore,
+    *,
+    authenticator: Authenticator | None = None,
+    extra_routes: Sequence[BaseRoute] = (),
+    middleware: Sequence[Middleware] = (),
+) -> Starlette:
+    """The catalog app; ``authenticator=None`` is auth mode ``none`` (loopback only, see server.py)."""
+
     async def health(request: Request) -> Response:
         return JSONResponse({"status": "ok", "warehouse": store.name})
 
@@ -22,7 +40,13 @@ def build_app(store: CatalogStore) -> Starlette:
     async def not_allowed(request: Request, exc: Exception) -> Response:
         return error_response(405, "MethodNotAllowedException", f"{request.method} is not allowed on {request.url.path}")
 
+    iceberg_routes = [Route("/v1/oauth/tokens", token_endpoint(authenticator), methods=["POST"])]
+    iceberg_routes += build_routes(store, add_view_routes)
+    stack = [Middleware(IdempotencyMiddleware, store=store)]  # innermost: replays only authorized requests
+    if authenticator is not None:
+        stack.insert(0, Middleware(AuthMiddleware, authenticator=authenticator))
     return Starlette(
-        routes=[Route("/healthz", health), Mount("/iceberg", routes=build_routes(store))],
+        routes=[Route("/healthz", health), Mount("/iceberg", routes=iceberg_routes), *extra_routes],
+        middleware=[*middleware, *stack],
         exception_handlers={404: not_found, 405: not_allowed},
     )

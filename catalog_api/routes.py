@@ -1,26 +1,28 @@
-"""Iceberg REST catalog routes (config, namespaces, tables) under ``/iceberg/v1``.
+"""Iceberg REST catalog routes for config, namespaces, tables and transactions under ``/iceberg/v1``.
 
 Request and response bodies are pyiceberg's own pydantic models; the commit logic is the
-store's (pyiceberg's). Handlers are plain functions run in Starlette's thread pool because
-the store is blocking.
+store's (pyiceberg's). Blocking store calls run in Starlette's thread pool. Views live in
+``view_routes.py``; both build their routes through :class:`RouteBuilder`, which maps every
+error to the spec's shape and checks the caller's privilege on the namespaces involved.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from pyiceberg.catalog.rest import (
     ConfigResponse,
     CreateTableRequest,
-    ListNamespaceResponse,
-    ListTableResponseEntry,
-    ListTablesResponse,
     NamespaceResponse,
+    RegisterTableRequest,
     TableResponse,
     UpdateNamespacePropertiesResponse,
 )
-from pyiceberg.table import CommitTableRequest, CommitTableResponse, Table
+from pyiceberg.table import CommitTableRequest, CommitTableResponse
+from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.typedef import Identifier
 from pydantic import BaseModel, Field
 from starlette.concurrency import run_in_threadpool
@@ -28,28 +30,16 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from catalog_api.access import Privilege, authorize
 from catalog_api.responses import from_exception, model_response, parse_body
-from catalog_api.store import CatalogStore
+from catalog_api.store import CatalogStore, MetadataCache, TableChange, check_name
 from lakeview import errors
 
 NAMESPACE_SEPARATOR = "\x1f"
+IDEMPOTENCY_LIFETIME = "PT30M"
+MAX_PAGE_SIZE = 1000
 
 Handler = Callable[[Request], Awaitable[Response]]
-
-ENDPOINTS = [
-    "GET /v1/{prefix}/namespaces",
-    "POST /v1/{prefix}/namespaces",
-    "GET /v1/{prefix}/namespaces/{namespace}",
-    "HEAD /v1/{prefix}/namespaces/{namespace}",
-    "DELETE /v1/{prefix}/namespaces/{namespace}",
-    "POST /v1/{prefix}/namespaces/{namespace}/properties",
-    "GET /v1/{prefix}/namespaces/{namespace}/tables",
-    "POST /v1/{prefix}/namespaces/{namespace}/tables",
-    "GET /v1/{prefix}/namespaces/{namespace}/tables/{table}",
-    "HEAD /v1/{prefix}/namespaces/{namespace}/tables/{table}",
-    "POST /v1/{prefix}/namespaces/{namespace}/tables/{table}",
-    "DELETE /v1/{prefix}/namespaces/{namespace}/tables/{table}",
-]
 
 
 class CreateNamespaceRequest(BaseModel):
@@ -62,134 +52,301 @@ class UpdateNamespaceRequest(BaseModel):
     updates: dict[str, str] = Field(default_factory=dict)
 
 
-def build_routes(store: CatalogStore) -> list[Route]:
-    """The catalog's routes, relative to the ``/iceberg`` mount."""
+class TableIdentifierBody(BaseModel):
+    namespace: list[str]
+    name: str
 
-    def guarded(fn: Callable[..., Any]) -> Handler:
+
+class RenameRequest(BaseModel):
+    source: TableIdentifierBody
+    destination: TableIdentifierBody
+
+
+class CommitTransactionRequest(BaseModel):
+    table_changes: list[dict[str, Any]] = Field(alias="table-changes")
+
+
+class ReportMetricsRequest(BaseModel):
+    report_type: str = Field(alias="report-type")
+
+
+class RouteBuilder:
+    """Collects routes and the ``endpoints`` list that ``/v1/config`` advertises."""
+
+    def __init__(self, store: CatalogStore) -> None:
+        self.store = store
+        self.routes: list[Route] = []
+        self.endpoints: list[str] = []
+
+    def add(self, method: str, path: str, fn: Handler, privilege: Privilege | None) -> None:
+        """Serve ``fn`` for ``method path``; ``privilege`` on the path's namespace (None: any caller)."""
+        store = self.store
+
         async def endpoint(request: Request) -> Response:
             try:
                 prefix = request.path_params.get("prefix")
                 if prefix is not None and prefix != store.name:
                     raise errors.NotFoundError(f"unknown warehouse prefix {prefix!r}; this catalog serves {store.name!r}")
+                if privilege is not None and "namespace" in request.path_params:
+                    authorize(request, namespace_param(request), privilege)
                 return await fn(request)
             except Exception as exc:  # one mapping for every error, see responses.py
                 return from_exception(exc)
 
-        return endpoint
+        self.routes.append(Route(path, endpoint, methods=[method]))  # Starlette serves HEAD for GET
+        if path.startswith("/v1/") and path != "/v1/config":
+            self.endpoints.append(f"{method} {path}")
+
+
+def build_routes(store: CatalogStore, extra: Callable[[RouteBuilder], None] | None = None) -> list[Route]:
+    """The catalog's routes, relative to the ``/iceberg`` mount; ``extra`` adds more (views)."""
+    builder = RouteBuilder(store)
+    responses = MetadataCache(size=1024)  # serialized load-table bodies, keyed by metadata location
 
     async def get_config(request: Request) -> Response:
         warehouse = request.query_params.get("warehouse")
         if warehouse and warehouse not in (store.name, store.warehouse):
             raise errors.NotFoundError(f"unknown warehouse {warehouse!r}; this catalog serves {store.name!r}")
-        body = ConfigResponse(defaults={}, overrides={"prefix": store.name})
-        data = body.model_dump()
-        data["endpoints"] = ENDPOINTS
+        data = ConfigResponse(defaults={}, overrides={"prefix": store.name}).model_dump(exclude_none=True)
+        data["endpoints"] = builder.endpoints
+        data["idempotency-key-lifetime"] = IDEMPOTENCY_LIFETIME
         return JSONResponse(data)
 
+    # ------------------------------------------------------------ namespaces
     async def list_namespaces(request: Request) -> Response:
-        parent = _namespace(request.query_params["parent"]) if "parent" in request.query_params else ()
+        parent = parse_namespace(request.query_params["parent"]) if request.query_params.get("parent") else ()
+        if parent:
+            authorize(request, parent, Privilege.READ)
         namespaces = await run_in_threadpool(store.list_namespaces, parent)
-        return model_response(ListNamespaceResponse(namespaces=namespaces))
+        page, token = paginate(request, [list(ns) for ns in namespaces])
+        return JSONResponse({"namespaces": page, **({"next-page-token": token} if token else {})})
 
     async def create_namespace(request: Request) -> Response:
         body = await parse_body(request, CreateNamespaceRequest)
         if not body.namespace:
             raise errors.BadRequestError("namespace must have at least one level")
-        await run_in_threadpool(store.create_namespace, tuple(body.namespace), body.properties)
-        return model_response(NamespaceResponse(namespace=tuple(body.namespace), properties=body.properties))
+        namespace = tuple(body.namespace)
+        authorize(request, namespace, Privilege.ADMIN)
+        await run_in_threadpool(store.create_namespace, namespace, body.properties)
+        return model_response(NamespaceResponse(namespace=namespace, properties=body.properties))
 
     async def load_namespace(request: Request) -> Response:
-        namespace = _namespace(request.path_params["namespace"])
+        namespace = namespace_param(request)
         properties = await run_in_threadpool(store.load_namespace, namespace)
         if request.method == "HEAD":
             return Response(status_code=204)
         return model_response(NamespaceResponse(namespace=namespace, properties=properties))
 
     async def drop_namespace(request: Request) -> Response:
-        await run_in_threadpool(store.drop_namespace, _namespace(request.path_params["namespace"]))
+        await run_in_threadpool(store.drop_namespace, namespace_param(request))
         return Response(status_code=204)
 
     async def update_namespace(request: Request) -> Response:
         body = await parse_body(request, UpdateNamespaceRequest)
-        summary = await run_in_threadpool(
-            store.update_namespace, _namespace(request.path_params["namespace"]), set(body.removals), body.updates
-        )
+        summary = await run_in_threadpool(store.update_namespace, namespace_param(request), set(body.removals), body.updates)
         return model_response(UpdateNamespacePropertiesResponse(**summary))
 
+    # ------------------------------------------------------------ tables
     async def list_tables(request: Request) -> Response:
-        namespace = _namespace(request.path_params["namespace"])
+        namespace = namespace_param(request)
         tables = await run_in_threadpool(store.list_tables, namespace)
-        entries = [ListTableResponseEntry(name=t[-1], namespace=t[:-1]) for t in tables]
-        return model_response(ListTablesResponse(identifiers=entries))
+        page, token = paginate(request, [{"namespace": list(t[:-1]), "name": t[-1]} for t in tables])
+        return JSONResponse({"identifiers": page, **({"next-page-token": token} if token else {})})
 
     async def create_table(request: Request) -> Response:
-        namespace = _namespace(request.path_params["namespace"])
-        body = await parse_body(
-            request, CreateTableRequest, {"location": None, "partition-spec": None, "write-order": None}
-        )
-        if body.stage_create:
-            raise errors.BadRequestError("stage-create is not supported by this catalog yet")
-        table = await run_in_threadpool(
+        namespace = namespace_param(request)
+        body = await parse_body(request, CreateTableRequest, {"location": None, "partition-spec": None, "write-order": None})
+        location, metadata = await run_in_threadpool(
             store.create_table,
-            (*namespace, body.name),
+            (*namespace, check_name("table", body.name)),
             body.table_schema,
             body.location,
             body.partition_spec,
             body.write_order,
             body.properties,
+            body.stage_create,
         )
-        return _table_response(table)
+        if body.stage_create:
+            return model_response(TableResponse(metadata_location=None, metadata=metadata, config={}))
+        return table_response(request, location, metadata, "all")
 
     async def load_table(request: Request) -> Response:
-        identifier = _table(request)
+        identifier = table_param(request)
         if request.method == "HEAD":
-            exists = await run_in_threadpool(store.table_exists, identifier)
-            if not exists:
+            if not await run_in_threadpool(store.table_exists, identifier):
                 raise errors.NoSuchTableError(f"Table does not exist: {'.'.join(identifier)}")
             return Response(status_code=204)
-        table = await run_in_threadpool(store.load_table, identifier)
-        return _table_response(table)
+        mode = request.query_params.get("snapshots", "all")
+        if mode not in ("all", "refs"):
+            raise errors.BadRequestError(f"snapshots must be 'all' or 'refs', not {mode!r}")
+        location, metadata = await run_in_threadpool(store.load_metadata, identifier)
+        return table_response(request, location, metadata, mode)
+
+    def table_response(request: Request, location: str, metadata: TableMetadata, mode: str) -> Response:
+        etag = '"' + hashlib.sha256(f"{mode}:{location}".encode()).hexdigest()[:32] + '"'
+        if etag in [tag.strip() for tag in request.headers.get("if-none-match", "").split(",")]:
+            return Response(status_code=304, headers={"ETag": etag})
+        key = f"{mode}:{location}"
+        body = responses.get(key)
+        if body is None:
+            if mode == "refs":
+                referenced = {ref.snapshot_id for ref in metadata.refs.values()}
+                metadata = metadata.model_copy(update={"snapshots": [s for s in metadata.snapshots if s.snapshot_id in referenced]})
+            body = TableResponse(metadata_location=location, metadata=metadata, config={}).model_dump_json(
+                by_alias=True, exclude_none=True
+            ).encode()
+            responses.put(key, body)
+        return Response(body, media_type="application/json", headers={"ETag": etag})
+
+    async def register_table(request: Request) -> Response:
+        namespace = namespace_param(request)
+        body = await parse_body(request, RegisterTableRequest, {"overwrite": False})
+        location, metadata = await run_in_threadpool(
+            store.register_table, (*namespace, body.name), body.metadata_location, body.overwrite
+        )
+        return table_response(request, location, metadata, "all")
 
     async def commit_table(request: Request) -> Response:
-        identifier = _table(request)
+        identifier = table_param(request)
         # The spec makes "identifier" optional here (the path names the table); pyiceberg requires it.
         default_id = {"identifier": {"namespace": list(identifier[:-1]), "name": identifier[-1]}}
         body = await parse_body(request, CommitTableRequest, default_id)
-        result: CommitTableResponse = await run_in_threadpool(
-            store.commit_table, identifier, body.requirements, body.updates
-        )
+        result: CommitTableResponse = await run_in_threadpool(store.commit_table, identifier, body.requirements, body.updates)
         return model_response(result)
 
     async def drop_table(request: Request) -> Response:
-        await run_in_threadpool(store.drop_table, _table(request))
+        purge = request.query_params.get("purgeRequested", "false").lower()
+        if purge not in ("true", "false"):
+            raise errors.BadRequestError(f"purgeRequested must be true or false, not {purge!r}")
+        await run_in_threadpool(store.drop_table, table_param(request), purge == "true")
+        return Response(status_code=204)
+
+    async def unregister_table(request: Request) -> Response:
+        identifier = table_param(request)
+        location, metadata = await run_in_threadpool(store.load_metadata, identifier)
+        await run_in_threadpool(store.drop_table, identifier, False)
+        return model_response(TableResponse(metadata_location=location, metadata=metadata, config={}))
+
+    async def rename_table(request: Request) -> Response:
+        body = await parse_body(request, RenameRequest)
+        source = (*body.source.namespace, body.source.name)
+        target = (*body.destination.namespace, body.destination.name)
+        authorize(request, source[:-1], Privilege.WRITE)
+        authorize(request, target[:-1], Privilege.WRITE)
+        await run_in_threadpool(store.rename_table, source, target)
+        return Response(status_code=204)
+
+    async def report_metrics(request: Request) -> Response:
+        identifier = table_param(request)
+        await parse_body(request, ReportMetricsRequest)
+        if not await run_in_threadpool(store.table_exists, identifier):
+            raise errors.NoSuchTableError(f"Table does not exist: {'.'.join(identifier)}")
+        return Response(status_code=204)
+
+    async def load_credentials(request: Request) -> Response:
+        identifier = table_param(request)
+        if not await run_in_threadpool(store.table_exists, identifier):
+            raise errors.NoSuchTableError(f"Table does not exist: {'.'.join(identifier)}")
+        # A local warehouse needs no storage credentials.
+        return JSONResponse({"storage-credentials": []})
+
+    async def commit_transaction(request: Request) -> Response:
+        body = await parse_body(request, CommitTransactionRequest)
+        changes = []
+        for raw in body.table_changes:
+            if not isinstance(raw, dict) or "identifier" not in raw:
+                raise errors.BadRequestError("every table-changes entry needs an identifier")
+            try:
+                change = CommitTableRequest.model_validate(raw)
+            except Exception as exc:
+                raise errors.BadRequestError(f"invalid table change: {exc}") from None
+            identifier = (*change.identifier.namespace.root, change.identifier.name)
+            authorize(request, identifier[:-1], Privilege.WRITE)
+            changes.append(TableChange(identifier, change.requirements, change.updates))
+        await run_in_threadpool(store.commit_transaction, changes)
         return Response(status_code=204)
 
     ns = "/v1/{prefix}/namespaces/{namespace}"
-    return [
-        Route("/v1/config", guarded(get_config), methods=["GET"]),
-        Route("/v1/{prefix}/namespaces", guarded(list_namespaces), methods=["GET"]),
-        Route("/v1/{prefix}/namespaces", guarded(create_namespace), methods=["POST"]),
-        Route(ns, guarded(load_namespace), methods=["GET", "HEAD"]),
-        Route(ns, guarded(drop_namespace), methods=["DELETE"]),
-        Route(f"{ns}/properties", guarded(update_namespace), methods=["POST"]),
-        Route(f"{ns}/tables", guarded(list_tables), methods=["GET"]),
-        Route(f"{ns}/tables", guarded(create_table), methods=["POST"]),
-        Route(f"{ns}/tables/{{table}}", guarded(load_table), methods=["GET", "HEAD"]),
-        Route(f"{ns}/tables/{{table}}", guarded(commit_table), methods=["POST"]),
-        Route(f"{ns}/tables/{{table}}", guarded(drop_table), methods=["DELETE"]),
-    ]
+    table = f"{ns}/tables/{{table}}"
+    builder.routes.append(Route("/v1/config", builder_endpoint(builder, get_config), methods=["GET"]))
+    builder.add("GET", "/v1/{prefix}/namespaces", list_namespaces, None)
+    builder.add("POST", "/v1/{prefix}/namespaces", create_namespace, None)
+    builder.add("GET", ns, load_namespace, Privilege.READ)
+    builder.endpoints.append(f"HEAD {ns}")
+    builder.add("DELETE", ns, drop_namespace, Privilege.ADMIN)
+    builder.add("POST", f"{ns}/properties", update_namespace, Privilege.ADMIN)
+    builder.add("GET", f"{ns}/tables", list_tables, Privilege.READ)
+    builder.add("POST", f"{ns}/tables", create_table, Privilege.WRITE)
+    builder.add("GET", table, load_table, Privilege.READ)
+    builder.endpoints.append(f"HEAD {table}")
+    builder.add("POST", table, commit_table, Privilege.WRITE)
+    builder.add("DELETE", table, drop_table, Privilege.WRITE)
+    builder.add("POST", f"{ns}/register", register_table, Privilege.WRITE)
+    builder.add("POST", f"{table}/unregister", unregister_table, Privilege.WRITE)
+    builder.add("GET", f"{table}/credentials", load_credentials, Privilege.READ)
+    builder.add("POST", f"{table}/metrics", report_metrics, Privilege.READ)
+    builder.add("POST", "/v1/{prefix}/tables/rename", rename_table, None)
+    builder.add("POST", "/v1/{prefix}/transactions/commit", commit_transaction, None)
+    if extra is not None:
+        extra(builder)
+    return builder.routes
 
 
-def _namespace(raw: str) -> Identifier:
+def builder_endpoint(builder: RouteBuilder, fn: Handler) -> Handler:
+    async def endpoint(request: Request) -> Response:
+        try:
+            return await fn(request)
+        except Exception as exc:
+            return from_exception(exc)
+
+    return endpoint
+
+
+def parse_namespace(raw: str) -> Identifier:
+    """A namespace path parameter: levels joined by the unit separator (0x1F)."""
     parts = tuple(raw.split(NAMESPACE_SEPARATOR))
-    if any(not part for part in parts):
-        raise errors.BadRequestError(f"invalid namespace {raw!r}")
+    for part in parts:
+        check_name("namespace", part)
     return parts
 
 
-def _table(request: Request) -> Identifier:
-    return (*_namespace(request.path_params["namespace"]), request.path_params["table"])
+def namespace_param(request: Request) -> Identifier:
+    return parse_namespace(request.path_params["namespace"])
 
 
-def _table_response(table: Table) -> Response:
-    return model_response(TableResponse(metadata_location=table.metadata_location, metadata=table.metadata, config={}))
+def table_param(request: Request) -> Identifier:
+    return (*namespace_param(request), check_name("table", request.path_params["table"]))
+
+
+def paginate(request: Request, items: list[Any]) -> tuple[list[Any], str | None]:
+    """Page a sorted list with ``pageToken`` (opaque: the last item returned) and ``pageSize``.
+
+    Without ``pageSize`` everything is returned (clients that do not page get all names).
+    """
+    size_raw = request.query_params.get("pageSize")
+    token = request.query_params.get("pageToken")
+    if size_raw is None and not token:
+        return items, None
+    try:
+        size = int(size_raw) if size_raw is not None else MAX_PAGE_SIZE
+    except ValueError:
+        raise errors.BadRequestError(f"pageSize must be a positive integer, not {size_raw!r}") from None
+    if size < 1:
+        raise errors.BadRequestError(f"pageSize must be a positive integer, not {size_raw!r}")
+    size = min(size, MAX_PAGE_SIZE)
+    start = 0
+    if token:
+        try:
+            after = json.loads(bytes.fromhex(token))
+        except ValueError:
+            raise errors.BadRequestError(f"pageToken {token!r} is not a token this catalog issued") from None
+        start = next((i for i, item in enumerate(items) if _sort_key(item) > _sort_key(after)), len(items))
+    page = items[start : start + size]
+    more = start + size < len(items)
+    return page, (json.dumps(page[-1]).encode().hex() if more and page else None)
+
+
+def _sort_key(item: Any) -> Any:
+    if isinstance(item, dict):
+        return (item.get("namespace", []), item.get("name", ""))
+    return item

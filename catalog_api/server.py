@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import ipaddress
 import socket
 import threading
 import time
+from typing import Any
 
 import httpx
 import uvicorn
 
 from catalog_api.app import build_app
+from catalog_api.auth import Authenticator
 from catalog_api.store import CatalogStore
 from lakeview.errors import SetupError
 
@@ -17,11 +20,24 @@ from lakeview.errors import SetupError
 class CatalogServer:
     """The catalog service on ``host:port``; ``port=0`` picks a free port."""
 
-    def __init__(self, store: CatalogStore, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(
+        self,
+        store: CatalogStore,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        authenticator: Authenticator | None = None,
+        **app_options: Any,
+    ) -> None:
+        if authenticator is None and not is_loopback(host):
+            raise SetupError(
+                f"refusing to serve the catalog on {host} without auth (mode none is loopback-only); "
+                "configure [auth] mode = \"oauth2\" with clients, or bind 127.0.0.1"
+            )
         self.store = store
         self.host = host
         self.port = port or _free_port(host)
-        config = uvicorn.Config(build_app(store), host=host, port=self.port, log_level="warning", lifespan="off")
+        app = build_app(store, authenticator=authenticator, **app_options)
+        config = uvicorn.Config(app, host=host, port=self.port, log_level="warning", lifespan="off")
         self._server = uvicorn.Server(config)
         self._thread: threading.Thread | None = None
 
@@ -71,3 +87,12 @@ def _free_port(host: str) -> int:
 def _port_taken(host: str, port: int) -> bool:
     with socket.socket() as sock:
         return sock.connect_ex((host, port)) == 0
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

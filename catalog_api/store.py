@@ -1,32 +1,53 @@
-"""The catalog store: where each table's current metadata pointer lives.
+"""The catalog store: where each table's and view's current metadata pointer lives.
 
-It is pyiceberg's ``SqlCatalog`` (the same schema as Iceberg's JDBC catalog) on SQLite by
-default and PostgreSQL in production: it owns the commit path (check requirements →
-``update_table_metadata`` → write a new metadata file → compare-and-swap the pointer).
-This module only adds Lakeview's naming rules and turns pyiceberg's exceptions into
-Lakeview's error hierarchy, so the HTTP layer maps one set of errors to status codes.
+The schema is Iceberg's JDBC catalog schema as pyiceberg's ``SqlCatalog`` creates it
+(``iceberg_tables`` + ``iceberg_namespace_properties``), on SQLite by default and PostgreSQL
+in production; views are rows of ``iceberg_tables`` with ``iceberg_type = 'VIEW'`` as in
+iceberg-java's JDBC catalog, so a table and a view can never share a name.
+
+The commit path is pyiceberg's (requirements ``validate`` → ``update_table_metadata`` → a new
+metadata file); this module adds the one thing pyiceberg lacks: a multi-table commit that
+swaps every pointer in ONE database transaction with a compare-and-swap per row
+(:meth:`CatalogStore.commit_transaction`), so either all tables change or none.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import re
-from collections.abc import Iterator
+import shutil
+import threading
+import uuid
+from collections import OrderedDict
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from pyiceberg import exceptions as iceberg_errors
-from pyiceberg.catalog.sql import SqlCatalog
-from pyiceberg.partitioning import PartitionSpec
+from pyiceberg.catalog.sql import IcebergNamespaceProperties, IcebergTables, SqlCatalog
+from pyiceberg.io import load_file_io
+from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC, PartitionSpec
 from pyiceberg.schema import Schema
-from pyiceberg.table import CommitTableResponse, Table
-from pyiceberg.table.sorting import SortOrder
-from pyiceberg.table.update import TableRequirement, TableUpdate
+from pyiceberg.serializers import FromInputFile
+from pyiceberg.table import CommitTableResponse, Table, TableProperties
+from pyiceberg.table.locations import load_location_provider
+from pyiceberg.table.metadata import TableMetadata, new_table_metadata
+from pyiceberg.table.sorting import UNSORTED_SORT_ORDER, SortOrder
+from pyiceberg.table.update import AssertCreate, TableRequirement, TableUpdate, update_table_metadata
 from pyiceberg.typedef import Identifier, Properties
+from sqlalchemy import delete, event, insert, or_, select, update
+from sqlalchemy.exc import IntegrityError, OperationalError
 
 from lakeview import errors
 
+log = logging.getLogger("lakeview.catalog")
+
 MAX_NAME = 255
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+TABLE_TYPE = "TABLE"
+VIEW_TYPE = "VIEW"
 
 
 def check_name(kind: str, name: str) -> str:
@@ -42,6 +63,7 @@ def check_name(kind: str, name: str) -> str:
 
 @contextlib.contextmanager
 def _mapped() -> Iterator[None]:
+    """pyiceberg's and the database's exceptions → Lakeview's catalog errors."""
     try:
         yield
     except iceberg_errors.NoSuchNamespaceError as exc:
@@ -54,12 +76,56 @@ def _mapped() -> Iterator[None]:
         raise errors.NamespaceNotEmptyError(str(exc)) from exc
     except iceberg_errors.CommitFailedException as exc:
         raise errors.CommitConflictError(str(exc)) from exc
-    except iceberg_errors.ValidationError as exc:
+    except (iceberg_errors.ValidationError, ValueError) as exc:
         raise errors.BadRequestError(str(exc)) from exc
+    except OperationalError as exc:
+        # e.g. SQLite "database is locked" after the busy timeout: nothing was written.
+        raise errors.CatalogUnavailableError(f"the catalog store is busy, retry: {exc.orig}") from exc
+
+
+@dataclass(frozen=True)
+class TableChange:
+    """One table's part of a (multi-table) commit: the same data as a REST ``CommitTableRequest``."""
+
+    identifier: Identifier
+    requirements: tuple[TableRequirement, ...]
+    updates: tuple[TableUpdate, ...]
+
+
+@dataclass(frozen=True)
+class _Staged:
+    identifier: Identifier
+    previous_location: str | None  # None: the commit creates the table (assert-create)
+    metadata_location: str
+    metadata: TableMetadata
+    changed: bool
+
+
+class MetadataCache:
+    """Parsed metadata files keyed by location: a metadata file never changes once written."""
+
+    def __init__(self, size: int = 512) -> None:
+        self._size = size
+        self._items: OrderedDict[str, Any] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: str) -> Any | None:
+        with self._lock:
+            value = self._items.get(key)
+            if value is not None:
+                self._items.move_to_end(key)
+            return value
+
+    def put(self, key: str, value: Any) -> None:
+        with self._lock:
+            self._items[key] = value
+            self._items.move_to_end(key)
+            while len(self._items) > self._size:
+                self._items.popitem(last=False)
 
 
 class CatalogStore:
-    """Namespaces and tables of one warehouse, with atomic pointer swaps."""
+    """Namespaces, tables and views of one warehouse, with atomic (multi-)pointer swaps."""
 
     def __init__(
         self, url: str, warehouse: str | Path, name: str = "lakeview", properties: dict[str, str] | None = None
@@ -68,22 +134,38 @@ class CatalogStore:
         ``s3://`` warehouse, where the store writes metadata files."""
         self.warehouse = str(warehouse).rstrip("/")
         self.name = name
+        self.url = url
         if url.startswith("sqlite:///"):
             Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
-        if "://" not in self.warehouse.removeprefix("file://"):
+        self.remote = "://" in self.warehouse.removeprefix("file://")
+        if not self.remote:
             Path(self.warehouse).mkdir(parents=True, exist_ok=True)
-        self._catalog = SqlCatalog(name, uri=url, warehouse=self.warehouse, **(properties or {}))
+        self._catalog = SqlCatalog(name, uri=url, warehouse=self.warehouse, schema_version="v1", **(properties or {}))
+        self.engine = self._catalog.engine
+        if self.engine.dialect.name == "sqlite":
+            event.listen(self.engine, "connect", _sqlite_pragmas)
+            self.engine.dispose()  # reconnect so the pragmas apply to every pooled connection
+        self.cache = MetadataCache()
 
-    # namespaces
+    def close(self) -> None:
+        self.engine.dispose()
+
+    # ---------------------------------------------------------------- namespaces
     def list_namespaces(self, parent: Identifier = ()) -> list[Identifier]:
         with _mapped():
-            if parent and not self._catalog._namespace_exists(parent):
+            if parent and not self._catalog.namespace_exists(parent):
                 raise errors.NoSuchNamespaceError(f"Namespace does not exist: {'.'.join(parent)}")
-            return [tuple(ns) for ns in self._catalog.list_namespaces(parent)]
+            return sorted(tuple(ns) for ns in self._catalog.list_namespaces(parent))
+
+    def namespace_exists(self, namespace: Identifier) -> bool:
+        with _mapped():
+            return self._catalog.namespace_exists(namespace)
 
     def create_namespace(self, namespace: Identifier, properties: Properties) -> None:
         for part in namespace:
             check_name("namespace", part)
+            if "." in part:
+                raise errors.BadRequestError(f"namespace level {part!r} contains '.', which the JDBC store uses as separator")
         if "location" in properties:
             self.check_location(properties["location"])
         with _mapped():
@@ -94,28 +176,165 @@ class CatalogStore:
             return self._catalog.load_namespace_properties(namespace)
 
     def drop_namespace(self, namespace: Identifier) -> None:
+        """Drop an empty namespace. Raises NoSuchNamespaceError, NamespaceNotEmptyError."""
+        ns = ".".join(namespace)
         with _mapped():
-            self._catalog.drop_namespace(namespace)
+            if not self._catalog.namespace_exists(namespace):
+                raise errors.NoSuchNamespaceError(f"Namespace does not exist: {ns}")
+            children = self._catalog.list_namespaces(namespace)
+            with self.engine.connect() as conn:
+                rows = conn.execute(
+                    select(IcebergTables.table_name).where(
+                        IcebergTables.catalog_name == self.name, IcebergTables.table_namespace == ns
+                    ).limit(1)
+                ).first()
+            if rows or children:
+                raise errors.NamespaceNotEmptyError(f"Namespace {ns} is not empty: it holds tables, views or namespaces")
+            with self.engine.begin() as conn:
+                conn.execute(
+                    delete(IcebergNamespaceProperties).where(
+                        IcebergNamespaceProperties.catalog_name == self.name, IcebergNamespaceProperties.namespace == ns
+                    )
+                )
 
     def update_namespace(self, namespace: Identifier, removals: set[str], updates: Properties) -> dict[str, list[str]]:
         overlap = removals & set(updates)
         if overlap:
             raise errors.BadRequestError(f"properties both removed and updated: {', '.join(sorted(overlap))}")
+        if "location" in updates:
+            self.check_location(updates["location"])
         with _mapped():
             summary = self._catalog.update_namespace_properties(namespace, removals, updates)
         return {"updated": summary.updated, "removed": summary.removed, "missing": summary.missing}
 
-    # tables
-    def list_tables(self, namespace: Identifier) -> list[Identifier]:
+    # ---------------------------------------------------------------- pointers
+    def _names(self, namespace: Identifier, kind: str) -> list[Identifier]:
+        ns = ".".join(namespace)
         with _mapped():
-            return [tuple(t) for t in self._catalog.list_tables(namespace)]
+            if not self._catalog.namespace_exists(namespace):
+                raise errors.NoSuchNamespaceError(f"Namespace does not exist: {ns}")
+            with self.engine.connect() as conn:
+                rows = conn.execute(
+                    select(IcebergTables.table_name).where(
+                        IcebergTables.catalog_name == self.name,
+                        IcebergTables.table_namespace == ns,
+                        _type_is(kind),
+                    )
+                ).scalars()
+                return sorted((*namespace, name) for name in rows)
 
-    def load_table(self, identifier: Identifier) -> Table:
+    def _pointer(self, identifier: Identifier, kind: str) -> str | None:
+        """The current metadata location of a table or view, or None."""
+        with _mapped(), self.engine.connect() as conn:
+            return conn.execute(
+                select(IcebergTables.metadata_location).where(
+                    IcebergTables.catalog_name == self.name,
+                    IcebergTables.table_namespace == ".".join(identifier[:-1]),
+                    IcebergTables.table_name == identifier[-1],
+                    _type_is(kind),
+                )
+            ).scalar_one_or_none()
+
+    def _insert_pointer(self, conn: Any, identifier: Identifier, location: str, kind: str) -> None:
+        """Insert a new pointer inside the caller's transaction (a duplicate raises IntegrityError)."""
+        conn.execute(
+            insert(IcebergTables).values(
+                catalog_name=self.name,
+                table_namespace=".".join(identifier[:-1]),
+                table_name=identifier[-1],
+                metadata_location=location,
+                previous_metadata_location=None,
+                iceberg_type=kind,
+            )
+        )
+
+    def _swap_pointer(self, conn: Any, identifier: Identifier, expected: str, new: str, kind: str) -> None:
+        """Compare-and-swap one pointer inside the caller's transaction; a miss raises CommitConflictError."""
+        result = conn.execute(
+            update(IcebergTables)
+            .where(
+                IcebergTables.catalog_name == self.name,
+                IcebergTables.table_namespace == ".".join(identifier[:-1]),
+                IcebergTables.table_name == identifier[-1],
+                IcebergTables.metadata_location == expected,
+                _type_is(kind),
+            )
+            .values(metadata_location=new, previous_metadata_location=expected)
+        )
+        if result.rowcount != 1:
+            raise errors.CommitConflictError(f"{'.'.join(identifier)} was changed by a concurrent commit; reload and retry")
+
+    def _rename(self, source: Identifier, target: Identifier, kind: str) -> None:
+        check_name(kind.lower(), target[-1])
         with _mapped():
-            return self._catalog.load_table(identifier)
+            if not self._catalog.namespace_exists(target[:-1]):
+                raise errors.NoSuchNamespaceError(f"Namespace does not exist: {'.'.join(target[:-1])}")
+            try:
+                with self.engine.begin() as conn:
+                    result = conn.execute(
+                        update(IcebergTables)
+                        .where(
+                            IcebergTables.catalog_name == self.name,
+                            IcebergTables.table_namespace == ".".join(source[:-1]),
+                            IcebergTables.table_name == source[-1],
+                            _type_is(kind),
+                        )
+                        .values(table_namespace=".".join(target[:-1]), table_name=target[-1])
+                    )
+                    if result.rowcount != 1:
+                        raise _missing(kind, source)
+            except IntegrityError:
+                raise errors.AlreadyExistsError(f"Table or view already exists: {'.'.join(target)}") from None
+
+    def _drop(self, identifier: Identifier, kind: str) -> str:
+        with _mapped(), self.engine.begin() as conn:
+            location = conn.execute(
+                delete(IcebergTables)
+                .where(
+                    IcebergTables.catalog_name == self.name,
+                    IcebergTables.table_namespace == ".".join(identifier[:-1]),
+                    IcebergTables.table_name == identifier[-1],
+                    _type_is(kind),
+                )
+                .returning(IcebergTables.metadata_location)
+            ).scalar_one_or_none()
+        if location is None:
+            raise _missing(kind, identifier)
+        return location
+
+    # ---------------------------------------------------------------- tables
+    def list_tables(self, namespace: Identifier) -> list[Identifier]:
+        return self._names(namespace, TABLE_TYPE)
 
     def table_exists(self, identifier: Identifier) -> bool:
-        return self._catalog.table_exists(identifier)
+        return self._pointer(identifier, TABLE_TYPE) is not None
+
+    def read_metadata(self, location: str) -> TableMetadata:
+        """Parse a table metadata file (cached: metadata files are immutable)."""
+        metadata = self.cache.get(location)
+        if metadata is None:
+            io = load_file_io(self._catalog.properties, location)
+            metadata = FromInputFile.table_metadata(io.new_input(location))
+            self.cache.put(location, metadata)
+        return metadata
+
+    def load_metadata(self, identifier: Identifier) -> tuple[str, TableMetadata]:
+        """The table's current metadata location and parsed metadata. Raises NoSuchTableError."""
+        location = self._pointer(identifier, TABLE_TYPE)
+        if location is None:
+            raise _missing(TABLE_TYPE, identifier)
+        return location, self.read_metadata(location)
+
+    def load_table(self, identifier: Identifier) -> Table:
+        """A pyiceberg ``Table`` (used by the CLI and status; the HTTP path uses :meth:`load_metadata`)."""
+        location, metadata = self.load_metadata(identifier)
+        return Table(
+            identifier=identifier,
+            metadata=metadata,
+            metadata_location=location,
+            io=self._catalog._load_file_io(metadata.properties, location),
+            catalog=self._catalog,
+        )
 
     def create_table(
         self,
@@ -125,36 +344,219 @@ class CatalogStore:
         partition_spec: PartitionSpec | None,
         sort_order: SortOrder | None,
         properties: Properties,
-    ) -> Table:
+        stage: bool = False,
+    ) -> tuple[str, TableMetadata]:
+        """Create a table (or, with ``stage``, only its metadata: nothing is written or registered)."""
         check_name("table", identifier[-1])
-        if location:
-            self.check_location(location)
-        kwargs = {"partition_spec": partition_spec, "sort_order": sort_order}
+        namespace = identifier[:-1]
         with _mapped():
-            return self._catalog.create_table(
-                identifier,
-                schema=schema,
+            if not self._catalog.namespace_exists(namespace):
+                raise errors.NoSuchNamespaceError(f"Namespace does not exist: {'.'.join(namespace)}")
+            if location:
+                location = self.check_location(location)
+            else:
+                location = self._catalog._get_default_warehouse_location(".".join(namespace), identifier[-1])
+                self.check_location(location)
+            format_version = int(properties.get(TableProperties.FORMAT_VERSION, TableProperties.DEFAULT_FORMAT_VERSION))
+            schema = self._catalog._convert_schema_if_needed(schema, format_version)
+            metadata = new_table_metadata(
                 location=location,
+                schema=schema,
+                partition_spec=partition_spec or UNPARTITIONED_PARTITION_SPEC,
+                sort_order=sort_order or UNSORTED_SORT_ORDER,
                 properties=properties,
-                **{k: v for k, v in kwargs.items() if v is not None},
             )
+            metadata_location = load_location_provider(location, properties).new_table_metadata_file_location()
+            if stage:
+                return metadata_location, metadata
+            if self._pointer(identifier, TABLE_TYPE) or self._pointer(identifier, VIEW_TYPE):
+                raise errors.AlreadyExistsError(f"Table or view already exists: {'.'.join(identifier)}")
+            self._write_table_metadata(metadata, metadata_location)
+            with _exists_guard(identifier), self.engine.begin() as conn:
+                self._insert_pointer(conn, identifier, metadata_location, TABLE_TYPE)
+        return metadata_location, metadata
+
+    def register_table(self, identifier: Identifier, metadata_location: str, overwrite: bool = False) -> tuple[str, TableMetadata]:
+        """Register an existing metadata file as a table (``overwrite`` replaces a table's pointer)."""
+        check_name("table", identifier[-1])
+        self.check_location(metadata_location)
+        with _mapped():
+            if not self._catalog.namespace_exists(identifier[:-1]):
+                raise errors.NoSuchNamespaceError(f"Namespace does not exist: {'.'.join(identifier[:-1])}")
+            try:
+                metadata = self.read_metadata(metadata_location)
+            except FileNotFoundError:
+                raise errors.BadRequestError(f"metadata file {metadata_location!r} does not exist") from None
+            except Exception as exc:  # any parse failure is the caller's bad file
+                raise errors.BadRequestError(f"{metadata_location!r} is not a table metadata file: {exc}") from None
+            self.check_location(metadata.location)
+            current = self._pointer(identifier, TABLE_TYPE)
+            with _exists_guard(identifier), self.engine.begin() as conn:
+                if current is not None and overwrite:
+                    self._swap_pointer(conn, identifier, current, metadata_location, TABLE_TYPE)
+                else:
+                    self._insert_pointer(conn, identifier, metadata_location, TABLE_TYPE)
+        return metadata_location, metadata
+
+    def rename_table(self, source: Identifier, target: Identifier) -> None:
+        self._rename(source, target, TABLE_TYPE)
+
+    def drop_table(self, identifier: Identifier, purge: bool = False) -> None:
+        """Unregister a table; with ``purge`` also delete its data and metadata files."""
+        location = self._drop(identifier, TABLE_TYPE)
+        if purge:
+            self._purge(location)
+
+    def _purge(self, metadata_location: str) -> None:
+        try:
+            metadata = self.read_metadata(metadata_location)
+        except Exception:  # the pointer is gone already; a missing file leaves nothing to delete
+            log.warning("purge: cannot read %s", metadata_location)
+            return
+        if self.remote:
+            self._purge_remote(metadata_location, metadata)
+            return
+        directory = Path(self.check_location(metadata.location))
+        # Only under the warehouse, and never the warehouse root itself.
+        if directory != Path(self.warehouse) and directory.is_dir():
+            shutil.rmtree(directory, ignore_errors=True)
+
+    def _purge_remote(self, metadata_location: str, metadata: TableMetadata) -> None:
+        """Delete every file the table's metadata reaches (pyiceberg's purge, without its drop)."""
+        from pyiceberg.catalog import delete_data_files, delete_files
+
+        io = load_file_io(self._catalog.properties, metadata_location)
+        manifests = [m for snapshot in metadata.snapshots for m in snapshot.manifests(io)]
+        delete_data_files(io, manifests)
+        delete_files(io, {m.manifest_path for m in manifests}, "manifest")
+        delete_files(io, {s.manifest_list for s in metadata.snapshots}, "manifest list")
+        delete_files(io, {entry.metadata_file for entry in metadata.metadata_log} | {metadata_location}, "metadata")
+
+    @property
+    def views(self) -> Any:
+        """The store's :class:`~catalog_api.views.ViewCatalog` (Iceberg views)."""
+        from catalog_api.views import ViewCatalog
+
+        return ViewCatalog(self)
 
     def commit_table(
         self, identifier: Identifier, requirements: tuple[TableRequirement, ...], updates: tuple[TableUpdate, ...]
     ) -> CommitTableResponse:
-        with _mapped():
-            table = self._catalog.load_table(identifier)
-            return self._catalog.commit_table(table, requirements, updates)
+        """Commit one table's requirements and updates (see :meth:`commit_transaction`)."""
+        return self.commit_transaction([TableChange(identifier, tuple(requirements), tuple(updates))])[0]
 
-    def drop_table(self, identifier: Identifier) -> None:
-        with _mapped():
-            self._catalog.drop_table(identifier)
+    def commit_transaction(self, changes: Sequence[TableChange | tuple[Any, Any, Any]]) -> list[CommitTableResponse]:
+        """Commit several tables atomically: every table changes, or none does.
 
+        Each table is staged (requirements validated against its current metadata, updates
+        applied with pyiceberg, a new metadata file written); then every pointer is swapped in
+        one database transaction with a compare-and-swap on its row. Raises CommitConflictError
+        (a failed requirement or a concurrent commit; nothing changed), NoSuchTableError,
+        BadRequestError (an invalid update, a table named twice).
+        """
+        items = [c if isinstance(c, TableChange) else TableChange(tuple(c[0]), tuple(c[1]), tuple(c[2])) for c in changes]
+        names = [item.identifier for item in items]
+        if len(set(names)) != len(names):
+            raise errors.BadRequestError("a transaction names the same table more than once")
+        if not items:
+            raise errors.BadRequestError("a transaction needs at least one table change")
+        staged = [self._stage(item) for item in items]
+        written = [s for s in staged if s.changed]
+        with _mapped():
+            for s in written:
+                self._write_table_metadata(s.metadata, s.metadata_location)
+            try:
+                with _exists_guard(names[0]), self.engine.begin() as conn:
+                    for s in written:
+                        if s.previous_location is None:
+                            self._insert_pointer(conn, s.identifier, s.metadata_location, TABLE_TYPE)
+                        else:
+                            self._swap_pointer(conn, s.identifier, s.previous_location, s.metadata_location, TABLE_TYPE)
+            except (errors.CommitConflictError, errors.AlreadyExistsError) as exc:
+                raise errors.CommitConflictError(str(exc)) from None
+        return [CommitTableResponse(metadata=s.metadata, metadata_location=s.metadata_location) for s in staged]
+
+    def _stage(self, change: TableChange) -> _Staged:
+        identifier = change.identifier
+        check_name("table", identifier[-1])
+        creating = any(isinstance(r, AssertCreate) for r in change.requirements)
+        location = self._pointer(identifier, TABLE_TYPE)
+        current = self.read_metadata(location) if location else None
+        if current is None and not creating:
+            raise _missing(TABLE_TYPE, identifier)
+        if creating and not self._catalog.namespace_exists(identifier[:-1]):
+            raise errors.NoSuchNamespaceError(f"Namespace does not exist: {'.'.join(identifier[:-1])}")
+        with _mapped():
+            for requirement in change.requirements:
+                requirement.validate(current)
+            metadata = update_table_metadata(
+                base_metadata=current if current is not None else self._catalog._empty_table_metadata(),
+                updates=change.updates,
+                enforce_validation=current is None,
+                metadata_location=location,
+            )
+        if current is not None and metadata == current:
+            return _Staged(identifier, location, location, current, changed=False)  # type: ignore[arg-type]
+        self.check_location(metadata.location)
+        version = SqlCatalog._parse_metadata_version(location) + 1 if location else 0
+        new_location = load_location_provider(metadata.location, metadata.properties).new_table_metadata_file_location(version)
+        return _Staged(identifier, location, new_location, metadata, changed=True)
+
+    def _write_table_metadata(self, metadata: TableMetadata, location: str) -> None:
+        io = load_file_io(self._catalog.properties, location)
+        SqlCatalog._write_metadata(metadata, io, location)
+        self.cache.put(location, metadata)
+
+    # ---------------------------------------------------------------- locations
     def check_location(self, location: str) -> str:
-        """Table and namespace locations must stay inside the warehouse."""
-        normalized = str(Path(location.removeprefix("file://")).resolve()) if "://" not in location.removeprefix(
-            "file://"
-        ) else location
-        if "://" in normalized or not (normalized + "/").startswith(self.warehouse + "/"):
+        """Table and namespace locations must stay inside the warehouse. Raises BadRequestError."""
+        if self.remote:  # object storage: a prefix check on the normalized key, no '..' segments
+            if ".." in location.split("/") or _CONTROL.search(location) or not location.startswith(self.warehouse + "/"):
+                raise errors.BadRequestError(f"location {location!r} is outside the warehouse {self.warehouse!r}")
+            return location.rstrip("/")
+        raw = location.removeprefix("file://")
+        if "://" in raw or _CONTROL.search(raw):
+            raise errors.BadRequestError(f"location {location!r} is outside the warehouse {self.warehouse!r}")
+        normalized = str(Path(raw).resolve())
+        if not (normalized + "/").startswith(self.warehouse + "/"):
             raise errors.BadRequestError(f"location {location!r} is outside the warehouse {self.warehouse!r}")
         return normalized
+
+    def new_metadata_location(self, base: str, version: int) -> str:
+        """``<base>/metadata/<version>-<uuid>.metadata.json`` (views use it; tables use pyiceberg's provider)."""
+        return f"{base.rstrip('/')}/metadata/{version:05d}-{uuid.uuid4()}.metadata.json"
+
+    def default_location(self, identifier: Identifier) -> str:
+        with _mapped():
+            return self._catalog._get_default_warehouse_location(".".join(identifier[:-1]), identifier[-1])
+
+
+@contextlib.contextmanager
+def _exists_guard(identifier: Identifier) -> Iterator[None]:
+    try:
+        yield
+    except IntegrityError:
+        raise errors.AlreadyExistsError(f"Table or view already exists: {'.'.join(identifier)}") from None
+
+
+def _type_is(kind: str) -> Any:
+    if kind == VIEW_TYPE:
+        return IcebergTables.iceberg_type == VIEW_TYPE
+    return or_(IcebergTables.iceberg_type == TABLE_TYPE, IcebergTables.iceberg_type.is_(None))
+
+
+def _missing(kind: str, identifier: Identifier) -> errors.NotFoundError:
+    if kind == VIEW_TYPE:
+        return errors.NoSuchViewError(f"View does not exist: {'.'.join(identifier)}")
+    return errors.NoSuchTableError(f"Table does not exist: {'.'.join(identifier)}")
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    # WAL: readers never block the writer; busy_timeout: writers queue instead of failing at once.
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA busy_timeout=30000")
+    cursor.close()
+
+
+__all__ = ["CatalogStore", "TableChange", "check_name"]
