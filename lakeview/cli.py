@@ -152,12 +152,25 @@ def status(
 def query(
     sql: Annotated[str, typer.Argument(help="SQL for DuckDB; views are lake.<namespace>.<view>.")],
     project: ProjectOption = Path("."),
+    engine: Annotated[str, typer.Option(help="duckdb, or trino (needs --server).")] = "duckdb",
+    server: Annotated[Optional[str], typer.Option(help="Trino server URL for --engine trino, e.g. http://HOST:8080.")] = None,
+    catalog: Annotated[str, typer.Option(help="Trino catalog for --engine trino (see `lakeview trino-config`).")] = "lakeview",
 ) -> None:
     """Run SQL in DuckDB with the Lakeview catalog attached over REST as `lake`.
 
     Uses the running catalog (`lakeview up`/`serve`); when none answers, a temporary one is
-    started on a free loopback port for this query.
+    started on a free loopback port for this query. With ``--engine trino`` the SQL runs on the
+    Trino server at ``--server`` instead (views are <catalog>.<namespace>.<view>).
     """
+    if engine not in ("duckdb", "trino"):
+        raise LakeviewError(f"--engine {engine!r}: use duckdb or trino")
+    if engine == "trino":
+        from lakeview.trino import run_query
+
+        if not server:
+            raise LakeviewError("--engine trino needs --server http://HOST:PORT (a Trino with the `lakeview trino-config` catalogs)")
+        _print_result(*run_query(sql, server, catalog=catalog))
+        return
     import httpx
 
     from lakeview.duck import connect_catalog
@@ -251,6 +264,11 @@ def demo(
     _quiet_logs()
     if not run_demo(directory.resolve(), batches=batches, orders=orders, cadence=cadence):
         raise typer.Exit(1)
+
+
+from lakeview.discovery_cli import add_commands as _add_discovery_commands  # noqa: E402 - needs `app`
+
+_add_discovery_commands(app)  # register, unregister, prune, trino-config
 
 
 def _stop_event() -> threading.Event:

@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from lakeview.auth_config import AuthClientConfig, AuthConfig
 from lakeview.cadence import Cadence, parse_cadence
 from lakeview.errors import ConfigError, UnsupportedSQLError
 from lakeview.storage_config import MaintenanceConfig, RetentionConfig, S3Config
@@ -122,15 +123,7 @@ class ServerConfig(_Strict):
     host: str = "127.0.0.1"
     port: int = Field(8181, ge=0, le=65535)
 
-    @field_validator("host")
-    @classmethod
-    def _loopback_without_auth(cls, value: str) -> str:
-        if not _is_loopback(value):
-            raise ValueError(
-                f"{value!r} is not a loopback address; binding elsewhere requires auth, which this "
-                "version does not configure yet; use 127.0.0.1 (or ::1, localhost)"
-            )
-        return value
+    # A non-loopback host is only valid with [auth] mode = "oauth2": see _check_auth.
 
 
 class SourceConfig(_Strict):
@@ -215,6 +208,7 @@ class ProjectConfig(_Strict):
     views: dict[str, ViewConfig] = Field(default_factory=dict)
     glue: GlueConfig | None = None
     hive: HiveConfig | None = None
+    auth: AuthConfig = Field(default_factory=AuthConfig)
     root: Path = Field(default=Path("."), exclude=True)
     file: str = Field(default=PROJECT_FILE, exclude=True)
 
@@ -262,6 +256,19 @@ class ProjectConfig(_Strict):
         return self.warehouse_path / "_lakeview" / "checkpoints" / view
 
 
+def _check_auth(config: ProjectConfig) -> None:
+    """Auth mode ``none`` only on loopback; oauth2 needs at least one client."""
+    if not config.auth.enabled and not _is_loopback(config.server.host):
+        raise ConfigError(
+            config.file,
+            "server.host",
+            f"{config.server.host!r} is not a loopback address; binding elsewhere requires [auth] mode = \"oauth2\" "
+            "with clients; use 127.0.0.1 (or ::1, localhost) otherwise",
+        )
+    if config.auth.enabled and not config.auth.clients:
+        raise ConfigError(config.file, "auth.clients", "mode oauth2 needs at least one [auth.clients.NAME] entry")
+
+
 def _check_name(value: str) -> str:
     if not _NAME.match(value):
         raise ValueError(f"{value!r} is not a valid name; use letters, digits and _ (not starting with a digit)")
@@ -298,6 +305,7 @@ def parse_project(data: dict[str, Any], *, file: str = PROJECT_FILE, root: Path 
     except ValidationError as exc:
         raise _config_error(file, data, exc) from None
     _check_views(config)
+    _check_auth(config)
     _check_registrars(config)
     return config
 
@@ -368,7 +376,9 @@ def _model_at(loc: list[str]) -> type[BaseModel]:
     nested: dict[str, type[BaseModel]] = {"s3": S3Config, "retention": RetentionConfig, "maintenance": MaintenanceConfig}
     if loc and loc[-1] in nested and len(loc) == {"lake": 2, "views": 3}.get(loc[0]):
         return nested[loc[-1]]
-    models: dict[str, type[BaseModel]] = {"lake": LakeConfig, "glue": GlueConfig, "hive": HiveConfig, "server": ServerConfig, "spark": SparkConfig}
+    if loc[:1] == ["auth"] and len(loc) == 3 and loc[1] == "clients":
+        return AuthClientConfig
+    models: dict[str, type[BaseModel]] = {"auth": AuthConfig, "lake": LakeConfig, "glue": GlueConfig, "hive": HiveConfig, "server": ServerConfig, "spark": SparkConfig}
     if not loc:
         return ProjectConfig
     if loc[0] in models:

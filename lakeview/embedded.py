@@ -18,6 +18,7 @@ from writers.base import CommitRecord, SnapshotWriter
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from lakeview.registration import RegistrationService
     from spark_jobs.pipeline import ViewPipeline
 
 log = logging.getLogger("lakeview")
@@ -78,6 +79,7 @@ class EmbeddedStack:
         self.server = CatalogServer(open_store(project), host=project.server.host, port=port)
         self.spark: SparkSession | None = None
         self.pipelines: dict[str, ViewPipeline] = {}
+        self.registration: RegistrationService | None = None
         self.queries: dict[str, Any] = {}
 
     @property
@@ -102,6 +104,7 @@ class EmbeddedStack:
         from spark_jobs.session import build_session
 
         names = list(self.project.views) if views is None else views
+        on_commit = self._with_registration(on_commit)
         self.spark = spark or self.spark or build_session(catalog_uri=self.catalog_uri, warehouse=self.project.lake.name)
         for name in names:
             if self.project.views[name].cadence.is_manual and not available_now:
@@ -112,7 +115,29 @@ class EmbeddedStack:
             self.pipelines[name] = pipeline
             self.queries[name] = pipeline.start(available_now=available_now)
 
+    def _with_registration(self, on_commit: Callable[[CommitRecord], None] | None) -> Callable[[CommitRecord], None] | None:
+        """Fan each commit out to the view's registrars (Glue, HMS, paths) in the background:
+        ``notify`` only sets a flag, so a slow or failing registrar never blocks a commit."""
+        if self.registration is None:
+            from lakeview.registration import RegistrationService
+
+            service = RegistrationService(self.project)
+            if not service.has_work:
+                return on_commit
+            self.registration = service.start()
+        registration = self.registration
+
+        def fan_out(record: CommitRecord) -> None:
+            registration.notify(record.view)
+            if on_commit is not None:
+                on_commit(record)
+
+        return fan_out
+
     def stop_views(self) -> None:
+        if self.registration is not None:
+            self.registration.stop()
+            self.registration = None
         for name, query in list(self.queries.items()):
             try:
                 query.stop()

@@ -323,3 +323,23 @@ class RegistrationService:
             if job.failures == 1
             else {"reason": reason, "error": str(exc)[:500], "failures": job.failures},
         )
+
+
+# Reasons a failing registrar outranks (the same precedence as freshness.degraded_reason).
+_OUTRANKED = (None, "BACKFILLING", "RECOVERING", "FALLING_BEHIND")
+
+
+def with_registrar_reasons(project: ProjectConfig, statuses: list[Any]) -> list[Any]:
+    """``lakeview status`` rows with REGISTRAR_DOWN where a registrar keeps failing for the view
+    (even when the view itself is fresh: readers going through that registrar are not)."""
+    import dataclasses
+
+    reasons = degraded_reasons(project)
+    out = []
+    for status in statuses:
+        detail = reasons.get(status.view)
+        if detail is not None:
+            reason = REGISTRAR_DOWN if status.degraded_reason in _OUTRANKED else status.degraded_reason
+            status = dataclasses.replace(status, degraded_reason=reason, registrar_errors=detail)
+        out.append(status)
+    return out

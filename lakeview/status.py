@@ -43,6 +43,7 @@ class ViewStatus:
     rows_in_total: int = 0
     rows_out_total: int = 0
     rows_quarantined: int = 0
+    registrar_errors: str | None = None  # e.g. "REGISTRAR_DOWN: glue: <error>" (lakeview/registration.py)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -54,7 +55,9 @@ def view_statuses(project: ProjectConfig, store: Any = None, *, at_ms: int | Non
 
     store = open_store(project) if store is None else store
     at_ms = int(time.time() * 1000) if at_ms is None else at_ms
-    return [view_status(project, store, name, at_ms=at_ms) for name in project.views]
+    from lakeview.registration import with_registrar_reasons
+
+    return with_registrar_reasons(project, [view_status(project, store, name, at_ms=at_ms) for name in project.views])
 
 
 def view_status(project: ProjectConfig, store: Any, name: str, *, at_ms: int | None = None) -> ViewStatus:

@@ -98,7 +98,7 @@ def view_project(make_project, unique_name: str) -> Callable[..., ProjectConfig]
             "register": register or [],
         }
         sources = {"orders": {"format": "json", "path": "/nonexistent/orders", "schema": "product_id BIGINT, quantity INT, label STRING"}}
-        base = make_project(views={unique_name: view}, sources=sources)
+        base = make_project(views={unique_name: {**view, "register": []}}, sources=sources)
         data = {
             "lake": {"warehouse": base.lake.warehouse, "catalog_store": base.lake.catalog_store},
             "server": {"host": base.server.host, "port": base.server.port},
