@@ -10,10 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import IntEnum
 
-from pyiceberg.typedef import Identifier
 from starlette.requests import HTTPConnection
 
 from lakeview import errors
+
+Identifier = tuple[str, ...]
 
 PRINCIPAL_KEY = "lakeview.principal"
 

@@ -26,6 +26,9 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from catalog_api.access import PRINCIPAL_KEY, Principal, Privilege
 from catalog_api.responses import error_response
 from lakeview import errors
+from lakeview.auth_config import check_secret_hash
+
+__all__ = ["AuthMiddleware", "Authenticator", "Client", "check_secret_hash", "hash_secret", "token_endpoint", "verify_secret"]
 
 TOKEN_PATH = "/iceberg/v1/oauth/tokens"
 PUBLIC_PATHS = frozenset({"/healthz", TOKEN_PATH})
@@ -56,22 +59,6 @@ def verify_secret(secret: str, stored: str) -> bool:
     except ValueError:
         return False
     return hmac.compare_digest(actual, expected)
-
-
-def check_secret_hash(stored: str) -> str:
-    """Validate the format of a stored secret hash (config validation). Raises ValueError."""
-    parts = stored.split("$")
-    ok = (parts[0] == "scrypt" and len(parts) == 6) or (parts[0] == "pbkdf2_sha256" and len(parts) == 4)
-    try:
-        if ok:
-            bytes.fromhex(parts[-1]), bytes.fromhex(parts[-2])
-    except ValueError:
-        ok = False
-    if not ok:
-        raise ValueError(
-            "not a secret hash; store `python -c \"from catalog_api.auth import hash_secret; print(hash_secret('SECRET'))\"`"
-        )
-    return stored
 
 
 @dataclass(frozen=True)
