@@ -252,6 +252,34 @@ def verify(
 
 
 @app.command()
+def maintain(
+    view: Annotated[str, typer.Argument(help="The view whose table to maintain.")],
+    project: ProjectOption = Path("."),
+) -> None:
+    """Run VIEW's table maintenance now: expire snapshots past retention, compact small files, remove orphans."""
+    import httpx
+
+    from lakeview.embedded import EmbeddedStack
+    from lakeview.maintenance import maintain_view
+
+    _quiet_logs()
+    config = _load(project)
+    if view not in config.views:
+        raise LakeviewError(f"no view {view!r}; views: {', '.join(config.views) or 'none'}")
+    try:
+        running = httpx.get(config.catalog_uri + "/v1/config", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        running = False
+    stack = None if running else EmbeddedStack(config, port=0).start_catalog()
+    try:
+        report = maintain_view(config, view, stack.catalog_uri if stack else config.catalog_uri, lambda m: typer.echo(f"{view}: {m}"))
+    finally:
+        if stack is not None:
+            stack.stop()
+    typer.echo(f"{view}: done: {report.describe()}")
+
+
+@app.command()
 def demo(
     directory: Annotated[Path, typer.Option("--dir", help="Where to create the demo project.")] = Path("demo-project"),
     batches: Annotated[int, typer.Option(min=1, help="Order files to land, one per cadence tick.")] = 4,

@@ -79,6 +79,7 @@ class EmbeddedStack:
         self.server = CatalogServer(open_store(project), host=project.server.host, port=port)
         self.spark: SparkSession | None = None
         self.pipelines: dict[str, ViewPipeline] = {}
+        self.maintenance: Any = None  # lakeview.maintenance.MaintenanceThread while views run
         self.registration: RegistrationService | None = None
         self.queries: dict[str, Any] = {}
 
@@ -114,6 +115,11 @@ class EmbeddedStack:
             pipeline.prepare()
             self.pipelines[name] = pipeline
             self.queries[name] = pipeline.start(available_now=available_now)
+        if not available_now and self.maintenance is None and self.pipelines:
+            # Background table health (retention, compaction, orphans); it never blocks commits.
+            from lakeview.maintenance import MaintenanceThread
+
+            self.maintenance = MaintenanceThread(self.project, list(self.pipelines), self.catalog_uri).start()
 
     def _with_registration(self, on_commit: Callable[[CommitRecord], None] | None) -> Callable[[CommitRecord], None] | None:
         """Fan each commit out to the view's registrars (Glue, HMS, paths) in the background:
@@ -135,6 +141,9 @@ class EmbeddedStack:
         return fan_out
 
     def stop_views(self) -> None:
+        if self.maintenance is not None:
+            self.maintenance.stop()
+            self.maintenance = None
         if self.registration is not None:
             self.registration.stop()
             self.registration = None

@@ -1,0 +1,81 @@
+"""Keeping view tables healthy: one pass per view on demand (``lakeview maintain VIEW``) or a
+background thread in the embedded stack that runs each view's pass at its maintenance interval.
+
+A pass commits like any writer (optimistic, retried on conflict), so it never blocks a view's
+commits; a failed pass is logged and retried at the next interval.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from lakeview.config import ProjectConfig, TableFormat
+from writers.maintenance import MaintenancePolicy, MaintenanceReport, Progress
+
+log = logging.getLogger("lakeview.maintenance")
+
+
+def policy_for(project: ProjectConfig, view: str) -> MaintenancePolicy:
+    """The view's retention and thresholds as the writers' maintenance policy."""
+    config = project.views[view]
+    retention, thresholds = config.retention, config.maintenance
+    return MaintenancePolicy(
+        keep_snapshots=retention.keep_snapshots,
+        max_age_ms=None if retention.max_age is None else int((retention.max_age.seconds or 0) * 1000),
+        small_file_bytes=thresholds.small_file_bytes,
+        compact_min_files=thresholds.compact_min_files,
+        orphan_min_age_ms=int((thresholds.orphan_min_age.seconds or 0) * 1000),
+    )
+
+
+def maintain_view(project: ProjectConfig, view: str, catalog_uri: str, progress: Progress | None = None) -> MaintenanceReport:
+    """One maintenance pass over ``view``'s table (Iceberg tables through the catalog at ``catalog_uri``)."""
+    from lakeview.embedded import file_io_properties, make_writer
+
+    writer = make_writer(project, view, catalog_uri)
+    policy = policy_for(project, view)
+    if project.views[view].format is TableFormat.DELTA:
+        from writers.delta_maintenance import maintain_delta
+
+        return maintain_delta(writer, policy, progress)  # type: ignore[arg-type]
+    from writers.iceberg_maintenance import maintain_iceberg
+
+    return maintain_iceberg(writer, policy, file_io_properties(project), progress)  # type: ignore[arg-type]
+
+
+class MaintenanceThread:
+    """Runs every enabled view's pass at its ``maintenance.interval`` until stopped."""
+
+    def __init__(self, project: ProjectConfig, views: list[str], catalog_uri: str, tick_s: float = 1.0) -> None:
+        self.project = project
+        self.catalog_uri = catalog_uri
+        self.views = [v for v in views if project.views[v].maintenance.enabled]
+        self.tick_s = tick_s
+        self.reports: dict[str, MaintenanceReport] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="lakeview-maintenance", daemon=True)
+
+    def start(self) -> MaintenanceThread:
+        if self.views:
+            self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        due = {view: time.monotonic() + (self.project.views[view].maintenance.interval.seconds or 0) for view in self.views}
+        while not self._stop.wait(self.tick_s):
+            for view in self.views:
+                if self._stop.is_set() or time.monotonic() < due[view]:
+                    continue
+                try:
+                    self.reports[view] = maintain_view(self.project, view, self.catalog_uri)
+                    log.info("%s: maintenance: %s", view, self.reports[view].describe())
+                except Exception:  # a failed pass must not stop the others; it runs again next interval
+                    log.exception("%s: maintenance pass failed; retrying at the next interval", view)
+                due[view] = time.monotonic() + (self.project.views[view].maintenance.interval.seconds or 0)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=60)

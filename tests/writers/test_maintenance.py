@@ -1,0 +1,103 @@
+"""Table health for every writer: after many small commits a maintenance pass expires
+snapshots past retention (deleting their files), compacts small files and removes orphans;
+the data, the last epoch and exactly-once are unchanged."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pyarrow as pa
+
+from writers.base import Change, Epoch
+from writers.delta_maintenance import maintain_delta
+from writers.iceberg_maintenance import maintain_iceberg
+from writers.maintenance import MaintenancePolicy
+
+SCHEMA = pa.schema([("k", pa.int64()), ("total", pa.int64())])
+POLICY = MaintenancePolicy(keep_snapshots=1, max_age_ms=1, small_file_bytes=1 << 20, compact_min_files=5, orphan_min_age_ms=0)
+
+
+def table_dir(lake, writer) -> Path:
+    location = writer.table().location() if lake.format == "iceberg" else writer.location
+    return Path(location.removeprefix("file://"))
+
+
+def data_files(root: Path) -> list[Path]:
+    return [p for p in root.rglob("*.parquet") if "_delta_log" not in p.parts]
+
+
+def maintain(lake, writer, progress=None):
+    if lake.format == "iceberg":
+        return maintain_iceberg(writer, POLICY, None, progress)
+    return maintain_delta(writer, POLICY, progress)
+
+
+def test_maintenance_expires_compacts_and_removes_orphans_without_changing_data(lake, unique_name: str) -> None:
+    writer = lake.writer(unique_name)
+    writer.ensure_table(SCHEMA, None, {})
+    for epoch in range(12):
+        writer.commit(Epoch(unique_name, epoch, {"src": epoch}), Change(pa.table({"k": [epoch], "total": [epoch * 10]})))
+    root = table_dir(lake, writer)
+    before_rows = sorted(lake.read(writer).to_pylist(), key=repr)
+    before_files = len(data_files(root))
+    assert before_files >= 12
+    orphan = root / "data" / "left-by-a-crashed-commit.parquet"
+    orphan.parent.mkdir(parents=True, exist_ok=True)
+    orphan.write_bytes(b"not referenced by any snapshot")
+    os.utime(orphan, (time.time() - 60, time.time() - 60))
+
+    messages: list[str] = []
+    report = maintain(lake, writer, messages.append)
+
+    assert report.snapshots_expired >= 8 and report.files_compacted >= 5 and report.orphans_deleted >= 1, report.describe()
+    assert any(m.startswith("compaction:") for m in messages) and any(m.startswith("orphans:") for m in messages)
+    assert not orphan.exists()
+    assert sorted(lake.read(writer).to_pylist(), key=repr) == before_rows
+    assert sorted(lake.read_duckdb(writer)) == sorted((r["k"], r["total"]) for r in before_rows)
+    last = writer.last_commit()
+    assert last is not None and (last.epoch, last.frontier) == (11, {"src": 11})
+
+    # Still exactly once afterwards: a replay is skipped, the next epoch commits.
+    assert writer.commit(Epoch(unique_name, 11, {}), Change(pa.table({"k": [99], "total": [99]}))) is None
+    assert writer.commit(Epoch(unique_name, 12, {"src": 12}), Change(pa.table({"k": [12], "total": [120]}))) is not None
+    time.sleep(1.1)  # the Delta log retention set by the first pass (1 s) has passed
+    maintain(lake, writer)
+    assert lake.read(writer).num_rows == 13
+    assert len(data_files(root)) <= 3, "the small files went once the snapshots holding them expired"
+    assert writer.last_commit().epoch == 12  # type: ignore[union-attr]
+    if lake.format == "iceberg":
+        assert len(writer.table().snapshots()) <= 2  # the newest, plus the newest Lakeview commit
+    else:
+        assert len(writer.table().history()) < 10, "log entries past retention are cleaned up behind a checkpoint"
+
+
+def test_lakeview_maintain_runs_a_pass_with_progress(make_project, catalog_server, unique_name: str, capsys) -> None:
+    from lakeview.cli import main
+    from lakeview.embedded import make_writer
+
+    view = unique_name
+    retention = {"keep_snapshots": 2}
+    maintenance = {"compact_min_files": 3, "orphan_min_age": "1h"}
+    project = make_project(
+        views={view: {"sql": "SELECT order_id, quantity FROM orders", "format": "delta", "namespace": "maint_tests",
+                      "retention": retention, "maintenance": maintenance}}
+    )  # fmt: skip
+    writer = make_writer(project, view, catalog_server.uri)
+    writer.ensure_table(pa.schema([("order_id", pa.int64()), ("quantity", pa.int32())]), None, {})
+    for epoch in range(5):
+        writer.commit(Epoch(view, epoch, {}), Change(pa.table({"order_id": [epoch], "quantity": pa.array([1], pa.int32())})))
+    file = project.root / "lakeview.toml"
+    file.write_text(
+        f'[lake]\nwarehouse = "{project.warehouse_uri}"\ncatalog_store = "{project.catalog_store_url}"\n'
+        f'[server]\nport = {catalog_server.port}\n'
+        f'[sources.orders]\nformat = "json"\npath = "landing"\nschema = "order_id BIGINT, quantity INT"\n'
+        f'[views.{view}]\nsql = "SELECT order_id, quantity FROM orders"\nformat = "delta"\nnamespace = "maint_tests"\n'
+        f'retention = {{ keep_snapshots = 2 }}\nmaintenance = {{ compact_min_files = 3 }}\n'
+    )
+    capsys.readouterr()
+    main(["maintain", view, "-p", str(file)])
+    out = capsys.readouterr().out
+    assert f"{view}: compaction: 5 file(s) -> 1" in out and f"{view}: done:" in out
+    assert writer.table().to_pyarrow_table().num_rows == 5

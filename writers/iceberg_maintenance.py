@@ -1,0 +1,144 @@
+"""Iceberg table health with pyiceberg: expire snapshots (and delete the files only they
+referenced), compact small data files into one ``overwrite`` snapshot, remove orphan files.
+
+Every step commits through the catalog like any writer: a concurrent Lakeview commit makes the
+step's commit fail (409), and the step is redone on the new state, so maintenance never blocks
+or undoes a commit. The snapshot of the newest Lakeview commit is never expired (it carries the
+epoch and frontier exactly-once depends on).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable, Iterable
+
+from pyiceberg.exceptions import CommitFailedException
+from pyiceberg.expressions import AlwaysTrue
+from pyiceberg.io.pyarrow import ArrowScan, _dataframe_to_data_files
+from pyiceberg.table import Table
+from pyiceberg.table.snapshots import Snapshot
+
+from lakeview.errors import CommitConflictError
+from writers.iceberg import IcebergWriter, last_commit_of
+from writers.maintenance import MAINTENANCE, MaintenancePolicy, MaintenanceReport, Progress, filesystem_for, list_files, mtime_ms
+
+log = logging.getLogger("lakeview.writers.iceberg_maintenance")
+MAX_ATTEMPTS = 5
+
+
+def maintain_iceberg(
+    writer: IcebergWriter, policy: MaintenancePolicy, file_io: dict[str, str] | None = None, progress: Progress | None = None
+) -> MaintenanceReport:
+    """One maintenance pass over the writer's table: compact, expire, remove orphans."""
+    say = progress or (lambda message: None)
+    report = MaintenanceReport()
+    # Compact first: the small files it replaces are deleted once their snapshots expire.
+    _retrying(report, lambda: _compact(writer, policy, report, say))
+    _retrying(report, lambda: _expire(writer, policy, report, say))
+    _remove_orphans(writer.table(), policy, file_io, report, say)
+    return report
+
+
+def _retrying(report: MaintenanceReport, step: Callable[[], None]) -> None:
+    for attempt in range(1, MAX_ATTEMPTS + 1):
+        try:
+            step()
+            return
+        except (CommitFailedException, CommitConflictError) as exc:
+            report.attempts += 1
+            log.info("maintenance lost a commit race (attempt %s): %s; redoing on the new state", attempt, exc)
+            time.sleep(min(2.0, 0.1 * 2**attempt))
+    report.notes.append(f"gave up after {MAX_ATTEMPTS} lost commit races; next pass retries")
+
+
+def reachable_files(table: Table, snapshots: Iterable[Snapshot], cache: dict[str, set[str]] | None = None) -> set[str]:
+    """Manifest lists, manifests and live data/delete files of ``snapshots``."""
+    cache = {} if cache is None else cache
+    files: set[str] = set()
+    for snapshot in snapshots:
+        files.add(snapshot.manifest_list)
+        for manifest in snapshot.manifests(table.io):
+            files.add(manifest.manifest_path)
+            if manifest.manifest_path not in cache:
+                entries = manifest.fetch_manifest_entry(table.io, discard_deleted=True)
+                cache[manifest.manifest_path] = {e.data_file.file_path for e in entries}
+            files |= cache[manifest.manifest_path]
+    return files
+
+
+def _expire(writer: IcebergWriter, policy: MaintenancePolicy, report: MaintenanceReport, say: Progress) -> None:
+    table = writer.table()
+    snapshots = sorted(table.snapshots(), key=lambda s: (s.timestamp_ms, s.sequence_number or 0))
+    protected = {s.snapshot_id for s in [table.current_snapshot()] if s is not None}
+    last = last_commit_of(table)
+    if last is not None and last.snapshot_id is not None:
+        protected.add(last.snapshot_id)
+    expired = policy.expired([(s.snapshot_id, s.timestamp_ms) for s in snapshots]) - protected
+    if not expired:
+        say(f"retention: {len(snapshots)} snapshot(s), none to expire")
+        return
+    say(f"retention: expiring {len(expired)} of {len(snapshots)} snapshot(s)")
+    cache: dict[str, set[str]] = {}
+    before = reachable_files(table, [s for s in snapshots if s.snapshot_id in expired], cache)
+    table.maintenance.expire_snapshots().by_ids(sorted(expired)).commit()
+    table = writer.table()
+    # Files of snapshots committed meanwhile descend from the kept ones, so this is safe.
+    live = reachable_files(table, table.snapshots(), cache)
+    doomed = before - live
+    for path in sorted(doomed):
+        table.io.delete(path)
+    report.snapshots_expired += len(expired)
+    report.files_deleted += len(doomed)
+    say(f"retention: deleted {len(doomed)} file(s) only expired snapshots referenced")
+
+
+def _compact(writer: IcebergWriter, policy: MaintenancePolicy, report: MaintenanceReport, say: Progress) -> None:
+    table = writer.table()
+    if table.current_snapshot() is None:
+        return
+    tasks = list(table.scan().plan_files())
+    small = [t for t in tasks if t.file.file_size_in_bytes < policy.small_file_bytes and not t.delete_files]
+    if len(small) < policy.compact_min_files:
+        say(f"compaction: {len(small)} small file(s) of {len(tasks)}, below the threshold of {policy.compact_min_files}")
+        return
+    say(f"compaction: rewriting {len(small)} small file(s)")
+    rows = ArrowScan(
+        table_metadata=table.metadata, io=table.io, projected_schema=table.schema(), row_filter=AlwaysTrue()
+    ).to_table(tasks=small)
+    commit_uuid = uuid.uuid4()
+    written = list(_dataframe_to_data_files(table_metadata=table.metadata, df=rows, io=table.io, write_uuid=commit_uuid))
+    txn = table.transaction()
+    with txn.update_snapshot(snapshot_properties={MAINTENANCE: "compact"}).overwrite(commit_uuid) as snapshot:
+        for task in small:
+            snapshot.delete_data_file(task.file)
+        for data_file in written:
+            snapshot.append_data_file(data_file)
+    txn.commit_transaction()
+    report.files_compacted += len(small)
+    report.files_written += len(written)
+    say(f"compaction: {len(small)} file(s) -> {len(written)}")
+
+
+def _remove_orphans(
+    table: Table, policy: MaintenancePolicy, file_io: dict[str, str] | None, report: MaintenanceReport, say: Progress
+) -> None:
+    referenced = {_bare(p) for p in reachable_files(table, table.snapshots())}
+    referenced.add(_bare(table.metadata_location))
+    referenced |= {_bare(entry.metadata_file) for entry in table.metadata.metadata_log}
+    fs, root = filesystem_for(table.location(), file_io)
+    cutoff = int(time.time() * 1000) - policy.orphan_min_age_ms
+    orphans = [info for info in list_files(fs, root) if _bare(info.path) not in referenced and mtime_ms(info) < cutoff]
+    for info in orphans:
+        fs.delete_file(info.path)
+    report.orphans_deleted += len(orphans)
+    say(f"orphans: deleted {len(orphans)} unreferenced file(s) older than {policy.orphan_min_age_ms // 1000}s")
+
+
+def _bare(path: str) -> str:
+    """A path without its scheme, comparable across pyiceberg's and pyarrow's spellings."""
+    for prefix in ("file://", "s3://", "s3a://"):
+        if path.startswith(prefix):
+            return path[len(prefix):]
+    return path
