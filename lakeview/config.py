@@ -126,12 +126,34 @@ class ServerConfig(_Strict):
     # A non-loopback host is only valid with [auth] mode = "oauth2": see _check_auth.
 
 
+class ChangeFeedConfig(_Strict):
+    """A source whose rows are changes: an operation column mapped to insert/update/delete.
+
+    Each row is the row's new image (a delete needs only the key). Lakeview keeps the current
+    row per key (a state table) to retract the old image of an update or delete.
+    """
+
+    operation: str = Field(description="column holding the operation")
+    key: list[str] = Field(min_length=1, description="columns identifying a row of the source")
+    sequence: str = Field(description="column ordering the changes of one key (e.g. an LSN or a timestamp)")
+    insert: list[str] = Field(default_factory=lambda: ["insert", "i", "c", "r"], description="operation values meaning insert")
+    update: list[str] = Field(default_factory=lambda: ["update", "u"], description="operation values meaning update")
+    delete: list[str] = Field(default_factory=lambda: ["delete", "d"], description="operation values meaning delete")
+
+
+class NewColumns(str, Enum):
+    IGNORE = "ignore"
+
+
 class SourceConfig(_Strict):
     """A landing directory where files of one format arrive."""
 
     format: SourceFormat
     path: str
     schema_: str = Field(alias="schema", description="Spark DDL, e.g. 'id BIGINT, name STRING'")
+    changes: ChangeFeedConfig | None = Field(None, description="the source is a change feed (CDC)")
+    required: list[str] = Field(default_factory=list, description="columns a row must have (else quarantined)")
+    new_columns: NewColumns = Field(NewColumns.IGNORE, description="what to do with input columns not in the schema")
 
     @field_validator("schema_")
     @classmethod
@@ -144,6 +166,7 @@ class SourceConfig(_Strict):
 
 class ViewConfig(_Strict):
     sql: str
+    dialect: str = Field("spark", description="dialect of sql: spark, duckdb or trino (transpiled to Spark SQL)")
     format: TableFormat = TableFormat.ICEBERG
     cadence: Cadence = Field(default_factory=lambda: parse_cadence("1m"))
     namespace: str = "default"
@@ -329,9 +352,14 @@ def _check_views(config: ProjectConfig) -> None:
             check_inline_view(config, name)
             continue
         try:
-            plan = plan_view(name, view.sql)
+            plan = plan_view(name, view.sql, view.dialect)
         except UnsupportedSQLError as exc:
             raise ConfigError(config.file, f"views.{name}.sql", str(exc)) from None
+        from lakeview.changefeed import check_view_over_sources
+
+        problem = check_view_over_sources(plan, config)
+        if problem:
+            raise ConfigError(config.file, f"views.{name}.sql", problem)
         for source in plan.sources:
             if source not in config.sources:
                 known = ", ".join(sorted(config.sources)) or "none declared"
@@ -384,7 +412,7 @@ def _model_at(loc: list[str]) -> type[BaseModel]:
     if loc[0] in models:
         return models[loc[0]]
     if loc[0] == "sources":
-        return SourceConfig
+        return ChangeFeedConfig if len(loc) == 3 and loc[2] == "changes" else SourceConfig
     if loc[0] == "views":
         return ViewConfig
     return ProjectConfig
