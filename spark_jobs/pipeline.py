@@ -1,10 +1,13 @@
 """One Spark Structured Streaming query per view.
 
-Each trigger (the view's cadence) reads only the files that arrived since the last trigger,
-runs the view's SQL over that batch (its delta), and hands the delta to the writer through
-the incremental plan. Exactly once: every commit records the Spark batch id (the epoch);
-a replayed batch whose epoch the table already has is skipped, and Spark's checkpoint
-replays any batch whose commit it did not record.
+Each trigger (the view's cadence) reads only the files that arrived since the last trigger.
+Malformed rows are set aside (:mod:`spark_jobs.quarantine`); Spark then computes what is
+proportional to the batch: the view's SQL over it (self-mergeable views), the weighted state
+deltas (keyed aggregates), or a change feed's newest change per key. A
+:class:`~lakeview.maintain.ViewMaintainer` looks up state by touched key, merges in DuckDB
+and commits. Exactly once: every commit records the Spark batch id (the epoch); each table
+applies an epoch at most once, and Spark's checkpoint replays any batch it did not record
+as done.
 """
 
 from __future__ import annotations
@@ -17,11 +20,15 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
+from lakeview.changefeed import OP, latest_sql, mirror_table_name, operation_sql
 from lakeview.config import ProjectConfig, SourceFormat
 from lakeview.errors import WriterError
-from lakeview.ivm import change_for
-from lakeview.plan import plan_view
+from lakeview.ivm import state_table_names
+from lakeview.maintain import ViewMaintainer
+from lakeview.plan import WEIGHT, KeyedAggregatePlan, plan_view
 from lakeview.source_log import batch_files
+from spark_jobs import faults
+from spark_jobs.quarantine import CORRUPT, FILE, Quarantine
 from writers.base import CommitRecord, Epoch, SnapshotWriter
 
 if TYPE_CHECKING:
@@ -41,15 +48,21 @@ class ViewPipeline:
         view: str,
         writer: SnapshotWriter,
         on_commit: Callable[[CommitRecord], None] | None = None,
+        state_writer: Callable[[str], SnapshotWriter] | None = None,
     ) -> None:
         self.spark = spark
         self.project = project
         self.view = view
         self.config = project.views[view]
-        self.plan = plan_view(view, self.config.sql)
+        self.plan = plan_view(view, self.config.sql, self.config.dialect)
         self.writer = writer
         self.on_commit = on_commit
         self.checkpoint = project.checkpoint_path(view)
+        self.source_config = project.sources[self.plan.sources[0]]
+        self.feed = self.source_config.changes
+        self._state_writer = state_writer or self._iceberg_state_writer
+        self.maintainer = ViewMaintainer(plan=self.plan, view=writer, feed=self.feed)
+        self.quarantine = Quarantine(project, self.source, view)
         self._last_epoch: int | None = None
 
     @property
@@ -59,40 +72,73 @@ class ViewPipeline:
     def _temp_name(self, suffix: str = "") -> str:
         return f"__lv_{self.view}_{self.source}{suffix}"
 
-    def output_schema(self) -> pa.Schema:
-        """The view's columns, from Spark's analysis of its SQL over the source schema."""
+    def _iceberg_state_writer(self, name: str) -> SnapshotWriter:
+        """A state table next to the view's, through the same catalog."""
+        catalog = getattr(self.writer, "catalog", None)
+        if catalog is None:
+            raise WriterError(f"{self.view}: its SQL needs state tables, which are kept in Iceberg; use format = 'iceberg'")
+        from writers.iceberg import IcebergWriter
+
+        return IcebergWriter(catalog, self.config.namespace, name)
+
+    def _schema_of(self, sql_for: Callable[[str], str], weighted: bool = False) -> pa.Schema:
+        """Spark's result schema of some SQL over an empty batch of the source."""
+        from pyspark.sql import functions as F
         from pyspark.sql.pandas.types import to_arrow_schema
 
-        source = self.project.sources[self.source]
-        empty = self.spark.createDataFrame([], schema=source.schema_)
+        empty = self.spark.createDataFrame([], schema=self.source_config.schema_)
+        if weighted:
+            empty = empty.withColumn(WEIGHT, F.lit(1).cast("int"))
         empty.createOrReplaceTempView(self._temp_name("_schema"))
-        struct = self.spark.sql(self.plan.batch_sql({self.source: self._temp_name("_schema")})).schema
-        return to_arrow_schema(struct)
+        return to_arrow_schema(self.spark.sql(sql_for(self._temp_name("_schema"))).schema)
+
+    def output_schema(self) -> pa.Schema:
+        """The view's columns, from Spark's analysis of its SQL over the source schema."""
+        return self._schema_of(lambda rel: self.plan.batch_sql({self.source: rel}))
 
     def prepare(self) -> None:
-        """Create the view's table and reconcile Spark's checkpoint with the table's last epoch."""
+        """Create the view's (and its state) tables and reconcile Spark's checkpoint with them."""
         self.project.source_path(self.source).mkdir(parents=True, exist_ok=True)
         properties = {"lakeview.sql": self.config.sql, "lakeview.cadence": str(self.config.cadence)}
-        self.writer.ensure_table(self.output_schema(), self.plan.key, properties)
-        last = self.writer.last_commit()
+        m = self.maintainer
+        self.writer.ensure_table(self.output_schema(), m.view_key, properties)
+        owned = {"lakeview.state-of": self.view}
+        if isinstance(self.plan, KeyedAggregatePlan) and not m.view_is_state:
+            plan = self.plan
+            schemas = [self._schema_of(lambda rel: plan.group_delta_sql(rel), weighted=True)]
+            schemas += [self._schema_of(lambda rel, i=i: plan.multiset_delta_sql(i, rel), weighted=True) for i in range(len(plan.multisets))]
+            m.state = [self._state_writer(name) for name in state_table_names(self.view, plan)]
+            m.state_schemas = schemas
+            for i, (writer, schema) in enumerate(zip(m.state, schemas)):
+                key = plan.keys if i == 0 else (*plan.keys, "__lv_v")
+                writer.ensure_table(schema, key, owned)
+        if self.feed is not None:
+            source_schema = self._schema_of(lambda rel: f"SELECT * FROM {rel}")
+            m.mirror = self._state_writer(mirror_table_name(self.view))
+            m.mirror.ensure_table(source_schema, tuple(self.feed.key), owned)
+            m.source_columns = source_schema.names
+        last = m.last_epoch()
         has_progress = (self.checkpoint / "commits").exists() and any((self.checkpoint / "commits").iterdir())
         if last is None and has_progress:
             log.warning("%s: the table has no commits but a checkpoint exists; starting over", self.view)
             shutil.rmtree(self.checkpoint)
         elif last is not None and not (self.checkpoint / "offsets").exists():
             raise WriterError(
-                f"{self.view}: the table is at epoch {last.epoch} but Spark's checkpoint {self.checkpoint} is "
+                f"{self.view}: the table is at epoch {last} but Spark's checkpoint {self.checkpoint} is "
                 "missing, so the sources' positions are unknown; drop the view's table to rebuild it"
             )
-        self._last_epoch = last.epoch if last else None
+        self._last_epoch = self.writer.last_commit().epoch if m.view_is_state and self.writer.last_commit() else None
 
     def start(self, available_now: bool = False) -> StreamingQuery:
         """Start the streaming query (``available_now``: process what has landed, then stop)."""
-        source = self.project.sources[self.source]
-        reader = self.spark.readStream.format(source.format.reader_format).schema(source.schema_)
+        source = self.source_config
+        reader = self.spark.readStream.format(source.format.reader_format).schema(self.quarantine.read_schema())
         if source.format is SourceFormat.CSV:
             reader = reader.option("header", "true")
-        stream = reader.load(str(self.project.source_path(self.source)))
+        if source.format.reader_format in ("json", "csv"):
+            reader = reader.option("mode", "PERMISSIVE").option("columnNameOfCorruptRecord", CORRUPT)
+        stream = reader.load(str(self.project.source_path(self.source))).selectExpr("*", f"_metadata.file_path AS {FILE}")
+        faults.install(self)
         writer = (
             stream.writeStream.queryName(f"lakeview_{self.view}")
             .option("checkpointLocation", str(self.checkpoint))
@@ -105,20 +151,50 @@ class ViewPipeline:
         return writer.start()
 
     def _process(self, batch: DataFrame, epoch_id: int) -> None:
+        # Views kept in one table skip a replayed epoch here; views with state tables let
+        # each table skip it (a crash may have left some of them committed).
         if self._last_epoch is not None and epoch_id <= self._last_epoch:
             log.info("%s: epoch %s already in the table; skipping the replay", self.view, epoch_id)
             return
-        batch.createOrReplaceTempView(self._temp_name())
-        delta_df = batch.sparkSession.sql(self.plan.batch_sql({self.source: self._temp_name()}))
-        delta = collect_arrow(delta_df)
-        frontier, newest_ms = self._frontier(epoch_id)
-        epoch = Epoch(view=self.view, number=epoch_id, frontier=frontier, rows_in=batch.count(), newest_input_ms=newest_ms)
-        record = self.writer.commit(epoch, change_for(self.plan, delta, self.writer))
-        self._last_epoch = epoch_id
+        faults.point("reading", epoch_id)
+        batch = batch.persist()
+        try:
+            record = self._process_batch(batch, epoch_id)
+        finally:
+            batch.unpersist()
+        faults.point("after_commit", epoch_id)
+        if self.maintainer.view_is_state:
+            self._last_epoch = epoch_id
         if record is not None:
             log.info("%s: committed epoch %s as snapshot %s", self.view, epoch_id, record.snapshot_id)
             if self.on_commit is not None:
                 self.on_commit(record)
+
+    def _process_batch(self, batch: DataFrame, epoch_id: int) -> CommitRecord | None:
+        spark = batch.sparkSession
+        if self.feed is not None:
+            batch = batch.selectExpr("*", f"{operation_sql(self.feed)} AS {OP}")
+        good, quarantined = self.quarantine.split(batch, epoch_id, operation=OP if self.feed is not None else None)
+        good = good.drop(CORRUPT, FILE)
+        frontier, newest_ms = self._frontier(epoch_id)
+        epoch = Epoch(view=self.view, number=epoch_id, frontier=frontier, rows_in=good.count(), newest_input_ms=newest_ms,
+                      rows_quarantined=quarantined)
+        faults.current_epoch = epoch_id
+        m = self.maintainer
+        if self.feed is not None:
+            good.createOrReplaceTempView(self._temp_name("_changes"))
+            latest = spark.sql(latest_sql(self.feed, self._temp_name("_changes"))).drop("__lv_rn")
+            return m.apply_changes(epoch, collect_arrow(latest))
+        if m.view_is_state:
+            good.createOrReplaceTempView(self._temp_name())
+            return m.apply_view_delta(epoch, collect_arrow(spark.sql(self.plan.batch_sql({self.source: self._temp_name()}))))
+        assert isinstance(self.plan, KeyedAggregatePlan)
+        from pyspark.sql import functions as F
+
+        good.withColumn(WEIGHT, F.lit(1).cast("int")).createOrReplaceTempView(self._temp_name())
+        group = collect_arrow(spark.sql(self.plan.group_delta_sql(self._temp_name())))
+        values = [collect_arrow(spark.sql(self.plan.multiset_delta_sql(i, self._temp_name()))) for i in range(len(self.plan.multisets))]
+        return m.apply_state_deltas(epoch, group, values)
 
     def _frontier(self, epoch_id: int) -> tuple[dict[str, object], int | None]:
         """The source position this epoch reaches (Spark's offset log) and the newest input's

@@ -31,6 +31,7 @@ class Epoch:
     frontier: dict[str, Any]
     rows_in: int = 0
     newest_input_ms: int | None = None
+    rows_quarantined: int = 0  # malformed input rows set aside this epoch (not in rows_in)
 
 
 @dataclass(frozen=True)
@@ -92,6 +93,8 @@ class CommitRecord:
         }
         if epoch.newest_input_ms is not None:
             props[LAG_MS] = str(max(0, now - epoch.newest_input_ms))
+        if epoch.rows_quarantined:
+            props["lakeview.rows-quarantined"] = str(epoch.rows_quarantined)
         return props
 
     @classmethod

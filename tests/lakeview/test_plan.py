@@ -17,7 +17,7 @@ from lakeview.plan import AggregateFunction, plan_view
 def test_group_by_is_keyed_aggregate() -> None:
     plan = plan_view("v", "SELECT product_id, SUM(quantity) AS total, COUNT(*) AS n FROM orders GROUP BY product_id")
     assert plan.is_keyed_aggregate and plan.keys == ("product_id",) and plan.sources == ("orders",)
-    assert [a.function for a in plan.aggregates] == [AggregateFunction.SUM, AggregateFunction.COUNT]
+    assert [a.function for a in plan.aggregates] == [AggregateFunction.SUM, AggregateFunction.COUNT_STAR]
 
 
 def test_projection_is_append() -> None:
@@ -34,16 +34,19 @@ def test_batch_sql_reads_the_batch_relation() -> None:
 @pytest.mark.parametrize(
     ("sql", "message"),
     [
-        ("SELECT a FROM s JOIN t ON s.a = t.a", "JOIN is not supported yet"),
+        ("SELECT a FROM s\nJOIN t ON s.a = t.a", "JOIN is not supported yet (line 2); nearest supported form"),
         ("SELECT a, SUM(b) FROM s GROUP BY a", "give 'SUM(b)' a column name"),
-        ("SELECT a, AVG(b) AS x FROM s GROUP BY a", "only plain SUM, COUNT, MIN, MAX"),
-        ("SELECT a, b, SUM(c) AS x FROM s GROUP BY a", "'b' is neither aggregated nor in GROUP BY"),
+        ("SELECT a,\n  STDDEV(b) AS x FROM s GROUP BY a", "aggregate STDDEV is not supported (line 2); nearest supported form: SUM, COUNT"),
+        ("SELECT a, b, SUM(c) AS x FROM s GROUP BY a", "'b' is neither aggregated nor in GROUP BY (line 1)"),
         ("SELECT SUM(c) AS x FROM s GROUP BY a", "GROUP BY 'a' must also be selected"),
-        ("SELECT a, COUNT(DISTINCT b) AS x FROM s GROUP BY a", "DISTINCT aggregates"),
-        ("SELECT * FROM s ORDER BY a", "ORDER BY is not supported yet"),
+        ("SELECT SUM(c) AS x FROM s", "aggregate without GROUP BY"),
+        ("SELECT a, COUNT(DISTINCT b, c) AS x FROM s GROUP BY a", "only COUNT(DISTINCT one_expression)"),
+        ("SELECT * FROM s\nORDER BY a", "ORDER BY is not supported yet (line 2)"),
         ("SELECT a, ROW_NUMBER() OVER (ORDER BY a) AS r FROM s", "window functions"),
         ("SELECT a FROM s WHERE a IN (SELECT b FROM t)", "subqueries"),
         ("SELECT a, rand() AS r FROM s", "non-deterministic"),
+        ("SELECT a FROM s UNION ALL SELECT a FROM t", "UNION ALL is not supported yet"),
+        ("SELECT a, COUNT(*) AS n FROM s GROUP BY a, window(ts, '5 minutes')", "window() is not supported yet"),
         ("DELETE FROM s", "expected a SELECT statement"),
         ("SELEC a FROM s", "cannot parse SQL"),
         ("SELECT a FROM db.s", "without a qualifier"),
@@ -90,3 +93,19 @@ def test_merging_batch_aggregates_equals_recompute(batches: list[list[tuple]]) -
         untouched = [r for r in state.to_pylist() if r["k"] not in {d["k"] for d in delta.to_pylist()}]
         state = pa.concat_tables([pa.Table.from_pylist(untouched, schema=merged.schema), merged.cast(merged.schema)])
         assert _as_set(state) == _as_set(_run(VIEW_SQL, _table(seen)))
+
+
+def test_supported_classes_plan_their_state() -> None:
+    plan = plan_view(
+        "v",
+        "SELECT k, AVG(x) AS a, MIN(x) AS lo, COUNT(DISTINCT y) AS d, SUM(x) / COUNT(*) AS r FROM s GROUP BY k HAVING MAX(x) > 1",
+    )
+    assert plan.is_keyed_aggregate and not plan.self_mergeable
+    assert plan.multisets == ("x", "y")  # MIN and MAX share the multiset of x
+    distinct = plan_view("v", "SELECT DISTINCT a, b FROM s WHERE b > 0")
+    assert distinct.is_keyed_aggregate and distinct.keys == ("a", "b") and distinct.self_mergeable
+
+
+def test_view_in_duckdb_dialect_is_transpiled() -> None:
+    plan = plan_view("v", "SELECT k, SUM(x) AS s FROM s WHERE x::INTEGER > 1 GROUP BY k", dialect="duckdb")
+    assert "CAST(x AS INT)" in plan.sql and plan.keys == ("k",)

@@ -1,0 +1,101 @@
+"""One view's epoch, from a batch's delta to committed tables (no Spark here).
+
+The Spark pipeline computes what is proportional to the batch (the view's SQL over the batch,
+or a change feed's newest change per key) and hands it to a :class:`ViewMaintainer`, which
+looks up state by touched key, merges in DuckDB and commits. Tests drive the same class with
+DuckDB standing in for Spark's part.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import duckdb
+import pyarrow as pa
+
+from lakeview.changefeed import normalize
+from lakeview.config import ChangeFeedConfig
+from lakeview.ivm import ViewStores, apply_epoch, change_for, keyed_append_change
+from lakeview.plan import AppendPlan, KeyedAggregatePlan
+from writers.base import CommitRecord, Epoch, SnapshotWriter
+
+
+@dataclass
+class ViewMaintainer:
+    """How one view is kept: its plan, its table, its state tables and (change feeds) its mirror."""
+
+    plan: AppendPlan | KeyedAggregatePlan
+    view: SnapshotWriter
+    state: list[SnapshotWriter] = field(default_factory=list)  # group state, then multisets
+    feed: ChangeFeedConfig | None = None
+    mirror: SnapshotWriter | None = None
+    source_columns: list[str] = field(default_factory=list)
+    state_schemas: list[pa.Schema] | None = None  # to cast DuckDB-computed deltas to (Spark's types)
+
+    @property
+    def view_is_state(self) -> bool:
+        """The view's own rows are its whole state (append-only input, self-mergeable SQL)."""
+        if self.plan.is_append:
+            return self.feed is None
+        assert isinstance(self.plan, KeyedAggregatePlan)
+        return self.plan.view_is_state(append_only=self.feed is None)
+
+    @property
+    def view_key(self) -> tuple[str, ...] | None:
+        if self.plan.is_append and self.feed is not None:
+            return tuple(self.feed.key)
+        return self.plan.key
+
+    def tables(self) -> list[SnapshotWriter]:
+        return [self.view, *self.state, *([self.mirror] if self.mirror else [])]
+
+    def last_epoch(self) -> int | None:
+        """The newest epoch any of the view's tables has (None: nothing committed yet)."""
+        epochs = [r.epoch for w in self.tables() if (r := w.last_commit()) is not None]
+        return max(epochs) if epochs else None
+
+    # --- append-only sources: deltas computed by Spark ---------------------------------
+    def apply_view_delta(self, epoch: Epoch, delta: pa.Table) -> CommitRecord | None:
+        """Self-mergeable views: the batch's result merges into the stored view rows."""
+        return self.view.commit(epoch, change_for(self.plan, delta, self.view))
+
+    def apply_state_deltas(self, epoch: Epoch, group_delta: pa.Table, multiset_deltas: list[pa.Table]) -> CommitRecord | None:
+        assert isinstance(self.plan, KeyedAggregatePlan)
+        stores = ViewStores(view=self.view, groups=self.state[0], multisets=self.state[1:])
+        return apply_epoch(self.plan, epoch, self._cast(0, group_delta), [self._cast(i + 1, d) for i, d in enumerate(multiset_deltas)], stores)
+
+    # --- change feeds: the newest change per key, weights applied here ------------------
+    def apply_changes(self, epoch: Epoch, latest: pa.Table) -> CommitRecord | None:
+        """Turn the batch's newest change per key into a Z-set against the mirror, maintain
+        the view with it, then commit the mirror (last, so a replay still finds old images)."""
+        assert self.feed is not None and self.mirror is not None
+        if latest.num_rows == 0:
+            return None
+        keys = latest.select(list(self.feed.key))
+        mirror_done = (last := self.mirror.last_commit()) is not None and last.epoch >= epoch.number
+        if mirror_done:
+            return None  # the mirror is committed last: the epoch is complete
+        zset, mirror_change = normalize(latest, self.mirror.lookup(keys), self.feed, self.source_columns)
+        record = self.apply_zset(epoch, zset)
+        self.mirror.commit(epoch, mirror_change)
+        return record
+
+    def apply_zset(self, epoch: Epoch, zset: pa.Table) -> CommitRecord | None:
+        con = duckdb.connect()
+        try:
+            con.register("z", zset)
+            if isinstance(self.plan, AppendPlan):
+                weighted = con.execute(self.plan.weighted_sql("z", "duckdb")).to_arrow_table()
+                assert self.feed is not None
+                return self.view.commit(epoch, keyed_append_change(self.plan, tuple(self.feed.key), weighted))
+            group = con.execute(self.plan.group_delta_sql("z", "duckdb")).to_arrow_table()
+            multisets = [con.execute(self.plan.multiset_delta_sql(i, "z", "duckdb")).to_arrow_table() for i in range(len(self.plan.multisets))]
+        finally:
+            con.close()
+        return self.apply_state_deltas(epoch, group, multisets)
+
+    def _cast(self, index: int, table: pa.Table) -> pa.Table:
+        if not self.state_schemas:
+            return table
+        schema = self.state_schemas[index]
+        return table.select(schema.names).cast(schema)

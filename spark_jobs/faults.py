@@ -1,0 +1,49 @@
+"""Fault points for crash tests: ``LAKEVIEW_FAULT=<point>:<epoch>`` kills the process (SIGKILL)
+when the pipeline reaches that point of that epoch. Unset (always, outside tests): no effect.
+
+Points: ``reading`` (the batch is planned, nothing committed), ``before_view_commit`` (state
+tables committed and the view's data files written, before the catalog commit of the view's
+snapshot), ``after_commit`` (every table committed, before Spark records the batch as done).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from spark_jobs.pipeline import ViewPipeline
+
+ENV = "LAKEVIEW_FAULT"
+current_epoch: int | None = None
+
+
+def _configured() -> tuple[str, int] | None:
+    value = os.environ.get(ENV)
+    if not value:
+        return None
+    point, _, epoch = value.partition(":")
+    return point, int(epoch or 0)
+
+
+def point(name: str, epoch: int | None) -> None:
+    """Kill this process if ``LAKEVIEW_FAULT`` names this point and epoch."""
+    if _configured() == (name, epoch):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def install(pipeline: ViewPipeline) -> None:
+    """Hook ``before_view_commit`` into the catalog commit of the view's table."""
+    configured = _configured()
+    catalog = getattr(pipeline.writer, "catalog", None)
+    if configured is None or configured[0] != "before_view_commit" or catalog is None:
+        return
+    original = catalog.commit_table
+
+    def commit_table(table: Any, *args: Any, **kwargs: Any) -> Any:
+        if tuple(table.name())[-1] == pipeline.view:
+            point("before_view_commit", current_epoch)
+        return original(table, *args, **kwargs)
+
+    catalog.commit_table = commit_table
