@@ -15,6 +15,7 @@ import sqlglot
 
 from lakeview.config import ProjectConfig, SourceFormat
 from lakeview.duck import connect
+from lakeview.changefeed import operation_sql
 from lakeview.plan import plan_view
 from lakeview.schema import duckdb_columns
 
@@ -27,8 +28,15 @@ def landed_files(directory: Path) -> list[Path]:
 
 
 def recompute(project: ProjectConfig, view: str, files: list[Path] | None = None) -> pa.Table:
-    """The view's full result over ``files`` (default: every landed file of its source)."""
-    plan = plan_view(view, project.views[view].sql)
+    """The view's full result over ``files`` (default: every landed file of its source).
+
+    Rows the pipeline quarantines are left out the same way (JSON lines that do not parse or
+    whose values do not fit the schema, rows missing a required column, change rows with an
+    unknown operation); a change feed is first reduced to its current rows (the newest change
+    per key by the sequence column; deleted keys dropped).
+    """
+    config = project.views[view]
+    plan = plan_view(view, config.sql, config.dialect)
     source_name = plan.sources[0]
     source = project.sources[source_name]
     files = landed_files(project.source_path(source_name)) if files is None else files
@@ -39,17 +47,48 @@ def recompute(project: ProjectConfig, view: str, files: list[Path] | None = None
             cols = ", ".join(f'NULL::{t} AS "{n}"' for n, t in columns.items())
             relation = f"SELECT {cols} WHERE FALSE"
         else:
-            paths = "[" + ", ".join(f"'{p}'" for p in files) + "]"
-            spec = "{" + ", ".join(f"'{n}': '{t}'" for n, t in columns.items()) + "}"
-            relation = {
-                SourceFormat.JSON: f"SELECT * FROM read_json({paths}, columns={spec}, format='newline_delimited')",
-                SourceFormat.CSV: f"SELECT * FROM read_csv({paths}, columns={spec}, header=true)",
-                SourceFormat.PARQUET: f"SELECT {', '.join(chr(34) + n + chr(34) for n in columns)} FROM read_parquet({paths})",
-            }[SourceFormat(source.format.reader_format)]
+            relation = _read(SourceFormat(source.format.reader_format), files, columns)
+        good = [f'"{c}" IS NOT NULL' for c in source.required]
+        if source.changes is not None:
+            feed = source.changes
+            op = _duck(operation_sql(feed))
+            good.append(f"({op}) IS NOT NULL")
+            keys = ", ".join(f'"{k}"' for k in feed.key)
+            names = ", ".join(f'"{n}"' for n in columns)
+            relation = (
+                f"SELECT {names} FROM (SELECT *, {op} AS __lv_op, ROW_NUMBER() OVER (PARTITION BY {keys} ORDER BY "
+                f'"{feed.sequence}" DESC) AS __lv_rn FROM ({relation}) WHERE {" AND ".join(good)}) '
+                f"WHERE __lv_rn = 1 AND __lv_op <> 'delete'"
+            )
+        elif good:
+            relation = f"SELECT * FROM ({relation}) WHERE {' AND '.join(good)}"
         con.execute(f'CREATE TEMP VIEW "{source_name}" AS {relation}')
-        return con.execute(sqlglot.transpile(plan.sql, read="spark", write="duckdb")[0]).to_arrow_table()
+        return con.execute(_duck(plan.sql)).to_arrow_table()
     finally:
         con.close()
+
+
+def _duck(spark_sql: str) -> str:
+    return sqlglot.transpile(spark_sql, read="spark", write="duckdb")[0]
+
+
+def _read(fmt: SourceFormat, files: list[Path], columns: dict[str, str]) -> str:
+    """DuckDB SQL reading the files as the pipeline does, without the rows it quarantines."""
+    paths = "[" + ", ".join(f"'{p}'" for p in files) + "]"
+    if fmt is SourceFormat.JSON:
+        # Line by line, like Spark's PERMISSIVE reader: a line that is not JSON, or a present
+        # value that does not cast to its column's type, makes the row malformed.
+        values = ", ".join(f"TRY_CAST(j->>'{n}' AS {t}) AS \"{n}\"" for n, t in columns.items())
+        bad = " OR ".join(f"(j->>'{n}' IS NOT NULL AND TRY_CAST(j->>'{n}' AS {t}) IS NULL)" for n, t in columns.items())
+        lines = (
+            f"SELECT unnest(string_split(content, chr(10))) AS line FROM read_text({paths})"
+        )
+        parsed = f"SELECT CAST(line AS JSON) AS j FROM ({lines}) WHERE trim(line) <> '' AND json_valid(line) AND json_type(CAST(line AS JSON)) = 'OBJECT'"
+        return f"SELECT {values} FROM ({parsed}) WHERE NOT ({bad})"
+    spec = "{" + ", ".join(f"'{n}': '{t}'" for n, t in columns.items()) + "}"
+    if fmt is SourceFormat.CSV:
+        return f"SELECT * FROM read_csv({paths}, columns={spec}, header=true, ignore_errors=true)"
+    return f"SELECT {', '.join(chr(34) + n + chr(34) for n in columns)} FROM read_parquet({paths})"
 
 
 @dataclass(frozen=True)
