@@ -22,6 +22,11 @@ LAG_MS = "lakeview.lag-ms"
 COMMITTED_AT = "lakeview.committed-at-ms"
 
 
+def backoff_s(attempt: int) -> float:
+    """Wait before retry ``attempt`` (1-based): 0.1 s doubling to at most 5 s (about 20 s over 8 attempts)."""
+    return min(5.0, 0.1 * 2**attempt)
+
+
 @dataclass(frozen=True)
 class Epoch:
     """One Spark micro-batch of one view: its id and the source positions it reaches."""

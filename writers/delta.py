@@ -21,10 +21,10 @@ from deltalake.exceptions import CommitFailedError, DeltaError, DeltaProtocolErr
 
 from lakeview.errors import CommitConflictError, WriterError
 from writers.arrow_ops import rows_with_keys, rows_without_keys
-from writers.base import Change, CommitRecord, Epoch, SnapshotWriter
+from writers.base import Change, CommitRecord, Epoch, SnapshotWriter, backoff_s
 
 log = logging.getLogger("lakeview.writers.delta")
-MAX_ATTEMPTS = 5
+MAX_ATTEMPTS = 8
 OP = "__lakeview_op"  # the operation column of a merge source: 'u' upsert, 'd' delete
 KEY_PROPERTY = "lakeview.key"
 HISTORY_PAGE = 100
@@ -112,14 +112,14 @@ class DeltaWriter(SnapshotWriter):
 
     def commit(self, epoch: Epoch, change: Change) -> CommitRecord | None:
         for attempt in range(1, MAX_ATTEMPTS + 1):
-            table = self.table()
-            done = table.transaction_version(epoch.view)
-            if done is not None and epoch.number <= done:
-                log.info("%s: epoch %s already committed (last %s); skipping", epoch.view, epoch.number, done)
-                return None
-            if change.is_empty:
-                return None
             try:
+                table = self.table()
+                done = table.transaction_version(epoch.view)
+                if done is not None and epoch.number <= done:
+                    log.info("%s: epoch %s already committed (last %s); skipping", epoch.view, epoch.number, done)
+                    return None
+                if change.is_empty:
+                    return None
                 return self._commit_once(table, epoch, change)
             except CommitFailedError as exc:
                 log.warning("%s: commit of epoch %s lost a race (attempt %s): %s", epoch.view, epoch.number, attempt, exc)
@@ -131,7 +131,7 @@ class DeltaWriter(SnapshotWriter):
                 log.warning("%s: commit of epoch %s failed (attempt %s): %s", epoch.view, epoch.number, attempt, exc)
                 if attempt == MAX_ATTEMPTS:
                     raise WriterError(f"{epoch.view}: epoch {epoch.number} failed {MAX_ATTEMPTS} times: {exc}") from exc
-            time.sleep(min(2.0, 0.05 * 2**attempt))
+            time.sleep(backoff_s(attempt))
         raise CommitConflictError(f"{epoch.view}: epoch {epoch.number} lost {MAX_ATTEMPTS} commit races in a row")
 
     def _commit_once(self, table: DeltaTable, epoch: Epoch, change: Change) -> CommitRecord:

@@ -14,17 +14,23 @@ import uuid
 
 import pyarrow as pa
 from pyiceberg.catalog import Catalog
-from pyiceberg.exceptions import CommitFailedException, NamespaceAlreadyExistsError, NoSuchTableError
+from pyiceberg.exceptions import (
+    CommitFailedException,
+    CommitStateUnknownException,
+    NamespaceAlreadyExistsError,
+    NoSuchTableError,
+    ServerError,
+)
 from pyiceberg.expressions import AlwaysTrue, And, BooleanExpression, In, IsNull, Or
 from pyiceberg.io.pyarrow import ArrowScan, _dataframe_to_data_files
 from pyiceberg.table import Table
 
 from lakeview.errors import CommitConflictError, WriterError
 from writers.arrow_ops import rows_with_keys, rows_without_keys
-from writers.base import Change, CommitRecord, Epoch, SnapshotWriter
+from writers.base import Change, CommitRecord, Epoch, SnapshotWriter, backoff_s
 
 log = logging.getLogger("lakeview.writers.iceberg")
-MAX_ATTEMPTS = 5
+MAX_ATTEMPTS = 8
 
 
 def last_commit_of(table: Table) -> CommitRecord | None:
@@ -73,18 +79,24 @@ class IcebergWriter(SnapshotWriter):
 
     def commit(self, epoch: Epoch, change: Change) -> CommitRecord | None:
         for attempt in range(1, MAX_ATTEMPTS + 1):
-            table = self.table()
-            last = last_commit_of(table)
-            if last is not None and epoch.number <= last.epoch:
-                log.info("%s: epoch %s already committed (last %s); skipping", epoch.view, epoch.number, last.epoch)
-                return None
-            if change.is_empty:
-                return None
             try:
+                table = self.table()
+                last = last_commit_of(table)
+                if last is not None and epoch.number <= last.epoch:
+                    log.info("%s: epoch %s already committed (last %s); skipping", epoch.view, epoch.number, last.epoch)
+                    return None
+                if change.is_empty:
+                    return None
                 return self._commit_once(table, epoch, change)
             except CommitFailedException as exc:
                 log.warning("%s: commit of epoch %s lost a race (attempt %s): %s", epoch.view, epoch.number, attempt, exc)
-                time.sleep(min(2.0, 0.05 * 2**attempt))
+            except (OSError, CommitStateUnknownException, ServerError) as exc:
+                # Storage or catalog failure: the pointer did not move (or, if it did, the epoch
+                # check above skips the retry). Files written by the failed attempt are orphans.
+                log.warning("%s: commit of epoch %s failed (attempt %s): %s", epoch.view, epoch.number, attempt, exc)
+                if attempt == MAX_ATTEMPTS:
+                    raise WriterError(f"{epoch.view}: epoch {epoch.number} failed {MAX_ATTEMPTS} times: {exc}") from exc
+            time.sleep(backoff_s(attempt))
         raise CommitConflictError(f"{epoch.view}: epoch {epoch.number} lost {MAX_ATTEMPTS} commit races in a row")
 
     def _commit_once(self, table: Table, epoch: Epoch, change: Change) -> CommitRecord:
