@@ -108,6 +108,8 @@ class EmbeddedStack:
         on_commit = self._with_registration(on_commit)
         self.spark = spark or self.spark or build_session(catalog_uri=self.catalog_uri, warehouse=self.project.lake.name)
         for name in names:
+            if not self.project.views[name].materialize:
+                continue  # an inline view: published as an Iceberg view below, never maintained
             if self.project.views[name].cadence.is_manual and not available_now:
                 log.info("%s: manual cadence; refresh it with `lakeview refresh %s`", name, name)
                 continue
@@ -115,11 +117,21 @@ class EmbeddedStack:
             pipeline.prepare()
             self.pipelines[name] = pipeline
             self.queries[name] = pipeline.start(available_now=available_now)
+        self._publish_inline_views()
         if not available_now and self.maintenance is None and self.pipelines:
             # Background table health (retention, compaction, orphans); it never blocks commits.
             from lakeview.maintenance import MaintenanceThread
 
             self.maintenance = MaintenanceThread(self.project, list(self.pipelines), self.catalog_uri).start()
+
+    def _publish_inline_views(self) -> None:
+        """Inline views (``materialize = false``) as Iceberg views in the catalog, once the tables
+        they read exist; a failure is logged, never stops the materialized views."""
+        from lakeview.inline import inline_views, publish_inline_views
+
+        if inline_views(self.project):
+            for name, outcome in publish_inline_views(self.project).items():
+                log.info("%s: inline view %s", name, outcome)
 
     def _with_registration(self, on_commit: Callable[[CommitRecord], None] | None) -> Callable[[CommitRecord], None] | None:
         """Fan each commit out to the view's registrars (Glue, HMS, paths) in the background:

@@ -47,7 +47,7 @@ def published_table(project: ProjectConfig, view: str) -> PublishedTable:
     from lakeview.inline import sql_properties
 
     config = project.views[view]
-    properties = sql_properties(config.sql)
+    properties = sql_properties(config.sql, config.dialect)
     if config.format is TableFormat.DELTA:
         import pyarrow as pa
         from deltalake import DeltaTable

@@ -100,6 +100,9 @@ class ViewPipeline:
         """Create the view's (and its state) tables and reconcile Spark's checkpoint with them."""
         self.project.source_path(self.source).mkdir(parents=True, exist_ok=True)
         properties = {"lakeview.sql": self.config.sql, "lakeview.cadence": str(self.config.cadence)}
+        from lakeview.inline import sql_properties  # the view's SQL per reader dialect, as table properties
+
+        properties.update(sql_properties(self.config.sql, self.config.dialect))
         m = self.maintainer
         self.writer.ensure_table(self.output_schema(), m.view_key, properties)
         owned = {"lakeview.state-of": self.view}
