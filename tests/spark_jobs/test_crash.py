@@ -1,0 +1,94 @@
+"""Exactly once under SIGKILL: `lakeview refresh` runs as a separate process and kills itself
+(SIGKILL, through the LAKEVIEW_FAULT hook) while reading, after the state tables and the
+view's data files are written but before the view's catalog commit, and after every commit
+but before Spark's checkpoint records the batch. Each restart finishes the work; the view
+equals the recompute and no table holds an epoch twice."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+from lakeview import oracle
+from lakeview.config import parse_project
+from lakeview.embedded import open_store
+from tests.spark_jobs.test_changes import EPOCHS, FEED, SCHEMA, land
+
+SQL = "SELECT product_id, SUM(quantity) AS total, MIN(quantity) AS lo, COUNT(*) AS n FROM changes GROUP BY product_id"
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def refresh(project_dir: Path, fault: str | None) -> int:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("LAKEVIEW_FAULT", None)
+    if fault:
+        env["LAKEVIEW_FAULT"] = fault
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "lakeview.cli", "refresh", "crashy", "-p", str(project_dir)],
+        env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+    )
+    try:
+        out, _ = proc.communicate(timeout=300)
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # the JVM this process started, if it outlived it
+        except ProcessLookupError:
+            pass
+    if fault is None:
+        assert proc.returncode == 0, out.decode()[-3000:]
+    return proc.returncode
+
+
+def test_sigkill_at_each_point_then_restart_equals_recompute(tmp_path: Path) -> None:
+    (tmp_path / "lakeview.toml").write_text("")  # the project is built below and written as TOML
+    data = {
+        "lake": {"warehouse": "lake"},
+        "server": {"port": 0},
+        "sources": {"changes": {"format": "json", "path": "landing", "schema": SCHEMA, "changes": FEED}},
+        "views": {"crashy": {"sql": SQL, "cadence": "manual", "namespace": "crash"}},
+    }
+    (tmp_path / "lakeview.toml").write_text(_toml(data))
+    project = parse_project(data, file=str(tmp_path / "lakeview.toml"), root=tmp_path)
+    landing = project.source_path("changes")
+    land(landing, "000.json", EPOCHS[0])
+    land(landing, "001.json", EPOCHS[1])
+
+    assert refresh(tmp_path, "reading:0") == -signal.SIGKILL
+    assert refresh(tmp_path, "before_view_commit:0") == -signal.SIGKILL
+    land(landing, "002.json", EPOCHS[2])
+    assert refresh(tmp_path, "after_commit:1") == -signal.SIGKILL
+    refresh(tmp_path, None)
+
+    store = open_store(project)
+    view = store.load_table(("crash", "crashy"))
+    comparison = oracle.compare(view.scan().to_arrow(), oracle.recompute(project, "crashy"))
+    assert comparison.equal, comparison.describe()
+    for name in ("crashy", "__lv_state_crashy_0", "__lv_state_crashy_1", "__lv_state_crashy_src"):
+        table = store.load_table(("crash", name))
+        epochs = Counter(s.summary.additional_properties.get("lakeview.epoch") for s in table.snapshots() if s.summary)
+        epochs.pop(None, None)
+        assert set(epochs.values()) == {1}, f"{name}: an epoch committed twice: {epochs}"
+        assert set(epochs) == {"0", "1"}, f"{name}: {sorted(epochs)}"
+
+
+def _toml(data: dict, prefix: str = "") -> str:
+    import json
+
+    lines, tables = [], []
+    for key, value in data.items():
+        if isinstance(value, dict):
+            tables.append((key, value))
+        else:
+            lines.append(f"{key} = {json.dumps(value)}")
+    out = "\n".join(lines) + "\n"
+    for key, value in tables:
+        name = f"{prefix}{key}"
+        if all(isinstance(v, dict) for v in value.values()) and value:
+            out += _toml(value, prefix=f"{name}.")
+        else:
+            out += f"[{name}]\n" + _toml(value, prefix=f"{name}.")
+    return out
