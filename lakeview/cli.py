@@ -229,6 +229,20 @@ def refresh(
 
 
 @app.command()
+def explain(
+    view: Annotated[str, typer.Argument(help="The view to explain.")],
+    project: ProjectOption = Path("."),
+) -> None:
+    """Print VIEW's incremental plan: operators, how each is maintained, its key and the state kept."""
+    from lakeview.explain import explain as explain_view
+
+    config = _load(project)
+    if view not in config.views:
+        raise LakeviewError(f"no view {view!r}; views: {', '.join(config.views) or 'none'}")
+    typer.echo(explain_view(config, view))
+
+
+@app.command()
 def verify(
     view: Annotated[str, typer.Argument(help="The view to check.")],
     project: ProjectOption = Path("."),

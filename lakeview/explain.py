@@ -1,0 +1,77 @@
+"""``lakeview explain VIEW``: the incremental plan as text: operators, how each is
+maintained, the view's key and the state kept (no Spark, no catalog needed)."""
+
+from __future__ import annotations
+
+from lakeview.changefeed import mirror_table_name
+from lakeview.config import ProjectConfig
+from lakeview.ivm import state_table_names
+from lakeview.plan import AggregateFunction, AppendPlan, KeyedAggregatePlan, plan_view
+
+_HOW = {
+    AggregateFunction.SUM: "weighted sum + non-null count (NULL when the count is 0)",
+    AggregateFunction.AVG: "weighted sum / non-null count",
+    AggregateFunction.COUNT: "weighted non-null count",
+    AggregateFunction.COUNT_STAR: "the group's hidden row count",
+    AggregateFunction.MIN: "least value with multiplicity > 0 in the value multiset",
+    AggregateFunction.MAX: "greatest value with multiplicity > 0 in the value multiset",
+    AggregateFunction.COUNT_DISTINCT: "number of values with multiplicity > 0 in the value multiset",
+}
+
+
+def explain(project: ProjectConfig, view: str) -> str:
+    """The plan of ``view`` as a human-readable text."""
+    config = project.views[view]
+    plan = plan_view(view, config.sql, config.dialect)
+    source_name = plan.sources[0]
+    source = project.sources[source_name]
+    feed = source.changes
+    ns = config.namespace
+    lines = [f"view {view} ({plan.kind}) -> {ns}.{view}, cadence {config.cadence}"]
+    step = iter(range(1, 100))
+    kind = f"change feed: operation {feed.operation}, key {', '.join(feed.key)}, sequence {feed.sequence}" if feed else "append-only"
+    lines.append(f"  {next(step)}. read {source_name} ({source.format.value} files, {kind}): Spark file stream, only new files per trigger")
+    reasons = ["rows that do not parse into the schema"] if source.format.reader_format in ("json", "csv") else []
+    reasons += [f"rows missing {c}" for c in source.required] + (["unknown operations"] if feed else [])
+    if reasons:
+        lines.append(f"  {next(step)}. quarantine: {', '.join(reasons)} -> _lakeview/quarantine/{source_name}/{view}/ (stateless)")
+    if feed:
+        lines.append(
+            f"  {next(step)}. changes -> Z-set: newest change per key in the batch (Spark), old image from the mirror "
+            f"{ns}.{mirror_table_name(view)} looked up by touched key: old row weight -1, new image +1"
+        )
+    if plan.where:
+        lines.append(f"  {next(step)}. filter WHERE {plan.where}: stateless, per weighted row")
+    if isinstance(plan, AppendPlan):
+        lines.append(f"  {next(step)}. project {', '.join(plan.columns) or '*'}: stateless")
+        if feed:
+            lines.append(f"  {next(step)}. write: upsert/delete by the feed key ({', '.join(feed.key)}), one snapshot per epoch")
+            key, state = ", ".join(feed.key), [f"{ns}.{mirror_table_name(view)} (current row per key)"]
+        else:
+            lines.append(f"  {next(step)}. write: append, one snapshot per epoch")
+            key, state = "none (append-only)", []
+        return "\n".join(lines + [f"key: {key}", f"state: {'; '.join(state) or 'none'}"])
+    assert isinstance(plan, KeyedAggregatePlan)
+    in_view = plan.view_is_state(append_only=feed is None)
+    lines.append(f"  {next(step)}. aggregate GROUP BY {', '.join(plan.key_exprs)}: keyed aggregate, state looked up by touched group only")
+    if in_view:
+        for agg in plan.aggregates:
+            lines.append(f"       {agg.column} = {agg.function.value.upper()}: merged into the stored view row (append-only input)")
+        state = [f"{ns}.{view} itself (every output is mergeable)"]
+    else:
+        names = state_table_names(view, plan)
+        lines.append(f"       hidden row count __lv_rows: a group at 0 leaves the view ({ns}.{names[0]})")
+        for slot in plan.slots:
+            where = f"{ns}.{names[0]}" if slot.multiset is None else f"{ns}.{names[slot.multiset + 1]}"
+            arg = slot.argument or "*"
+            lines.append(f"       {slot.function.value.upper()}({arg}): {_HOW[slot.function]} [{where}]")
+        outputs = ", ".join(name for name, _ in plan.outputs)
+        lines.append(f"  {next(step)}. finalize {outputs} from the touched groups' state (DuckDB)")
+        if plan.having:
+            lines.append(f"  {next(step)}. HAVING: re-evaluated per touched group; a group enters or leaves the view as it flips")
+        state = [f"{ns}.{names[0]} (group state: key, __lv_rows, sums and counts)"]
+        state += [f"{ns}.{names[i + 1]} (value multiset of {arg}: key, __lv_v, __lv_n)" for i, arg in enumerate(plan.multisets)]
+        if feed:
+            state.append(f"{ns}.{mirror_table_name(view)} (current row per feed key)")
+    lines.append(f"  {next(step)}. write: upsert/delete by key, one snapshot per epoch (state tables first, the view, then the mirror)")
+    return "\n".join(lines + [f"key: {', '.join(plan.keys)}", "state: " + "; ".join(state)])
