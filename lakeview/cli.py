@@ -59,12 +59,33 @@ def init(
 
 
 @app.command()
-def up(project: ProjectOption = Path("."), verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False) -> None:
+def up(
+    project: ProjectOption = Path("."),
+    verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
+    spark_master: Annotated[
+        Optional[str], typer.Option("--spark-master", help="Run view jobs on this Spark cluster (spark://HOST:PORT, k8s://URL); overrides the master in lakeview.toml.")
+    ] = None,
+    catalog_uri: Annotated[
+        Optional[str], typer.Option("--catalog-uri", help="Commit through a catalog already running there (e.g. http://catalog:8181/iceberg) instead of starting one.")
+    ] = None,
+    views: Annotated[Optional[list[str]], typer.Option("--view", help="Maintain only this view (repeatable).")] = None,
+) -> None:
     """Start the catalog service and every view's streaming job; Ctrl-C stops both cleanly."""
     from lakeview.embedded import EmbeddedStack
 
     _quiet_logs(verbose)
     config = _load(project)
+    if spark_master is not None:
+        from lakeview.config import SparkConfig
+
+        try:
+            spark = SparkConfig(master=spark_master, conf=config.spark.conf)
+        except ValueError as exc:
+            raise LakeviewError(f"--spark-master: {exc.errors()[0]['msg'].removeprefix('Value error, ')}") from None  # type: ignore[attr-defined]
+        config = config.model_copy(update={"spark": spark})
+    unknown = [v for v in views or [] if v not in config.views]
+    if unknown:
+        raise LakeviewError(f"--view: no view {unknown[0]!r}; views: {', '.join(config.views) or 'none'}")
 
     def report(record) -> None:  # noqa: ANN001 - CommitRecord
         typer.echo(
@@ -72,12 +93,13 @@ def up(project: ProjectOption = Path("."), verbose: Annotated[bool, typer.Option
             f"+{record.rows_inserted}/-{record.rows_deleted} rows, lag {record.lag_ms} ms"
         )
 
-    stack = EmbeddedStack(config)
+    stack = EmbeddedStack(config, catalog_uri=catalog_uri)
     failed: list[str] = []
     try:
         stack.start_catalog()
         typer.echo(f"catalog: {stack.catalog_uri} (warehouse {config.lake.name!r})")
-        stack.start_views(on_commit=report)
+        stack.start_views(views or None, on_commit=report)
+        typer.echo(f"spark: {stack.spark.sparkContext.master if stack.spark else '-'}")
         stop = _stop_event()  # after Spark started: pyspark installs its own SIGINT handler
         typer.echo(f"maintaining {len(stack.queries)} view(s): {', '.join(stack.queries) or 'none'}; Ctrl-C to stop")
         # Wait in Python, not in a py4j call: a signal then interrupts cleanly.
@@ -108,7 +130,17 @@ def serve(project: ProjectOption = Path(".")) -> None:
 
     _quiet_logs()
     config = _load(project)
-    server = CatalogServer(open_store(config), host=config.server.host, port=config.server.port)
+    from catalog_api.lakeview_routes import lakeview_app_options
+    from lakeview.auth_config import project_authenticator
+
+    store = open_store(config)
+    server = CatalogServer(
+        store,
+        host=config.server.host,
+        port=config.server.port,
+        authenticator=project_authenticator(config),
+        **lakeview_app_options(config, store),
+    )
     typer.echo(f"catalog: {server.uri} (warehouse {config.lake.name!r}); Ctrl-C to stop")
     server.serve_forever()
 

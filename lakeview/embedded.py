@@ -9,10 +9,13 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from catalog_api.metrics import timed
 from catalog_api.server import CatalogServer
 from catalog_api.store import CatalogStore
+from lakeview.auth_config import project_authenticator
 from lakeview.config import ProjectConfig, TableFormat
 from lakeview.errors import ConfigError
+from lakeview.runtime import RuntimePublisher
 from writers.base import CommitRecord, SnapshotWriter
 
 if TYPE_CHECKING:
@@ -73,10 +76,23 @@ def make_writer(project: ProjectConfig, view: str, catalog_uri: str) -> Snapshot
 class EmbeddedStack:
     """Catalog + views. Use as a context manager; ``stop()`` is safe to call twice."""
 
-    def __init__(self, project: ProjectConfig, *, port: int | None = None) -> None:
+    def __init__(self, project: ProjectConfig, *, port: int | None = None, catalog_uri: str | None = None) -> None:
+        """``catalog_uri``: commit through a catalog that already runs elsewhere (no server here)."""
         self.project = project
         port = project.server.port if port is None else port
-        self.server = CatalogServer(open_store(project), host=project.server.host, port=port)
+        from catalog_api.lakeview_routes import lakeview_app_options
+
+        self.external_catalog_uri = catalog_uri
+        if catalog_uri is None:
+            store = open_store(project)
+            self.server = CatalogServer(
+                store,
+                host=project.server.host,
+                port=port,
+                authenticator=project_authenticator(project),
+                **lakeview_app_options(project, store),
+            )
+        self.runtime: RuntimePublisher | None = None
         self.spark: SparkSession | None = None
         self.pipelines: dict[str, ViewPipeline] = {}
         self.maintenance: Any = None  # lakeview.maintenance.MaintenanceThread while views run
@@ -85,10 +101,11 @@ class EmbeddedStack:
 
     @property
     def catalog_uri(self) -> str:
-        return self.server.uri
+        return self.external_catalog_uri or self.server.uri
 
     def start_catalog(self) -> EmbeddedStack:
-        self.server.start()
+        if self.external_catalog_uri is None:
+            self.server.start()
         return self
 
     def start_views(
@@ -106,14 +123,21 @@ class EmbeddedStack:
 
         names = list(self.project.views) if views is None else views
         on_commit = self._with_registration(on_commit)
-        self.spark = spark or self.spark or build_session(catalog_uri=self.catalog_uri, warehouse=self.project.lake.name)
+        self.spark = spark or self.spark or build_session(
+            catalog_uri=self.catalog_uri,
+            warehouse=self.project.lake.name,
+            master=self.project.spark.master,
+            extra=self.project.spark.conf,
+        )
         for name in names:
             if not self.project.views[name].materialize:
                 continue  # an inline view: published as an Iceberg view below, never maintained
             if self.project.views[name].cadence.is_manual and not available_now:
                 log.info("%s: manual cadence; refresh it with `lakeview refresh %s`", name, name)
                 continue
-            pipeline = ViewPipeline(self.spark, self.project, name, make_writer(self.project, name, self.catalog_uri), on_commit)
+            writer = make_writer(self.project, name, self.catalog_uri)
+            writer.commit = timed(name, writer.commit)  # type: ignore[method-assign]  # commit latency metric
+            pipeline = ViewPipeline(self.spark, self.project, name, writer, on_commit)
             pipeline.prepare()
             self.pipelines[name] = pipeline
             self.queries[name] = pipeline.start(available_now=available_now)
@@ -123,6 +147,11 @@ class EmbeddedStack:
             from lakeview.maintenance import MaintenanceThread
 
             self.maintenance = MaintenanceThread(self.project, list(self.pipelines), self.catalog_uri).start()
+        sources = {view: pipeline.source for view, pipeline in self.pipelines.items()}
+        if self.runtime is None and self.queries:
+            self.runtime = RuntimePublisher(self.project, self.queries, sources).start()
+        elif self.runtime is not None:
+            self.runtime.sources.update(sources)
 
     def _publish_inline_views(self) -> None:
         """Inline views (``materialize = false``) as Iceberg views in the catalog, once the tables
@@ -159,6 +188,9 @@ class EmbeddedStack:
         if self.registration is not None:
             self.registration.stop()
             self.registration = None
+        if self.runtime is not None:
+            self.runtime.stop()  # records the views as STOPPED for `lakeview status`
+            self.runtime = None
         for name, query in list(self.queries.items()):
             try:
                 query.stop()
@@ -168,7 +200,8 @@ class EmbeddedStack:
 
     def stop(self) -> None:
         self.stop_views()
-        self.server.stop()
+        if self.external_catalog_uri is None:
+            self.server.stop()
 
     def __enter__(self) -> EmbeddedStack:
         return self.start_catalog()

@@ -185,8 +185,9 @@ def degraded_reason(
         return DegradedReason.BACKFILLING
     if runtime.started_at_ms and (runtime.pending_files or runtime.trigger_active) and last_commit < runtime.started_at_ms:
         return DegradedReason.RECOVERING
-    if runtime.started_at_ms and runtime.started_at_ms > now_ms - DEFAULT_WINDOW_MS and (
-        lag_ms is None or target_lag_ms is None or lag_ms <= target_lag_ms
-    ):
+    healthy_now = lag_ms is None or target_lag_ms is None or lag_ms <= target_lag_ms
+    if healthy_now and runtime.started_at_ms and history[0].committed_at_ms >= runtime.started_at_ms:
+        return DegradedReason.BACKFILLING  # healthy now: the dip in the window was the first batch
+    if healthy_now and runtime.started_at_ms and runtime.started_at_ms > now_ms - DEFAULT_WINDOW_MS:
         return DegradedReason.RECOVERING  # healthy now: the dip in the window was the restart
     return DegradedReason.FALLING_BEHIND
