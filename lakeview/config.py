@@ -371,6 +371,9 @@ def _check_views(config: ProjectConfig) -> None:
                 )
     for name in config.sources:
         _check_name_at(config.file, f"sources.{name}", name)
+    from lakeview.groups import check_groups
+
+    check_groups(config)
 
 
 def _check_name_at(file: str, key: str, name: str) -> None:

@@ -23,7 +23,7 @@ from pyiceberg.exceptions import (
 )
 from pyiceberg.expressions import AlwaysTrue, And, BooleanExpression, In, IsNull, Or
 from pyiceberg.io.pyarrow import ArrowScan, _dataframe_to_data_files
-from pyiceberg.table import Table
+from pyiceberg.table import Table, Transaction
 
 from lakeview.errors import CommitConflictError, WriterError
 from writers.arrow_ops import rows_with_keys, rows_without_keys
@@ -100,6 +100,14 @@ class IcebergWriter(SnapshotWriter):
         raise CommitConflictError(f"{epoch.view}: epoch {epoch.number} lost {MAX_ATTEMPTS} commit races in a row")
 
     def _commit_once(self, table: Table, epoch: Epoch, change: Change) -> CommitRecord:
+        txn, properties = self.stage(table, epoch, change)
+        committed = txn.commit_transaction()
+        current = committed.current_snapshot()
+        return CommitRecord.from_properties(properties, current.snapshot_id if current else None)  # type: ignore[return-value]
+
+    def stage(self, table: Table, epoch: Epoch, change: Change) -> tuple[Transaction, dict[str, str]]:
+        """Write the epoch's data files and stage its snapshot in a transaction, uncommitted
+        (the group writer commits several staged tables in one catalog transaction)."""
         arrow_schema = table.schema().as_arrow()
         rows = change.rows.select(arrow_schema.names).cast(arrow_schema)
         commit_uuid = uuid.uuid4()
@@ -128,9 +136,7 @@ class IcebergWriter(SnapshotWriter):
                 snapshot.delete_data_file(data_file)
             for data_file in files:
                 snapshot.append_data_file(data_file)
-        committed = txn.commit_transaction()
-        current = committed.current_snapshot()
-        return CommitRecord.from_properties(properties, current.snapshot_id if current else None)  # type: ignore[return-value]
+        return txn, properties
 
 
 def _key_filter(keys: pa.Table, key: tuple[str, ...]) -> BooleanExpression:

@@ -118,3 +118,25 @@ def test_files_landing_while_stopped_are_all_picked_up(spark, catalog_server: Ca
     pipeline.start(available_now=True).awaitTermination()  # what `lakeview refresh` does
     assert_matches_recompute(project, unique_name, read_view(catalog_server, "pipeline_tests", unique_name), files=3)
     assert len(pipeline.writer.table().snapshots()) == 1
+
+
+def test_append_only_source_with_state_tables(spark, catalog_server: CatalogServer, make_project, unique_name: str) -> None:
+    """AVG, COUNT(DISTINCT) and HAVING over an append-only source: Spark computes the weighted
+    state deltas, the state tables hold sums/counts and the value multiset."""
+    sql = (
+        "SELECT product_id, AVG(quantity) AS avg_q, COUNT(DISTINCT quantity) AS sizes, MAX(quantity) - MIN(quantity) AS spread "
+        "FROM orders WHERE quantity > 1 GROUP BY product_id HAVING COUNT(*) > 3"
+    )
+    project = make_project(views={unique_name: {"sql": sql, "cadence": "1s", "namespace": "pipeline_tests"}})
+    landing = project.source_path("orders")
+    pipeline, query = start(spark, project, unique_name, catalog_server)
+    try:
+        land_json(landing, "a.json", make_orders(20, seed=21))
+        query.processAllAvailable()
+        assert_matches_recompute(project, unique_name, read_view(catalog_server, "pipeline_tests", unique_name), files=1)
+        land_json(landing, "b.json", make_orders(60, seed=22, first_id=100))
+        query.processAllAvailable()
+        assert_matches_recompute(project, unique_name, read_view(catalog_server, "pipeline_tests", unique_name), files=2)
+    finally:
+        query.stop()
+    assert len(pipeline.maintainer.state) == 2

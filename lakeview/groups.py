@@ -1,0 +1,42 @@
+"""View groups (``group = "name"``): views committed together in one multi-table catalog
+transaction with one frontier. A group's members must be able to share one epoch: the same
+sources, the same cadence, and a format with multi-table transactions (Iceberg)."""
+
+from __future__ import annotations
+
+from lakeview.config import ProjectConfig, TableFormat
+from lakeview.errors import ConfigError
+
+
+def groups_of(config: ProjectConfig) -> dict[str, list[str]]:
+    """Group name -> member views, in config order."""
+    groups: dict[str, list[str]] = {}
+    for name, view in config.views.items():
+        if view.group is not None:
+            groups.setdefault(view.group, []).append(name)
+    return groups
+
+
+def check_groups(config: ProjectConfig) -> None:
+    """Raise ConfigError naming the first member that cannot join its group."""
+    from lakeview.plan import plan_view
+
+    for group, members in groups_of(config).items():
+        first = config.views[members[0]]
+        first_sources = sorted(plan_view(members[0], first.sql, first.dialect).sources)
+        for name in members:
+            view = config.views[name]
+            key = f"views.{name}.group"
+            if view.format is not TableFormat.ICEBERG:
+                raise ConfigError(config.file, key, f"{group!r}: grouped views must be Iceberg (Delta has no multi-table transaction)")
+            if not view.materialize:
+                raise ConfigError(config.file, key, f"{group!r}: an inline view (materialize = false) has no table to commit")
+            if view.cadence.seconds != first.cadence.seconds:
+                raise ConfigError(
+                    config.file, key, f"{group!r}: cadence {view.cadence} differs from {members[0]}'s {first.cadence}; a group shares one cadence"
+                )
+            sources = sorted(plan_view(name, view.sql, view.dialect).sources)
+            if sources != first_sources:
+                raise ConfigError(
+                    config.file, key, f"{group!r}: reads {sources}, {members[0]} reads {first_sources}; a group shares its sources"
+                )

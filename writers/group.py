@@ -1,0 +1,103 @@
+"""Grouped views: several Iceberg views' changes for one epoch committed in ONE multi-table
+catalog transaction (``POST /v1/{prefix}/transactions/commit``), every snapshot stamped with the
+same epoch and frontier, so a reader can pick snapshots of one point in time across the group.
+
+Every member gets a snapshot every epoch (an empty append when its change is empty), so the
+member tables' epochs never diverge. Exactly once works as for one view: the epoch is read back
+from the members' snapshot summaries and a replayed epoch is skipped. Iceberg only: Delta has no
+multi-table transaction.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+
+from pyiceberg.catalog.rest import RestCatalog
+from pyiceberg.table import CommitTableRequest, TableIdentifier
+
+from lakeview.errors import CommitConflictError, WriterError
+from writers.base import Change, CommitRecord, Epoch, backoff_s
+from writers.iceberg import IcebergWriter, last_commit_of
+
+log = logging.getLogger("lakeview.writers.group")
+MAX_ATTEMPTS = 8
+GROUP = "lakeview.group"
+
+
+class IcebergGroupWriter:
+    """Commits the member views of ``group`` together through the REST catalog ``catalog``."""
+
+    def __init__(self, catalog: RestCatalog, group: str, members: dict[str, IcebergWriter]) -> None:
+        if not members:
+            raise WriterError(f"group {group!r} has no member views")
+        self.catalog = catalog
+        self.group = group
+        self.members = members
+
+    def last_epoch(self) -> int | None:
+        """The newest epoch every member has committed (members move together, so they agree)."""
+        epochs = [last_commit_of(w.table()) for w in self.members.values()]
+        return None if any(e is None for e in epochs) else min(e.epoch for e in epochs)  # type: ignore[union-attr]
+
+    def commit(self, epoch: Epoch, changes: dict[str, Change]) -> dict[str, CommitRecord] | None:
+        """Commit every member's change for ``epoch`` atomically: all members move, or none.
+
+        Returns None when the epoch is already committed or every change is empty. ``epoch.view``
+        is ignored (each member's snapshot names its own view).
+        """
+        unknown = set(changes) - set(self.members)
+        if unknown:
+            raise WriterError(f"group {self.group!r}: {sorted(unknown)} are not members")
+        if all(change.is_empty for change in changes.values()):
+            return None
+        for attempt in range(1, MAX_ATTEMPTS + 1):
+            done = self.last_epoch()
+            if done is not None and epoch.number <= done:
+                log.info("group %s: epoch %s already committed; skipping", self.group, epoch.number)
+                return None
+            staged: list[CommitTableRequest] = []
+            records: dict[str, CommitRecord] = {}
+            for view, writer in self.members.items():
+                table = writer.table()
+                member_epoch = Epoch(view, epoch.number, epoch.frontier, epoch.rows_in, epoch.newest_input_ms)
+                change = changes.get(view) or Change(table.schema().as_arrow().empty_table())
+                txn, properties = writer.stage(table, member_epoch, change)
+                if table.properties.get(GROUP) != self.group:
+                    txn.set_properties({GROUP: self.group})
+                namespace, name = writer.identifier
+                staged.append(
+                    CommitTableRequest(
+                        identifier=TableIdentifier(namespace=[namespace], name=name),
+                        requirements=txn._requirements,  # pyiceberg stages these; its client has no multi-table commit
+                        updates=txn._updates,
+                    )
+                )
+                records[view] = CommitRecord.from_properties(properties, None)  # type: ignore[assignment]
+            status = self._post(staged)
+            if status == 204:
+                return {view: self._with_snapshot(view, record) for view, record in records.items()}
+            log.warning("group %s: transaction for epoch %s answered %s (attempt %s)", self.group, epoch.number, status, attempt)
+            time.sleep(backoff_s(attempt))
+        raise CommitConflictError(f"group {self.group}: epoch {epoch.number} failed {MAX_ATTEMPTS} times")
+
+    def _post(self, staged: list[CommitTableRequest]) -> int:
+        body = {"table-changes": [json.loads(request.model_dump_json()) for request in staged]}
+        try:
+            response = self.catalog._session.post(  # the RestCatalog's session carries its auth
+                self.catalog.url("transactions/commit", prefixed=True), data=json.dumps(body),
+                headers={"Content-Type": "application/json"},
+            )  # fmt: skip
+        except OSError as exc:  # connection lost: the state is unknown, the epoch check decides
+            log.warning("group %s: transaction request failed: %s", self.group, exc)
+            return 503
+        if response.status_code not in (204, 409) and response.status_code < 500:
+            raise WriterError(f"group {self.group}: transaction refused ({response.status_code}): {response.text[:500]}")
+        return response.status_code
+
+    def _with_snapshot(self, view: str, record: CommitRecord) -> CommitRecord:
+        current = self.members[view].table().current_snapshot()
+        return CommitRecord.from_properties(
+            current.summary.additional_properties if current and current.summary else {}, current.snapshot_id if current else None
+        ) or record
