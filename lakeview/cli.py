@@ -87,7 +87,13 @@ def up(
     if unknown:
         raise LakeviewError(f"--view: no view {unknown[0]!r}; views: {', '.join(config.views) or 'none'}")
 
+    from lakeview.progress import BackfillProgress
+
+    backfill: BackfillProgress | None = None
+
     def report(record) -> None:  # noqa: ANN001 - CommitRecord
+        if backfill is not None:
+            backfill.mark_committed(record.view)
         typer.echo(
             f"{record.view}: snapshot {record.snapshot_id} epoch {record.epoch} "
             f"+{record.rows_inserted}/-{record.rows_deleted} rows, lag {record.lag_ms} ms"
@@ -99,6 +105,7 @@ def up(
         stack.start_catalog()
         typer.echo(f"catalog: {stack.catalog_uri} (warehouse {config.lake.name!r})")
         stack.start_views(views or None, on_commit=report)
+        backfill = BackfillProgress(stack, _new_views_with_history(stack)).start()
         typer.echo(f"spark: {stack.spark.sparkContext.master if stack.spark else '-'}")
         stop = _stop_event()  # after Spark started: pyspark installs its own SIGINT handler
         typer.echo(f"maintaining {len(stack.queries)} view(s): {', '.join(stack.queries) or 'none'}; Ctrl-C to stop")
@@ -114,12 +121,26 @@ def up(
     except KeyboardInterrupt:  # Ctrl-C while starting up
         typer.echo("\nstopping ...")
     finally:
+        if backfill is not None:
+            backfill.stop()
         stack.stop()
         if stack.spark is not None:
             stack.spark.stop()
     if failed:
         raise typer.Exit(1)
     typer.echo("stopped.")
+
+
+def _new_views_with_history(stack) -> list[str]:  # noqa: ANN001 - EmbeddedStack
+    """Views starting their first batch over files that already landed (a backfill)."""
+    from lakeview.runtime import count_pending_files
+
+    found = []
+    for name, pipeline in stack.pipelines.items():
+        pending, _ = count_pending_files(stack.project, pipeline.source, stack.project.checkpoint_path(name))
+        if pending and pipeline.writer.last_commit() is None:
+            found.append(name)
+    return found
 
 
 @app.command()
@@ -291,7 +312,16 @@ def verify(
         raise LakeviewError(f"{view} has no commit yet; nothing to verify")
     source = oracle.plan_view(view, config.views[view].sql).sources[0]
     files = files_up_to(config.checkpoint_path(view), record.frontier.get(source, {}).get("log_offset"))
-    comparison = oracle.compare(tables.read_rows(config, view, record.snapshot_id), oracle.recompute(config, view, files))
+    from lakeview.progress import work_progress
+
+    # Three steps, each over all files or rows at once (the recompute is one DuckDB query).
+    with work_progress(f"verify {view}: read snapshot, recompute {len(files)} files, compare", total=3, unit="steps") as progress:
+        stored = tables.read_rows(config, view, record.snapshot_id)
+        progress.advance()
+        expected = oracle.recompute(config, view, files)
+        progress.advance()
+        comparison = oracle.compare(stored, expected)
+        progress.advance()
     typer.echo(f"{view} at epoch {record.epoch} ({len(files)} files): {comparison.describe()}")
     if not comparison.equal:
         raise typer.Exit(1)

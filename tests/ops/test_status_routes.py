@@ -3,13 +3,16 @@ runtime heartbeat that lets another process tell a running view from a stopped o
 
 from __future__ import annotations
 
+import io
 import time
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
+from rich.console import Console
 
 from lakeview.embedded import EmbeddedStack, open_store
 from lakeview.generator import land_json, make_orders
+from lakeview.progress import BackfillProgress, work_progress
 from lakeview.runtime import read_runtime
 from lakeview.status import status_table, view_status
 from tests.conftest import SALES_SQL
@@ -32,9 +35,16 @@ def test_status_routes_and_metrics_on_a_running_view(spark, make_project, unique
         before = httpx.get(f"{base}/lakeview/v1/views/{view}").json()
         assert before["state"].startswith("not created") and before["slo_compliance"] is None
 
-        stack.start_views([view], spark=spark)
+        # History landed before the view starts: its first batch is a backfill, shown as progress.
         land_json(project.source_path("orders"), "a.json", make_orders(50, seed=1))
+        screen = io.StringIO()
+        backfill = BackfillProgress(stack, [view], console=Console(file=screen, force_terminal=True, width=160), interval=0.1)
+        stack.start_views([view], spark=spark, on_commit=lambda record: backfill.mark_committed(record.view))
+        backfill.start()
         stack.queries[view].processAllAvailable()
+        backfill._thread.join(timeout=30)  # ends once the view committed
+        assert not backfill._thread.is_alive()
+        assert f"backfill {view}: files" in screen.getvalue() and "1/1" in screen.getvalue()
 
         listed = httpx.get(f"{base}/lakeview/v1/views").json()["views"]
         [status] = [s for s in listed if s["view"] == view]
@@ -76,8 +86,19 @@ def test_status_routes_and_metrics_on_a_running_view(spark, make_project, unique
     assert stopped.degraded_reason == "STOPPED" and stopped.slo_compliance < 1.0
     assert stopped.freshness_lag_ms > 2 * 3_600_000 - 60_000
 
-    from rich.console import Console
-
     console = Console(record=True, width=200)
     console.print(status_table([stopped]))
     assert "STOPPED" in console.export_text()
+
+
+def test_work_progress_shows_done_of_total_rate_and_eta_only_on_a_terminal() -> None:
+    screen = io.StringIO()
+    with work_progress("verify v", total=4, unit="files", console=Console(file=screen, force_terminal=True, width=160)) as progress:
+        for _ in range(4):
+            progress.advance()
+    text = screen.getvalue()
+    assert "verify v" in text and "4/4" in text and "files/s" in text and "ETA" in text
+    piped = io.StringIO()
+    with work_progress("verify v", total=4, unit="files", console=Console(file=piped)) as progress:
+        progress.advance(4)
+    assert piped.getvalue() == ""
