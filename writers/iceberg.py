@@ -24,6 +24,8 @@ from pyiceberg.exceptions import (
 from pyiceberg.expressions import AlwaysTrue, And, BooleanExpression, In, IsNull, Or
 from pyiceberg.io.pyarrow import ArrowScan, _dataframe_to_data_files
 from pyiceberg.table import Table, Transaction
+from pyiceberg.table.snapshots import Operation
+from pyiceberg.table.update.snapshot import UpdateSnapshot, _OverwriteFiles
 
 from lakeview.errors import CommitConflictError, WriterError
 from writers.arrow_ops import rows_with_keys, rows_without_keys
@@ -57,7 +59,8 @@ class IcebergWriter(SnapshotWriter):
             pass
         # Every column optional: merged values from DuckDB are nullable whatever Spark inferred.
         nullable = pa.schema([f.with_nullable(True) for f in schema])
-        props = {"format-version": "2", **properties}
+        # A short metadata log: older metadata files fall out of it and maintenance removes them.
+        props = {"format-version": "2", "write.metadata.previous-versions-max": "20", **properties}
         if key is not None:
             props["lakeview.key"] = ",".join(key)
         self.catalog.create_table_if_not_exists(self.identifier, schema=nullable, properties=props)
@@ -131,12 +134,39 @@ class IcebergWriter(SnapshotWriter):
         txn = table.transaction()
         files = list(_dataframe_to_data_files(table_metadata=table.metadata, df=rows, io=table.io, write_uuid=commit_uuid))
         producer = txn.update_snapshot(snapshot_properties=properties)
-        with (producer.overwrite(commit_uuid) if replaced else producer.fast_append()) as snapshot:
+        with (_overwrite(producer, commit_uuid) if replaced else producer.fast_append()) as snapshot:
             for data_file in replaced:
                 snapshot.delete_data_file(data_file)
             for data_file in files:
                 snapshot.append_data_file(data_file)
         return txn, properties
+
+
+class _LiveOverwrite(_OverwriteFiles):
+    """pyiceberg's overwrite, minus manifests that hold no live file.
+
+    pyiceberg 0.12 carries a manifest whose entries are all DELETED into every later snapshot, so
+    with one copy-on-write overwrite per epoch the manifest list grows by one per commit and so
+    does commit latency (measured: ~200 ms to ~700 ms over 60 commits). Java Iceberg drops them.
+    """
+
+    def _existing_manifests(self) -> list:
+        return [
+            m for m in super()._existing_manifests()
+            if m.has_added_files() or m.has_existing_files() or m.added_snapshot_id == self._snapshot_id
+        ]  # fmt: skip
+
+
+def _overwrite(producer: UpdateSnapshot, commit_uuid: uuid.UUID) -> _OverwriteFiles:
+    txn = producer._transaction
+    return _LiveOverwrite(
+        commit_uuid=commit_uuid,
+        operation=Operation.OVERWRITE,
+        transaction=txn,
+        io=producer._io,
+        branch=producer._branch,
+        snapshot_properties=producer._snapshot_properties,
+    )
 
 
 def _key_filter(keys: pa.Table, key: tuple[str, ...]) -> BooleanExpression:
