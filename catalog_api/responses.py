@@ -45,6 +45,8 @@ async def parse_body(request: Request, model: type[M], defaults: dict[str, Any] 
         data: Any = json.loads(raw or b"null")
     except json.JSONDecodeError as exc:
         raise errors.BadRequestError(f"request body is not valid JSON: {exc}") from None
+    except UnicodeDecodeError:
+        raise errors.BadRequestError("request body is not valid JSON: not UTF-8") from None
     if not isinstance(data, dict):
         raise errors.BadRequestError(f"request body must be a JSON object for {model.__name__}")
     try:

@@ -489,12 +489,19 @@ class CatalogStore:
         with _mapped():
             for requirement in change.requirements:
                 requirement.validate(current)
-            metadata = update_table_metadata(
-                base_metadata=current if current is not None else self._catalog._empty_table_metadata(),
-                updates=change.updates,
-                enforce_validation=current is None,
-                metadata_location=location,
-            )
+            try:
+                metadata = update_table_metadata(
+                    base_metadata=current if current is not None else self._catalog._empty_table_metadata(),
+                    updates=change.updates,
+                    enforce_validation=current is None,
+                    metadata_location=location,
+                )
+            except (iceberg_errors.CommitFailedException, iceberg_errors.ValidationError, ValueError):
+                raise
+            except Exception as exc:  # pyiceberg raises KeyError/StopIteration/... for inconsistent updates
+                raise errors.BadRequestError(
+                    f"updates for {'.'.join(identifier)} are inconsistent with its metadata: {type(exc).__name__}: {exc}"
+                ) from None
         if current is not None and metadata == current:
             return _Staged(identifier, location, location, current, changed=False)  # type: ignore[arg-type]
         self.check_location(metadata.location)
