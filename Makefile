@@ -6,7 +6,7 @@ VENV := .venv
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 PYTEST_ARGS ?=
 
-.PHONY: demo test setup check-java clean
+.PHONY: demo test setup check-java check-postgres clean
 
 setup: $(STAMP)
 
@@ -31,7 +31,19 @@ $(STAMP): pyproject.toml | check-java
 demo: check-java $(STAMP)
 	$(VENV)/bin/lakeview demo
 
-test: check-java $(STAMP)
+# The catalog tests start a private PostgreSQL 15 (Debian's postgresql-15 binaries).
+PG_BIN ?= /usr/lib/postgresql/15/bin
+check-postgres:
+	@test -x $(PG_BIN)/initdb || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing postgresql-15 (the catalog tests run a real PostgreSQL 15) ..."; \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql-15 >/dev/null || { \
+	      echo "error: apt-get install postgresql-15 failed"; exit 1; }; \
+	  else \
+	    echo "error: PostgreSQL 15 binaries not found in $(PG_BIN); install the Debian package postgresql-15"; exit 1; \
+	  fi; }
+
+test: check-java check-postgres $(STAMP)
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
 
 clean:
