@@ -72,6 +72,7 @@ class DeltaWriter(SnapshotWriter):
         self.location = location
         self.view = view
         self.storage_options = storage_options or None
+        self._current: DeltaTable | None = None
 
     def ensure_table(self, schema: pa.Schema, key: tuple[str, ...] | None, properties: dict[str, str]) -> None:
         if DeltaTable.is_deltatable(self.location, storage_options=self.storage_options):
@@ -96,9 +97,18 @@ class DeltaWriter(SnapshotWriter):
             raise WriterError(f"{self.view}: cannot create the Delta table at {self.location}: {exc}") from exc
 
     def table(self, version: int | None = None) -> DeltaTable:
+        """The table now (kept open and brought up to date incrementally: reloading the log from
+        the last checkpoint every epoch grows with the log), or at ``version``."""
         try:
-            return DeltaTable(self.location, version=version, storage_options=self.storage_options)
+            if version is not None:
+                return DeltaTable(self.location, version=version, storage_options=self.storage_options)
+            if self._current is None:
+                self._current = DeltaTable(self.location, storage_options=self.storage_options)
+            else:
+                self._current.update_incremental()
+            return self._current
         except TableNotFoundError as exc:
+            self._current = None
             raise WriterError(f"view table {self.location} does not exist") from exc
 
     def last_commit(self) -> CommitRecord | None:
@@ -122,12 +132,14 @@ class DeltaWriter(SnapshotWriter):
                     return None
                 return self._commit_once(table, epoch, change)
             except CommitFailedError as exc:
+                self._current = None
                 log.warning("%s: commit of epoch %s lost a race (attempt %s): %s", epoch.view, epoch.number, attempt, exc)
             except (SchemaMismatchError, DeltaProtocolError) as exc:
                 raise WriterError(f"{epoch.view}: epoch {epoch.number} does not fit the table: {exc}") from exc
             except (OSError, DeltaError) as exc:
                 # A storage error before the log entry was written leaves the table as it was;
                 # after it, the app transaction makes the retry a no-op.
+                self._current = None
                 log.warning("%s: commit of epoch %s failed (attempt %s): %s", epoch.view, epoch.number, attempt, exc)
                 if attempt == MAX_ATTEMPTS:
                     raise WriterError(f"{epoch.view}: epoch {epoch.number} failed {MAX_ATTEMPTS} times: {exc}") from exc
@@ -168,7 +180,7 @@ class DeltaWriter(SnapshotWriter):
         return self._record(props)
 
     def _record(self, props: dict[str, str]) -> CommitRecord:
-        version = self.table().version()
+        version = self.table().version()  # this commit's version (the writer is one thread)
         return CommitRecord.from_properties(props, version)  # type: ignore[return-value]
 
 
