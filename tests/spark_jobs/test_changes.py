@@ -103,3 +103,20 @@ def test_projection_over_a_change_feed_is_keyed_by_the_feed_key(spark, catalog_s
         assert comparison.equal, comparison.describe()
     finally:
         query.stop()
+
+
+def test_csv_rows_that_do_not_fit_are_quarantined(spark, catalog_server: CatalogServer, make_project, unique_name: str) -> None:
+    sources = {"sales": {"format": "csv", "path": "landing/sales", "schema": "product_id BIGINT, quantity INT", "required": ["product_id"]}}
+    sql = "SELECT product_id, SUM(quantity) AS total FROM sales GROUP BY product_id"
+    project = make_project(views={unique_name: {"sql": sql, "cadence": "1s", "namespace": "cdc_tests"}}, sources=sources)
+    landing = project.source_path("sales")
+    _, query = start(spark, project, unique_name, catalog_server)
+    try:
+        land(landing, "a.csv", ["product_id,quantity", "1,5", "2,seven", "1,2", ",4", "3,1"])
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    assert {r["product_id"]: r["total"] for r in read_view(catalog_server, "cdc_tests", unique_name).to_pylist()} == {1: 7, 3: 1}
+    reasons = sorted(r["reason"] for r in quarantined_rows(project, "sales", unique_name))
+    assert reasons == ["malformed row: does not parse into the schema", "missing required column product_id"]
+    assert [r["record"] for r in quarantined_rows(project, "sales") if r["reason"].startswith("malformed")] == ["2,seven"]
