@@ -38,6 +38,8 @@ def test_spark_pipeline_keeps_a_delta_view_equal_to_the_recompute(spark, catalog
     assert [c.epoch for c in commits] == [1, 0] and commits[0].rows_in == 90
     (status,) = [s for s in view_statuses(project) if s.view == view]
     assert (status.format, status.state, status.epoch, status.snapshot_id) == ("delta", "committed", 1, commits[0].snapshot_id)
+    # Cadence asked for and achieved, and lag, come from the Delta log's commit info.
+    assert status.cadence_asked_ms == 1000 and status.cadence_achieved_ms is not None and status.lag_ms is not None
 
     config_file = project.root / "lakeview.toml"
     config_file.write_text(_toml(project, view))
