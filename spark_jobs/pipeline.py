@@ -15,8 +15,9 @@ from __future__ import annotations
 import json
 import logging
 import shutil
+import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import pyarrow as pa
 
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery
 
 log = logging.getLogger("lakeview.pipeline")
+T = TypeVar("T")
 
 
 class ViewPipeline:
@@ -64,6 +66,7 @@ class ViewPipeline:
         self.maintainer = ViewMaintainer(plan=self.plan, view=writer, feed=self.feed)
         self.quarantine = Quarantine(project, self.source, view)
         self._last_epoch: int | None = None
+        self.timings: dict[str, float] = {}  # the last epoch's phases (seconds), for logs and bench/
 
     @property
     def source(self) -> str:
@@ -130,7 +133,8 @@ class ViewPipeline:
                 f"{self.view}: the table is at epoch {last} but Spark's checkpoint {self.checkpoint} is "
                 "missing, so the sources' positions are unknown; drop the view's table to rebuild it"
             )
-        self._last_epoch = self.writer.last_commit().epoch if m.view_is_state and self.writer.last_commit() else None
+        view_last = self.writer.last_commit() if m.view_is_state else None
+        self._last_epoch = view_last.epoch if view_last else None
 
     def start(self, available_now: bool = False) -> StreamingQuery:
         """Start the streaming query (``available_now``: process what has landed, then stop)."""
@@ -160,11 +164,14 @@ class ViewPipeline:
             log.info("%s: epoch %s already in the table; skipping the replay", self.view, epoch_id)
             return
         faults.point("reading", epoch_id)
+        started = time.perf_counter()
         batch = batch.persist()
         try:
             record = self._process_batch(batch, epoch_id)
         finally:
             batch.unpersist()
+        self.timings["total_s"] = time.perf_counter() - started
+        log.info("%s: epoch %s timings %s", self.view, epoch_id, {k: round(v, 3) for k, v in self.timings.items()})
         faults.point("after_commit", epoch_id)
         if self.maintainer.view_is_state:
             self._last_epoch = epoch_id
@@ -177,27 +184,45 @@ class ViewPipeline:
         spark = batch.sparkSession
         if self.feed is not None:
             batch = batch.selectExpr("*", f"{operation_sql(self.feed)} AS {OP}")
+        started = time.perf_counter()
         good, quarantined = self.quarantine.split(batch, epoch_id, operation=OP if self.feed is not None else None)
         good = good.drop(CORRUPT, FILE)
         frontier, newest_ms = self._frontier(epoch_id)
         epoch = Epoch(view=self.view, number=epoch_id, frontier=frontier, rows_in=good.count(), newest_input_ms=newest_ms,
                       rows_quarantined=quarantined)
+        self.timings = {"spark_read_quarantine_s": time.perf_counter() - started}
         faults.current_epoch = epoch_id
         m = self.maintainer
         if self.feed is not None:
             good.createOrReplaceTempView(self._temp_name("_changes"))
-            latest = spark.sql(latest_sql(self.feed, self._temp_name("_changes"))).drop("__lv_rn")
-            return m.apply_changes(epoch, collect_arrow(latest))
+            latest = self._spark_part(lambda: collect_arrow(spark.sql(latest_sql(self.feed, self._temp_name("_changes"))).drop("__lv_rn")))
+            return self._maintain_part(lambda: m.apply_changes(epoch, latest))
         if m.view_is_state:
             good.createOrReplaceTempView(self._temp_name())
-            return m.apply_view_delta(epoch, collect_arrow(spark.sql(self.plan.batch_sql({self.source: self._temp_name()}))))
+            delta = self._spark_part(lambda: collect_arrow(spark.sql(self.plan.batch_sql({self.source: self._temp_name()}))))
+            return self._maintain_part(lambda: m.apply_view_delta(epoch, delta))
         assert isinstance(self.plan, KeyedAggregatePlan)
         from pyspark.sql import functions as F
 
+        plan = self.plan
         good.withColumn(WEIGHT, F.lit(1).cast("int")).createOrReplaceTempView(self._temp_name())
-        group = collect_arrow(spark.sql(self.plan.group_delta_sql(self._temp_name())))
-        values = [collect_arrow(spark.sql(self.plan.multiset_delta_sql(i, self._temp_name()))) for i in range(len(self.plan.multisets))]
-        return m.apply_state_deltas(epoch, group, values)
+        group = self._spark_part(lambda: collect_arrow(spark.sql(plan.group_delta_sql(self._temp_name()))))
+        values = self._spark_part(lambda: [collect_arrow(spark.sql(plan.multiset_delta_sql(i, self._temp_name()))) for i in range(len(plan.multisets))])
+        return self._maintain_part(lambda: m.apply_state_deltas(epoch, group, values))
+
+    def _spark_part(self, step: Callable[[], T]) -> T:
+        """Run a Spark step, adding its time to this epoch's ``spark_delta_s``."""
+        started = time.perf_counter()
+        result = step()
+        self.timings["spark_delta_s"] = self.timings.get("spark_delta_s", 0.0) + time.perf_counter() - started
+        return result
+
+    def _maintain_part(self, step: Callable[[], T]) -> T:
+        """State lookups, the DuckDB merge and the commits (``maintain_s``)."""
+        started = time.perf_counter()
+        result = step()
+        self.timings["maintain_s"] = time.perf_counter() - started
+        return result
 
     def _frontier(self, epoch_id: int) -> tuple[dict[str, object], int | None]:
         """The source position this epoch reaches (Spark's offset log) and the newest input's
