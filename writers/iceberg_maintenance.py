@@ -21,7 +21,7 @@ from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 
 from lakeview.errors import CommitConflictError
-from writers.iceberg import IcebergWriter, last_commit_of
+from writers.iceberg import IcebergWriter, _overwrite, last_commit_of
 from writers.maintenance import MAINTENANCE, MaintenancePolicy, MaintenanceReport, Progress, filesystem_for, list_files, mtime_ms
 
 log = logging.getLogger("lakeview.writers.iceberg_maintenance")
@@ -110,7 +110,7 @@ def _compact(writer: IcebergWriter, policy: MaintenancePolicy, report: Maintenan
     commit_uuid = uuid.uuid4()
     written = list(_dataframe_to_data_files(table_metadata=table.metadata, df=rows, io=table.io, write_uuid=commit_uuid))
     txn = table.transaction()
-    with txn.update_snapshot(snapshot_properties={MAINTENANCE: "compact"}).overwrite(commit_uuid) as snapshot:
+    with _overwrite(txn.update_snapshot(snapshot_properties={MAINTENANCE: "compact"}), commit_uuid) as snapshot:
         for task in small:
             snapshot.delete_data_file(task.file)
         for data_file in written:
