@@ -23,7 +23,7 @@ def test_commit_is_published_to_glue_paths_and_inline_view(spark, moto, catalog_
             f"{view}_big": {"sql": f"SELECT product_id, total_sold FROM {view} WHERE total_sold > 0", "namespace": namespace, "materialize": False},
         }
     )
-    project = project.model_copy(update={"glue": GlueConfig(endpoint=moto.endpoint)})
+    project = project.model_copy(update={"glue": GlueConfig(endpoint=moto.endpoint, interval="100ms")})
     land_json(project.source_path("orders"), "a.json", make_orders(100, seed=7, first_id=1))
 
     stack = EmbeddedStack(project, catalog_uri=catalog_server.uri)
