@@ -69,6 +69,10 @@ def up(
         Optional[str], typer.Option("--catalog-uri", help="Commit through a catalog already running there (e.g. http://catalog:8181/iceberg) instead of starting one.")
     ] = None,
     views: Annotated[Optional[list[str]], typer.Option("--view", help="Maintain only this view (repeatable).")] = None,
+    metrics_port: Annotated[
+        Optional[int], typer.Option("--metrics-port", min=0, max=65535, help="Also serve this process's Prometheus metrics (commit latency) on this port; for view jobs without a catalog (--catalog-uri).")
+    ] = None,
+    metrics_host: Annotated[str, typer.Option("--metrics-host", help="Bind address for --metrics-port.")] = "127.0.0.1",
 ) -> None:
     """Start the catalog service and every view's streaming job; Ctrl-C stops both cleanly."""
     from lakeview.embedded import EmbeddedStack
@@ -99,6 +103,11 @@ def up(
             f"+{record.rows_inserted}/-{record.rows_deleted} rows, lag {record.lag_ms} ms"
         )
 
+    if metrics_port is not None:
+        from prometheus_client import start_http_server
+
+        start_http_server(metrics_port, addr=metrics_host)
+        typer.echo(f"metrics: http://{metrics_host}:{metrics_port}/metrics")
     stack = EmbeddedStack(config, catalog_uri=catalog_uri)
     failed: list[str] = []
     try:

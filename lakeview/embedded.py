@@ -6,6 +6,7 @@ Spark is imported only when views start, so the catalog-only paths stay light.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -46,8 +47,20 @@ def _iceberg_writer(project: ProjectConfig, view: str, catalog_uri: str) -> Snap
 
     from writers.iceberg import IcebergWriter
 
-    catalog = RestCatalog(f"lakeview-{view}", uri=catalog_uri, warehouse=project.lake.name, **file_io_properties(project))
+    catalog = RestCatalog(
+        f"lakeview-{view}", uri=catalog_uri, warehouse=project.lake.name, **file_io_properties(project), **catalog_client_properties(catalog_uri)
+    )
     return IcebergWriter(catalog, project.views[view].namespace, view)
+
+
+def catalog_client_properties(catalog_uri: str) -> dict[str, str]:
+    """OAuth2 client credentials for committing through a catalog with auth: ``CLIENT:SECRET``
+    from ``LAKEVIEW_CATALOG_CREDENTIAL`` (an [auth.clients.CLIENT] with write on the views'
+    namespaces). From the environment, so the secret never sits in lakeview.toml."""
+    credential = os.environ.get("LAKEVIEW_CATALOG_CREDENTIAL")
+    if not credential:
+        return {}
+    return {"credential": credential, "oauth2-server-uri": f"{catalog_uri.rstrip('/')}/v1/oauth/tokens"}
 
 
 def _delta_writer(project: ProjectConfig, view: str, catalog_uri: str) -> SnapshotWriter:

@@ -110,3 +110,54 @@ def test_concurrent_ingest_is_exactly_once_across_a_restart(spark, make_project,
     assert len(landed) == CLIENTS * BATCHES + 1, "one file per first request; retries landed nothing"
     recomputed = oracle.recompute(project, view, landed)
     assert sorted(recomputed.column("order_id").to_pylist()) == expected
+
+
+def test_ingest_and_status_honour_catalog_auth(spark, catalog_server, lake_dir, tmp_path, unique_name: str, monkeypatch) -> None:
+    from catalog_api.auth import hash_secret
+    from lakeview.config import parse_project
+
+    view = unique_name
+    data = {
+        "lake": {"warehouse": str(lake_dir / "warehouse"), "catalog_store": f"sqlite:///{lake_dir / 'catalog.db'}"},
+        "server": {"host": "127.0.0.1", "port": 0},
+        "auth": {
+            "mode": "oauth2",
+            "clients": {
+                "writer": {"secret_hash": hash_secret("w-secret"), "privileges": {"ops_auth": "admin"}},  # creates the namespace
+                "reader": {"secret_hash": hash_secret("r-secret"), "privileges": {"ops_auth": "read"}},
+                "other": {"secret_hash": hash_secret("o-secret"), "privileges": {"elsewhere": "write"}},
+            },
+        },
+        "sources": {"orders": {"format": "ingest", "path": str(tmp_path / "landing"), "schema": ORDERS_SCHEMA}},
+        "views": {view: {"sql": APPEND_SQL, "cadence": "1s", "namespace": "ops_auth"}},
+    }
+    project = parse_project(data, file=str(tmp_path / "lakeview.toml"), root=tmp_path)
+    # The view's writer commits through the catalog as client `writer` (what the cluster views job does).
+    monkeypatch.setenv("LAKEVIEW_CATALOG_CREDENTIAL", "writer:w-secret")
+    stack = EmbeddedStack(project, port=0).start_catalog()
+    base = stack.catalog_uri.removesuffix("/iceberg")
+
+    def bearer(client: str, secret: str) -> dict[str, str]:
+        token = httpx.post(f"{base}/iceberg/v1/oauth/tokens", data={"grant_type": "client_credentials"}, auth=(client, secret))
+        return {"Authorization": f"Bearer {token.json()['access_token']}"}
+
+    rows = make_orders(10, seed=5)
+    url = f"{base}/lakeview/v1/sources/orders/rows"
+    try:
+        assert httpx.post(url, json=rows).status_code == 401
+        assert httpx.post(url, json=rows, headers=bearer("reader", "r-secret")).status_code == 403
+        assert httpx.post(url, json=rows, headers=bearer("other", "o-secret")).status_code == 403
+        assert oracle.landed_files(project.source_path("orders")) == [], "refused requests land nothing"
+        accepted = httpx.post(url, json=rows, headers=bearer("writer", "w-secret"))
+        assert accepted.status_code == 200 and accepted.json()["accepted"] == 10
+
+        stack.start_views([view], spark=spark)
+        stack.queries[view].processAllAvailable()
+        assert sorted(view_ids(stack, view)) == sorted(r["order_id"] for r in rows)
+        assert httpx.get(f"{base}/lakeview/v1/views").status_code == 401
+        reader_views = httpx.get(f"{base}/lakeview/v1/views", headers=bearer("reader", "r-secret")).json()["views"]
+        assert [v["view"] for v in reader_views] == [view] and reader_views[0]["commits"] == 1
+        assert httpx.get(f"{base}/lakeview/v1/views", headers=bearer("other", "o-secret")).json()["views"] == []
+        assert httpx.get(f"{base}/lakeview/v1/views/{view}", headers=bearer("other", "o-secret")).status_code == 403
+    finally:
+        stack.stop()
