@@ -1,0 +1,246 @@
+"""Benchmark the Iceberg REST catalog; prints one table.
+
+    .venv/bin/python bench/catalog.py [--duration 5] [--no-seaweed] [--no-postgres]
+
+- loadTable requests/s and p50/p99 latency at 1, 8 and 32 concurrent connections on a table
+  with 50 snapshots, measured with ``wrk`` (Debian package ``wrk``; a C load generator, so
+  the client is not the bottleneck), with the server's and the client's CPU seconds;
+- server-side commits/s: raw HTTP commits (one new metadata file each) from an async client,
+  so no client-side data writing is measured, on SQLite and on PostgreSQL 15;
+- the same loadTable run against SeaweedFS's own Iceberg REST catalog (``weed mini
+  -tableBucket=...``) for comparison (its requests are SigV4-signed once and replayed).
+
+Each server runs in its own process (one uvicorn worker, uvloop + httptools).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import re
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from catalog_api.server import _free_port  # noqa: E402
+
+SCHEMA = {"type": "struct", "schema-id": 0, "fields": [{"id": 1, "name": "id", "type": "long", "required": False},
+                                                       {"id": 2, "name": "name", "type": "string", "required": False}]}
+SERVE = """
+import sys
+import uvicorn
+from catalog_api.app import build_app
+from catalog_api.store import CatalogStore
+store = CatalogStore(sys.argv[1], sys.argv[2], "lakeview")
+uvicorn.run(build_app(store), host="127.0.0.1", port=int(sys.argv[3]), log_level="warning", lifespan="off")
+"""
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@contextmanager
+def catalog_process(store_url: str, warehouse: Path) -> Iterator[tuple[str, int]]:
+    port = _free_port("127.0.0.1")
+    process = subprocess.Popen([sys.executable, "-c", SERVE, store_url, str(warehouse), str(port)], cwd=ROOT)
+    base = f"http://127.0.0.1:{port}/iceberg"
+    for _ in range(200):
+        try:
+            if httpx.get(f"{base}/v1/config", timeout=1).status_code == 200:
+                break
+        except httpx.HTTPError:
+            time.sleep(0.05)
+    try:
+        yield base, process.pid
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+def snapshot_commit(metadata: dict[str, Any], snapshot_id: int) -> dict[str, Any]:
+    parent = metadata.get("current-snapshot-id")
+    parent = None if parent in (None, -1) else parent
+    return {
+        "requirements": [{"type": "assert-ref-snapshot-id", "ref": "main", "snapshot-id": parent}],
+        "updates": [
+            {"action": "add-snapshot", "snapshot": {
+                "snapshot-id": snapshot_id, **({"parent-snapshot-id": parent} if parent else {}),
+                "sequence-number": metadata["last-sequence-number"] + 1, "timestamp-ms": int(time.time() * 1000),
+                "manifest-list": f"{metadata['location']}/metadata/snap-{snapshot_id}-1-manifest-list.avro",
+                "summary": {"operation": "append", "added-data-files": "1", "added-records": "1000",
+                            "total-records": str(1000 * snapshot_id), "lakeview.epoch": str(snapshot_id)},
+                "schema-id": 0}},
+            {"action": "set-snapshot-ref", "ref-name": "main", "type": "branch", "snapshot-id": snapshot_id},
+        ],
+    }  # fmt: skip
+
+
+def table_with_snapshots(base: str, namespace: str, name: str, snapshots: int) -> str:
+    api = f"{base}/v1/lakeview"
+    httpx.post(f"{api}/namespaces", json={"namespace": [namespace]})
+    metadata = httpx.post(f"{api}/namespaces/{namespace}/tables", json={"name": name, "schema": SCHEMA}).json()["metadata"]
+    url = f"{api}/namespaces/{namespace}/tables/{name}"
+    for i in range(1, snapshots + 1):
+        response = httpx.post(url, json=snapshot_commit(metadata, i))
+        response.raise_for_status()
+        metadata = response.json()["metadata"]
+    return url
+
+
+def wrk(url: str, connections: int, duration: int, headers: dict[str, str] | None = None) -> dict[str, float]:
+    """Requests/s and latency percentiles (ms) from wrk, plus wrk's own CPU seconds."""
+    args = ["wrk", f"-t{min(connections, 2)}", f"-c{connections}", f"-d{duration}s", "--latency", url]
+    for key, value in (headers or {}).items():
+        args[1:1] = ["-H", f"{key}: {value}"]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    output = subprocess.run(args, capture_output=True, text=True, check=True).stdout
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", output)
+    if non2xx:
+        raise RuntimeError(f"{non2xx.group(1)} failed requests to {url}:\n{output}")
+
+    def latency(pct: str) -> float:
+        value, unit = re.search(rf"\s{pct}%\s+([\d.]+)(us|ms|s)", output).groups()  # type: ignore[union-attr]
+        return float(value) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[unit]
+
+    return {
+        "rps": float(re.search(r"Requests/sec:\s+([\d.]+)", output).group(1)),  # type: ignore[union-attr]
+        "p50": latency("50"),
+        "p99": latency("99"),
+        "client_cpu": (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime),
+    }
+
+
+def load_runs(label: str, url: str, pid: int | None, duration: int, headers: dict[str, str] | None = None) -> list[list[str]]:
+    rows = []
+    for connections in (1, 8, 32):
+        server_before = cpu_seconds(pid) if pid else 0.0
+        result = wrk(url, connections, duration, headers)
+        server_cpu = cpu_seconds(pid) - server_before if pid else float("nan")
+        rows.append([label, "loadTable", str(connections), f"{result['rps']:,.0f}", f"{result['p50']:.2f}",
+                     f"{result['p99']:.2f}", f"{server_cpu / duration:.2f}", f"{result['client_cpu'] / duration:.2f}"])  # fmt: skip
+    return rows
+
+
+async def commit_rate(base: str, label: str, clients: int, duration: float) -> list[str]:
+    """Commits/s with ``clients`` concurrent committers, each to its own table (no conflicts)."""
+    urls = [table_with_snapshots(base, f"commits_{label.replace('/', '_')}_{clients}", f"t{i}", 0) for i in range(clients)]
+    latencies: list[float] = []
+    deadline = time.perf_counter() + duration
+
+    async def committer(client: httpx.AsyncClient, url: str) -> None:
+        metadata = (await client.get(url)).json()["metadata"]
+        snapshot_id = 1
+        while time.perf_counter() < deadline:
+            start = time.perf_counter()
+            response = await client.post(url, json=snapshot_commit(metadata, snapshot_id))
+            response.raise_for_status()
+            latencies.append(time.perf_counter() - start)
+            metadata = response.json()["metadata"]
+            snapshot_id += 1
+
+    async with httpx.AsyncClient(timeout=60, limits=httpx.Limits(max_connections=clients)) as client:
+        started = time.perf_counter()
+        await asyncio.gather(*(committer(client, url) for url in urls))
+        elapsed = time.perf_counter() - started
+    latencies.sort()
+    p50, p99 = latencies[len(latencies) // 2] * 1000, latencies[int(len(latencies) * 0.99)] * 1000
+    return [label, "commit", str(clients), f"{len(latencies) / elapsed:,.0f}", f"{p50:.2f}", f"{p99:.2f}", "", ""]
+
+
+def seaweed_rows(duration: int, work: Path) -> list[list[str]]:
+    """The same loadTable run against SeaweedFS's Iceberg REST catalog (SigV4, signed once)."""
+    from botocore.auth import SigV4Auth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials
+    from pyiceberg.catalog.rest import RestCatalog
+
+    sys.path.insert(0, str(ROOT))
+    from tests.s3_server import SeaweedS3
+
+    weed = SeaweedS3(work / "seaweed")
+    iceberg_port = int(next(a for a in weed.args if a.startswith("-s3.port.iceberg=")).split("=")[1])
+    weed.args.append("-tableBucket=bench")
+    os.environ.update(weed.env)
+    with weed:
+        base = f"http://127.0.0.1:{iceberg_port}"
+        for _ in range(100):
+            try:
+                httpx.get(f"{base}/v1/config", timeout=1)
+                break
+            except httpx.HTTPError:
+                time.sleep(0.3)
+        catalog = RestCatalog(
+            "seaweed", uri=base, warehouse="s3://bench",
+            **{"rest.sigv4-enabled": "true", "rest.signing-name": "s3tables", "rest.signing-region": "us-east-1",
+               "s3.endpoint": weed.endpoint, "s3.access-key-id": weed.env["AWS_ACCESS_KEY_ID"],
+               "s3.secret-access-key": weed.env["AWS_SECRET_ACCESS_KEY"], "s3.region": "us-east-1"},
+        )  # fmt: skip
+        import pyarrow as pa
+
+        catalog.create_namespace("bench")
+        table = catalog.create_table("bench.t", pa.schema([("id", pa.int64()), ("name", pa.string())]))
+        for i in range(50):
+            table.append(pa.table({"id": [i], "name": [str(i)]}))
+        config = httpx.get(f"{base}/v1/config", params={"warehouse": "s3://bench"}).json()
+        prefix = (config.get("overrides") or {}).get("prefix")
+        url = f"{base}/v1/{prefix + '/' if prefix else ''}namespaces/bench/tables/t"
+        request = AWSRequest(method="GET", url=url)
+        SigV4Auth(Credentials(weed.env["AWS_ACCESS_KEY_ID"], weed.env["AWS_SECRET_ACCESS_KEY"]), "s3tables", "us-east-1").add_auth(request)
+        headers = dict(request.headers.items())
+        assert httpx.get(url, headers=headers).status_code == 200, httpx.get(url, headers=headers).text
+        return load_runs("seaweedfs", url, weed.process.pid if weed.process else None, duration, headers)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--duration", type=int, default=5, help="seconds per wrk/commit run")
+    parser.add_argument("--no-seaweed", action="store_true")
+    parser.add_argument("--no-postgres", action="store_true")
+    args = parser.parse_args()
+    if not shutil.which("wrk"):
+        sys.exit("wrk is missing: apt-get install wrk")
+    work = Path(tempfile.mkdtemp(prefix="lakeview-bench-"))
+    rows: list[list[str]] = []
+    try:
+        with catalog_process(f"sqlite:///{work / 'catalog.db'}", work / "warehouse") as (base, pid):
+            url = table_with_snapshots(base, "bench", "t", 50)
+            assert len(httpx.get(url).json()["metadata"]["snapshots"]) == 50
+            rows += load_runs("lakeview/sqlite", url, pid, args.duration)
+            for clients in (1, 4):
+                rows.append(asyncio.run(commit_rate(base, "lakeview/sqlite", clients, args.duration)))
+        if not args.no_postgres:
+            from catalog_api.local_postgres import LocalPostgres
+
+            with LocalPostgres(durable=True) as pg, catalog_process(pg.url, work / "pg-warehouse") as (base, pid):
+                url = table_with_snapshots(base, "bench", "t", 50)
+                rows += load_runs("lakeview/postgresql", url, pid, args.duration)
+                for clients in (1, 4):
+                    rows.append(asyncio.run(commit_rate(base, "lakeview/postgresql", clients, args.duration)))
+        if not args.no_seaweed:
+            rows += seaweed_rows(args.duration, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    header = ["catalog", "operation", "clients", "req/s", "p50 ms", "p99 ms", "server CPU/s", "client CPU/s"]
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    print(f"machine: {os.cpu_count()} cores; {args.duration}s per run; wrk {min(32, 2)} threads")
+    for row in [header, ["-" * w for w in widths], *rows]:
+        print("  ".join(cell.rjust(w) if i >= 2 else cell.ljust(w) for i, (cell, w) in enumerate(zip(row, widths))))
+
+
+if __name__ == "__main__":
+    main()
