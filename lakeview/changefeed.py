@@ -21,7 +21,7 @@ from lakeview.schema import parse_ddl
 from writers.base import Change
 
 if TYPE_CHECKING:
-    from lakeview.config import ChangeFeedConfig, ProjectConfig
+    from lakeview.config import ChangeFeedConfig, ImagesConfig, ProjectConfig, SourceConfig
 
 OP = "__lv_op"  # the normalised operation: 'insert', 'update' or 'delete' (NULL: unknown)
 INSERT, UPDATE, DELETE = "insert", "update", "delete"
@@ -40,16 +40,18 @@ def check_view_over_sources(plan: AppendPlan | KeyedAggregatePlan, project: Proj
     missing = [c for c in source.required if c.lower() not in columns]
     if missing:
         return f"source {plan.sources[0]!r}: required column(s) {', '.join(missing)} are not in its schema"
-    feed = source.changes
-    if feed is None:
+    if source.changes is not None and source.images is not None:
+        return f"source {plan.sources[0]!r}: declare either [changes] (an operation column) or [images] (before/after), not both"
+    key = feed_key(source)
+    if key is None:
         return None
-    named = [feed.operation, feed.sequence, *feed.key]
+    named = [*key] + ([source.changes.operation, source.changes.sequence] if source.changes else [])
     absent = [c for c in named if c.lower() not in columns]
     if absent:
         return f"change feed {plan.sources[0]!r}: column(s) {', '.join(absent)} are not in its schema"
     if isinstance(plan, AppendPlan) and not plan.star:
         selected = {c.lower() for c in plan.plain_columns}
-        lacking = [k for k in feed.key if k.lower() not in selected]
+        lacking = [k for k in key if k.lower() not in selected]
         if lacking:
             return (
                 f"a projection over the change feed {plan.sources[0]!r} must select its key column(s) "
@@ -57,6 +59,24 @@ def check_view_over_sources(plan: AppendPlan | KeyedAggregatePlan, project: Proj
                 "nearest supported form: add them to the SELECT list (or aggregate with GROUP BY)"
             )
     return None
+
+
+def feed_key(source: SourceConfig) -> tuple[str, ...] | None:
+    """The key of a change-feed source (operation column or before/after images), else None."""
+    if source.changes is not None:
+        return tuple(source.changes.key)
+    if source.images is not None:
+        return tuple(source.images.key)
+    return None
+
+
+def images_sql(images: ImagesConfig, columns: list[str], relation: str) -> str:
+    """Spark SQL: a before/after-image batch as a Z-set (before −1, after +1)."""
+    def side(name: str, weight: int) -> str:
+        cols = ", ".join(f"`{name}`.`{c}` AS `{c}`" for c in columns)
+        return f"SELECT {cols}, {weight} AS {WEIGHT} FROM {relation} WHERE `{name}` IS NOT NULL"
+
+    return f"{side(images.before, -1)} UNION ALL {side(images.after, 1)}"
 
 
 def operation_sql(feed: ChangeFeedConfig) -> str:

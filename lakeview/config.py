@@ -141,6 +141,15 @@ class ChangeFeedConfig(_Strict):
     delete: list[str] = Field(default_factory=lambda: ["delete", "d"], description="operation values meaning delete")
 
 
+class ImagesConfig(_Strict):
+    """A change feed of before/after images: each row holds the old row (absent for an insert)
+    and the new row (absent for a delete) as two objects with the source's columns."""
+
+    before: str = Field("before", description="field holding the row before the change")
+    after: str = Field("after", description="field holding the row after the change")
+    key: list[str] = Field(min_length=1, description="columns identifying a row of the source")
+
+
 class NewColumns(str, Enum):
     IGNORE = "ignore"
 
@@ -152,6 +161,7 @@ class SourceConfig(_Strict):
     path: str
     schema_: str = Field(alias="schema", description="Spark DDL, e.g. 'id BIGINT, name STRING'")
     changes: ChangeFeedConfig | None = Field(None, description="the source is a change feed (CDC)")
+    images: ImagesConfig | None = Field(None, description="the source is a change feed of before/after images")
     required: list[str] = Field(default_factory=list, description="columns a row must have (else quarantined)")
     new_columns: NewColumns = Field(NewColumns.IGNORE, description="what to do with input columns not in the schema")
 
@@ -415,7 +425,7 @@ def _model_at(loc: list[str]) -> type[BaseModel]:
     if loc[0] in models:
         return models[loc[0]]
     if loc[0] == "sources":
-        return ChangeFeedConfig if len(loc) == 3 and loc[2] == "changes" else SourceConfig
+        return {"changes": ChangeFeedConfig, "images": ImagesConfig}.get(loc[2], SourceConfig) if len(loc) == 3 else SourceConfig
     if loc[0] == "views":
         return ViewConfig
     return ProjectConfig

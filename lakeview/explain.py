@@ -29,7 +29,10 @@ def explain(project: ProjectConfig, view: str) -> str:
     ns = config.namespace
     lines = [f"view {view} ({plan.kind}) -> {ns}.{view}, cadence {config.cadence}"]
     step = iter(range(1, 100))
+    images = source.images
     kind = f"change feed: operation {feed.operation}, key {', '.join(feed.key)}, sequence {feed.sequence}" if feed else "append-only"
+    if images is not None:
+        kind = f"change feed of images: before {images.before}, after {images.after}, key {', '.join(images.key)}"
     lines.append(f"  {next(step)}. read {source_name} ({source.format.value} files, {kind}): Spark file stream, only new files per trigger")
     reasons = ["rows that do not parse into the schema"] if source.format.reader_format in ("json", "csv") else []
     reasons += [f"rows missing {c}" for c in source.required] + (["unknown operations"] if feed else [])
@@ -40,19 +43,22 @@ def explain(project: ProjectConfig, view: str) -> str:
             f"  {next(step)}. changes -> Z-set: newest change per key in the batch (Spark), old image from the mirror "
             f"{ns}.{mirror_table_name(view)} looked up by touched key: old row weight -1, new image +1"
         )
+    if images is not None:
+        lines.append(f"  {next(step)}. images -> Z-set (Spark): before image weight -1, after image +1; no mirror needed")
     if plan.where:
         lines.append(f"  {next(step)}. filter WHERE {plan.where}: stateless, per weighted row")
     if isinstance(plan, AppendPlan):
         lines.append(f"  {next(step)}. project {', '.join(plan.columns) or '*'}: stateless")
-        if feed:
-            lines.append(f"  {next(step)}. write: upsert/delete by the feed key ({', '.join(feed.key)}), one snapshot per epoch")
-            key, state = ", ".join(feed.key), [f"{ns}.{mirror_table_name(view)} (current row per key)"]
+        if feed or images:
+            fkey = ", ".join(feed.key if feed else images.key)  # type: ignore[union-attr]
+            lines.append(f"  {next(step)}. write: upsert/delete by the feed key ({fkey}), one snapshot per epoch")
+            key, state = fkey, [f"{ns}.{mirror_table_name(view)} (current row per key)"] if feed else []
         else:
             lines.append(f"  {next(step)}. write: append, one snapshot per epoch")
             key, state = "none (append-only)", []
         return "\n".join(lines + [f"key: {key}", f"state: {'; '.join(state) or 'none'}"])
     assert isinstance(plan, KeyedAggregatePlan)
-    in_view = plan.view_is_state(append_only=feed is None)
+    in_view = plan.view_is_state(append_only=feed is None and images is None)
     lines.append(f"  {next(step)}. aggregate GROUP BY {', '.join(plan.key_exprs)}: keyed aggregate, state looked up by touched group only")
     if in_view:
         for agg in plan.aggregates:

@@ -31,20 +31,30 @@ class ViewMaintainer:
     mirror: SnapshotWriter | None = None
     source_columns: list[str] = field(default_factory=list)
     state_schemas: list[pa.Schema] | None = None  # to cast DuckDB-computed deltas to (Spark's types)
+    feed_key: tuple[str, ...] | None = None  # the input has deletes (a change feed) keyed by these
+
+    def __post_init__(self) -> None:
+        if self.feed is not None and self.feed_key is None:
+            self.feed_key = tuple(self.feed.key)
 
     @property
     def view_is_state(self) -> bool:
         """The view's own rows are its whole state (append-only input, self-mergeable SQL)."""
         if self.plan.is_append:
-            return self.feed is None
+            return self.feed_key is None
         assert isinstance(self.plan, KeyedAggregatePlan)
-        return self.plan.view_is_state(append_only=self.feed is None)
+        return self.plan.view_is_state(append_only=self.feed_key is None)
 
     @property
     def view_key(self) -> tuple[str, ...] | None:
-        if self.plan.is_append and self.feed is not None:
-            return tuple(self.feed.key)
+        if self.plan.is_append and self.feed_key is not None:
+            return self.feed_key
         return self.plan.key
+
+    def apply_weighted_rows(self, epoch: Epoch, weighted: pa.Table) -> CommitRecord | None:
+        """A projection over a change feed: its weighted rows upsert/delete by the feed key."""
+        assert isinstance(self.plan, AppendPlan) and self.feed_key is not None
+        return self.view.commit(epoch, keyed_append_change(self.plan, self.feed_key, weighted))
 
     def tables(self) -> list[SnapshotWriter]:
         return [self.view, *self.state, *([self.mirror] if self.mirror else [])]
@@ -85,9 +95,7 @@ class ViewMaintainer:
         try:
             con.register("z", zset)
             if isinstance(self.plan, AppendPlan):
-                weighted = con.execute(self.plan.weighted_sql("z", "duckdb")).to_arrow_table()
-                assert self.feed is not None
-                return self.view.commit(epoch, keyed_append_change(self.plan, tuple(self.feed.key), weighted))
+                return self.apply_weighted_rows(epoch, con.execute(self.plan.weighted_sql("z", "duckdb")).to_arrow_table())
             group = con.execute(self.plan.group_delta_sql("z", "duckdb")).to_arrow_table()
             multisets = [con.execute(self.plan.multiset_delta_sql(i, "z", "duckdb")).to_arrow_table() for i in range(len(self.plan.multisets))]
         finally:

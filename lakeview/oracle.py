@@ -46,6 +46,8 @@ def recompute(project: ProjectConfig, view: str, files: list[Path] | None = None
         if not files:
             cols = ", ".join(f'NULL::{t} AS "{n}"' for n, t in columns.items())
             relation = f"SELECT {cols} WHERE FALSE"
+        elif source.images is not None:
+            relation = _read_images(files, columns, source.images.before, source.images.after)
         else:
             relation = _read(SourceFormat(source.format.reader_format), files, columns)
         good = [f'"{c}" IS NOT NULL' for c in source.required]
@@ -70,6 +72,34 @@ def recompute(project: ProjectConfig, view: str, files: list[Path] | None = None
 
 def _duck(spark_sql: str) -> str:
     return sqlglot.transpile(spark_sql, read="spark", write="duckdb")[0]
+
+
+def _json_objects(files: list[Path]) -> str:
+    paths = "[" + ", ".join(f"'{p}'" for p in files) + "]"
+    lines = f"SELECT unnest(string_split(content, chr(10))) AS line FROM read_text({paths})"
+    return (
+        f"SELECT CAST(line AS JSON) AS j FROM ({lines}) "
+        "WHERE trim(line) <> '' AND json_valid(line) AND json_type(CAST(line AS JSON)) = 'OBJECT'"
+    )
+
+
+def _read_images(files: list[Path], columns: dict[str, str], before: str, after: str) -> str:
+    """DuckDB SQL: the current rows of a before/after-image feed (the Z-set integrated:
+    before −1, after +1, rows with a positive total, repeated by it)."""
+    names = ", ".join(f'"{n}"' for n in columns)
+    bad = " OR ".join(
+        f"(j->'{side}'->>'{n}' IS NOT NULL AND TRY_CAST(j->'{side}'->>'{n}' AS {t}) IS NULL)"
+        for side in (before, after) for n, t in columns.items()
+    )
+    good = f"SELECT j FROM ({_json_objects(files)}) WHERE NOT ({bad})"
+
+    def side(name: str, weight: int) -> str:
+        values = ", ".join(f"TRY_CAST(j->'{name}'->>'{n}' AS {t}) AS \"{n}\"" for n, t in columns.items())
+        return f"SELECT {values}, {weight} AS w FROM ({good}) WHERE json_type(j->'{name}') = 'OBJECT'"
+
+    total = f"SELECT {names}, SUM(w) AS w FROM ({side(before, -1)} UNION ALL {side(after, 1)}) GROUP BY ALL"
+    repeated = f"SELECT {names}, unnest(range(CAST(w AS BIGINT))) AS copy FROM ({total}) WHERE w > 0"
+    return f"SELECT {names} FROM ({repeated})"
 
 
 def _read(fmt: SourceFormat, files: list[Path], columns: dict[str, str]) -> str:

@@ -21,12 +21,13 @@ from typing import TYPE_CHECKING, TypeVar
 
 import pyarrow as pa
 
-from lakeview.changefeed import OP, latest_sql, mirror_table_name, operation_sql
+from lakeview.changefeed import OP, feed_key, images_sql, latest_sql, mirror_table_name, operation_sql
 from lakeview.config import ProjectConfig, SourceFormat
 from lakeview.errors import WriterError
 from lakeview.ivm import state_table_names
 from lakeview.maintain import ViewMaintainer
-from lakeview.plan import WEIGHT, KeyedAggregatePlan, plan_view
+from lakeview.plan import WEIGHT, AppendPlan, KeyedAggregatePlan, plan_view
+from lakeview.schema import parse_ddl
 from lakeview.source_log import batch_files
 from spark_jobs import faults
 from spark_jobs.quarantine import CORRUPT, FILE, Quarantine
@@ -63,7 +64,8 @@ class ViewPipeline:
         self.source_config = project.sources[self.plan.sources[0]]
         self.feed = self.source_config.changes
         self._state_writer = state_writer or self._iceberg_state_writer
-        self.maintainer = ViewMaintainer(plan=self.plan, view=writer, feed=self.feed)
+        self.images = self.source_config.images
+        self.maintainer = ViewMaintainer(plan=self.plan, view=writer, feed=self.feed, feed_key=feed_key(self.source_config))
         self.quarantine = Quarantine(project, self.source, view)
         self._last_epoch: int | None = None
         self.timings: dict[str, float] = {}  # the last epoch's phases (seconds), for logs and bench/
@@ -201,11 +203,19 @@ class ViewPipeline:
             good.createOrReplaceTempView(self._temp_name())
             delta = self._spark_part(lambda: collect_arrow(spark.sql(self.plan.batch_sql({self.source: self._temp_name()}))))
             return self._maintain_part(lambda: m.apply_view_delta(epoch, delta))
-        assert isinstance(self.plan, KeyedAggregatePlan)
         from pyspark.sql import functions as F
 
+        if self.images is not None:
+            good.createOrReplaceTempView(self._temp_name("_images"))
+            columns = [c.name for c in parse_ddl(self.source_config.schema_)]
+            weighted = spark.sql(images_sql(self.images, columns, self._temp_name("_images")))
+        else:
+            weighted = good.withColumn(WEIGHT, F.lit(1).cast("int"))
+        weighted.createOrReplaceTempView(self._temp_name())
+        if isinstance(self.plan, AppendPlan):  # a projection over before/after images
+            rows = self._spark_part(lambda: collect_arrow(spark.sql(self.plan.weighted_sql(self._temp_name()))))
+            return self._maintain_part(lambda: m.apply_weighted_rows(epoch, rows))
         plan = self.plan
-        good.withColumn(WEIGHT, F.lit(1).cast("int")).createOrReplaceTempView(self._temp_name())
         group = self._spark_part(lambda: collect_arrow(spark.sql(plan.group_delta_sql(self._temp_name()))))
         values = self._spark_part(lambda: [collect_arrow(spark.sql(plan.multiset_delta_sql(i, self._temp_name()))) for i in range(len(plan.multisets))])
         return self._maintain_part(lambda: m.apply_state_deltas(epoch, group, values))

@@ -47,13 +47,20 @@ class Quarantine:
 
     def read_schema(self) -> str:
         """The source schema as Spark reads it (plus the corrupt-record column for text formats)."""
-        return f"{self.config.schema_}, {CORRUPT} STRING" if self.parses_text else self.config.schema_
+        schema = self.config.schema_
+        if self.config.images is not None:
+            row = ", ".join(f"`{c.name}`: {c.type_sql('spark')}" for c in parse_ddl(schema))
+            schema = f"`{self.config.images.before}` STRUCT<{row}>, `{self.config.images.after}` STRUCT<{row}>"
+        return f"{schema}, {CORRUPT} STRING" if self.parses_text else schema
 
     def reason_sql(self, operation: str | None) -> str:
         cases = [f"WHEN {CORRUPT} IS NOT NULL THEN 'malformed row: does not parse into the schema'"] if self.parses_text else []
         names = {c.name.lower(): c.name for c in parse_ddl(self.config.schema_)}
+        images = self.config.images
         for column in self.config.required:
-            cases.append(f"WHEN `{names.get(column.lower(), column)}` IS NULL THEN 'missing required column {column}'")
+            name = f"`{names.get(column.lower(), column)}`"
+            value = f"COALESCE(`{images.after}`.{name}, `{images.before}`.{name})" if images else name
+            cases.append(f"WHEN {value} IS NULL THEN 'missing required column {column}'")
         if operation is not None and self.config.changes is not None:
             op = self.config.changes.operation
             cases.append(f"WHEN {operation} IS NULL THEN concat('unknown operation ', coalesce(CAST(`{op}` AS STRING), 'NULL'))")

@@ -120,3 +120,41 @@ def test_csv_rows_that_do_not_fit_are_quarantined(spark, catalog_server: Catalog
     reasons = sorted(r["reason"] for r in quarantined_rows(project, "sales", unique_name))
     assert reasons == ["malformed row: does not parse into the schema", "missing required column product_id"]
     assert [r["record"] for r in quarantined_rows(project, "sales") if r["reason"].startswith("malformed")] == ["2,seven"]
+
+
+def image(before: dict | None, after: dict | None) -> str:
+    return json.dumps({"before": before, "after": after})
+
+
+def test_before_after_image_feed_equals_recompute(spark, catalog_server: CatalogServer, make_project, unique_name: str) -> None:
+    """A before/after-image feed needs no mirror: the images are the weights (before −1, after +1)."""
+    row_schema = "order_id BIGINT, product_id BIGINT, quantity INT"
+    sources = {"images": {"format": "json", "path": "landing/images", "schema": row_schema, "images": {"key": ["order_id"]}}}
+    views = {
+        f"{unique_name}_agg": {"sql": "SELECT product_id, SUM(quantity) AS total, MAX(quantity) AS hi FROM images GROUP BY product_id",
+                               "cadence": "1s", "namespace": "cdc_tests"},
+    }
+    project = make_project(views=views, sources=sources)
+    landing = project.source_path("images")
+    view = f"{unique_name}_agg"
+
+    def o(i: int, p: int, q: int) -> dict:
+        return {"order_id": i, "product_id": p, "quantity": q}
+
+    batches = [
+        [image(None, o(1, 1, 5)), image(None, o(2, 1, 9)), image(None, o(3, 2, 4))],
+        [image(o(2, 1, 9), o(2, 1, 1)), image(o(3, 2, 4), None), "garbage", image(None, o(4, 3, 7))],
+    ]
+    pipeline, query = start(spark, project, view, catalog_server)
+    try:
+        for number, lines in enumerate(batches):
+            land(landing, f"{number:03d}.json", lines)
+            query.processAllAvailable()
+            comparison = oracle.compare(read_view(catalog_server, "cdc_tests", view), oracle.recompute(project, view, oracle.landed_files(landing)))
+            assert comparison.equal, f"after epoch {number}: {comparison.describe()}"
+    finally:
+        query.stop()
+    rows = {r["product_id"]: (r["total"], r["hi"]) for r in read_view(catalog_server, "cdc_tests", view).to_pylist()}
+    assert rows == {1: (6, 5), 3: (7, 7)}  # product 2's only order was deleted; the MAX of product 1 fell back to 5
+    assert pipeline.maintainer.mirror is None
+    assert len(quarantined_rows(project, "images", view)) == 1
