@@ -69,6 +69,17 @@ def _delta_writer(project: ProjectConfig, view: str, catalog_uri: str) -> Snapsh
     return DeltaWriter(project.table_location(view), view, delta_storage_options(project))
 
 
+def state_writer_factory(project: ProjectConfig, view: str) -> Callable[[str], SnapshotWriter] | None:
+    """Where a view's state tables go: next to a Delta view as Delta tables; None for Iceberg
+    (the pipeline keeps them in the view's catalog)."""
+    if project.views[view].format is not TableFormat.DELTA:
+        return None
+    from writers.delta import DeltaWriter
+
+    base = project.table_location(view).rsplit("/", 1)[0]
+    return lambda name: DeltaWriter(f"{base}/{name}", name, delta_storage_options(project))
+
+
 # One loader per table format; heavy imports happen only for the formats a project uses.
 WRITERS: dict[TableFormat, Callable[[ProjectConfig, str, str], SnapshotWriter]] = {
     TableFormat.ICEBERG: _iceberg_writer,
@@ -150,7 +161,9 @@ class EmbeddedStack:
                 continue
             writer = make_writer(self.project, name, self.catalog_uri)
             writer.commit = timed(name, writer.commit)  # type: ignore[method-assign]  # commit latency metric
-            pipeline = ViewPipeline(self.spark, self.project, name, writer, on_commit)
+            pipeline = ViewPipeline(
+                self.spark, self.project, name, writer, on_commit, state_writer=state_writer_factory(self.project, name)
+            )
             pipeline.prepare()
             self.pipelines[name] = pipeline
             self.queries[name] = pipeline.start(available_now=available_now)

@@ -5,21 +5,24 @@ from __future__ import annotations
 
 from lakeview import oracle, tables
 from lakeview.cli import main
-from lakeview.embedded import make_writer
+from lakeview.embedded import make_writer, state_writer_factory
 from lakeview.generator import land_json, make_orders
 from lakeview.status import view_statuses
 from spark_jobs.pipeline import ViewPipeline
 from tests.conftest import SALES_SQL
+
+# AVG needs state tables (sums and counts per group): for a Delta view they are Delta tables too.
+SQL = SALES_SQL.replace("COUNT(*) AS orders", "COUNT(*) AS orders, AVG(quantity) AS avg_quantity")
 from writers.delta import DeltaWriter
 
 
 def test_spark_pipeline_keeps_a_delta_view_equal_to_the_recompute(spark, catalog_server, make_project, unique_name: str, capsys) -> None:
     view = unique_name
-    project = make_project(views={view: {"sql": SALES_SQL, "cadence": "1s", "format": "delta", "namespace": "delta_tests"}})
+    project = make_project(views={view: {"sql": SQL, "cadence": "1s", "format": "delta", "namespace": "delta_tests"}})
     landing = project.source_path("orders")
     writer = make_writer(project, view, catalog_server.uri)
     assert isinstance(writer, DeltaWriter) and writer.location == project.table_location(view)
-    pipeline = ViewPipeline(spark, project, view, writer)
+    pipeline = ViewPipeline(spark, project, view, writer, state_writer=state_writer_factory(project, view))
     pipeline.prepare()
     query = pipeline.start()
     try:
