@@ -10,7 +10,7 @@
 - the same loadTable run against SeaweedFS's own Iceberg REST catalog (``weed mini
   -tableBucket=...``) for comparison (its requests are SigV4-signed once and replayed).
 
-Each server runs in its own process (one uvicorn worker, uvloop + httptools).
+Each server runs in its own process (``--workers`` uvicorn workers, uvloop + httptools).
 """
 
 from __future__ import annotations
@@ -39,24 +39,33 @@ from catalog_api.server import _free_port  # noqa: E402
 SCHEMA = {"type": "struct", "schema-id": 0, "fields": [{"id": 1, "name": "id", "type": "long", "required": False},
                                                        {"id": 2, "name": "name", "type": "string", "required": False}]}
 SERVE = """
-import sys
+import os, sys
 import uvicorn
-from catalog_api.app import build_app
-from catalog_api.store import CatalogStore
-store = CatalogStore(sys.argv[1], sys.argv[2], "lakeview")
-uvicorn.run(build_app(store), host="127.0.0.1", port=int(sys.argv[3]), log_level="warning", lifespan="off")
+os.environ.update(LAKEVIEW_CATALOG_STORE=sys.argv[1], LAKEVIEW_WAREHOUSE=sys.argv[2])
+from catalog_api.asgi import create_app
+create_app().router  # fail here, not in a worker, when the store is unreachable
+uvicorn.run("catalog_api.asgi:create_app", factory=True, host="127.0.0.1", port=int(sys.argv[3]),
+            workers=int(sys.argv[4]), log_level="warning", lifespan="off")
 """
 
 
 def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """CPU seconds of a process and its children that are still running (uvicorn workers)."""
+    total = 0.0
+    pids = [pid, *(int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split())]
+    for one in pids:
+        try:
+            fields = Path(f"/proc/{one}/stat").read_text().rsplit(")", 1)[1].split()
+        except FileNotFoundError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
 
 
 @contextmanager
-def catalog_process(store_url: str, warehouse: Path) -> Iterator[tuple[str, int]]:
+def catalog_process(store_url: str, warehouse: Path, workers: int = 1) -> Iterator[tuple[str, int]]:
     port = _free_port("127.0.0.1")
-    process = subprocess.Popen([sys.executable, "-c", SERVE, store_url, str(warehouse), str(port)], cwd=ROOT)
+    process = subprocess.Popen([sys.executable, "-c", SERVE, store_url, str(warehouse), str(port), str(workers)], cwd=ROOT)
     base = f"http://127.0.0.1:{port}/iceberg"
     for _ in range(200):
         try:
@@ -211,13 +220,14 @@ def main() -> None:
     parser.add_argument("--duration", type=int, default=5, help="seconds per wrk/commit run")
     parser.add_argument("--no-seaweed", action="store_true")
     parser.add_argument("--no-postgres", action="store_true")
+    parser.add_argument("--workers", type=int, default=1, help="uvicorn worker processes per catalog")
     args = parser.parse_args()
     if not shutil.which("wrk"):
         sys.exit("wrk is missing: apt-get install wrk")
     work = Path(tempfile.mkdtemp(prefix="lakeview-bench-"))
     rows: list[list[str]] = []
     try:
-        with catalog_process(f"sqlite:///{work / 'catalog.db'}", work / "warehouse") as (base, pid):
+        with catalog_process(f"sqlite:///{work / 'catalog.db'}", work / "warehouse", args.workers) as (base, pid):
             url = table_with_snapshots(base, "bench", "t", 50)
             assert len(httpx.get(url).json()["metadata"]["snapshots"]) == 50
             rows += load_runs("lakeview/sqlite", url, pid, args.duration)
@@ -226,7 +236,7 @@ def main() -> None:
         if not args.no_postgres:
             from catalog_api.local_postgres import LocalPostgres
 
-            with LocalPostgres(durable=True) as pg, catalog_process(pg.url, work / "pg-warehouse") as (base, pid):
+            with LocalPostgres(durable=True) as pg, catalog_process(pg.url, work / "pg-warehouse", args.workers) as (base, pid):
                 url = table_with_snapshots(base, "bench", "t", 50)
                 rows += load_runs("lakeview/postgresql", url, pid, args.duration)
                 for clients in (1, 4):
@@ -237,7 +247,8 @@ def main() -> None:
         shutil.rmtree(work, ignore_errors=True)
     header = ["catalog", "operation", "clients", "req/s", "p50 ms", "p99 ms", "server CPU/s", "client CPU/s"]
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    print(f"machine: {os.cpu_count()} cores; {args.duration}s per run; wrk {min(32, 2)} threads")
+    load = os.getloadavg()[0]
+    print(f"machine: {os.cpu_count()} cores, load average {load:.1f}; {args.duration}s per run; {args.workers} uvicorn worker(s)")
     for row in [header, ["-" * w for w in widths], *rows]:
         print("  ".join(cell.rjust(w) if i >= 2 else cell.ljust(w) for i, (cell, w) in enumerate(zip(row, widths))))
 

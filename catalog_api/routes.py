@@ -8,6 +8,7 @@ error to the spec's shape and checks the caller's privilege on the namespaces in
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 from collections.abc import Awaitable, Callable
@@ -190,16 +191,21 @@ def build_routes(store: CatalogStore, extra: Callable[[RouteBuilder], None] | No
         if etag in [tag.strip() for tag in request.headers.get("if-none-match", "").split(",")]:
             return Response(status_code=304, headers={"ETag": etag})
         key = f"{mode}:{location}"
-        body = responses.get(key)
-        if body is None:
+        bodies = responses.get(key)
+        if bodies is None:  # serialize once per metadata file (immutable); gzip once for clients that take it
             if mode == "refs":
                 referenced = {ref.snapshot_id for ref in metadata.refs.values()}
                 metadata = metadata.model_copy(update={"snapshots": [s for s in metadata.snapshots if s.snapshot_id in referenced]})
-            body = TableResponse(metadata_location=location, metadata=metadata, config={}).model_dump_json(
-                by_alias=True, exclude_none=True
-            ).encode()
-            responses.put(key, body)
-        return Response(body, media_type="application/json", headers={"ETag": etag})
+            if mode == "refs":
+                plain = TableResponse(metadata_location=location, metadata=metadata, config={}).model_dump_json().encode()
+            else:
+                plain = table_json(location, store.metadata_json(location, metadata), config=True)
+            bodies = (plain, gzip.compress(plain, compresslevel=5))
+            responses.put(key, bodies)
+        if "gzip" in request.headers.get("accept-encoding", ""):
+            headers = {"ETag": etag, "Content-Encoding": "gzip", "Vary": "Accept-Encoding"}
+            return Response(bodies[1], media_type="application/json", headers=headers)
+        return Response(bodies[0], media_type="application/json", headers={"ETag": etag, "Vary": "Accept-Encoding"})
 
     async def register_table(request: Request) -> Response:
         namespace = namespace_param(request)
@@ -215,7 +221,8 @@ def build_routes(store: CatalogStore, extra: Callable[[RouteBuilder], None] | No
         default_id = {"identifier": {"namespace": list(identifier[:-1]), "name": identifier[-1]}}
         body = await parse_body(request, CommitTableRequest, default_id)
         result: CommitTableResponse = await run_in_threadpool(store.commit_table, identifier, body.requirements, body.updates)
-        return model_response(result)
+        body_json = table_json(result.metadata_location, store.metadata_json(result.metadata_location, result.metadata))
+        return Response(body_json, media_type="application/json")
 
     async def drop_table(request: Request) -> Response:
         purge = request.query_params.get("purgeRequested", "false").lower()
@@ -271,6 +278,7 @@ def build_routes(store: CatalogStore, extra: Callable[[RouteBuilder], None] | No
 
     ns = "/v1/{prefix}/namespaces/{namespace}"
     table = f"{ns}/tables/{{table}}"
+    builder.add("GET", table, load_table, Privilege.READ)  # first: the hot path matches on the first try
     builder.routes.append(Route("/v1/config", builder_endpoint(builder, get_config), methods=["GET"]))
     builder.add("GET", "/v1/{prefix}/namespaces", list_namespaces, None)
     builder.add("POST", "/v1/{prefix}/namespaces", create_namespace, None)
@@ -280,7 +288,6 @@ def build_routes(store: CatalogStore, extra: Callable[[RouteBuilder], None] | No
     builder.add("POST", f"{ns}/properties", update_namespace, Privilege.ADMIN)
     builder.add("GET", f"{ns}/tables", list_tables, Privilege.READ)
     builder.add("POST", f"{ns}/tables", create_table, Privilege.WRITE)
-    builder.add("GET", table, load_table, Privilege.READ)
     builder.endpoints.append(f"HEAD {table}")
     builder.add("POST", table, commit_table, Privilege.WRITE)
     builder.add("DELETE", table, drop_table, Privilege.WRITE)
@@ -293,6 +300,12 @@ def build_routes(store: CatalogStore, extra: Callable[[RouteBuilder], None] | No
     if extra is not None:
         extra(builder)
     return builder.routes
+
+
+def table_json(location: str, metadata_json: bytes, config: bool = False) -> bytes:
+    """A LoadTableResult / CommitTableResponse body around already-serialized metadata."""
+    tail = b',"config":{}}' if config else b"}"
+    return b'{"metadata-location":' + json.dumps(location).encode() + b',"metadata":' + metadata_json + tail
 
 
 def builder_endpoint(builder: RouteBuilder, fn: Handler) -> Handler:

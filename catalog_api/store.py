@@ -32,7 +32,7 @@ from pyiceberg.catalog.sql import IcebergNamespaceProperties, IcebergTables, Sql
 from pyiceberg.io import load_file_io
 from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC, PartitionSpec
 from pyiceberg.schema import Schema
-from pyiceberg.serializers import FromInputFile
+from pyiceberg.serializers import Compressor, FromInputFile
 from pyiceberg.table import CommitTableResponse, Table, TableProperties
 from pyiceberg.table.locations import load_location_provider
 from pyiceberg.table.metadata import TableMetadata, new_table_metadata
@@ -155,7 +155,7 @@ class CatalogStore:
         if self.engine.dialect.name == "sqlite":
             event.listen(self.engine, "connect", _sqlite_pragmas)
             self.engine.dispose()  # reconnect so the pragmas apply to every pooled connection
-        self.cache = MetadataCache()
+        self.cache = MetadataCache(size=1024)  # parsed metadata and its JSON, keyed by (immutable) location
         # SQLite in WAL mode: a pointer read never waits for a lock, so the HTTP layer may run it inline,
         # on a plain sqlite3 connection per thread (SQLAlchemy's per-statement overhead is ~10x the query).
         self.inline_reads = self.engine.dialect.name == "sqlite" and bool(self.engine.url.database)
@@ -528,9 +528,21 @@ class CatalogStore:
         return _Staged(identifier, location, new_location, metadata, changed=True)
 
     def _write_table_metadata(self, metadata: TableMetadata, location: str) -> None:
+        """Write a metadata file, serializing once: the same JSON serves loadTable and commit responses."""
+        payload = self.metadata_json(location, metadata)
         io = load_file_io(self._catalog.properties, location)
-        SqlCatalog._write_metadata(metadata, io, location)
+        with io.new_output(location).create(overwrite=False) as stream:
+            stream.write(Compressor.get_compressor(location).bytes_compressor()(payload))
         self.cache.put(location, metadata)
+
+    def metadata_json(self, location: str, metadata: TableMetadata) -> bytes:
+        """The metadata's JSON (as in its file), serialized once per metadata location."""
+        key = "json:" + location
+        payload = self.cache.get(key)
+        if payload is None:
+            payload = metadata.model_dump_json().encode()
+            self.cache.put(key, payload)
+        return payload
 
     # ---------------------------------------------------------------- locations
     def check_location(self, location: str) -> str:

@@ -1,0 +1,37 @@
+"""ASGI factory for running the catalog in several worker processes (scale-out on one host):
+
+    LAKEVIEW_PROJECT=path/to/lakeview.toml uvicorn --factory catalog_api.asgi:create_app --workers 2 --port 8181
+
+or, without a project file, ``LAKEVIEW_CATALOG_STORE`` (SQLAlchemy URL), ``LAKEVIEW_WAREHOUSE`` and
+optionally ``LAKEVIEW_WAREHOUSE_NAME``. Workers share the store (SQLite in WAL mode or PostgreSQL),
+whose compare-and-swap keeps them one catalog; with ``[auth]`` every worker must read the same
+``signing_key_file`` so a token issued by one is accepted by all.
+"""
+
+from __future__ import annotations
+
+import os
+
+from starlette.applications import Starlette
+
+from catalog_api.app import build_app
+from catalog_api.store import CatalogStore
+from lakeview.errors import SetupError
+
+
+def create_app() -> Starlette:
+    project_file = os.environ.get("LAKEVIEW_PROJECT")
+    if project_file:
+        from lakeview.auth_config import project_authenticator
+        from lakeview.config import load_project
+        from lakeview.embedded import open_store
+
+        project = load_project(project_file)
+        if project.auth.enabled and not project.auth.signing_key_file:
+            raise SetupError("several catalog workers need [auth] signing_key_file so they accept each other's tokens")
+        return build_app(open_store(project), authenticator=project_authenticator(project))
+    try:
+        url, warehouse = os.environ["LAKEVIEW_CATALOG_STORE"], os.environ["LAKEVIEW_WAREHOUSE"]
+    except KeyError as exc:
+        raise SetupError(f"set LAKEVIEW_PROJECT, or {exc.args[0]} (and LAKEVIEW_CATALOG_STORE/LAKEVIEW_WAREHOUSE)") from None
+    return build_app(CatalogStore(url, warehouse, os.environ.get("LAKEVIEW_WAREHOUSE_NAME", "lakeview")))
