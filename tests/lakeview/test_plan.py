@@ -78,7 +78,7 @@ def _as_set(table: pa.Table) -> set[tuple]:
     return {tuple(r.values()) for r in table.to_pylist()}
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=25, deadline=None)
 @given(st.lists(rows, min_size=1, max_size=5))
 def test_merging_batch_aggregates_equals_recompute(batches: list[list[tuple]]) -> None:
     """Folding each batch's partial aggregate into the stored groups (nulls in keys and
