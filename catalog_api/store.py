@@ -385,6 +385,7 @@ class CatalogStore:
                 properties=properties,
             )
             metadata_location = load_location_provider(location, properties).new_table_metadata_file_location()
+            self.check_location(metadata_location)
             if stage:
                 return metadata_location, metadata
             if self._pointer(identifier, TABLE_TYPE) or self._pointer(identifier, VIEW_TYPE):
@@ -525,6 +526,7 @@ class CatalogStore:
         self.check_location(metadata.location)
         version = SqlCatalog._parse_metadata_version(location) + 1 if location else 0
         new_location = load_location_provider(metadata.location, metadata.properties).new_table_metadata_file_location(version)
+        self.check_location(new_location)  # write.metadata.path must not point the catalog's writes elsewhere
         return _Staged(identifier, location, new_location, metadata, changed=True)
 
     def _write_table_metadata(self, metadata: TableMetadata, location: str) -> None:

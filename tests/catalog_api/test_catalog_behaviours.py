@@ -112,6 +112,11 @@ def test_tables_paging_rename_register_metrics_credentials(any_catalog: CatalogS
     assert registered.json()["metadata"]["table-uuid"] == unregistered.json()["metadata"]["table-uuid"]
     outside = client.post(f"/namespaces/{unique_name}/register", json={"name": "x", "metadata-location": "/etc/passwd"})
     assert outside.status_code == 400
+    # Neither a new location nor write.metadata.path may move the catalog's writes out of the warehouse.
+    for update in [{"action": "set-location", "location": "/tmp/elsewhere"},
+                   {"action": "set-properties", "updates": {"write.metadata.path": "/tmp/elsewhere"}}]:
+        moved = client.post(f"/namespaces/{unique_name}/tables/t3", json={"updates": [update]})
+        assert moved.status_code == 400 and "outside the warehouse" in moved.json()["error"]["message"]
 
 
 def test_stage_create_then_commit_creates_the_table(any_catalog: CatalogServer, any_rest_catalog, unique_name: str) -> None:

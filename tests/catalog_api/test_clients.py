@@ -92,3 +92,37 @@ def test_spark_and_pyiceberg_read_each_other(spark, rest_catalog, catalog_server
     written = rest_catalog.create_table(f"{unique_name}.people", Schema(NestedField(1, "id", LongType()), NestedField(2, "name", StringType())))
     written.append(pa.table({"id": [7], "name": ["ada"]}))
     assert [tuple(r) for r in spark.sql(f"SELECT id, name FROM {ns}.people").collect()] == [(7, "ada")]
+
+
+class RequestLog:
+    """ASGI middleware that records each request line (to see which endpoints a client used)."""
+
+    def __init__(self, app, lines: list[str]) -> None:  # noqa: ANN001
+        self.app, self.lines = app, lines
+
+    async def __call__(self, scope, receive, send) -> None:  # noqa: ANN001
+        if scope["type"] == "http":
+            self.lines.append(f"{scope['method']} {scope['path']}")
+        await self.app(scope, receive, send)
+
+
+def test_duckdb_multi_table_write_is_one_transaction_commit(tmp_path) -> None:  # noqa: ANN001
+    import httpx
+    from starlette.middleware import Middleware
+
+    from catalog_api.store import CatalogStore
+
+    lines: list[str] = []
+    store = CatalogStore(f"sqlite:///{tmp_path / 'c.db'}", tmp_path / "w", "lakeview")
+    with CatalogServer(store, middleware=[Middleware(RequestLog, lines=lines)]) as server:
+        httpx.post(f"{server.uri}/v1/lakeview/namespaces", json={"namespace": ["dw"]})
+        con = connect_catalog(server.uri, "lakeview")
+        con.execute("CREATE TABLE lake.dw.a (id BIGINT)")
+        con.execute("CREATE TABLE lake.dw.b (id BIGINT)")
+        con.execute("BEGIN")
+        con.execute("INSERT INTO lake.dw.a VALUES (1)")
+        con.execute("INSERT INTO lake.dw.b VALUES (10)")
+        con.execute("COMMIT")
+        assert con.sql("SELECT * FROM lake.dw.a").fetchall() == [(1,)]
+        assert con.sql("SELECT * FROM lake.dw.b").fetchall() == [(10,)]
+    assert "POST /iceberg/v1/lakeview/transactions/commit" in lines
