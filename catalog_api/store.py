@@ -93,6 +93,10 @@ def _mapped() -> Iterator[None]:
         raise errors.CatalogUnavailableError(f"the catalog store is busy, retry: {exc.orig}") from exc
 
 
+class _NoRawReads(Exception):
+    """This store reads pointers through SQLAlchemy only."""
+
+
 @dataclass(frozen=True)
 class TableChange:
     """One table's part of a (multi-table) commit: the same data as a REST ``CommitTableRequest``."""
@@ -160,6 +164,9 @@ class CatalogStore:
         # on a plain sqlite3 connection per thread (SQLAlchemy's per-statement overhead is ~10x the query).
         self.inline_reads = self.engine.dialect.name == "sqlite" and bool(self.engine.url.database)
         self._readers = threading.local()
+        self._raw_reads = self.engine.dialect.name == "postgresql" or self.inline_reads  # not in-memory SQLite
+        marker = "?" if self.engine.dialect.paramstyle == "qmark" else "%s"
+        self._reader_sql = {kind: sql.replace("?", marker) for kind, sql in _RAW_POINTER.items()}
 
     def close(self) -> None:
         self.engine.dispose()
@@ -238,20 +245,43 @@ class CatalogStore:
                 return sorted((*namespace, name) for name in rows)
 
     def _pointer(self, identifier: Identifier, kind: str) -> str | None:
-        """The current metadata location of a table or view, or None (the hot path of loadTable)."""
-        if self.inline_reads:
-            reader = getattr(self._readers, "connection", None)
+        """The current metadata location of a table or view, or None (the hot path of loadTable).
+
+        Runs on a plain DBAPI connection per thread in autocommit mode (SQLite or PostgreSQL):
+        SQLAlchemy's per-statement overhead is several times the query itself.
+        """
+        reader = getattr(self._readers, "connection", None)
+        try:
+            if not self._raw_reads:
+                raise _NoRawReads
             if reader is None:
-                reader = sqlite3.connect(self.engine.url.database, isolation_level=None, check_same_thread=False)
-                reader.execute("PRAGMA busy_timeout=30000")
-                self._readers.connection = reader
-            row = reader.execute(_SQLITE_POINTER[kind], (self.name, ".".join(identifier[:-1]), identifier[-1])).fetchone()
+                reader = self._readers.connection = self._new_reader()
+            cursor = reader.cursor()
+            cursor.execute(self._reader_sql[kind], (self.name, ".".join(identifier[:-1]), identifier[-1]))
+            row = cursor.fetchone()
+            cursor.close()
             return row[0] if row else None
+        except _NoRawReads:
+            pass
+        except self.engine.dialect.loaded_dbapi.Error:
+            self._readers.connection = None  # a broken connection (server restart): reconnect next time
+            with contextlib.suppress(Exception):
+                reader.close()  # type: ignore[union-attr]
         with _mapped(), self.engine.connect() as conn:
             return conn.execute(
                 _POINTER_QUERIES[kind],
                 {"catalog": self.name, "namespace": ".".join(identifier[:-1]), "name": identifier[-1]},
             ).scalar_one_or_none()
+
+    def _new_reader(self) -> Any:
+        cargs, cparams = self.engine.dialect.create_connect_args(self.engine.url)
+        if self.engine.dialect.name == "sqlite":
+            connection = sqlite3.connect(*cargs, **{**cparams, "isolation_level": None, "check_same_thread": False})
+            connection.execute("PRAGMA busy_timeout=30000")
+            return connection
+        connection = self.engine.dialect.loaded_dbapi.connect(*cargs, **cparams)
+        connection.autocommit = True  # each read sees the latest commit; no idle open transaction
+        return connection
 
     def _insert_pointer(self, conn: Any, identifier: Identifier, location: str, kind: str) -> None:
         """Insert a new pointer inside the caller's transaction (a duplicate raises IntegrityError)."""
@@ -584,7 +614,7 @@ def _type_is(kind: str) -> Any:
     return or_(IcebergTables.iceberg_type == TABLE_TYPE, IcebergTables.iceberg_type.is_(None))
 
 
-_SQLITE_POINTER = {
+_RAW_POINTER = {
     TABLE_TYPE: "SELECT metadata_location FROM iceberg_tables WHERE catalog_name = ? AND table_namespace = ? "
     "AND table_name = ? AND (iceberg_type = 'TABLE' OR iceberg_type IS NULL)",
     VIEW_TYPE: "SELECT metadata_location FROM iceberg_tables WHERE catalog_name = ? AND table_namespace = ? "
