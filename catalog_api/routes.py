@@ -187,7 +187,7 @@ def build_routes(store: CatalogStore, extra: Callable[[RouteBuilder], None] | No
         return table_response(request, location, metadata, mode)
 
     def table_response(request: Request, location: str, metadata: TableMetadata, mode: str) -> Response:
-        etag = '"' + hashlib.sha256(f"{mode}:{location}".encode()).hexdigest()[:32] + '"'
+        etag = etag_of(mode, location)
         if etag in [tag.strip() for tag in request.headers.get("if-none-match", "").split(",")]:
             return Response(status_code=304, headers={"ETag": etag})
         key = f"{mode}:{location}"
@@ -222,7 +222,7 @@ def build_routes(store: CatalogStore, extra: Callable[[RouteBuilder], None] | No
         body = await parse_body(request, CommitTableRequest, default_id)
         result: CommitTableResponse = await run_in_threadpool(store.commit_table, identifier, body.requirements, body.updates)
         body_json = table_json(result.metadata_location, store.metadata_json(result.metadata_location, result.metadata))
-        return Response(body_json, media_type="application/json")
+        return Response(body_json, media_type="application/json", headers={"ETag": etag_of("all", result.metadata_location)})
 
     async def drop_table(request: Request) -> Response:
         purge = request.query_params.get("purgeRequested", "false").lower()
@@ -300,6 +300,11 @@ def build_routes(store: CatalogStore, extra: Callable[[RouteBuilder], None] | No
     if extra is not None:
         extra(builder)
     return builder.routes
+
+
+def etag_of(mode: str, location: str) -> str:
+    """A strong ETag per metadata file and snapshot mode (metadata files are immutable)."""
+    return '"' + hashlib.sha256(f"{mode}:{location}".encode()).hexdigest()[:32] + '"'
 
 
 def table_json(location: str, metadata_json: bytes, config: bool = False) -> bytes:

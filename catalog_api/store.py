@@ -221,7 +221,7 @@ class CatalogStore:
     def update_namespace(self, namespace: Identifier, removals: set[str], updates: Properties) -> dict[str, list[str]]:
         overlap = removals & set(updates)
         if overlap:
-            raise errors.BadRequestError(f"properties both removed and updated: {', '.join(sorted(overlap))}")
+            raise errors.UnprocessableEntityError(f"properties both removed and updated: {', '.join(sorted(overlap))}")
         if "location" in updates:
             self.check_location(updates["location"])
         with _mapped():

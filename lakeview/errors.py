@@ -101,3 +101,35 @@ class RegistrarError(TransientError):
 
 class RegistrarConflictError(TerminalError):
     """A registrar's entry for a view was changed by someone else in a way Lakeview must not overwrite."""
+
+
+class NoSuchViewError(NotFoundError):
+    kind = "NoSuchViewException"
+
+
+class CatalogUnavailableError(CatalogError, TransientError):
+    """The catalog store is busy or unreachable; nothing was changed."""
+
+    status = 503
+    kind = "ServiceUnavailableException"
+
+
+class NotAuthorizedError(CatalogError, TerminalError):
+    """No valid credentials (a missing, expired or forged token)."""
+
+    status = 401
+    kind = "NotAuthorizedException"
+
+
+class ForbiddenError(CatalogError, TerminalError):
+    """Valid credentials that lack the privilege for this namespace."""
+
+    status = 403
+    kind = "ForbiddenException"
+
+
+class UnprocessableEntityError(CatalogError, TerminalError):
+    """A well-formed request that contradicts itself (e.g. a property both removed and updated)."""
+
+    status = 422
+    kind = "UnprocessableEntityException"
