@@ -40,9 +40,9 @@ def delta_location(project: ProjectConfig, view: str) -> str:
     return project.table_location(view)
 
 
-def published_table(project: ProjectConfig, view: str) -> PublishedTable:
-    """The view's table as it is now (Iceberg: from the catalog store; Delta: from its log).
-    Raises NoSuchTableError when the view has no table yet."""
+def published_table(project: ProjectConfig, view: str, store: Any = None) -> PublishedTable:
+    """The view's table as it is now (Iceberg: from the catalog store, ``store`` or the project's;
+    Delta: from its log). Raises NoSuchTableError when the view has no table yet."""
     from catalog_api.registrars.base import DELTA, ICEBERG, PublishedTable
     from lakeview.inline import sql_properties
 
@@ -62,9 +62,11 @@ def published_table(project: ProjectConfig, view: str) -> PublishedTable:
             raise NoSuchTableError(f"{config.namespace}.{view}: no Delta table at {path}") from exc
         schema = pa.schema(table.schema().to_arrow())
         return PublishedTable(config.namespace, view, DELTA, path, schema, properties=properties)
-    from lakeview.embedded import open_store
+    if store is None:
+        from lakeview.embedded import open_store
 
-    table = open_store(project).load_table((config.namespace, view))
+        store = open_store(project)
+    table = store.load_table((config.namespace, view))
     return PublishedTable(
         config.namespace,
         view,
@@ -222,6 +224,7 @@ class RegistrationService:
         self._stopped = threading.Event()
         self._idle = threading.Condition()
         self._thread: threading.Thread | None = None
+        self._store: Any = None  # the catalog store, opened once by the background thread
 
     def _interval(self, registrar: str) -> float:
         config = {"glue": self.project.glue, "hive": self.project.hive}.get(registrar)
@@ -289,7 +292,11 @@ class RegistrationService:
         registrar = self.registrars[job.registrar]
         job.pending = False  # a commit arriving during the push sets it again
         try:
-            table = published_table(self.project, job.view)
+            if self._store is None and self.project.views[job.view].format is not TableFormat.DELTA:
+                from lakeview.embedded import open_store
+
+                self._store = open_store(self.project)
+            table = published_table(self.project, job.view, self._store)
         except NoSuchTableError:
             return  # nothing committed yet; the first commit notifies again
         except Exception as exc:  # the catalog store itself failing: retry like a registrar failure

@@ -59,9 +59,17 @@ class GlueRegistrar(Registrar):
             )
         self.glue = client
         self._catalog = {"CatalogId": catalog_id} if catalog_id else {}
+        self._databases: set[str] = set()  # known to exist: skip the create call on every publish
 
     # -- Registrar -------------------------------------------------------------------------
     def register(self, table: PublishedTable) -> None:
+        try:
+            self._register(table)
+        except Exception:
+            self._databases.clear()  # maybe dropped behind our back: create it again next time
+            raise
+
+    def _register(self, table: PublishedTable) -> None:
         with _mapped(table.qualified_name):
             self._ensure_database(table.namespace)
             for attempt in range(1, MAX_ATTEMPTS + 1):
@@ -112,10 +120,13 @@ class GlueRegistrar(Registrar):
 
     # -- helpers ---------------------------------------------------------------------------
     def _ensure_database(self, namespace: str) -> None:
+        if namespace in self._databases:
+            return
         try:
             self.glue.create_database(DatabaseInput={"Name": namespace, "Description": "Lakeview views"}, **self._catalog)
         except self.glue.exceptions.AlreadyExistsException:
             pass
+        self._databases.add(namespace)
 
     def _get(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:

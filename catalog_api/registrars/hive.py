@@ -54,6 +54,7 @@ class HiveRegistrar(Registrar):
 
     def __init__(self, uri: str) -> None:
         self.uri = uri
+        self._databases: set[str] = set()  # known to exist: skip the create call on every publish
 
     @contextlib.contextmanager
     def _client(self, what: str) -> Iterator[Any]:
@@ -69,6 +70,13 @@ class HiveRegistrar(Registrar):
             raise RegistrarError(f"hive {self.uri}: {what}: {exc.__class__.__name__}: {exc}") from exc
 
     def register(self, table: PublishedTable) -> None:
+        try:
+            self._register(table)
+        except Exception:
+            self._databases.clear()  # maybe dropped behind our back: create it again next time
+            raise
+
+    def _register(self, table: PublishedTable) -> None:
         from hive_metastore.ttypes import AlreadyExistsException
 
         with self._client(table.qualified_name) as client:
@@ -115,14 +123,16 @@ class HiveRegistrar(Registrar):
             parameters=params,
         )
 
-    @staticmethod
-    def _ensure_database(client: Any, namespace: str) -> None:
+    def _ensure_database(self, client: Any, namespace: str) -> None:
         from hive_metastore.ttypes import AlreadyExistsException, Database
 
+        if namespace in self._databases:
+            return
         try:
             client.create_database(Database(name=namespace, description="Lakeview views", parameters={}))
         except AlreadyExistsException:
             pass
+        self._databases.add(namespace)
 
 
 def _get(client: Any, namespace: str, name: str) -> Any | None:
