@@ -70,6 +70,8 @@ def test_nested_namespaces_parent_and_paging(any_catalog: CatalogServer, unique_
     assert first["namespaces"] == [[unique_name, "a"], [unique_name, "b"]]
     second = client.get("/namespaces", params={"parent": unique_name, "pageSize": 2, "pageToken": first["next-page-token"]}).json()
     assert second["namespaces"] == [[unique_name, "c"]] and "next-page-token" not in second
+    overlap = client.post(f"/namespaces/{unique_name}/properties", json={"removals": ["a"], "updates": {"a": "1"}})
+    assert overlap.status_code == 422 and overlap.json()["error"]["type"] == "UnprocessableEntityException"
     assert client.get("/namespaces", params={"pageSize": 0}).status_code == 400
     assert client.get("/namespaces", params={"pageToken": "zz"}).status_code == 400
     # Not empty while it has children; then drop bottom-up.
@@ -192,6 +194,7 @@ def test_each_requirement_type_passes_or_gives_409(any_catalog: CatalogServer, u
     assert bad.status_code == 409 and bad.json()["error"]["type"] == "CommitFailedException", bad.text
     good = client.post(url, json={"requirements": [{"type": kind, **holds}], "updates": [{"action": "set-properties", "updates": {"x": "2"}}]})
     assert good.status_code == 200, good.text
+    assert client.get(url, headers={"If-None-Match": good.headers["ETag"]}).status_code == 304
     assert client.get(url).json()["metadata"]["properties"]["x"] == "2"
     unknown = client.post(url, json={"requirements": [{"type": "assert-moon-phase"}], "updates": []})
     assert unknown.status_code == 400
