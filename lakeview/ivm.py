@@ -59,10 +59,6 @@ class ViewStores:
     groups: SnapshotWriter
     multisets: list[SnapshotWriter] = field(default_factory=list)
 
-    def last_epoch(self) -> int | None:
-        epochs = [r.epoch for w in [self.view, self.groups, *self.multisets] if (r := w.last_commit()) is not None]
-        return max(epochs) if epochs else None
-
 
 def apply_epoch(
     plan: KeyedAggregatePlan,
