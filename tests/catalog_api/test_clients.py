@@ -85,6 +85,13 @@ def test_spark_and_pyiceberg_read_each_other(spark, rest_catalog, catalog_server
     spark.sql(f"DELETE FROM {ns}.orders WHERE id = 1")
     assert sorted(tuple(r) for r in spark.sql(f"SELECT * FROM {ns}.orders").collect()) == [(2, 25), (3, 30), (4, 40)]
     assert spark.sql(f"SELECT count(*) FROM {ns}.orders VERSION AS OF {first}").collect()[0][0] == 3
+    # Iceberg views through the REST view endpoints: create, read, replace (a view commit), drop.
+    spark.sql(f"CREATE VIEW {ns}.big AS SELECT id FROM {ns}.orders WHERE qty > 26")
+    assert sorted(r[0] for r in spark.sql(f"SELECT * FROM {ns}.big").collect()) == [3, 4]
+    spark.sql(f"CREATE OR REPLACE VIEW {ns}.big AS SELECT id FROM {ns}.orders WHERE qty > 35")
+    assert [r[0] for r in spark.sql(f"SELECT * FROM {ns}.big").collect()] == [4]
+    assert rest_catalog.load_view(f"{unique_name}.big").metadata.current_version_id == 2
+    spark.sql(f"DROP VIEW {ns}.big")
     # pyiceberg reads what Spark wrote (including Spark's deletes).
     arrow = rest_catalog.load_table(f"{unique_name}.orders").scan().to_arrow()
     assert sorted(zip(arrow.column("id").to_pylist(), arrow.column("qty").to_pylist())) == [(2, 25), (3, 30), (4, 40)]
