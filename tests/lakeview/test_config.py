@@ -106,7 +106,7 @@ def test_missing_required_key(tmp_path: Path) -> None:
 
 def test_non_loopback_host_needs_auth(tmp_path: Path) -> None:
     message = error_for(tmp_path, '[server]\nhost = "0.0.0.0"\n' + GOOD)
-    assert "server.host" in message and "requires auth" in message
+    assert "server.host" in message and "requires [auth] mode = \"oauth2\"" in message
 
 
 def test_invalid_toml(tmp_path: Path) -> None:
