@@ -192,8 +192,10 @@ class EmbeddedStack:
         """Fan each commit out to the view's registrars (Glue, HMS, paths) in the background:
         ``notify`` only sets a flag, so a slow or failing registrar never blocks a commit."""
         if self.registration is None:
-            from lakeview.registration import RegistrationService
+            from lakeview.registration import RegistrationService, registered_elsewhere
 
+            for view, registrar, namespace in registered_elsewhere(self.project):
+                log.warning("%s.%s is still registered in %s but no longer configured there; `lakeview prune` removes it", namespace, view, registrar)
             service = RegistrationService(self.project)
             if not service.has_work:
                 return on_commit

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import logging
 from pathlib import Path
 
 import boto3
@@ -10,6 +11,7 @@ import pytest
 
 from lakeview.cli import main
 from lakeview.config import load_project
+from lakeview.embedded import EmbeddedStack
 from tests.registrars.conftest import commit, iceberg_writer
 
 VIEW_SQL = "SELECT product_id, SUM(quantity) AS total_sold, MAX(label) AS label FROM orders GROUP BY product_id"
@@ -35,7 +37,7 @@ schema = "product_id BIGINT, quantity INT, label STRING"
     return path
 
 
-def test_register_unregister_and_prune(moto, lake_dir, catalog_server, rest_catalog, tmp_path, unique_name, monkeypatch, capsys) -> None:
+def test_register_unregister_and_prune(moto, lake_dir, catalog_server, rest_catalog, tmp_path, unique_name, monkeypatch, capsys, caplog) -> None:
     namespace = f"cli_{unique_name}"[:50]
     project_dir = write_project(tmp_path, lake_dir, catalog_server.port, moto.endpoint, {unique_name: namespace})
     project = load_project(project_dir)
@@ -58,6 +60,10 @@ def test_register_unregister_and_prune(moto, lake_dir, catalog_server, rest_cata
     # Drop the view from the config: prune lists it, asks, and does nothing on "n".
     write_project(tmp_path, lake_dir, catalog_server.port, moto.endpoint, {})
     capsys.readouterr()
+    # `lakeview up` points at prune when it starts.
+    with caplog.at_level(logging.WARNING, logger="lakeview"):
+        EmbeddedStack(load_project(project_dir), port=0)._with_registration(None)
+    assert f"{namespace}.{unique_name} is still registered in glue" in caplog.text and "lakeview prune" in caplog.text
     monkeypatch.setattr("sys.stdin", io.StringIO("n\n"))
     main(["prune", "-p", str(project_dir)])
     out = capsys.readouterr().out
