@@ -53,6 +53,11 @@ def lakeview_routes(project: ProjectConfig, store: Any) -> list[BaseRoute]:
         for source in _sources_of(view.sql):
             readers.setdefault(source, set()).add(view.namespace)
 
+    def one_view(name: str) -> Any:
+        from lakeview.registration import with_registrar_reasons
+
+        return with_registrar_reasons(project, [view_status(project, store, name)])[0]  # REGISTRAR_DOWN as in the list
+
     async def list_views(request: Request) -> Response:
         statuses = await run_in_threadpool(view_statuses, project, store)
         visible = [s.as_dict() for s in statuses if _may_read(request, project.views[s.view].namespace)]
@@ -64,7 +69,7 @@ def lakeview_routes(project: ProjectConfig, store: Any) -> list[BaseRoute]:
             if name not in project.views:
                 raise errors.NotFoundError(f"no view {name!r}; views: {', '.join(project.views) or 'none'}")
             _authorize(request, project.views[name].namespace, write=False)
-            status = await run_in_threadpool(view_status, project, store, name)
+            status = await run_in_threadpool(one_view, name)
         except errors.LakeviewError as exc:
             return from_exception(exc)
         return JSONResponse(status.as_dict())

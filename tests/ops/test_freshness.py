@@ -112,6 +112,13 @@ def test_degraded_reasons() -> None:
     restarted = RuntimeSignals(alive=True, query_active=True, trigger_active=True, pending_files=3, started_at_ms=150 * S)
     assert reason(stale, restarted, now=160) is DegradedReason.RECOVERING
     assert reason(stale, running, now=160) is DegradedReason.FALLING_BEHIND
+    # Healthy now, but the window holds a slow first batch (first commit after the process started).
+    first_slow = commits((100, 40), *[(t, 1) for t in range(105, 200, 5)])
+    started = RuntimeSignals(alive=True, query_active=True, started_at_ms=50 * S)
+    assert reason(first_slow, started, now=200) is DegradedReason.BACKFILLING
+    # ... or a restart after a gap (the process started after commits it did not make).
+    restarted_ok = RuntimeSignals(alive=True, query_active=True, started_at_ms=150 * S)
+    assert reason(stale + commits(*[(t, 1) for t in range(150, 200, 5)]), restarted_ok, now=200) is DegradedReason.RECOVERING
 
 
 def test_target_lag_defaults_to_twice_the_cadence_and_is_validated() -> None:
