@@ -20,6 +20,7 @@ from pyiceberg.exceptions import (
     NamespaceAlreadyExistsError,
     NoSuchTableError,
     ServerError,
+    ValidationException,
 )
 from pyiceberg.expressions import AlwaysTrue, And, BooleanExpression, In, IsNull, Or
 from pyiceberg.io.pyarrow import ArrowScan, _dataframe_to_data_files
@@ -91,7 +92,9 @@ class IcebergWriter(SnapshotWriter):
                 if change.is_empty:
                     return None
                 return self._commit_once(table, epoch, change)
-            except CommitFailedException as exc:
+            except (CommitFailedException, ValidationException) as exc:
+                # ValidationException: pyiceberg's own retry found a concurrent snapshot (e.g. a
+                # compaction) that added files the overwrite must see; redo from a fresh read.
                 log.warning("%s: commit of epoch %s lost a race (attempt %s): %s", epoch.view, epoch.number, attempt, exc)
             except (OSError, CommitStateUnknownException, ServerError) as exc:
                 # Storage or catalog failure: the pointer did not move (or, if it did, the epoch

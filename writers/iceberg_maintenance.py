@@ -14,7 +14,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable
 
-from pyiceberg.exceptions import CommitFailedException
+from pyiceberg.exceptions import CommitFailedException, ValidationException
 from pyiceberg.expressions import AlwaysTrue
 from pyiceberg.io.pyarrow import ArrowScan, _dataframe_to_data_files
 from pyiceberg.table import Table
@@ -46,7 +46,7 @@ def _retrying(report: MaintenanceReport, step: Callable[[], None]) -> None:
         try:
             step()
             return
-        except (CommitFailedException, CommitConflictError) as exc:
+        except (CommitFailedException, CommitConflictError, ValidationException) as exc:
             report.attempts += 1
             log.info("maintenance lost a commit race (attempt %s): %s; redoing on the new state", attempt, exc)
             time.sleep(min(2.0, 0.1 * 2**attempt))

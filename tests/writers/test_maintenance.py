@@ -126,6 +126,7 @@ def test_background_maintenance_runs_while_commits_continue(fmt: str, make_proje
             record = writer.commit(Epoch(view, epoch, {}), Change(pa.table({"order_id": [epoch], "quantity": pa.array([1], pa.int32())})))
             assert record is not None, "every commit lands while maintenance runs"
             epoch += 1
+            time.sleep(0.3)  # a cadence, not a tight loop
     finally:
         background.stop()
     report = background.reports.get(view)
