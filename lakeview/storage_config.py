@@ -79,11 +79,17 @@ class S3Config(_Strict):
         """The ``CREATE SECRET`` statement that lets DuckDB's httpfs read the warehouse."""
         r = self.resolved()
         endpoint = r["endpoint"] or ""
-        parts = ["TYPE s3", f"REGION '{r['region']}'"]
+
+        def quoted(value: str | None) -> str:
+            return "'" + (value or "").replace("'", "''") + "'"
+
+        parts = ["TYPE s3", f"REGION {quoted(r['region'])}"]
         if r["access_key_id"]:
-            parts += [f"KEY_ID '{r['access_key_id']}'", f"SECRET '{r['secret_access_key'] or ''}'"]
+            parts += [f"KEY_ID {quoted(r['access_key_id'])}", f"SECRET {quoted(r['secret_access_key'])}"]
+            if r["session_token"]:
+                parts.append(f"SESSION_TOKEN {quoted(r['session_token'])}")
         if endpoint:
-            parts += [f"ENDPOINT '{endpoint.split('://', 1)[-1]}'", f"USE_SSL {str(endpoint.startswith('https')).lower()}"]
+            parts += [f"ENDPOINT {quoted(endpoint.split('://', 1)[-1])}", f"USE_SSL {str(endpoint.startswith('https')).lower()}"]
         if self.path_style:
             parts.append("URL_STYLE 'path'")
         return f"CREATE OR REPLACE SECRET lakeview_s3 ({', '.join(parts)})"

@@ -72,3 +72,30 @@ def test_views_on_s3_are_readable_from_duckdb_and_native_readers(
     keys = s3_server.keys(BUCKET, "wh/s3_tests")
     assert any(k.endswith(".parquet") for k in keys)
     assert not any(p.suffix == ".parquet" for p in tmp_path.rglob("*"))
+
+
+@pytest.mark.parametrize(
+    ("lake", "key", "problem"),
+    [
+        ({"warehouse": "gs://bucket/lake"}, "lake.warehouse", "use a local directory or s3://bucket/prefix"),
+        ({"warehouse": "s3://"}, "lake.warehouse", "name a bucket"),
+        ({"warehouse": "s3://b/p", "s3": {"endpont": "http://x"}}, "lake.s3.endpont", "valid keys: access_key_id, endpoint"),
+    ],
+)
+def test_bad_object_storage_config_names_the_key(lake: dict, key: str, problem: str) -> None:
+    from lakeview.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=problem) as raised:
+        parse_project({"lake": lake})
+    assert raised.value.key == key
+
+
+def test_s3_warehouse_keeps_local_state_next_to_the_project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "from-env")
+    project = parse_project({"lake": {"warehouse": "s3://b/lake/", "s3": {"endpoint": "http://127.0.0.1:9000"}}}, root=tmp_path)
+    assert project.warehouse_uri == "s3://b/lake"
+    assert project.checkpoint_path("v").is_relative_to(tmp_path / ".lakeview")
+    assert project.catalog_store_url == f"sqlite:///{tmp_path / '.lakeview' / 'catalog.db'}"
+    options = project.lake.s3.delta_options()
+    assert options["AWS_ACCESS_KEY_ID"] == "from-env" and options["AWS_ALLOW_HTTP"] == "true"
+    assert file_io_properties(project)["s3.endpoint"] == "http://127.0.0.1:9000"
