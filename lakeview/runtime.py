@@ -26,6 +26,7 @@ from lakeview.freshness import RuntimeSignals
 log = logging.getLogger("lakeview.runtime")
 HEARTBEAT_S = 1.0
 STALE_AFTER_MS = 5_000  # no heartbeat for this long: the process is gone
+RECOUNT_MS = 30_000
 
 
 def runtime_dir(project: ProjectConfig) -> Path:
@@ -131,6 +132,7 @@ class RuntimePublisher:
         self._thread: threading.Thread | None = None
         self._races = _CommitRaceWatcher()
         self._caught_up: dict[str, int] = {}
+        self._counts: dict[str, tuple[int, tuple[int, ...], int, int]] = {}  # view -> (at, dir mtimes, pending, processed)
 
     def start(self) -> RuntimePublisher:
         runtime_dir(self.project).mkdir(parents=True, exist_ok=True)
@@ -167,19 +169,31 @@ class RuntimePublisher:
         except Exception as exc:  # the JVM may be shutting down
             state.failed = state.failed or None
             log.debug("%s: query state unavailable: %s", view, exc)
-        checkpoint = self.project.checkpoint_path(view)
-        state.pending_files, state.processed_files = count_pending_files(self.project, self.sources[view], checkpoint)
+        state.pending_files, state.processed_files = self._file_counts(view, at)
         cadence = self.project.views[view].cadence.seconds or 0
         if state.query_active and not state.trigger_active and state.pending_files == 0:
-            # Nothing left to read: the view reflects everything that arrived before the last
-            # trigger, at most one cadence ago.
-            self._caught_up[view] = at - int(cadence * 1000)
+            # Nothing left to read and no batch running: the view reflects
+            # everything that arrived before the last trigger, at most one cadence ago.
+            self._caught_up[view] = max(self._caught_up.get(view, 0), at - int(cadence * 1000))
         state.caught_up_at_ms = self._caught_up.get(view)
         state.commit_retry_at_ms = self._races.last_retry_ms.get(view)
         if self.extra is not None:
             for key, value in self.extra(view).items():
                 setattr(state, key, value)
         return state
+
+    def _file_counts(self, view: str, at: int) -> tuple[int, int]:
+        """Pending/processed files, recounted only when the landing directory or Spark's
+        file-source log changed (listing both and parsing the log is not free on long
+        histories), and at least every ``RECOUNT_MS`` (files landing in subdirectories)."""
+        landing = self.project.source_path(self.sources[view])
+        log_dir = self.project.checkpoint_path(view) / "sources" / "0"
+        key = tuple(p.stat().st_mtime_ns if p.exists() else 0 for p in (landing, log_dir))
+        cached = self._counts.get(view)
+        if cached is None or cached[1] != key or at - cached[0] >= RECOUNT_MS:
+            pending, processed = count_pending_files(self.project, self.sources[view], self.project.checkpoint_path(view))
+            cached = self._counts[view] = (at, key, pending, processed)
+        return cached[2], cached[3]
 
     def _write(self, state: ViewRuntime) -> None:
         directory = runtime_dir(self.project)
