@@ -17,7 +17,8 @@ def make_orders(count: int, *, seed: int, first_id: int = 1, products: int = 8) 
             "order_id": first_id + i,
             "product_id": rng.randint(1, products),
             "quantity": rng.randint(1, 5),
-            "ts": (start + timedelta(seconds=first_id + i)).isoformat(),
+            # order ids may be large (time-based); the timestamp stays within one year
+            "ts": (start + timedelta(seconds=(first_id + i) % 31_536_000)).isoformat(),
         }
         for i in range(count)
     ]
