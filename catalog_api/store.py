@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import re
 import shutil
 import sqlite3
@@ -301,15 +302,14 @@ class CatalogStore:
     def _swap_pointer(self, conn: Any, identifier: Identifier, expected: str, new: str, kind: str) -> None:
         """Compare-and-swap one pointer inside the caller's transaction; a miss raises CommitConflictError."""
         result = conn.execute(
-            update(IcebergTables)
-            .where(
-                IcebergTables.catalog_name == self.name,
-                IcebergTables.table_namespace == ".".join(identifier[:-1]),
-                IcebergTables.table_name == identifier[-1],
-                IcebergTables.metadata_location == expected,
-                _type_is(kind),
-            )
-            .values(metadata_location=new, previous_metadata_location=expected)
+            _SWAP_STATEMENTS[kind],
+            {
+                "catalog": self.name,
+                "namespace": ".".join(identifier[:-1]),
+                "name": identifier[-1],
+                "expected": expected,
+                "new": new,
+            },
         )
         if result.rowcount != 1:
             raise errors.CommitConflictError(f"{'.'.join(identifier)} was changed by a concurrent commit; reload and retry")
@@ -604,7 +604,7 @@ class CatalogStore:
         raw = location.removeprefix("file://")
         if "://" in raw or _CONTROL.search(raw):
             raise errors.BadRequestError(f"location {location!r} is outside the warehouse {self.warehouse!r}")
-        normalized = str(Path(raw).resolve())
+        normalized = os.path.abspath(raw)  # '..' collapsed without touching the filesystem
         if not (normalized + "/").startswith(self.warehouse + "/"):
             raise errors.BadRequestError(f"location {location!r} is outside the warehouse {self.warehouse!r}")
         return normalized
@@ -631,6 +631,19 @@ def _type_is(kind: str) -> Any:
         return IcebergTables.iceberg_type == VIEW_TYPE
     return or_(IcebergTables.iceberg_type == TABLE_TYPE, IcebergTables.iceberg_type.is_(None))
 
+
+_SWAP_STATEMENTS = {
+    kind: update(IcebergTables)
+    .where(
+        IcebergTables.catalog_name == bindparam("catalog"),
+        IcebergTables.table_namespace == bindparam("namespace"),
+        IcebergTables.table_name == bindparam("name"),
+        IcebergTables.metadata_location == bindparam("expected"),
+        _type_is(kind),
+    )
+    .values(metadata_location=bindparam("new"), previous_metadata_location=bindparam("expected"))
+    for kind in (TABLE_TYPE, VIEW_TYPE)
+}
 
 _RAW_POINTER = {
     TABLE_TYPE: "SELECT metadata_location FROM iceberg_tables WHERE catalog_name = ? AND table_namespace = ? "
