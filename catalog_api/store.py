@@ -167,9 +167,17 @@ class CatalogStore:
         # on a plain sqlite3 connection per thread (SQLAlchemy's per-statement overhead is ~10x the query).
         self.inline_reads = self.engine.dialect.name == "sqlite" and bool(self.engine.url.database)
         self._readers = threading.local()
+        self._write_lock = threading.Lock() if self.engine.dialect.name == "sqlite" else contextlib.nullcontext()
         self._raw_reads = self.engine.dialect.name == "postgresql" or self.inline_reads  # not in-memory SQLite
         marker = "?" if self.engine.dialect.paramstyle == "qmark" else "%s"
         self._reader_sql = {kind: sql.replace("?", marker) for kind, sql in _RAW_POINTER.items()}
+
+    @contextlib.contextmanager
+    def _write(self) -> Iterator[Any]:
+        """A write transaction. On SQLite one writer at a time per process: waiting on this lock is
+        immediate, while SQLite's busy handler sleeps up to 100 ms between retries."""
+        with self._write_lock, self.engine.begin() as conn:
+            yield conn
 
     def close(self) -> None:
         self.engine.dispose()
@@ -214,7 +222,7 @@ class CatalogStore:
                 ).first()
             if rows or children:
                 raise errors.NamespaceNotEmptyError(f"Namespace {ns} is not empty: it holds tables, views or namespaces")
-            with self.engine.begin() as conn:
+            with self._write() as conn:
                 conn.execute(
                     delete(IcebergNamespaceProperties).where(
                         IcebergNamespaceProperties.catalog_name == self.name, IcebergNamespaceProperties.namespace == ns
@@ -320,7 +328,7 @@ class CatalogStore:
             if not self._catalog.namespace_exists(target[:-1]):
                 raise errors.NoSuchNamespaceError(f"Namespace does not exist: {'.'.join(target[:-1])}")
             try:
-                with self.engine.begin() as conn:
+                with self._write() as conn:
                     result = conn.execute(
                         update(IcebergTables)
                         .where(
@@ -337,7 +345,7 @@ class CatalogStore:
                 raise errors.AlreadyExistsError(f"Table or view already exists: {'.'.join(target)}") from None
 
     def _drop(self, identifier: Identifier, kind: str) -> str:
-        with _mapped(), self.engine.begin() as conn:
+        with _mapped(), self._write() as conn:
             location = conn.execute(
                 delete(IcebergTables)
                 .where(
@@ -423,7 +431,7 @@ class CatalogStore:
             if self._pointer(identifier, TABLE_TYPE) or self._pointer(identifier, VIEW_TYPE):
                 raise errors.AlreadyExistsError(f"Table or view already exists: {'.'.join(identifier)}")
             self._write_table_metadata(metadata, metadata_location)
-            with _exists_guard(identifier), self.engine.begin() as conn:
+            with _exists_guard(identifier), self._write() as conn:
                 self._insert_pointer(conn, identifier, metadata_location, TABLE_TYPE)
         return metadata_location, metadata
 
@@ -442,7 +450,7 @@ class CatalogStore:
                 raise errors.BadRequestError(f"{metadata_location!r} is not a table metadata file: {exc}") from None
             self.check_location(metadata.location)
             current = self._pointer(identifier, TABLE_TYPE)
-            with _exists_guard(identifier), self.engine.begin() as conn:
+            with _exists_guard(identifier), self._write() as conn:
                 if current is not None and overwrite:
                     self._swap_pointer(conn, identifier, current, metadata_location, TABLE_TYPE)
                 else:
@@ -517,7 +525,7 @@ class CatalogStore:
             for s in written:
                 self._write_table_metadata(s.metadata, s.metadata_location)
             try:
-                with _exists_guard(names[0]), self.engine.begin() as conn:
+                with _exists_guard(names[0]), self._write() as conn:
                     for s in written:
                         if s.previous_location is None:
                             self._insert_pointer(conn, s.identifier, s.metadata_location, TABLE_TYPE)

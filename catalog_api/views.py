@@ -135,7 +135,7 @@ class ViewCatalog:
         if self.store.table_exists(identifier) or self.view_exists(identifier):
             raise errors.AlreadyExistsError(f"Table or view already exists: {'.'.join(identifier)}")
         metadata_location = self._write(metadata, 0)
-        with _mapped(), _exists_guard(identifier), self.store.engine.begin() as conn:
+        with _mapped(), _exists_guard(identifier), self.store._write() as conn:
             self.store._insert_pointer(conn, identifier, metadata_location, VIEW_TYPE)
         return metadata_location, metadata
 
@@ -150,7 +150,7 @@ class ViewCatalog:
             raise errors.BadRequestError(f"{metadata_location!r} is not a readable view metadata file: {exc}") from None
         if self.store.table_exists(identifier):
             raise errors.AlreadyExistsError(f"Table or view already exists: {'.'.join(identifier)}")
-        with _mapped(), _exists_guard(identifier), self.store.engine.begin() as conn:
+        with _mapped(), _exists_guard(identifier), self.store._write() as conn:
             self.store._insert_pointer(conn, identifier, metadata_location, VIEW_TYPE)
         return metadata_location, metadata
 
@@ -168,7 +168,7 @@ class ViewCatalog:
             return location, current
         version = int(location.rsplit("/", 1)[-1].split("-", 1)[0]) + 1 if "/metadata/" in location else 1
         new_location = self._write(metadata, version)
-        with _mapped(), self.store.engine.begin() as conn:
+        with _mapped(), self.store._write() as conn:
             self.store._swap_pointer(conn, identifier, location, new_location, VIEW_TYPE)
         return new_location, metadata
 
