@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ipaddress
 import socket
 import threading
 import time
@@ -14,6 +13,7 @@ import uvicorn
 from catalog_api.app import build_app
 from catalog_api.auth import Authenticator
 from catalog_api.store import CatalogStore
+from lakeview.config import is_loopback
 from lakeview.errors import SetupError
 
 
@@ -87,12 +87,3 @@ def _free_port(host: str) -> int:
 def _port_taken(host: str, port: int) -> bool:
     with socket.socket() as sock:
         return sock.connect_ex((host, port)) == 0
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False

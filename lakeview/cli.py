@@ -233,19 +233,12 @@ def query(
             raise LakeviewError("--engine trino needs --server http://HOST:PORT (a Trino with the `lakeview trino-config` catalogs)")
         _print_result(*run_query(sql, server, catalog=catalog))
         return
-    import httpx
-
     from lakeview.duck import connect_catalog
-    from lakeview.embedded import EmbeddedStack
+    from lakeview.embedded import catalog_for
 
     config = _load(project)
-    try:
-        running = httpx.get(config.catalog_uri + "/v1/config", timeout=2).status_code == 200
-    except httpx.HTTPError:
-        running = False
-    stack = None if running else EmbeddedStack(config, port=0).start_catalog()
-    try:
-        con = connect_catalog(stack.catalog_uri if stack else config.catalog_uri, config.lake.name)
+    with catalog_for(config) as catalog_uri:
+        con = connect_catalog(catalog_uri, config.lake.name)
         try:
             result = con.sql(sql)
         except Exception as exc:  # DuckDB's own errors name the problem
@@ -253,9 +246,6 @@ def query(
         if result is None:
             return
         _print_result(result.columns, result.fetchall())
-    finally:
-        if stack is not None:
-            stack.stop()
 
 
 def _print_result(columns: list[str], rows: list[tuple]) -> None:
@@ -280,8 +270,7 @@ def refresh(
 
     _quiet_logs()
     config = _load(project)
-    if view not in config.views:
-        raise LakeviewError(f"no view {view!r}; views: {', '.join(config.views) or 'none'}")
+    config.require_view(view)
     with EmbeddedStack(config, port=0) as stack:
         stack.start_views([view], available_now=True)
         stack.queries[view].awaitTermination()
@@ -299,8 +288,7 @@ def explain(
     from lakeview.explain import explain as explain_view
 
     config = _load(project)
-    if view not in config.views:
-        raise LakeviewError(f"no view {view!r}; views: {', '.join(config.views) or 'none'}")
+    config.require_view(view)
     typer.echo(explain_view(config, view))
 
 
@@ -314,8 +302,7 @@ def verify(
     from lakeview.source_log import files_up_to
 
     config = _load(project)
-    if view not in config.views:
-        raise LakeviewError(f"no view {view!r}; views: {', '.join(config.views) or 'none'}")
+    config.require_view(view)
     record = tables.last_commit(config, view)
     if record is None:
         raise LakeviewError(f"{view} has no commit yet; nothing to verify")
@@ -342,25 +329,14 @@ def maintain(
     project: ProjectOption = Path("."),
 ) -> None:
     """Run VIEW's table maintenance now: expire snapshots past retention, compact small files, remove orphans."""
-    import httpx
-
-    from lakeview.embedded import EmbeddedStack
+    from lakeview.embedded import catalog_for
     from lakeview.maintenance import maintain_view
 
     _quiet_logs()
     config = _load(project)
-    if view not in config.views:
-        raise LakeviewError(f"no view {view!r}; views: {', '.join(config.views) or 'none'}")
-    try:
-        running = httpx.get(config.catalog_uri + "/v1/config", timeout=2).status_code == 200
-    except httpx.HTTPError:
-        running = False
-    stack = None if running else EmbeddedStack(config, port=0).start_catalog()
-    try:
-        report = maintain_view(config, view, stack.catalog_uri if stack else config.catalog_uri, lambda m: typer.echo(f"{view}: {m}"))
-    finally:
-        if stack is not None:
-            stack.stop()
+    config.require_view(view)
+    with catalog_for(config) as catalog_uri:
+        report = maintain_view(config, view, catalog_uri, lambda m: typer.echo(f"{view}: {m}"))
     typer.echo(f"{view}: done: {report.describe()}")
 
 

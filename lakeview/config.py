@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from lakeview.auth_config import AuthClientConfig, AuthConfig
 from lakeview.cadence import Cadence, parse_cadence
-from lakeview.errors import ConfigError, UnsupportedSQLError
+from lakeview.errors import ConfigError, LakeviewError, UnsupportedSQLError
 from lakeview.storage_config import MaintenanceConfig, RetentionConfig, S3Config
 
 PROJECT_FILE = "lakeview.toml"
@@ -285,13 +285,19 @@ class ProjectConfig(_Strict):
     def source_path(self, name: str) -> Path:
         return self.resolve(self.sources[name].path)
 
+    def require_view(self, name: str) -> ViewConfig:
+        """The view called ``name``; raises LakeviewError listing the declared views."""
+        if name not in self.views:
+            raise LakeviewError(f"no view {name!r}; views: {', '.join(self.views) or 'none'}")
+        return self.views[name]
+
     def checkpoint_path(self, view: str) -> Path:
         return self.warehouse_path / "_lakeview" / "checkpoints" / view
 
 
 def _check_auth(config: ProjectConfig) -> None:
     """Auth mode ``none`` only on loopback; oauth2 needs at least one client."""
-    if not config.auth.enabled and not _is_loopback(config.server.host):
+    if not config.auth.enabled and not is_loopback(config.server.host):
         raise ConfigError(
             config.file,
             "server.host",
@@ -308,7 +314,8 @@ def _check_name(value: str) -> str:
     return value
 
 
-def _is_loopback(host: str) -> bool:
+def is_loopback(host: str) -> bool:
+    """True for localhost and loopback addresses (the only binds allowed without auth)."""
     if host == "localhost":
         return True
     try:

@@ -49,8 +49,7 @@ def register(
     from lakeview.registration import register_now
 
     config = _load(project)
-    if view not in config.views:
-        raise LakeviewError(f"no view {view!r}; views: {', '.join(config.views) or 'none'}")
+    config.require_view(view)
     registrar = _registrar(to, config)
     try:
         table = register_now(config, view, registrar)

@@ -5,9 +5,10 @@ Spark is imported only when views start, so the catalog-only paths stay light.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from catalog_api.metrics import timed
@@ -95,6 +96,26 @@ def make_writer(project: ProjectConfig, view: str, catalog_uri: str) -> Snapshot
         valid = ", ".join(f.value for f in WRITERS)
         raise ConfigError(project.file, f"views.{view}.format", f"{config.format.value!r} has no writer; use one of {valid}")
     return loader(project, view, catalog_uri)
+
+
+@contextlib.contextmanager
+def catalog_for(project: ProjectConfig) -> Iterator[str]:
+    """The URI of the project's running catalog, or of a temporary one on a free loopback port
+    (stopped on exit) when none answers — so one-shot commands work with or without `up`."""
+    import httpx
+
+    try:
+        running = httpx.get(project.catalog_uri + "/v1/config", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        running = False
+    if running:
+        yield project.catalog_uri
+        return
+    stack = EmbeddedStack(project, port=0).start_catalog()
+    try:
+        yield stack.catalog_uri
+    finally:
+        stack.stop()
 
 
 class EmbeddedStack:
