@@ -22,7 +22,16 @@ from pyiceberg.exceptions import (
     ServerError,
     ValidationException,
 )
-from pyiceberg.expressions import AlwaysTrue, And, BooleanExpression, In, IsNull, Or
+from pyiceberg.expressions import (
+    AlwaysTrue,
+    And,
+    BooleanExpression,
+    GreaterThanOrEqual,
+    In,
+    IsNull,
+    LessThanOrEqual,
+    Or,
+)
 from pyiceberg.io.pyarrow import ArrowScan, _dataframe_to_data_files
 from pyiceberg.table import Table, Transaction
 from pyiceberg.table.snapshots import Operation
@@ -178,9 +187,23 @@ def _key_filter(keys: pa.Table, key: tuple[str, ...]) -> BooleanExpression:
     for name in key:
         values = keys.column(name).unique().to_pylist()
         present = [v for v in values if v is not None]
-        term: BooleanExpression | None = In(name, present) if present else None
+        term: BooleanExpression | None = None
+        if len(present) > MAX_IN_VALUES and _orderable(present):
+            # a range prunes as well on sorted/clustered files and costs nothing per value;
+            # the callers filter the rows exactly afterwards
+            term = And(GreaterThanOrEqual(name, min(present)), LessThanOrEqual(name, max(present)))
+        elif present:
+            term = In(name, present)
         if len(present) < len(values):
             term = Or(term, IsNull(name)) if term is not None else IsNull(name)
         if term is not None:
             expression = term if isinstance(expression, AlwaysTrue) else And(expression, term)
     return expression
+
+
+MAX_IN_VALUES = 256  # past this, an IN filter costs more to evaluate than the rows it saves
+
+
+def _orderable(values: list) -> bool:
+    first = type(values[0])
+    return first in (int, float, str) and all(type(v) is first for v in values)
