@@ -37,7 +37,8 @@ check-postgres:
 	@test -x $(PG_BIN)/initdb || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	    echo "installing postgresql-15 (the catalog tests run a real PostgreSQL 15) ..."; \
-	    DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql-15 >/dev/null || { \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql-15 >/dev/null 2>&1 || { \
+	      apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql-15 >/dev/null; } || { \
 	      echo "error: apt-get install postgresql-15 failed"; exit 1; }; \
 	  else \
 	    echo "error: PostgreSQL 15 binaries not found in $(PG_BIN); install the Debian package postgresql-15"; exit 1; \
