@@ -238,11 +238,7 @@ def build_routes(store: CatalogStore, extra: Callable[[RouteBuilder], None] | No
         return model_response(TableResponse(metadata_location=location, metadata=metadata, config={}))
 
     async def rename_table(request: Request) -> Response:
-        body = await parse_body(request, RenameRequest)
-        source = (*body.source.namespace, body.source.name)
-        target = (*body.destination.namespace, body.destination.name)
-        authorize(request, source[:-1], Privilege.WRITE)
-        authorize(request, target[:-1], Privilege.WRITE)
+        source, target = await rename_pair(request)
         await run_in_threadpool(store.rename_table, source, target)
         return Response(status_code=204)
 
@@ -300,6 +296,16 @@ def build_routes(store: CatalogStore, extra: Callable[[RouteBuilder], None] | No
     if extra is not None:
         extra(builder)
     return builder.routes
+
+
+async def rename_pair(request: Request) -> tuple[Identifier, Identifier]:
+    """Source and destination of a rename (tables and views alike), after checking WRITE on both namespaces."""
+    body = await parse_body(request, RenameRequest)
+    source = (*body.source.namespace, body.source.name)
+    target = (*body.destination.namespace, body.destination.name)
+    authorize(request, source[:-1], Privilege.WRITE)
+    authorize(request, target[:-1], Privilege.WRITE)
+    return source, target
 
 
 def etag_of(mode: str, location: str) -> str:

@@ -8,9 +8,9 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from catalog_api.access import Privilege, authorize
+from catalog_api.access import Privilege
 from catalog_api.responses import parse_body
-from catalog_api.routes import RenameRequest, RouteBuilder, namespace_param, paginate
+from catalog_api.routes import RouteBuilder, namespace_param, paginate, rename_pair
 from catalog_api.store import check_name
 from catalog_api.views import CommitViewRequest, ViewCatalog
 from lakeview import errors
@@ -58,11 +58,7 @@ def add_view_routes(builder: RouteBuilder) -> None:
         return Response(status_code=204)
 
     async def rename_view(request: Request) -> Response:
-        body = await parse_body(request, RenameRequest)
-        source = (*body.source.namespace, body.source.name)
-        target = (*body.destination.namespace, body.destination.name)
-        authorize(request, source[:-1], Privilege.WRITE)
-        authorize(request, target[:-1], Privilege.WRITE)
+        source, target = await rename_pair(request)
         await run_in_threadpool(views.rename_view, source, target)
         return Response(status_code=204)
 

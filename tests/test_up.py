@@ -7,25 +7,15 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
 
 from catalog_api.server import _free_port
 from lakeview.generator import land_json, make_orders
+from tests.waiting import wait_for
 
 CLI = [sys.executable, "-m", "lakeview.cli"]
-
-
-def wait_for(predicate, timeout: float, what: str):  # noqa: ANN001, ANN201
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_up_commits_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:

@@ -11,7 +11,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,19 +20,10 @@ from catalog_api.server import _free_port
 from lakeview.config import load_project
 from lakeview.embedded import open_store
 from lakeview.generator import land_json, make_orders
+from tests.waiting import wait_for
 from lakeview.status import ViewStatus, view_statuses
 
 CLI = [sys.executable, "-m", "lakeview.cli"]
-
-
-def wait_for(predicate, timeout: float, what: str):  # noqa: ANN001, ANN201
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def spark_class(*args: str, log: Path) -> subprocess.Popen:

@@ -3,8 +3,6 @@ view shows as degraded (REGISTRAR_DOWN) and the pointer catches up when the regi
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 
 import boto3
 
@@ -12,18 +10,8 @@ from lakeview.embedded import EmbeddedStack
 from lakeview.registration import REGISTRAR_DOWN, RegistrationService, degraded_reasons, published_table
 from lakeview.status import view_statuses
 from tests.registrars.conftest import MotoServer, commit, iceberg_writer, sorted_rows
+from tests.waiting import wait_for
 from writers.base import CommitRecord
-
-
-def eventually(condition: Callable[[], object], timeout: float = 30.0) -> object:
-    """Poll until ``condition()`` is truthy (a wait, not a timing assertion)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"condition not met within {timeout} s")
 
 
 def glue_pointer(endpoint: str, namespace: str, name: str) -> str | None:
@@ -50,7 +38,7 @@ def test_glue_down_degrades_then_catches_up(aws_env, view_project, rest_catalog,
             record = writer.commit(*_epoch(unique_name, 0, {1: 10}))
             on_commit(record)
             first = published_table(project, unique_name)
-            eventually(lambda: glue_pointer(glue.endpoint, namespace, unique_name) == first.metadata_location)
+            wait_for(lambda: glue_pointer(glue.endpoint, namespace, unique_name) == first.metadata_location, interval=0.05)
 
             glue.stop()
             record = writer.commit(*_epoch(unique_name, 1, {1: 11, 2: 20}))
@@ -58,7 +46,7 @@ def test_glue_down_degrades_then_catches_up(aws_env, view_project, rest_catalog,
             assert [r.epoch for r in seen] == [0, 1]
             second = published_table(project, unique_name)
             assert sorted_rows(rest_catalog.load_table((namespace, unique_name)).scan().to_arrow()) == [(1, 11, "x"), (2, 20, "x")]
-            reason = eventually(lambda: degraded_reasons(project).get(unique_name))
+            reason = wait_for(lambda: degraded_reasons(project).get(unique_name), interval=0.05)
             assert str(reason).startswith(f"{REGISTRAR_DOWN}: glue: ")
             # The filesystem registrar is not held up by Glue being down.
             assert "filesystem" not in str(reason)
@@ -66,8 +54,8 @@ def test_glue_down_degrades_then_catches_up(aws_env, view_project, rest_catalog,
             assert status.degraded_reason == REGISTRAR_DOWN and "glue" in str(status.registrar_errors)
 
             glue.start()  # same port, empty state: the registrar recreates database and table
-            eventually(lambda: glue_pointer(glue.endpoint, namespace, unique_name) == second.metadata_location)
-            eventually(lambda: unique_name not in degraded_reasons(project))
+            wait_for(lambda: glue_pointer(glue.endpoint, namespace, unique_name) == second.metadata_location, interval=0.05)
+            wait_for(lambda: unique_name not in degraded_reasons(project), interval=0.05)
             assert {s.view: s for s in view_statuses(project)}[unique_name].registrar_errors is None
         finally:
             stack.stop_views()
