@@ -36,7 +36,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from catalog_api.server import _free_port  # noqa: E402
+from catalog_api.server import free_port  # noqa: E402
 
 SCHEMA = {"type": "struct", "schema-id": 0, "fields": [{"id": 1, "name": "id", "type": "long", "required": False},
                                                        {"id": 2, "name": "name", "type": "string", "required": False}]}
@@ -66,7 +66,7 @@ def cpu_seconds(pid: int) -> float:
 
 @contextmanager
 def catalog_process(store_url: str, warehouse: Path, workers: int = 1) -> Iterator[tuple[str, int]]:
-    port = _free_port("127.0.0.1")
+    port = free_port("127.0.0.1")
     process = subprocess.Popen([sys.executable, "-c", SERVE, store_url, str(warehouse), str(port), str(workers)], cwd=ROOT)
     base = f"http://127.0.0.1:{port}/iceberg"
     for _ in range(200):

@@ -10,11 +10,11 @@ from __future__ import annotations
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import tempfile
 from pathlib import Path
 
+from catalog_api.server import free_port
 from lakeview.errors import SetupError
 
 PG_BIN = Path(os.environ.get("LAKEVIEW_PG_BIN", "/usr/lib/postgresql/15/bin"))
@@ -31,7 +31,7 @@ class LocalPostgres:
                 f"PostgreSQL 15 binaries not found in {PG_BIN}; install the Debian package postgresql-15 "
                 "(apt-get install -y postgresql-15) or set LAKEVIEW_PG_BIN"
             )
-        self.port = _free_port()
+        self.port = free_port()
         self.base = Path(tempfile.mkdtemp(prefix="lakeview-pg-"))
         self.data = self.base / "data"
         self._user = "postgres" if os.geteuid() == 0 else None
@@ -76,9 +76,3 @@ class LocalPostgres:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]

@@ -35,7 +35,7 @@ class CatalogServer:
             )
         self.store = store
         self.host = host
-        self.port = port or _free_port(host)
+        self.port = port or free_port(host)
         app = build_app(store, authenticator=authenticator, **app_options)
         config = uvicorn.Config(app, host=host, port=self.port, log_level="warning", lifespan="off")
         self._server = uvicorn.Server(config)
@@ -78,7 +78,8 @@ class CatalogServer:
         self.stop()
 
 
-def _free_port(host: str) -> int:
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port free on ``host`` right now (servers in tests and the demo bind loopback)."""
     with socket.socket() as sock:
         sock.bind((host, 0))
         return sock.getsockname()[1]

@@ -16,7 +16,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from catalog_api.server import _free_port
+from catalog_api.server import free_port
 from lakeview.config import load_project
 from lakeview.duck import attach_sql, connect_catalog
 from lakeview.embedded import EmbeddedStack
@@ -34,7 +34,7 @@ def run_demo(directory: Path, *, batches: int = 4, orders: int = 250, cadence: s
     console = console or Console()
     started = time.monotonic()
     _fresh_directory(directory)
-    config_file = init_project(directory, port=_free_port("127.0.0.1"), cadence=cadence)
+    config_file = init_project(directory, port=free_port("127.0.0.1"), cadence=cadence)
     (directory / MARKER).write_text("created by `lakeview demo`; safe to delete\n")
     project = load_project(config_file)
     console.print(f"[bold]Lakeview demo[/] in {directory} (cadence {cadence}, {batches} batches of {orders} orders)")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import httpx
 
-from catalog_api.server import _free_port
+from catalog_api.server import free_port
 from lakeview.generator import land_json, make_orders
 from tests.waiting import wait_for
 
@@ -19,7 +19,7 @@ CLI = [sys.executable, "-m", "lakeview.cli"]
 
 
 def test_up_commits_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
-    port = _free_port("127.0.0.1")
+    port = free_port("127.0.0.1")
     subprocess.run([*CLI, "init", str(tmp_path), "--port", str(port), "--cadence", "1s"], check=True, capture_output=True)
     process = subprocess.Popen([*CLI, "up", "-p", str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import httpx
 from catalog_api.local_postgres import LocalPostgres
-from catalog_api.server import CatalogServer, _free_port
+from catalog_api.server import CatalogServer, free_port
 
 SCHEMA_JSON = {"type": "struct", "schema-id": 0, "fields": [{"id": 1, "name": "id", "type": "long", "required": False}]}
 
@@ -147,7 +147,7 @@ server.stop()
 
 
 def test_two_server_processes_on_one_postgres_are_one_catalog(postgres: LocalPostgres, pg_warehouse: Path, unique_name: str) -> None:
-    ports = [_free_port("127.0.0.1"), _free_port("127.0.0.1")]
+    ports = [free_port("127.0.0.1"), free_port("127.0.0.1")]
     servers = [
         subprocess.Popen(
             [sys.executable, "-c", SERVE, postgres.url, str(pg_warehouse), str(port)],

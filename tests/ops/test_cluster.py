@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from catalog_api.server import _free_port
+from catalog_api.server import free_port
 from lakeview.config import load_project
 from lakeview.embedded import open_store
 from lakeview.generator import land_json, make_orders
@@ -49,7 +49,7 @@ def stop(process: subprocess.Popen) -> None:
 @pytest.fixture()
 def standalone_cluster(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     """A Spark master and one worker (1 core, 1 GB) on loopback; yields (master URL, work dir)."""
-    port = _free_port("127.0.0.1")
+    port = free_port("127.0.0.1")
     master = spark_class(
         "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port), "--webui-port", "0",
         log=tmp_path / "master.log",
@@ -75,7 +75,7 @@ def standalone_cluster(tmp_path: Path) -> Iterator[tuple[str, Path]]:
 def test_up_runs_the_view_on_a_standalone_cluster(standalone_cluster: tuple[str, Path], tmp_path: Path) -> None:
     url, work = standalone_cluster
     project = tmp_path / "project"
-    port = _free_port("127.0.0.1")
+    port = free_port("127.0.0.1")
     subprocess.run([*CLI, "init", str(project), "--port", str(port), "--cadence", "1s"], check=True, capture_output=True)
     up = subprocess.Popen(
         [*CLI, "up", "-p", str(project), "--spark-master", url], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True

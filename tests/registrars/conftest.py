@@ -13,18 +13,13 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from catalog_api.server import free_port
 from lakeview.config import ProjectConfig, parse_project
 from writers.base import Change, Epoch
 from writers.iceberg import IcebergWriter
 
 MOTO = str(Path(sys.executable).with_name("moto_server"))
 SCHEMA = pa.schema([("product_id", pa.int64()), ("total_sold", pa.int64()), ("label", pa.string())])
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class MotoServer:
