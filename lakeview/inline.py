@@ -116,9 +116,10 @@ def view_schema(config: ProjectConfig, name: str, store: CatalogStore) -> pa.Sch
     con = duckdb.connect()
     for view in referenced_views(config, name):
         namespace = config.views[view].namespace
-        empty = store.load_table((namespace, view)).schema().as_arrow().empty_table()  # noqa: F841 - read by DuckDB
+        con.register("empty", store.load_table((namespace, view)).schema().as_arrow().empty_table())
         con.execute(f'CREATE SCHEMA IF NOT EXISTS "{namespace}"')
         con.execute(f'CREATE TABLE "{namespace}"."{view}" AS SELECT * FROM empty')
+        con.unregister("empty")
     return con.sql(f"SELECT * FROM ({representations(config, name)['duckdb']}) LIMIT 0").arrow().schema
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 import pyarrow as pa
 import pytest
-from pyiceberg.exceptions import CommitFailedException, NoSuchTableError
+from pyiceberg.exceptions import NoSuchTableError
 
 from catalog_api.server import CatalogServer
 from lakeview.duck import connect_catalog

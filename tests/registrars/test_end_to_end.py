@@ -12,7 +12,6 @@ from lakeview.embedded import EmbeddedStack
 from lakeview.generator import land_json, make_orders
 from lakeview.registration import degraded_reasons, published_table
 from tests.conftest import SALES_SQL
-from tests.registrars.test_registration import eventually
 
 
 def test_commit_is_published_to_glue_paths_and_inline_view(spark, moto, catalog_server, make_project, unique_name) -> None:
