@@ -1,0 +1,182 @@
+"""What one committed snapshot changed, read back from the table itself, as a Z-set.
+
+A view over another view consumes the upstream's per-epoch change: rows removed weighted −1,
+rows added +1. Rather than trusting what the pipeline meant to commit, the change is derived
+from the table, so it is the same whether it is taken right after the commit or after a crash
+and restart (exactly once, whatever died when):
+
+- **Iceberg**: the data files the snapshot added minus the data files it removed (its own
+  manifest entries, status ADDED / DELETED with the snapshot's id). Lakeview writes
+  copy-on-write, so a rewritten file shows its untouched rows both removed and added; they
+  cancel when the Z-set is consolidated.
+- **Delta**: the add and remove actions of that log version (the files of version N not in
+  N−1, and those of N−1 not in N); delta-rs writes no deletion vectors, so the same holds.
+
+The Z-set is consolidated: identical rows are summed and rows whose weight sums to 0 dropped.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import duckdb
+import pyarrow as pa
+
+from lakeview.errors import WriterError
+from writers.base import CommitRecord, SnapshotWriter
+
+if TYPE_CHECKING:
+    from writers.delta import DeltaWriter
+    from writers.iceberg import IcebergWriter
+
+WEIGHT = "__lv_w"  # the Z-set weight column (lakeview.plan.WEIGHT)
+
+
+def snapshot_change(writer: SnapshotWriter, snapshot_id: int) -> pa.Table:
+    """The consolidated Z-set (the table's columns plus ``__lv_w``) of one snapshot / version."""
+    return _for(writer, _iceberg_change, _delta_change)(writer, snapshot_id)
+
+
+def snapshot_rows(writer: SnapshotWriter, snapshot_id: int) -> pa.Table:
+    """Every row of the table at one snapshot / version."""
+    return _for(writer, _iceberg_rows, _delta_rows)(writer, snapshot_id)
+
+
+def commits_after(writer: SnapshotWriter, epoch: int | None) -> list[CommitRecord]:
+    """Lakeview's commits with an epoch newer than ``epoch`` (all when None), oldest first."""
+    return _for(writer, _iceberg_commits_after, _delta_commits_after)(writer, epoch)
+
+
+def consolidate(removed: pa.Table, added: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``added`` at +1 minus ``removed`` at −1, identical rows summed, zero weights dropped."""
+    removed = removed.select(schema.names).cast(schema)
+    added = added.select(schema.names).cast(schema)
+    both = pa.concat_tables(
+        [
+            removed.append_column(WEIGHT, pa.array([-1] * removed.num_rows, pa.int32())),
+            added.append_column(WEIGHT, pa.array([1] * added.num_rows, pa.int32())),
+        ]
+    )
+    con = duckdb.connect()
+    try:
+        con.register("z", both)
+        cols = ", ".join(f'"{n}"' for n in schema.names)
+        result = con.execute(
+            f"SELECT {cols}, CAST(SUM({WEIGHT}) AS INTEGER) AS {WEIGHT} FROM z GROUP BY ALL HAVING SUM({WEIGHT}) <> 0"
+        ).to_arrow_table()
+    finally:
+        con.close()
+    return result.cast(pa.schema([*schema, pa.field(WEIGHT, pa.int32())]))
+
+
+def _for(writer: SnapshotWriter, iceberg, delta):  # noqa: ANN001, ANN202 - one function per format
+    from writers.delta import DeltaWriter
+    from writers.iceberg import IcebergWriter
+
+    if isinstance(writer, IcebergWriter):
+        return iceberg
+    if isinstance(writer, DeltaWriter):
+        return delta
+    raise WriterError(f"no snapshot reader for {type(writer).__name__}")
+
+
+# --- Iceberg ------------------------------------------------------------------------------
+def _iceberg_change(writer: IcebergWriter, snapshot_id: int) -> pa.Table:
+    from pyiceberg.expressions import AlwaysTrue
+    from pyiceberg.io.pyarrow import ArrowScan
+    from pyiceberg.manifest import DataFileContent, ManifestEntryStatus
+    from pyiceberg.table import FileScanTask
+
+    table = writer.table()
+    snapshot = table.snapshot_by_id(snapshot_id)
+    if snapshot is None:
+        raise WriterError(f"{'.'.join(writer.identifier)}: snapshot {snapshot_id} is gone (expired); its change cannot be derived")
+    added, removed = [], []
+    for manifest in snapshot.manifests(table.io):
+        if manifest.added_snapshot_id != snapshot_id:
+            continue  # carried over from an earlier snapshot
+        for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=False):
+            if entry.snapshot_id != snapshot_id:
+                continue
+            if entry.data_file.content != DataFileContent.DATA:
+                raise WriterError(f"{'.'.join(writer.identifier)}: snapshot {snapshot_id} has delete files; not written by Lakeview")
+            if entry.status == ManifestEntryStatus.ADDED:
+                added.append(entry.data_file)
+            elif entry.status == ManifestEntryStatus.DELETED:
+                removed.append(entry.data_file)
+    schema = table.schema()
+    scan = ArrowScan(table_metadata=table.metadata, io=table.io, projected_schema=schema, row_filter=AlwaysTrue())
+    arrow = schema.as_arrow()
+
+    def read(files: list) -> pa.Table:
+        return scan.to_table(tasks=[FileScanTask(f) for f in files]) if files else arrow.empty_table()
+
+    return consolidate(read(removed), read(added), arrow)
+
+
+def _iceberg_rows(writer: IcebergWriter, snapshot_id: int) -> pa.Table:
+    return writer.table().scan(snapshot_id=snapshot_id).to_arrow()
+
+
+def _iceberg_commits_after(writer: IcebergWriter, epoch: int | None) -> list[CommitRecord]:
+    table = writer.table()
+    found: list[CommitRecord] = []
+    snapshot = table.current_snapshot()
+    while snapshot is not None:
+        props = snapshot.summary.additional_properties if snapshot.summary else {}
+        record = CommitRecord.from_properties(props, snapshot.snapshot_id)
+        if record is not None:
+            if epoch is not None and record.epoch <= epoch:
+                break
+            found.append(record)
+        snapshot = table.snapshot_by_id(snapshot.parent_snapshot_id) if snapshot.parent_snapshot_id else None
+    return found[::-1]
+
+
+
+# --- Delta --------------------------------------------------------------------------------
+def _delta_files(writer: DeltaWriter, version: int) -> set[str]:
+    actions = writer.table(version).get_add_actions(flatten=True)
+    return set(actions.column("path").to_pylist())
+
+
+def _delta_read(writer: DeltaWriter, version: int, paths: set[str], schema: pa.Schema) -> pa.Table:
+    """The rows of some data files of a version (through delta-rs's own filesystem)."""
+    import pyarrow.dataset as ds
+
+    if not paths:
+        return schema.empty_table()
+    dataset = writer.table(version).to_pyarrow_dataset()
+    fragments = [f for f in dataset.get_fragments() if any(f.path.endswith(p.lstrip("/")) for p in paths)]
+    if len(fragments) != len(paths):
+        raise WriterError(f"{writer.location}: version {version} lists {len(paths)} files, {len(fragments)} readable")
+    part = ds.FileSystemDataset(fragments, dataset.schema, dataset.format, dataset.filesystem)
+    return part.to_table()
+
+
+def _delta_change(writer: DeltaWriter, version: int) -> pa.Table:
+    schema = pa.schema(writer.table(version).schema().to_arrow())
+    now = _delta_files(writer, version)
+    before = _delta_files(writer, version - 1) if version > 0 else set()
+    added = _delta_read(writer, version, now - before, schema)
+    removed = _delta_read(writer, version - 1, before - now, schema) if version > 0 else schema.empty_table()
+    return consolidate(removed, added, schema)
+
+
+def _delta_rows(writer: DeltaWriter, version: int) -> pa.Table:
+    return writer.table(version).to_pyarrow_table()
+
+
+def _delta_commits_after(writer: DeltaWriter, epoch: int | None) -> list[CommitRecord]:
+    from writers.delta import record_of
+
+    found: list[CommitRecord] = []
+    for entry in writer.table().history():  # newest first
+        record = record_of(entry)
+        if record is None:
+            continue
+        if epoch is not None and record.epoch <= epoch:
+            break
+        found.append(record)
+    return found[::-1]
+
