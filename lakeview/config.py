@@ -283,7 +283,13 @@ class ProjectConfig(_Strict):
         return f"http://{host}:{self.server.port}/iceberg"
 
     def source_path(self, name: str) -> Path:
+        if name not in self.sources and name in self.views:
+            return self.changes_path(name)  # a view read by other views: the changes it publishes
         return self.resolve(self.sources[name].path)
+
+    def changes_path(self, view: str) -> Path:
+        """Where ``view`` publishes each epoch's change (a Z-set file) for the views reading it."""
+        return self.warehouse_path / "_lakeview" / "changes" / view
 
     def require_view(self, name: str) -> ViewConfig:
         """The view called ``name``; raises LakeviewError listing the declared views."""
@@ -378,16 +384,20 @@ def _check_views(config: ProjectConfig) -> None:
         if problem:
             raise ConfigError(config.file, f"views.{name}.sql", problem)
         for source in plan.sources:
-            if source not in config.sources:
+            if source not in config.sources and source not in config.views:  # a view may read another view (lakeview.dag)
                 known = ", ".join(sorted(config.sources)) or "none declared"
+                views = ", ".join(sorted(v for v in config.views if v != name)) or "none"
                 raise ConfigError(
                     config.file,
                     f"views.{name}.sql",
-                    f"reads {source!r}, which is not a declared source (declared: {known}); "
+                    f"reads {source!r}, which is not a declared source (declared: {known}) nor a view (views: {views}); "
                     f"add a [sources.{source}] table",
                 )
     for name in config.sources:
         _check_name_at(config.file, f"sources.{name}", name)
+    from lakeview.dag import check_dag
+
+    check_dag(config)
     from lakeview.groups import check_groups
 
     check_groups(config)

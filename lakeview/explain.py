@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from lakeview.changefeed import mirror_table_name
 from lakeview.config import ProjectConfig
+from lakeview.dag import downstreams_of, upstream_of, view_key
 from lakeview.ivm import state_table_names
 from lakeview.plan import AggregateFunction, AppendPlan, KeyedAggregatePlan, plan_view
 
@@ -24,18 +25,25 @@ def explain(project: ProjectConfig, view: str) -> str:
     config = project.views[view]
     plan = plan_view(view, config.sql, config.dialect)
     source_name = plan.sources[0]
-    source = project.sources[source_name]
-    feed = source.changes
+    upstream = upstream_of(project, view)  # a view over a view reads the upstream's change files
+    upstream_key = view_key(project, upstream) if upstream else None
+    source = project.sources.get(source_name)
+    feed = source.changes if source else None
     ns = config.namespace
     lines = [f"view {view} ({plan.kind}) -> {ns}.{view}, cadence {config.cadence}"]
     step = iter(range(1, 100))
-    images = source.images
+    images = source.images if source else None
     kind = f"change feed: operation {feed.operation}, key {', '.join(feed.key)}, sequence {feed.sequence}" if feed else "append-only"
     if images is not None:
         kind = f"change feed of images: before {images.before}, after {images.after}, key {', '.join(images.key)}"
-    lines.append(f"  {next(step)}. read {source_name} ({source.format.value} files, {kind}): Spark file stream, only new files per trigger")
-    reasons = ["rows that do not parse into the schema"] if source.format.reader_format in ("json", "csv") else []
-    reasons += [f"rows missing {c}" for c in source.required] + (["unknown operations"] if feed else [])
+    if source is None:
+        key = f"key {', '.join(upstream_key)}" if upstream_key else "append-only, all +1"
+        lines.append(f"  {next(step)}. read the view {upstream}: its change per epoch, Z-set files (weights -1/+1, {key}) in "
+                     f"_lakeview/changes/{upstream}/, published after each of its commits; Spark file stream, only new files per trigger")
+    else:
+        lines.append(f"  {next(step)}. read {source_name} ({source.format.value} files, {kind}): Spark file stream, only new files per trigger")
+    reasons = ["rows that do not parse into the schema"] if source and source.format.reader_format in ("json", "csv") else []
+    reasons += [f"rows missing {c}" for c in (source.required if source else [])] + (["unknown operations"] if feed else [])
     if reasons:
         lines.append(f"  {next(step)}. quarantine: {', '.join(reasons)} -> _lakeview/quarantine/{source_name}/{view}/ (stateless)")
     if feed:
@@ -49,16 +57,20 @@ def explain(project: ProjectConfig, view: str) -> str:
         lines.append(f"  {next(step)}. filter WHERE {plan.where}: stateless, per weighted row")
     if isinstance(plan, AppendPlan):
         lines.append(f"  {next(step)}. project {', '.join(plan.columns) or '*'}: stateless")
-        if feed or images:
+        if upstream_key:
+            fkey = ", ".join(upstream_key)
+            lines.append(f"  {next(step)}. write: upsert/delete by {upstream}'s key ({fkey}), one snapshot per epoch")
+            key, state = fkey, []
+        elif feed or images:
             fkey = ", ".join(feed.key if feed else images.key)  # type: ignore[union-attr]
             lines.append(f"  {next(step)}. write: upsert/delete by the feed key ({fkey}), one snapshot per epoch")
             key, state = fkey, [f"{ns}.{mirror_table_name(view)} (current row per key)"] if feed else []
         else:
             lines.append(f"  {next(step)}. write: append, one snapshot per epoch")
             key, state = "none (append-only)", []
-        return "\n".join(lines + [f"key: {key}", f"state: {'; '.join(state) or 'none'}"])
+        return "\n".join(lines + [f"key: {key}", f"state: {'; '.join(state) or 'none'}"] + _published(project, view))
     assert isinstance(plan, KeyedAggregatePlan)
-    in_view = plan.view_is_state(append_only=feed is None and images is None)
+    in_view = plan.view_is_state(append_only=feed is None and images is None and upstream_key is None)
     lines.append(f"  {next(step)}. aggregate GROUP BY {', '.join(plan.key_exprs)}: keyed aggregate, state looked up by touched group only")
     if in_view:
         for agg in plan.aggregates:
@@ -80,4 +92,13 @@ def explain(project: ProjectConfig, view: str) -> str:
         if feed:
             state.append(f"{ns}.{mirror_table_name(view)} (current row per feed key)")
     lines.append(f"  {next(step)}. write: upsert/delete by key, one snapshot per epoch (state tables first, the view, then the mirror)")
-    return "\n".join(lines + [f"key: {', '.join(plan.keys)}", "state: " + "; ".join(state)])
+    return "\n".join(lines + [f"key: {', '.join(plan.keys)}", "state: " + "; ".join(state)] + _published(project, view))
+
+
+def _published(project: ProjectConfig, view: str) -> list[str]:
+    """The line saying which views read this one's published changes (none: no line)."""
+    readers = downstreams_of(project, view)
+    if not readers:
+        return []
+    return [f"changes: each epoch's change (derived from the committed snapshot) is published for {', '.join(readers)} "
+            f"in _lakeview/changes/{view}/; files every reader has consumed are deleted"]

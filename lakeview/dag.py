@@ -1,0 +1,129 @@
+"""Views over views: the project's views as a DAG, kept in topological order.
+
+A view may read FROM another (materialized) view. The upstream publishes each epoch's change
+as a Z-set file (:mod:`lakeview.view_changes`); the downstream is an ordinary streaming query
+over those files, with its own cadence and checkpoint. This module is the config side (no
+Spark): who reads whom, the order views start in, and the checks made when the project loads
+(cycles, inline upstreams, keys) so a bad DAG is refused with the cycle or the key named.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from lakeview.errors import ConfigError
+
+if TYPE_CHECKING:
+    from lakeview.config import ProjectConfig
+    from lakeview.plan import AppendPlan, KeyedAggregatePlan
+
+
+def _plan(project: ProjectConfig, view: str) -> AppendPlan | KeyedAggregatePlan:
+    from lakeview.plan import plan_view
+
+    config = project.views[view]
+    return plan_view(view, config.sql, config.dialect)
+
+
+def upstream_of(project: ProjectConfig, view: str) -> str | None:
+    """The view ``view`` reads from, or None when it reads a declared source."""
+    config = project.views[view]
+    if not config.materialize:
+        return None  # an inline view is published, never maintained
+    source = _plan(project, view).sources[0]
+    return source if source in project.views and source not in project.sources else None
+
+
+def downstreams_of(project: ProjectConfig, view: str) -> list[str]:
+    """The views reading ``view`` directly."""
+    return [name for name in project.views if upstream_of(project, name) == view]
+
+
+def chain_of(project: ProjectConfig, view: str) -> list[str]:
+    """``view`` and its upstreams, base view last (``[top, middle, base]``)."""
+    chain = [view]
+    while (up := upstream_of(project, chain[-1])) is not None:
+        chain.append(up)
+    return chain
+
+
+def topological_order(project: ProjectConfig, names: list[str]) -> list[str]:
+    """``names`` with every upstream before the views reading it (otherwise in the given order)."""
+    ordered: list[str] = []
+    for name in names:
+        for view in reversed(chain_of(project, name)):
+            if view in names and view not in ordered:
+                ordered.append(view)
+    return ordered
+
+
+def view_key(project: ProjectConfig, view: str) -> tuple[str, ...] | None:
+    """The key of a view's rows (None: append-only): a keyed aggregate's GROUP BY names; a
+    projection over a change feed, the feed's key; a projection over a keyed view, that key."""
+    from lakeview.changefeed import feed_key
+
+    plan = _plan(project, view)
+    if plan.is_keyed_aggregate:
+        return plan.key  # type: ignore[return-value]
+    source = plan.sources[0]
+    if source in project.sources:
+        return feed_key(project.sources[source])
+    return view_key(project, source)
+
+
+def check_dag(project: ProjectConfig) -> None:
+    """Refuse cycles, views over inline views, ``SELECT *`` over a view, and projections over a
+    keyed view that drop its key. Raises :class:`ConfigError` naming the view and the problem."""
+    for name in project.views:
+        cycle = _cycle_from(project, name)
+        if cycle:
+            raise ConfigError(
+                project.file,
+                f"views.{name}.sql",
+                f"views read each other in a cycle: {' -> '.join(cycle)}; a view may read only views that do not "
+                "read it back (directly or through other views)",
+            )
+    for name in project.views:
+        upstream = upstream_of(project, name)
+        if upstream is None:
+            continue
+        if not project.views[upstream].materialize:
+            raise ConfigError(project.file, f"views.{name}.sql",
+                              f"reads the inline view {upstream!r} (materialize = false), which keeps no changes to read; "
+                              f"set materialize = true on {upstream!r} or read its sources")
+        plan = _plan(project, name)
+        if plan.is_append and getattr(plan, "star", False):
+            raise ConfigError(project.file, f"views.{name}.sql",
+                              f"SELECT * over the view {upstream!r} is not supported; name the columns")
+        key = view_key(project, upstream)
+        if plan.is_append and key is not None:
+            selected = {c.lower() for c in plan.plain_columns}  # type: ignore[union-attr]
+            lacking = [k for k in key if k.lower() not in selected]
+            if lacking:
+                raise ConfigError(
+                    project.file,
+                    f"views.{name}.sql",
+                    f"a projection over the view {upstream!r} must select its key column(s) {', '.join(lacking)} "
+                    "unchanged, so its updates and deletes apply by key; nearest supported form: add them to the "
+                    "SELECT list (or aggregate with GROUP BY)",
+                )
+
+
+def _cycle_from(project: ProjectConfig, view: str) -> list[str] | None:
+    """The cycle reached by following upstreams from ``view``, as ``[a, b, a]``; None if none."""
+    path: list[str] = []
+    current: str | None = view
+    while current is not None:
+        if current in path:
+            return [*path[path.index(current):], current]
+        path.append(current)
+        current = _reads_view(project, current)
+    return None
+
+
+def _reads_view(project: ProjectConfig, view: str) -> str | None:
+    """The (materialized) view ``view`` reads, if any."""
+    if not project.views[view].materialize:
+        return None
+    source = _plan(project, view).sources[0]
+    return source if source in project.views and source not in project.sources else None

@@ -1,0 +1,141 @@
+"""A view's per-epoch changes, published as Z-set files for the views that read it.
+
+After each commit, an upstream view writes the epoch's change — rows removed weighted −1, rows
+added +1 — to ``<warehouse>/_lakeview/changes/<view>/epoch-<E>-snapshot-<S>.parquet`` (a hidden
+temp file, then an atomic rename; Spark and the oracle skip names starting with ``.``/``_``).
+The change is derived from the committed snapshot itself (:mod:`writers.snapshot_diff`), and
+``_published.json`` records the newest epoch published, so:
+
+- a crash between the commit and the publication is repaired on restart: the replay skips the
+  committed epoch, and :meth:`ChangePublisher.publish` derives every committed epoch newer than
+  the mark from the table, oldest first — each change is published exactly once;
+- the first publication of a view (no mark yet) is the whole table at its last commit, each row
+  +1: a downstream declared after its upstream has run starts from the upstream's state.
+
+Retention: a change file is deleted once every downstream's Spark checkpoint has committed the
+batch that read it (:meth:`ChangePublisher.prune`, run after each publication). A declared
+downstream that never runs keeps every file.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING
+from urllib.parse import unquote
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from lakeview.dag import downstreams_of
+
+if TYPE_CHECKING:
+    from lakeview.config import ProjectConfig
+    from writers.base import CommitRecord, SnapshotWriter
+
+log = logging.getLogger("lakeview.view_changes")
+PUBLISHED = "_published.json"
+_FILE = re.compile(r"^epoch-(\d+)-snapshot-(-?\d+)\.parquet$")
+
+
+def change_file_name(epoch: int, snapshot_id: int | None) -> str:
+    return f"epoch-{epoch:012d}-snapshot-{snapshot_id}.parquet"
+
+
+def parse_change_file(path: str | Path) -> tuple[int, int] | None:
+    """(upstream epoch, upstream snapshot id) of a change file's name; None for other files."""
+    match = _FILE.match(Path(unquote(str(path))).name)
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def upstream_position(paths: list) -> dict[str, int]:
+    """The newest upstream epoch and snapshot among change files (for a downstream's frontier)."""
+    parsed = [p for p in (parse_change_file(str(getattr(f, "path", f))) for f in paths) if p is not None]
+    if not parsed:
+        return {}
+    epoch, snapshot = max(parsed)
+    return {"upstream_epoch": epoch, "upstream_snapshot": snapshot}
+
+
+class ChangePublisher:
+    """Publishes one view's committed epochs as change files and prunes consumed ones."""
+
+    def __init__(self, project: ProjectConfig, view: str, writer: SnapshotWriter) -> None:
+        self.project = project
+        self.view = view
+        self.writer = writer
+        self.directory = project.changes_path(view)
+        self.downstreams = downstreams_of(project, view)
+
+    @classmethod
+    def for_view(cls, project: ProjectConfig, view: str, writer: SnapshotWriter) -> ChangePublisher | None:
+        """A publisher when other views read ``view``; None otherwise (nothing to publish)."""
+        return cls(project, view, writer) if downstreams_of(project, view) else None
+
+    def published_epoch(self) -> int | None:
+        mark = self.directory / PUBLISHED
+        return int(json.loads(mark.read_text())["epoch"]) if mark.exists() else None
+
+    def publish(self) -> list[int]:
+        """Publish every committed epoch newer than the mark, oldest first; the epochs published."""
+        from writers.snapshot_diff import commits_after, consolidate, snapshot_change, snapshot_rows
+
+        self.directory.mkdir(parents=True, exist_ok=True)
+        done = self.published_epoch()
+        published = []
+        if done is None:
+            last = self.writer.last_commit()
+            if last is None or last.snapshot_id is None:
+                return []
+            rows = snapshot_rows(self.writer, last.snapshot_id)
+            self._write(last, consolidate(rows.schema.empty_table(), rows, rows.schema))
+            published.append(last.epoch)
+        else:
+            for record in commits_after(self.writer, done):
+                self._write(record, snapshot_change(self.writer, record.snapshot_id))  # type: ignore[arg-type]
+                published.append(record.epoch)
+        if published:
+            log.info("%s: published the change of epoch(s) %s for %s", self.view, published, ", ".join(self.downstreams))
+        self.prune()
+        return published
+
+    def _write(self, record: CommitRecord, zset: pa.Table) -> None:
+        if zset.num_rows:
+            name = change_file_name(record.epoch, record.snapshot_id)
+            hidden = self.directory / f".{name}.tmp"
+            pq.write_table(zset, hidden)
+            os.replace(hidden, self.directory / name)
+        mark = self.directory / f".{PUBLISHED}.tmp"
+        mark.write_text(json.dumps({"epoch": record.epoch, "snapshot_id": record.snapshot_id}))
+        os.replace(mark, self.directory / PUBLISHED)
+
+    def prune(self) -> list[Path]:
+        """Delete the change files every downstream's Spark checkpoint has committed; those deleted."""
+        files = [p for p in self.directory.iterdir() if parse_change_file(p.name)] if self.directory.exists() else []
+        if not files or not self.downstreams:
+            return []
+        consumed = set.intersection(*(consumed_files(self.project, d) for d in self.downstreams))
+        gone = [p for p in files if os.path.realpath(p) in consumed]
+        for path in gone:
+            path.unlink(missing_ok=True)
+        return gone
+
+
+def consumed_files(project: ProjectConfig, view: str) -> set[str]:
+    """Real paths of the input files ``view``'s query has read in batches Spark committed."""
+    from lakeview.source_log import logged_files
+
+    checkpoint = project.checkpoint_path(view)
+    commits = [int(p.name) for p in (checkpoint / "commits").glob("*") if p.name.isdigit()] if (checkpoint / "commits").exists() else []
+    if not commits:
+        return set()
+    offsets = checkpoint / "offsets" / str(max(commits))
+    lines = offsets.read_text().splitlines() if offsets.exists() else []
+    position = json.loads(lines[2]) if len(lines) >= 3 else {}
+    log_offset = position.get("logOffset") if isinstance(position, dict) else None
+    if log_offset is None:
+        return set()
+    return {os.path.realpath(unquote(str(f.path))) for f in logged_files(checkpoint) if f.batch <= log_offset}

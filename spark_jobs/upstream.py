@@ -1,0 +1,53 @@
+"""A view over another view reads the upstream's published changes as its source.
+
+The upstream's change files (:mod:`lakeview.view_changes`) are Parquet with the upstream
+view's columns plus the Z-set weight ``__lv_w``; to the downstream's pipeline they are an
+ordinary Parquet source whose rows already carry their weights (like before/after images),
+keyed by the upstream view's key. The columns come from Spark's analysis of the upstream
+chain's SQL over the base source's schema — the same analysis that created the upstream's
+table, so the types match the files.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from lakeview.config import ProjectConfig, SourceConfig
+from lakeview.dag import upstream_of, view_key
+from lakeview.plan import WEIGHT, plan_view
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.types import StructType
+
+
+def upstream_key(project: ProjectConfig, view: str) -> tuple[str, ...] | None:
+    """The key of the view ``view`` reads (None: it reads a source, or an append-only view)."""
+    upstream = upstream_of(project, view)
+    return view_key(project, upstream) if upstream is not None else None
+
+
+def with_upstream_source(spark: SparkSession, project: ProjectConfig, view: str) -> ProjectConfig:
+    """``project`` with ``view``'s upstream view declared as a Parquet source over its change
+    files (unchanged when ``view`` reads a declared source)."""
+    upstream = upstream_of(project, view)
+    if upstream is None:
+        return project
+    columns = view_schema(spark, project, upstream)
+    ddl = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in columns.fields) + f", `{WEIGHT}` INT"
+    source = SourceConfig.model_validate({"format": "parquet", "path": str(project.changes_path(upstream)), "schema": ddl})
+    return project.model_copy(update={"sources": {**project.sources, upstream: source}})
+
+
+def view_schema(spark: SparkSession, project: ProjectConfig, view: str) -> StructType:
+    """The columns of ``view`` as Spark analyses its SQL (through its upstreams, down to the source)."""
+    config = project.views[view]
+    plan = plan_view(view, config.sql, config.dialect)
+    source = plan.sources[0]
+    if source in project.sources:
+        below = spark.createDataFrame([], schema=project.sources[source].schema_).schema
+    else:
+        below = view_schema(spark, project, source)
+    relation = f"__lv_schema_{view}"
+    spark.createDataFrame([], schema=below).createOrReplaceTempView(relation)
+    return spark.sql(plan.batch_sql({source: relation})).schema

@@ -1,0 +1,134 @@
+"""Views over views as a user declares them: a chain loads and starts upstream first; a cycle,
+an unknown name, an inline upstream and a projection dropping the upstream's key are refused
+with the problem named; change files are named, read back and pruned once consumed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from lakeview.config import load_project
+from lakeview.dag import chain_of, check_dag, downstreams_of, topological_order, upstream_of, view_key
+from lakeview.errors import ConfigError
+from lakeview.explain import explain
+from lakeview.view_changes import change_file_name, consumed_files, parse_change_file, upstream_position
+
+CHAIN = """
+[sources.orders]
+format = "json"
+path = "landing/orders"
+schema = "order_id BIGINT, product_id BIGINT, quantity INT, price DOUBLE, op STRING, seq BIGINT"
+[sources.orders.changes]
+operation = "op"
+key = ["order_id"]
+sequence = "seq"
+
+[views.big_products]
+sql = "SELECT product_id, revenue FROM product_sales WHERE revenue > 100"
+
+[views.product_sales]
+sql = "SELECT product_id, SUM(amount) AS revenue, COUNT(*) AS n FROM order_lines GROUP BY product_id"
+
+[views.order_lines]
+sql = "SELECT order_id, product_id, quantity * price AS amount FROM orders"
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "lakeview.toml"
+    path.write_text(text)
+    return path
+
+
+def error_for(tmp_path: Path, text: str) -> str:
+    with pytest.raises(ConfigError) as info:
+        load_project(write(tmp_path, text))
+    return str(info.value)
+
+
+def test_a_chain_of_views_loads_and_starts_upstream_first(tmp_path: Path) -> None:
+    project = load_project(write(tmp_path, CHAIN))
+    assert upstream_of(project, "big_products") == "product_sales"
+    assert upstream_of(project, "order_lines") is None
+    assert chain_of(project, "big_products") == ["big_products", "product_sales", "order_lines"]
+    assert downstreams_of(project, "order_lines") == ["product_sales"]
+    assert topological_order(project, list(project.views)) == ["order_lines", "product_sales", "big_products"]
+    assert topological_order(project, ["big_products", "order_lines"]) == ["order_lines", "big_products"]
+    assert view_key(project, "order_lines") == ("order_id",)  # a projection over a change feed
+    assert view_key(project, "product_sales") == ("product_id",)
+    assert view_key(project, "big_products") == ("product_id",)  # keyed like the view it reads
+    assert project.source_path("order_lines") == project.changes_path("order_lines")
+
+
+def test_explain_shows_the_upstream(tmp_path: Path) -> None:
+    project = load_project(write(tmp_path, CHAIN))
+    text = explain(project, "product_sales")
+    assert "read the view order_lines" in text and "_lakeview/changes/order_lines/" in text
+    assert "key order_id" in text
+    assert "published for product_sales" in explain(project, "order_lines")
+
+
+def test_a_cycle_is_refused_naming_it(tmp_path: Path) -> None:
+    text = CHAIN.replace("FROM orders", "FROM big_products")
+    message = error_for(tmp_path, text)
+    assert "views read each other in a cycle:" in message
+    assert "big_products -> product_sales -> order_lines -> big_products" in message
+
+
+def test_a_view_reading_itself_is_a_cycle(tmp_path: Path) -> None:
+    message = error_for(tmp_path, CHAIN.replace("FROM product_sales", "FROM big_products"))
+    assert "views.big_products.sql" in message and "cycle: big_products -> big_products" in message
+
+
+def test_an_unknown_name_lists_sources_and_views(tmp_path: Path) -> None:
+    message = error_for(tmp_path, CHAIN.replace("FROM product_sales", "FROM product_sale"))
+    assert "views.big_products.sql" in message
+    assert "'product_sale', which is not a declared source (declared: orders) nor a view (views: order_lines, product_sales)" in message
+
+
+def test_a_projection_must_keep_the_upstream_key(tmp_path: Path) -> None:
+    message = error_for(tmp_path, CHAIN.replace("SELECT product_id, revenue FROM", "SELECT revenue FROM"))
+    assert "views.big_products.sql" in message and "must select its key column(s) product_id" in message
+
+
+def test_select_star_over_a_view_and_inline_upstreams_are_refused(tmp_path: Path) -> None:
+    assert "SELECT * over the view 'product_sales'" in error_for(tmp_path, CHAIN.replace("SELECT product_id, revenue FROM", "SELECT * FROM"))
+    text = CHAIN + '\n[views.lines_inline]\nmaterialize = false\nsql = "SELECT order_id, amount FROM order_lines"\n'
+    text += '\n[views.over_inline]\nsql = "SELECT order_id, amount FROM lines_inline"\n'
+    message = error_for(tmp_path, text)
+    assert "inline view 'lines_inline'" in message, message
+
+
+def test_change_files_name_the_upstream_epoch_and_snapshot() -> None:
+    name = change_file_name(7, 123456789)
+    assert parse_change_file(name) == (7, 123456789)
+    assert parse_change_file("_published.json") is None and parse_change_file(".epoch-1.tmp") is None
+    assert upstream_position([f"/x/{change_file_name(3, 5)}", f"/x/{change_file_name(4, -9)}"]) == {"upstream_epoch": 4, "upstream_snapshot": -9}
+
+
+def test_consumed_files_are_those_of_committed_batches(tmp_path: Path) -> None:
+    project = load_project(write(tmp_path, CHAIN))
+    checkpoint = project.checkpoint_path("product_sales")
+    changes = project.changes_path("order_lines")
+    changes.mkdir(parents=True)
+    files = [changes / change_file_name(e, e) for e in range(3)]
+    for f in files:
+        f.write_text("")
+    (checkpoint / "sources" / "0").mkdir(parents=True)
+    for batch, f in enumerate(files):
+        (checkpoint / "sources" / "0" / str(batch)).write_text("v1\n" + json.dumps({"path": f"file://{f}", "timestamp": 0, "batchId": batch}) + "\n")
+    assert consumed_files(project, "product_sales") == set(), "no batch committed yet"
+    (checkpoint / "offsets").mkdir()
+    (checkpoint / "commits").mkdir()
+    for batch in range(3):
+        (checkpoint / "offsets" / str(batch)).write_text('v1\n{}\n{"logOffset":%d}\n' % batch)
+    (checkpoint / "commits" / "0").write_text("v1\n{}\n")
+    (checkpoint / "commits" / "1").write_text("v1\n{}\n")
+    assert consumed_files(project, "product_sales") == {str(files[0].resolve()), str(files[1].resolve())}
+
+
+def test_check_dag_accepts_a_project_without_views_over_views(tmp_path: Path) -> None:
+    text = CHAIN.split("[views.big_products]")[0] + '[views.plain]\nsql = "SELECT order_id FROM orders"\n'
+    check_dag(load_project(write(tmp_path, text)))
