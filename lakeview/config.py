@@ -222,6 +222,12 @@ class SparkConfig(_Strict):
 
     master: str = Field("local[2]", description='e.g. "local[2]", "spark://host:7077", "k8s://https://..."')
     conf: dict[str, str] = Field(default_factory=dict, description="extra Spark properties, e.g. spark.driver.host")
+    driver_rows_max: int = Field(
+        500_000, ge=0, description="append views: a batch with more input rows has its data files written by the executors"
+    )
+    max_files_per_trigger: int | None = Field(
+        None, ge=1, description="at most this many new files per batch (Spark's maxFilesPerTrigger); bounds every view's delta"
+    )
 
     @field_validator("master")
     @classmethod

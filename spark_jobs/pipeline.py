@@ -69,6 +69,7 @@ class ViewPipeline:
         self.quarantine = Quarantine(project, self.source, view)
         self._last_epoch: int | None = None
         self.timings: dict[str, float] = {}  # the last epoch's phases (seconds), for logs and bench/
+        self.last_write: dict[str, object] = {}  # how the last append epoch's rows went: by the driver or executors
 
     @property
     def source(self) -> str:
@@ -146,6 +147,8 @@ class ViewPipeline:
             reader = reader.option("header", "true")
         if source.format.reader_format in ("json", "csv"):
             reader = reader.option("mode", "PERMISSIVE").option("columnNameOfCorruptRecord", CORRUPT)
+        if self.project.spark.max_files_per_trigger:  # bounds each batch, so each delta the driver holds
+            reader = reader.option("maxFilesPerTrigger", self.project.spark.max_files_per_trigger)
         stream = reader.load(str(self.project.source_path(self.source))).selectExpr("*", f"_metadata.file_path AS {FILE}")
         faults.install(self)
         writer = (
@@ -201,7 +204,10 @@ class ViewPipeline:
             return self._maintain_part(lambda: m.apply_changes(epoch, latest))
         if m.view_is_state:
             good.createOrReplaceTempView(self._temp_name())
+            if self.plan.is_append and epoch.rows_in > self.project.spark.driver_rows_max:
+                return self._append_on_executors(epoch, spark.sql(self.plan.batch_sql({self.source: self._temp_name()})))
             delta = self._spark_part(lambda: collect_arrow(spark.sql(self.plan.batch_sql({self.source: self._temp_name()}))))
+            self.last_write = {"by": "driver", "rows_collected": delta.num_rows}
             return self._maintain_part(lambda: m.apply_view_delta(epoch, delta))
         from pyspark.sql import functions as F
 
@@ -219,6 +225,15 @@ class ViewPipeline:
         group = self._spark_part(lambda: collect_arrow(spark.sql(plan.group_delta_sql(self._temp_name()))))
         values = self._spark_part(lambda: [collect_arrow(spark.sql(plan.multiset_delta_sql(i, self._temp_name()))) for i in range(len(plan.multisets))])
         return self._maintain_part(lambda: m.apply_state_deltas(epoch, group, values))
+
+    def _append_on_executors(self, epoch: Epoch, rows: DataFrame) -> CommitRecord | None:
+        """A large append batch: executors write its data files, the driver commits their metadata."""
+        from spark_jobs.executor_writes import append_on_executors
+
+        record, files = self._maintain_part(lambda: append_on_executors(self.writer, rows, epoch, self.project))
+        writers = sorted({f.writer for f in files})
+        self.last_write = {"by": "executors", "rows_collected": 0, "files": len(files), "rows": sum(f.rows for f in files), "writers": writers}
+        return record
 
     def _spark_part(self, step: Callable[[], T]) -> T:
         """Run a Spark step, adding its time to this epoch's ``spark_delta_s``."""

@@ -7,6 +7,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -63,6 +64,9 @@ def build_session(
     catalog is registered as Spark catalog ``lakeview``."""
     check_java()
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # never bind the driver to a public interface
+    # Python tasks (executor-written data files) run this interpreter, whose environment has
+    # pyarrow and pyiceberg, unless the deployment names another (PYSPARK_PYTHON, spark.pyspark.python).
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
     builder = (

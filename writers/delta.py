@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
@@ -22,6 +23,7 @@ from deltalake.exceptions import CommitFailedError, DeltaError, DeltaProtocolErr
 from lakeview.errors import CommitConflictError, WriterError
 from writers.arrow_ops import rows_with_keys, rows_without_keys
 from writers.base import Change, CommitRecord, Epoch, SnapshotWriter, backoff_s
+from writers.staged_files import WrittenFile, append_delta_files
 
 log = logging.getLogger("lakeview.writers.delta")
 MAX_ATTEMPTS = 8
@@ -121,6 +123,13 @@ class DeltaWriter(SnapshotWriter):
         return rows_with_keys(stored, keys, key)
 
     def commit(self, epoch: Epoch, change: Change) -> CommitRecord | None:
+        return self._commit_retrying(epoch, lambda table: None if change.is_empty else self._commit_once(table, epoch, change))
+
+    def commit_files(self, epoch: Epoch, files: list[WrittenFile]) -> CommitRecord | None:
+        """Add data files written by Spark's executors as ONE commit with the app transaction (view, epoch)."""
+        return self._commit_retrying(epoch, lambda table: self._record(append_delta_files(table, epoch, files)) if files else None)
+
+    def _commit_retrying(self, epoch: Epoch, once: Callable[[DeltaTable], CommitRecord | None]) -> CommitRecord | None:
         for attempt in range(1, MAX_ATTEMPTS + 1):
             try:
                 table = self.table()
@@ -128,9 +137,7 @@ class DeltaWriter(SnapshotWriter):
                 if done is not None and epoch.number <= done:
                     log.info("%s: epoch %s already committed (last %s); skipping", epoch.view, epoch.number, done)
                     return None
-                if change.is_empty:
-                    return None
-                return self._commit_once(table, epoch, change)
+                return once(table)
             except CommitFailedError as exc:
                 self._current = None
                 log.warning("%s: commit of epoch %s lost a race (attempt %s): %s", epoch.view, epoch.number, attempt, exc)

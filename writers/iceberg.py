@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from collections.abc import Callable
 
 import pyarrow as pa
 from pyiceberg.catalog import Catalog
@@ -40,6 +41,7 @@ from pyiceberg.table.update.snapshot import UpdateSnapshot, _OverwriteFiles
 from lakeview.errors import CommitConflictError, WriterError
 from writers.arrow_ops import rows_with_keys, rows_without_keys
 from writers.base import Change, CommitRecord, Epoch, SnapshotWriter, backoff_s
+from writers.staged_files import WrittenFile, append_iceberg_files
 
 log = logging.getLogger("lakeview.writers.iceberg")
 MAX_ATTEMPTS = 8
@@ -91,6 +93,13 @@ class IcebergWriter(SnapshotWriter):
         return rows_with_keys(stored, keys, key)
 
     def commit(self, epoch: Epoch, change: Change) -> CommitRecord | None:
+        return self._commit_retrying(epoch, lambda table: None if change.is_empty else self._commit_once(table, epoch, change))
+
+    def commit_files(self, epoch: Epoch, files: list[WrittenFile]) -> CommitRecord | None:
+        """Append data files written by Spark's executors as ONE snapshot stamped with ``epoch``."""
+        return self._commit_retrying(epoch, lambda table: append_iceberg_files(table, epoch, files) if files else None)
+
+    def _commit_retrying(self, epoch: Epoch, once: Callable[[Table], CommitRecord | None]) -> CommitRecord | None:
         for attempt in range(1, MAX_ATTEMPTS + 1):
             try:
                 table = self.table()
@@ -98,9 +107,7 @@ class IcebergWriter(SnapshotWriter):
                 if last is not None and epoch.number <= last.epoch:
                     log.info("%s: epoch %s already committed (last %s); skipping", epoch.view, epoch.number, last.epoch)
                     return None
-                if change.is_empty:
-                    return None
-                return self._commit_once(table, epoch, change)
+                return once(table)
             except (CommitFailedException, ValidationException) as exc:
                 # ValidationException: pyiceberg's own retry found a concurrent snapshot (e.g. a
                 # compaction) that added files the overwrite must see; redo from a fresh read.

@@ -1,0 +1,224 @@
+"""Large append batches are written by Spark's executors, not collected to the driver: the view
+still equals the recompute from DuckDB and the native readers, locally and on S3 (SeaweedFS), and
+a crash between the executors' writes and the commit leaves no duplicate (the files it left are
+orphans that `lakeview maintain` removes)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import time
+from pathlib import Path
+
+import pytest
+
+from catalog_api.server import CatalogServer
+from lakeview import oracle, tables
+from lakeview.cli import main
+from lakeview.config import ProjectConfig, SparkConfig, parse_project
+from lakeview.duck import attach_sql, connect
+from lakeview.embedded import make_writer, open_store, state_writer_factory
+from lakeview.generator import land_json, make_orders
+from spark_jobs.pipeline import ViewPipeline
+from tests.conftest import ORDERS_SCHEMA
+from tests.s3_server import ACCESS_KEY, SECRET_KEY
+from tests.spark_jobs.test_crash import ROOT, _toml
+from writers.staged_files import DATA_FILES, WRITTEN_BY
+
+SQL = "SELECT order_id, product_id, quantity * 2 AS doubled FROM orders WHERE quantity > 1"
+NAMESPACE = "executor_writes"
+DRIVER_ROWS_MAX = 50
+
+
+def with_threshold(project: ProjectConfig) -> ProjectConfig:
+    return project.model_copy(update={"spark": SparkConfig(driver_rows_max=DRIVER_ROWS_MAX)})
+
+
+def newest_summary(project: ProjectConfig, view: str) -> dict[str, str]:
+    """The newest commit's Lakeview keys as any reader sees them (snapshot summary / commit info)."""
+    if project.views[view].format.value == "delta":
+        from deltalake import DeltaTable
+
+        from lakeview.embedded import delta_storage_options
+
+        entry = DeltaTable(project.table_location(view), storage_options=delta_storage_options(project)).history(1)[0]
+        return {k: str(v) for k, v in entry.items() if k.startswith("lakeview.")}
+    snapshot = open_store(project).load_table((NAMESPACE, view)).current_snapshot()
+    return dict(snapshot.summary.additional_properties)
+
+
+def read_duckdb(project: ProjectConfig, view: str, catalog_uri: str):  # noqa: ANN201 - pyarrow Table
+    con = connect("avro", "httpfs", "iceberg", "delta")
+    if project.is_s3:
+        con.execute(project.lake.s3.duckdb_secret_sql())
+    if project.views[view].format.value == "delta":
+        return con.sql(f"SELECT * FROM delta_scan('{project.table_location(view)}')").to_arrow_table()
+    con.execute(attach_sql(catalog_uri, project.lake.name))
+    return con.sql(f"SELECT * FROM lake.{NAMESPACE}.{view}").to_arrow_table()
+
+
+def assert_equals_recompute(project: ProjectConfig, view: str, catalog_uri: str) -> None:
+    expected = oracle.recompute(project, view, oracle.landed_files(project.source_path("orders")))
+    for rows in (read_duckdb(project, view, catalog_uri), tables.read_rows(project, view)):
+        comparison = oracle.compare(rows, expected)
+        assert comparison.equal, comparison.describe()
+
+
+def run_batches(spark, project: ProjectConfig, view: str, catalog_uri: str, batches: list[int]) -> list[dict]:
+    """Land one file per entry (that many orders), let the pipeline commit it; return each epoch's
+    ``last_write`` (how its rows reached the table)."""
+    writer = make_writer(project, view, catalog_uri)
+    pipeline = ViewPipeline(spark, project, view, writer, state_writer=state_writer_factory(project, view))
+    pipeline.prepare()
+    query = pipeline.start()
+    writes = []
+    try:
+        first = 1
+        for i, count in enumerate(batches):
+            land_json(project.source_path("orders"), f"{i:03d}.json", make_orders(count, seed=40 + i, first_id=first))
+            first += count
+            query.processAllAvailable()
+            writes.append(dict(pipeline.last_write))
+    finally:
+        query.stop()
+    return writes
+
+
+def assert_written_by_executors(write: dict, rows: int) -> None:
+    assert write["by"] == "executors" and write["rows_collected"] == 0, write
+    assert write["rows"] == rows and write["files"] >= 1
+    driver = f"{socket.gethostname()}:{os.getpid()}"
+    assert driver not in write["writers"], "a data file was written by the driver process"
+
+
+@pytest.mark.parametrize("fmt", ["iceberg", "delta"])
+def test_large_append_batch_is_written_by_executors_and_reads_back_exactly(
+    fmt: str, spark, catalog_server: CatalogServer, make_project, unique_name: str
+) -> None:
+    view = unique_name
+    project = with_threshold(make_project(views={view: {"sql": SQL, "format": fmt, "namespace": NAMESPACE, "cadence": "1s"}}))
+    big, small = run_batches(spark, project, view, catalog_server.uri, [300, 30])
+
+    expected_big = sum(1 for o in make_orders(300, seed=40, first_id=1) if o["quantity"] > 1)
+    assert_written_by_executors(big, expected_big)
+    assert small == {"by": "driver", "rows_collected": sum(1 for o in make_orders(30, seed=41, first_id=301) if o["quantity"] > 1)}
+    history = tables.commit_history(project, view)
+    assert [c.epoch for c in history] == [1, 0], "one snapshot per epoch"
+    assert history[1].rows_inserted == expected_big and history[1].rows_in == 300
+    assert_equals_recompute(project, view, catalog_server.uri)
+
+    # The executor-written commit is stamped like any other, plus who wrote its files.
+    del small
+    if fmt == "iceberg":
+        first = open_store(project).load_table((NAMESPACE, view)).snapshots()[0].summary.additional_properties
+    else:
+        from deltalake import DeltaTable
+
+        commits = [e for e in DeltaTable(project.table_location(view)).history() if e.get("lakeview.epoch") is not None]
+        first = {k: str(v) for k, v in commits[-1].items() if k.startswith("lakeview.")}
+    assert first["lakeview.epoch"] == "0" and first[WRITTEN_BY] == "executors" and int(first[DATA_FILES]) == big["files"]
+    assert WRITTEN_BY not in newest_summary(project, view)
+
+
+@pytest.mark.parametrize("fmt", ["iceberg", "delta"])
+def test_executor_written_files_on_s3(fmt: str, spark, s3_server, tmp_path: Path, unique_name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", ACCESS_KEY)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
+    bucket = "executor-writes"
+    s3_server.create_bucket_when_ready(bucket)
+    view = unique_name
+    project = parse_project(
+        {
+            "lake": {
+                "warehouse": f"s3://{bucket}/wh",
+                "catalog_store": f"sqlite:///{tmp_path / 'catalog.db'}",
+                "s3": {"endpoint": s3_server.endpoint, "region": "us-east-1"},
+            },
+            "spark": {"driver_rows_max": DRIVER_ROWS_MAX},
+            "sources": {"orders": {"format": "json", "path": str(tmp_path / "landing"), "schema": ORDERS_SCHEMA}},
+            "views": {view: {"sql": SQL, "format": fmt, "namespace": NAMESPACE, "cadence": "1s"}},
+        },
+        file=str(tmp_path / "lakeview.toml"),
+        root=tmp_path,
+    )
+    with CatalogServer(open_store(project), host="127.0.0.1", port=0) as server:
+        (write,) = run_batches(spark, project, view, server.uri, [200])
+        assert_written_by_executors(write, sum(1 for o in make_orders(200, seed=40, first_id=1) if o["quantity"] > 1))
+        assert_equals_recompute(project, view, server.uri)
+    assert len([k for k in s3_server.keys(bucket, f"wh/{NAMESPACE}") if k.endswith(".parquet")]) >= write["files"]
+    assert not any(p.suffix == ".parquet" for p in tmp_path.rglob("*")), "data files went to local disk, not S3"
+
+
+def refresh(project_dir: Path, view: str, fault: str | None) -> int:
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("LAKEVIEW_FAULT", None)
+    if fault:
+        env["LAKEVIEW_FAULT"] = fault
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "lakeview.cli", "refresh", view, "-p", str(project_dir)],
+        env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+    try:
+        out, _ = proc.communicate(timeout=300)
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # the JVM this process started, if it outlived it
+        except ProcessLookupError:
+            pass
+    if fault is None:
+        assert proc.returncode == 0, out.decode()[-3000:]
+    return proc.returncode
+
+
+@pytest.mark.parametrize("fmt", ["iceberg", "delta"])
+def test_crash_between_executor_writes_and_commit_replays_without_duplicates(fmt: str, tmp_path: Path, capsys) -> None:
+    view = f"crash_{fmt}"
+    data = {
+        "lake": {"warehouse": "lake"},
+        "server": {"port": 0},
+        "spark": {"driver_rows_max": DRIVER_ROWS_MAX},
+        "sources": {"orders": {"format": "json", "path": "landing", "schema": ORDERS_SCHEMA}},
+        "views": {view: {"sql": SQL, "format": fmt, "cadence": "manual", "namespace": NAMESPACE}},
+    }
+    (tmp_path / "lakeview.toml").write_text(_toml(data))
+    project = parse_project(data, file=str(tmp_path / "lakeview.toml"), root=tmp_path)
+    land_json(project.source_path("orders"), "000.json", make_orders(200, seed=7, first_id=1))
+
+    def data_files() -> set[Path]:
+        return {p for p in (tmp_path / "lake").rglob("*.parquet") if view in str(p)}
+
+    assert refresh(tmp_path, view, "files_written:0") == -signal.SIGKILL
+    orphans = data_files()
+    assert orphans, "the executors wrote no file before the crash"
+    assert tables.last_commit(project, view) is None, "nothing may be committed before the crash point"
+    refresh(tmp_path, view, None)
+
+    history = tables.commit_history(project, view)
+    assert [c.epoch for c in history] == [0], "the replayed epoch committed exactly once"
+    assert newest_summary(project, view)[WRITTEN_BY] == "executors"
+    with CatalogServer(open_store(project), host="127.0.0.1", port=0) as server:
+        assert_equals_recompute(project, view, server.uri)
+        committed = data_files() - orphans
+        assert committed, "the replay wrote its own files"
+        # The crashed attempt's files are orphans: once older than orphan_min_age (1 h by
+        # default; aged here by their mtime), `lakeview maintain` deletes them and only them.
+        old = time.time() - 2 * 3600
+        for path in orphans:
+            os.utime(path, (old, old))
+        main_exit = _run_maintain(tmp_path, view, server.uri)
+        assert main_exit in (0, None), capsys.readouterr().out
+        assert data_files() == committed
+        assert_equals_recompute(project, view, server.uri)
+
+
+def _run_maintain(project_dir: Path, view: str, catalog_uri: str) -> int | None:
+    from lakeview.maintenance import maintain_view
+    from lakeview.config import load_project
+
+    report = maintain_view(load_project(project_dir / "lakeview.toml"), view, catalog_uri)
+    assert report.orphans_deleted >= 1, report
+    return 0

@@ -1,0 +1,77 @@
+"""Commit data files that were written elsewhere (Spark executors) as one snapshot per epoch.
+
+The executor path (:mod:`spark_jobs.executor_writes`) writes an append batch's Parquet files in
+the table's data location and hands the driver one :class:`WrittenFile` per file: its path,
+size, row count and the format's metadata. Committing them is metadata only, so the driver's
+memory follows the number of files, not the rows: Iceberg gets one ``append`` snapshot of the
+DataFiles (pyiceberg ``fast_append``), Delta one write transaction of add actions
+(``create_write_transaction``) carrying the app transaction ``(view, epoch)``. Both are stamped
+with the same Lakeview summary as any other commit, plus who wrote the files.
+
+Files of a commit that never lands (a crash, a lost race) are referenced by no snapshot:
+``lakeview maintain`` removes them as orphans once older than ``orphan_min_age``.
+"""
+
+from __future__ import annotations
+
+import pickle
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from writers.base import CommitRecord, Epoch
+
+if TYPE_CHECKING:
+    from deltalake import DeltaTable
+    from pyiceberg.table import Table
+
+WRITTEN_BY = "lakeview.data-files-written-by"  # "executors" on commits of executor-written files
+DATA_FILES = "lakeview.data-files"
+
+
+@dataclass(frozen=True)
+class WrittenFile:
+    """One data file a Spark task wrote, as the driver sees it (no rows)."""
+
+    path: str  # absolute (Iceberg) or relative to the table root (Delta)
+    size: int
+    rows: int
+    writer: str  # host:pid of the process that wrote it
+    payload: bytes  # Iceberg: pickled DataFile fields; Delta: the add action's stats JSON
+
+
+def _stamp(epoch: Epoch, files: list[WrittenFile]) -> dict[str, str]:
+    props = CommitRecord.properties(epoch, inserted=sum(f.rows for f in files), deleted=0)
+    return {**props, WRITTEN_BY: "executors", DATA_FILES: str(len(files))}
+
+
+def append_iceberg_files(table: Table, epoch: Epoch, files: list[WrittenFile]) -> CommitRecord:
+    """One ``append`` snapshot adding ``files`` (written with this table's schema and field ids)."""
+    from pyiceberg.manifest import DataFile
+
+    props = _stamp(epoch, files)
+    txn = table.transaction()
+    with txn.update_snapshot(snapshot_properties=props).fast_append() as snapshot:
+        for file in files:
+            fields = pickle.loads(file.payload)
+            snapshot.append_data_file(DataFile.from_args(**fields))
+    committed = txn.commit_transaction()
+    current = committed.current_snapshot()
+    return CommitRecord.from_properties(props, current.snapshot_id if current else None)  # type: ignore[return-value]
+
+
+def append_delta_files(table: DeltaTable, epoch: Epoch, files: list[WrittenFile]) -> dict[str, str]:
+    """One Delta commit adding ``files``, with the app transaction ``(view, epoch)``; returns its stamp."""
+    from deltalake import CommitProperties, Transaction
+    from deltalake.transaction import AddAction
+
+    props = _stamp(epoch, files)
+    now = int(time.time() * 1000)
+    actions = [
+        AddAction(path=f.path, size=f.size, partition_values={}, modification_time=now, data_change=True, stats=f.payload.decode())
+        for f in files
+    ]
+    txn = Transaction(app_id=epoch.view, version=epoch.number, last_updated=now)
+    commit = CommitProperties(custom_metadata=props, app_transactions=[txn], max_commit_retries=0)
+    table.create_write_transaction(actions, mode="append", schema=table.schema(), commit_properties=commit)
+    return props
