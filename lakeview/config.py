@@ -13,7 +13,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from lakeview.auth_config import AuthClientConfig, AuthConfig
 from lakeview.cadence import Cadence, parse_cadence
@@ -151,7 +151,8 @@ class ImagesConfig(_Strict):
 
 
 class NewColumns(str, Enum):
-    IGNORE = "ignore"
+    IGNORE = "ignore"  # input columns not in the schema are dropped
+    EVOLVE = "evolve"  # they are added to the source's schema (lakeview.evolution)
 
 
 class SourceConfig(_Strict):
@@ -172,6 +173,15 @@ class SourceConfig(_Strict):
 
         parse_ddl(value)
         return value
+
+    @model_validator(mode="after")
+    def _evolve_append_only(self) -> SourceConfig:
+        if self.new_columns is NewColumns.EVOLVE and (self.changes is not None or self.images is not None):
+            raise ValueError(
+                "new_columns = 'evolve' is offered for append-only sources; a change feed keeps its declared schema "
+                "(add the column to `schema` instead)"
+            )
+        return self
 
 
 class ViewConfig(_Strict):

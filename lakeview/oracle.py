@@ -35,6 +35,9 @@ def recompute(project: ProjectConfig, view: str, files: list[Path] | None = None
     unknown operation); a change feed is first reduced to its current rows (the newest change
     per key by the sequence column; deleted keys dropped).
     """
+    from lakeview.evolution import with_evolved_sources
+
+    project = with_evolved_sources(project)  # new_columns = "evolve": the schema the pipeline reads
     config = project.views[view]
     plan = plan_view(view, config.sql, config.dialect)
     source_name = plan.sources[0]

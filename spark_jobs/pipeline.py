@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, TypeVar
 import pyarrow as pa
 
 from lakeview.changefeed import OP, feed_key, images_sql, latest_sql, mirror_table_name, operation_sql
-from lakeview.config import ProjectConfig, SourceFormat
+from lakeview.config import NewColumns, ProjectConfig, SourceFormat
 from lakeview.errors import WriterError
 from lakeview.ivm import state_table_names
 from lakeview.maintain import ViewMaintainer
@@ -54,6 +54,9 @@ class ViewPipeline:
         state_writer: Callable[[str], SnapshotWriter] | None = None,
     ) -> None:
         self.spark = spark
+        from lakeview.evolution import with_evolved_sources
+
+        project = with_evolved_sources(project)  # sources with new_columns = "evolve": as evolved so far
         self.project = project
         self.view = view
         self.config = project.views[view]
@@ -68,6 +71,7 @@ class ViewPipeline:
         self.maintainer = ViewMaintainer(plan=self.plan, view=writer, feed=self.feed, feed_key=feed_key(self.source_config))
         self.quarantine = Quarantine(project, self.source, view)
         self._last_epoch: int | None = None
+        self._reread: DataFrame | None = None  # the batch read again with an evolved schema
         self.timings: dict[str, float] = {}  # the last epoch's phases (seconds), for logs and bench/
         self.last_write: dict[str, object] = {}  # how the last append epoch's rows went: by the driver or executors
 
@@ -111,6 +115,7 @@ class ViewPipeline:
         properties.update(sql_properties(self.config.sql, self.config.dialect))
         m = self.maintainer
         self.writer.ensure_table(self.output_schema(), m.view_key, properties)
+        self._add_view_columns()  # a restart after the source evolved
         owned = {"lakeview.state-of": self.view}
         if isinstance(self.plan, KeyedAggregatePlan) and not m.view_is_state:
             plan = self.plan
@@ -141,15 +146,11 @@ class ViewPipeline:
 
     def start(self, available_now: bool = False) -> StreamingQuery:
         """Start the streaming query (``available_now``: process what has landed, then stop)."""
-        source = self.source_config
-        reader = self.spark.readStream.format(source.format.reader_format).schema(self.quarantine.read_schema())
-        if source.format is SourceFormat.CSV:
-            reader = reader.option("header", "true")
-        if source.format.reader_format in ("json", "csv"):
-            reader = reader.option("mode", "PERMISSIVE").option("columnNameOfCorruptRecord", CORRUPT)
+        reader = self._reader(self.spark.readStream)
         if self.project.spark.max_files_per_trigger:  # bounds each batch, so each delta the driver holds
             reader = reader.option("maxFilesPerTrigger", self.project.spark.max_files_per_trigger)
-        stream = reader.load(str(self.project.source_path(self.source))).selectExpr("*", f"_metadata.file_path AS {FILE}")
+        stream = reader.load(str(self.project.source_path(self.source)))
+        stream = stream.selectExpr("*", f"_metadata.file_path AS {FILE}")
         faults.install(self)
         writer = (
             stream.writeStream.queryName(f"lakeview_{self.view}")
@@ -175,6 +176,9 @@ class ViewPipeline:
             record = self._process_batch(batch, epoch_id)
         finally:
             batch.unpersist()
+            if self._reread is not None:
+                self._reread.unpersist()
+                self._reread = None
         self.timings["total_s"] = time.perf_counter() - started
         log.info("%s: epoch %s timings %s", self.view, epoch_id, {k: round(v, 3) for k, v in self.timings.items()})
         faults.point("after_commit", epoch_id)
@@ -185,8 +189,51 @@ class ViewPipeline:
             if self.on_commit is not None:
                 self.on_commit(record)
 
+    def _reader(self, reader: T) -> T:
+        """A stream or batch reader of the source as Lakeview reads it: its (evolved) schema,
+        malformed rows kept in the corrupt-record column."""
+        source = self.source_config
+        reader = reader.format(source.format.reader_format).schema(self.quarantine.read_schema())  # type: ignore[attr-defined]
+        if source.format is SourceFormat.CSV:
+            reader = reader.option("header", "true")
+        if source.format.reader_format in ("json", "csv"):
+            reader = reader.option("mode", "PERMISSIVE").option("columnNameOfCorruptRecord", CORRUPT)
+        return reader
+
+    def _add_view_columns(self) -> None:
+        """A ``SELECT *`` view over an evolving source gains the source's new columns."""
+        if isinstance(self.plan, AppendPlan) and self.plan.star and self.source_config.new_columns is NewColumns.EVOLVE:
+            added = self.writer.add_columns(self.output_schema())
+            if added:
+                log.warning("%s: columns %s added to the view (its SQL selects *)", self.view, ", ".join(added))
+
+    def _evolve(self, batch: DataFrame, epoch_id: int) -> DataFrame:
+        """``new_columns = "evolve"``: add the batch's new input columns to the source schema
+        (and to ``SELECT *`` views' tables), and read the batch again when the stream's schema
+        (fixed when the query started) lacks columns the source has now."""
+        from lakeview.evolution import SourceEvolution, batch_files, record_added, with_evolved_sources
+
+        files = batch_files(batch, FILE)
+        new = SourceEvolution(batch.sparkSession, self.project, self.source).new_columns(files)
+        if new:
+            record_added(self.project, self.source, new, epoch=epoch_id, view=self.view)
+        project = with_evolved_sources(self.project)
+        if project is not self.project:
+            self.project, self.source_config = project, project.sources[self.source]
+            self.quarantine = Quarantine(project, self.source, self.view)
+            self._add_view_columns()
+        stream_columns = {c.lower() for c in batch.columns}
+        if not files or all(c.name.lower() in stream_columns for c in parse_ddl(self.source_config.schema_)):
+            return batch
+        # Persisted (Spark refuses queries over raw JSON/CSV that only use the corrupt-record
+        # column) and released with the batch in _process.
+        self._reread = self._reader(batch.sparkSession.read).load(files).selectExpr("*", f"_metadata.file_path AS {FILE}").persist()
+        return self._reread
+
     def _process_batch(self, batch: DataFrame, epoch_id: int) -> CommitRecord | None:
         spark = batch.sparkSession
+        if self.source_config.new_columns is NewColumns.EVOLVE:
+            batch = self._evolve(batch, epoch_id)
         if self.feed is not None:
             batch = batch.selectExpr("*", f"{operation_sql(self.feed)} AS {OP}")
         started = time.perf_counter()

@@ -134,6 +134,11 @@ class SnapshotWriter(ABC):
     def lookup(self, keys: pa.Table) -> pa.Table:
         """The stored rows whose key equals one of ``keys`` (null-safe)."""
 
+    def add_columns(self, schema: pa.Schema) -> list[str]:
+        """Add the columns of ``schema`` the table lacks (source schema evolution); existing
+        rows read NULL for them. Returns the names added."""
+        raise NotImplementedError(f"{type(self).__name__} cannot evolve its schema")
+
     @abstractmethod
     def commit(self, epoch: Epoch, change: Change) -> CommitRecord | None:
         """Apply ``change`` as one snapshot stamped with ``epoch``.

@@ -98,6 +98,17 @@ class DeltaWriter(SnapshotWriter):
         except DeltaError as exc:
             raise WriterError(f"{self.view}: cannot create the Delta table at {self.location}: {exc}") from exc
 
+    def add_columns(self, schema: pa.Schema) -> list[str]:
+        from deltalake.schema import Field as DeltaField
+
+        table = self.table()
+        known = {name.lower() for name in pa.schema(table.schema().to_arrow()).names}
+        new = [f.with_nullable(True) for f in schema if f.name.lower() not in known]
+        if new:
+            table.alter.add_columns([DeltaField.from_arrow(f) for f in new])
+            self._current = None  # reload: the schema changed
+        return [f.name for f in new]
+
     def table(self, version: int | None = None) -> DeltaTable:
         """The table now (kept open and brought up to date incrementally: reloading the log from
         the last checkpoint every epoch grows with the log), or at ``version``."""

@@ -77,6 +77,15 @@ class IcebergWriter(SnapshotWriter):
             props["lakeview.key"] = ",".join(key)
         self.catalog.create_table_if_not_exists(self.identifier, schema=nullable, properties=props)
 
+    def add_columns(self, schema: pa.Schema) -> list[str]:
+        table = self.table()
+        known = {f.name.lower() for f in table.schema().fields}
+        new = [f.with_nullable(True) for f in schema if f.name.lower() not in known]
+        if new:
+            with table.update_schema() as update:
+                update.union_by_name(pa.schema(new))
+        return [f.name for f in new]
+
     def table(self) -> Table:
         try:
             return self.catalog.load_table(self.identifier)

@@ -1,0 +1,127 @@
+"""Source schema evolution: ``[sources.NAME] new_columns = "evolve"``.
+
+With ``"ignore"`` (the default) Spark projects the declared schema and input columns not in it
+are dropped. With ``"evolve"`` each batch's files are checked for columns the source does not
+know yet (JSON: the keys of every line; CSV: each file's header; Parquet: the file footers).
+A new column is added to the source's schema with the type Spark infers for it, recorded in
+``<warehouse>/_lakeview/schemas/<source>.json`` (so a restart, every view of the source and
+``lakeview verify`` see the same schema), and the batch is read again with the evolved schema
+so its values are not lost. Views that select ``*`` gain the column (their table's schema
+evolves; rows committed before read NULL for it); views naming their columns are unaffected.
+
+Columns are only ever added, never dropped or retyped: a value that does not fit the recorded
+type later is a malformed row (quarantined). Evolution is offered for append-only sources; a
+change feed keeps its declared schema (its mirror table and before/after images are typed by it).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from lakeview.config import NewColumns, ProjectConfig, SourceFormat
+from lakeview.schema import parse_ddl
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+log = logging.getLogger("lakeview.evolution")
+
+
+def schema_file(project: ProjectConfig, source: str) -> Path:
+    return project.warehouse_path / "_lakeview" / "schemas" / f"{source}.json"
+
+
+def added_columns(project: ProjectConfig, source: str) -> list[dict[str, object]]:
+    """The columns evolution added to ``source``, in the order they appeared:
+    ``{"name", "type" (Spark DDL), "epoch", "view"}``."""
+    try:
+        return list(json.loads(schema_file(project, source).read_text())["added"])
+    except (OSError, ValueError, KeyError):
+        return []
+
+
+def effective_ddl(project: ProjectConfig, source: str) -> str:
+    """The source's schema as it has evolved: the declared columns, then the added ones
+    (``project`` may already be evolved: columns it has are not added twice)."""
+    ddl = project.sources[source].schema_
+    have = {c.name.lower() for c in parse_ddl(ddl)}
+    added = [f"`{c['name']}` {c['type']}" for c in added_columns(project, source) if str(c["name"]).lower() not in have]
+    return ", ".join([ddl, *added]) if added else ddl
+
+
+def with_evolved_sources(project: ProjectConfig) -> ProjectConfig:
+    """``project`` with every evolving source's schema replaced by its evolved schema."""
+    evolved = {
+        name: source.model_copy(update={"schema_": effective_ddl(project, name)})
+        for name, source in project.sources.items()
+        if source.new_columns is NewColumns.EVOLVE and added_columns(project, name)
+    }
+    if not evolved:
+        return project
+    return project.model_copy(update={"sources": {**project.sources, **evolved}})
+
+
+def record_added(project: ProjectConfig, source: str, columns: list[tuple[str, str]], *, epoch: int, view: str) -> list[str]:
+    """Add ``columns`` ((name, Spark type)) to the source's recorded schema; returns the names
+    that were really new (another view of the source may have recorded them already)."""
+    path = schema_file(project, source)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    added = added_columns(project, source)
+    known = {c.name.lower() for c in parse_ddl(project.sources[source].schema_)} | {str(c["name"]).lower() for c in added}
+    fresh = [(name, kind) for name, kind in columns if name.lower() not in known]
+    if not fresh:
+        return []
+    added += [{"name": name, "type": kind, "epoch": epoch, "view": view} for name, kind in fresh]
+    hidden = path.with_name(f".{path.name}.{os.getpid()}")
+    hidden.write_text(json.dumps({"source": source, "added": added}, indent=2))
+    os.replace(hidden, path)
+    log.warning("source %s: new column(s) %s (epoch %s of %s) added to its schema",
+                source, ", ".join(f"{n} {t}" for n, t in fresh), epoch, view)
+    return [name for name, _ in fresh]
+
+
+class SourceEvolution:
+    """Finds the columns a batch's files have that the source does not know yet."""
+
+    def __init__(self, spark: SparkSession, project: ProjectConfig, source: str) -> None:
+        self.spark = spark
+        self.project = project
+        self.source = source
+        self.format = SourceFormat(project.sources[source].format.reader_format)
+
+    def known(self) -> set[str]:
+        return {c.name.lower() for c in parse_ddl(effective_ddl(self.project, self.source))}
+
+    def new_columns(self, files: list[str]) -> list[tuple[str, str]]:
+        """(name, Spark type) of each column in ``files`` the source does not know, in file order."""
+        if not files:
+            return []
+        known = self.known()
+        if self.format is SourceFormat.JSON:
+            keys = self.spark.read.text(files).selectExpr("explode(json_object_keys(value)) AS k").distinct().collect()
+            names = sorted({r.k for r in keys if r.k is not None and r.k.lower() not in known})
+            if not names:
+                return []
+            # Infer types only when something is new (a second read of the batch's files).
+            inferred = {f.name: f.dataType.simpleString() for f in self.spark.read.json(files).schema.fields}
+            return [(n, inferred.get(n, "string")) for n in names]
+        if self.format is SourceFormat.CSV:
+            reader = self.spark.read.option("header", "true").option("inferSchema", "true")
+            fields = []
+            for path in files:  # each file has its own header
+                fields += [f for f in reader.csv(path).schema.fields if f.name.lower() not in known]
+        else:
+            fields = [f for f in self.spark.read.option("mergeSchema", "true").parquet(*files).schema.fields if f.name.lower() not in known]
+        seen: dict[str, str] = {}
+        for field in fields:
+            seen.setdefault(field.name, field.dataType.simpleString())
+        return list(seen.items())
+
+
+def batch_files(batch: DataFrame, file_column: str) -> list[str]:
+    """The input files of a micro-batch (Spark's ``_metadata.file_path`` of its rows)."""
+    return sorted(r[0] for r in batch.select(file_column).distinct().collect() if r[0] is not None)
