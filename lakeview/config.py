@@ -314,7 +314,11 @@ class ProjectConfig(_Strict):
         return self.views[name]
 
     def checkpoint_path(self, view: str) -> Path:
-        return self.warehouse_path / "_lakeview" / "checkpoints" / view
+        """Spark's checkpoint of the query keeping ``view``: a grouped view's is its group's
+        (one query per group, ``group-<name>``), so every reader of positions finds it."""
+        config = self.views.get(view)
+        name = f"group-{config.group}" if config is not None and config.group is not None else view
+        return self.warehouse_path / "_lakeview" / "checkpoints" / name
 
 
 def _check_auth(config: ProjectConfig) -> None:

@@ -44,14 +44,16 @@ def delta_storage_options(project: ProjectConfig) -> dict[str, str] | None:
 
 
 def _iceberg_writer(project: ProjectConfig, view: str, catalog_uri: str) -> SnapshotWriter:
-    from pyiceberg.catalog.rest import RestCatalog
-
     from writers.iceberg import IcebergWriter
 
-    catalog = RestCatalog(
-        f"lakeview-{view}", uri=catalog_uri, warehouse=project.lake.name, **file_io_properties(project), **catalog_client_properties(catalog_uri)
-    )
-    return IcebergWriter(catalog, project.views[view].namespace, view)
+    return IcebergWriter(rest_catalog(project, f"lakeview-{view}", catalog_uri), project.views[view].namespace, view)
+
+
+def rest_catalog(project: ProjectConfig, name: str, catalog_uri: str) -> Any:
+    """A pyiceberg RestCatalog client committing through ``catalog_uri`` (warehouse FileIO, OAuth2)."""
+    from pyiceberg.catalog.rest import RestCatalog
+
+    return RestCatalog(name, uri=catalog_uri, warehouse=project.lake.name, **file_io_properties(project), **catalog_client_properties(catalog_uri))
 
 
 def catalog_client_properties(catalog_uri: str) -> dict[str, str]:
@@ -142,7 +144,8 @@ class EmbeddedStack:
         self.pipelines: dict[str, ViewPipeline] = {}
         self.maintenance: Any = None  # lakeview.maintenance.MaintenanceThread while views run
         self.registration: RegistrationService | None = None
-        self.queries: dict[str, Any] = {}
+        self.queries: dict[str, Any] = {}  # view -> its streaming query (a group's members share one)
+        self.groups: dict[str, Any] = {}  # group -> spark_jobs.group_pipeline.GroupPipeline
 
     @property
     def catalog_uri(self) -> str:
@@ -180,6 +183,9 @@ class EmbeddedStack:
             if self.project.views[name].cadence.is_manual and not available_now:
                 log.info("%s: manual cadence; refresh it with `lakeview refresh %s`", name, name)
                 continue
+            if self.project.views[name].group is not None:
+                self._start_group(self.project.views[name].group, on_commit, available_now)  # type: ignore[arg-type]
+                continue
             writer = make_writer(self.project, name, self.catalog_uri)
             writer.commit = timed(name, writer.commit)  # type: ignore[method-assign]  # commit latency metric
             pipeline = ViewPipeline(
@@ -199,6 +205,25 @@ class EmbeddedStack:
             self.runtime = RuntimePublisher(self.project, self.queries, sources).start()
         elif self.runtime is not None:
             self.runtime.sources.update(sources)
+
+    def _start_group(self, group: str, on_commit: Callable[[CommitRecord], None] | None, available_now: bool) -> None:
+        """Start the one query of a view group (once; starting any member starts them all, so
+        ``lakeview refresh MEMBER`` refreshes the whole group)."""
+        if group in self.groups:
+            return
+        from spark_jobs.group_pipeline import GroupPipeline
+
+        assert self.spark is not None
+        pipeline = GroupPipeline(self.spark, self.project, group, rest_catalog(self.project, f"lakeview-group-{group}", self.catalog_uri), on_commit)
+        pipeline.prepare()
+        assert pipeline.writer is not None
+        for view in pipeline.views:  # one transaction is every member's commit latency
+            pipeline.writer.commit = timed(view, pipeline.writer.commit)  # type: ignore[method-assign]
+        query = pipeline.start(available_now=available_now)
+        self.groups[group] = pipeline
+        for view, member in pipeline.pipelines.items():
+            self.pipelines[view] = member
+            self.queries[view] = query
 
     def _publish_inline_views(self) -> None:
         """Inline views (``materialize = false``) as Iceberg views in the catalog, once the tables
@@ -246,6 +271,7 @@ class EmbeddedStack:
             except Exception:  # stopping must go on for the others
                 log.exception("%s: error while stopping its query", name)
             del self.queries[name]
+        self.groups.clear()
 
     def stop(self) -> None:
         self.stop_views()

@@ -20,7 +20,7 @@ nearest supported form.
 from __future__ import annotations
 
 from enum import Enum
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import sqlglot
 from pydantic import BaseModel, ConfigDict, Field
@@ -28,6 +28,10 @@ from sqlglot import exp
 from sqlglot.errors import ParseError
 
 from lakeview.errors import UnsupportedSQLError
+
+if TYPE_CHECKING:
+    from lakeview.joins import JoinPlan
+    from lakeview.union import UnionPlan
 
 SUPPORTED = (
     "supported: SELECT ... FROM <one source> [WHERE ...] with plain columns/expressions, SELECT DISTINCT, "
@@ -258,7 +262,7 @@ ViewPlan = Annotated[AppendPlan | KeyedAggregatePlan, Field(discriminator="kind"
 DIALECTS = ("spark", "duckdb", "trino")
 
 
-def plan_view(view: str, sql: str, dialect: str = "spark") -> AppendPlan | KeyedAggregatePlan:
+def plan_view(view: str, sql: str, dialect: str = "spark") -> AppendPlan | KeyedAggregatePlan | JoinPlan | UnionPlan:
     """Analyse a view's SQL (``dialect``: spark, duckdb or trino; transpiled to Spark SQL).
     Raises :class:`UnsupportedSQLError` naming the construct, its line and the nearest supported form."""
     if dialect not in DIALECTS:
@@ -271,11 +275,23 @@ def plan_view(view: str, sql: str, dialect: str = "spark") -> AppendPlan | Keyed
     if len(statements) != 1:
         raise UnsupportedSQLError(f"expected exactly one SELECT statement, got {len(statements)}")
     tree = statements[0]
-    if isinstance(tree, exp.Union):
-        kind = "UNION ALL" if not tree.args.get("distinct") else "UNION"
-        raise UnsupportedSQLError(_at(sql, tree, f"{kind} is not supported yet", "one view per source, or a view per branch"))
+    if isinstance(tree, exp.SetOperation):  # UNION ALL of projections: lakeview.union
+        from lakeview.union import plan_union
+
+        return plan_union(view, sql, tree, tree.sql("spark") if dialect != "spark" else sql)
     if not isinstance(tree, exp.Select):
         raise UnsupportedSQLError(f"expected a SELECT statement, got {sql.strip()[:80]!r}; {SUPPORTED}")
+    if not (tree.args.get("with_") or tree.args.get("with")):  # joins and unions have their own planners
+        from lakeview.union import is_union_subquery
+
+        if tree.args.get("joins"):
+            from lakeview.joins import plan_join
+
+            return plan_join(view, sql, tree, tree.sql("spark") if dialect != "spark" else sql)
+        if (union := is_union_subquery(tree)) is not None:
+            from lakeview.union import plan_union
+
+            return plan_union(view, sql, union, tree.sql("spark") if dialect != "spark" else sql, outer=tree)
     source, alias = _single_source(sql, tree)
     _reject(sql, tree)
     spark_sql = tree.sql("spark") if dialect != "spark" else sql

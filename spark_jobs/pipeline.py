@@ -108,6 +108,11 @@ class ViewPipeline:
 
     def prepare(self) -> None:
         """Create the view's (and its state) tables and reconcile Spark's checkpoint with them."""
+        self.prepare_tables()
+        self.reconcile_checkpoint()
+
+    def prepare_tables(self) -> None:
+        """Create the view's (and its state) tables (a group reconciles its one checkpoint itself)."""
         self.project.source_path(self.source).mkdir(parents=True, exist_ok=True)
         properties = {"lakeview.sql": self.config.sql, "lakeview.cadence": str(self.config.cadence)}
         from lakeview.inline import sql_properties  # the view's SQL per reader dialect, as table properties
@@ -131,6 +136,9 @@ class ViewPipeline:
             m.mirror = self._state_writer(mirror_table_name(self.view))
             m.mirror.ensure_table(source_schema, tuple(self.feed.key), owned)
             m.source_columns = source_schema.names
+
+    def reconcile_checkpoint(self) -> None:
+        m = self.maintainer
         last = m.last_epoch()
         has_progress = (self.checkpoint / "commits").exists() and any((self.checkpoint / "commits").iterdir())
         if last is None and has_progress:
@@ -146,11 +154,7 @@ class ViewPipeline:
 
     def start(self, available_now: bool = False) -> StreamingQuery:
         """Start the streaming query (``available_now``: process what has landed, then stop)."""
-        reader = self._reader(self.spark.readStream)
-        if self.project.spark.max_files_per_trigger:  # bounds each batch, so each delta the driver holds
-            reader = reader.option("maxFilesPerTrigger", self.project.spark.max_files_per_trigger)
-        stream = reader.load(str(self.project.source_path(self.source)))
-        stream = stream.selectExpr("*", f"_metadata.file_path AS {FILE}")
+        stream = self.source_stream()
         faults.install(self)
         writer = (
             stream.writeStream.queryName(f"lakeview_{self.view}")
@@ -162,6 +166,14 @@ class ViewPipeline:
         else:
             writer = writer.trigger(processingTime=self.config.cadence.spark_trigger)
         return writer.start()
+
+    def source_stream(self) -> DataFrame:
+        """The source as a stream, each row with its file (a view group's one query reads it for all members)."""
+        reader = self._reader(self.spark.readStream)
+        if self.project.spark.max_files_per_trigger:  # bounds each batch, so each delta the driver holds
+            reader = reader.option("maxFilesPerTrigger", self.project.spark.max_files_per_trigger)
+        stream = reader.load(str(self.project.source_path(self.source)))
+        return stream.selectExpr("*", f"_metadata.file_path AS {FILE}")
 
     def _process(self, batch: DataFrame, epoch_id: int) -> None:
         # Views kept in one table skip a replayed epoch here; views with state tables let

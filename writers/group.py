@@ -14,11 +14,12 @@ import json
 import logging
 import time
 
+import pyarrow as pa
 from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.table import CommitTableRequest, TableIdentifier
 
 from lakeview.errors import CommitConflictError, WriterError
-from writers.base import Change, CommitRecord, Epoch, backoff_s
+from writers.base import Change, CommitRecord, Epoch, SnapshotWriter, backoff_s
 from writers.iceberg import IcebergWriter, last_commit_of
 
 log = logging.getLogger("lakeview.writers.group")
@@ -29,12 +30,17 @@ GROUP = "lakeview.group"
 class IcebergGroupWriter:
     """Commits the member views of ``group`` together through the REST catalog ``catalog``."""
 
-    def __init__(self, catalog: RestCatalog, group: str, members: dict[str, IcebergWriter]) -> None:
+    def __init__(
+        self, catalog: RestCatalog, group: str, members: dict[str, IcebergWriter], owners: dict[str, str] | None = None
+    ) -> None:
+        """``members``: table name -> writer; ``owners``: table name -> the view its snapshots name
+        (a view's state tables and change-feed mirror commit with it; default: the table's name)."""
         if not members:
             raise WriterError(f"group {group!r} has no member views")
         self.catalog = catalog
         self.group = group
         self.members = members
+        self.owners = owners or {}
 
     def last_epoch(self) -> int | None:
         """The newest epoch every member has committed (members move together, so they agree)."""
@@ -61,7 +67,9 @@ class IcebergGroupWriter:
             records: dict[str, CommitRecord] = {}
             for view, writer in self.members.items():
                 table = writer.table()
-                member_epoch = Epoch(view, epoch.number, epoch.frontier, epoch.rows_in, epoch.newest_input_ms)
+                member_epoch = Epoch(
+                    self.owners.get(view, view), epoch.number, epoch.frontier, epoch.rows_in, epoch.newest_input_ms, epoch.rows_quarantined
+                )  # fmt: skip
                 change = changes.get(view) or Change(table.schema().as_arrow().empty_table())
                 txn, properties = writer.stage(table, member_epoch, change)
                 if table.properties.get(GROUP) != self.group:
@@ -79,6 +87,9 @@ class IcebergGroupWriter:
             if status == 204:
                 return {view: self._with_snapshot(view, record) for view, record in records.items()}
             log.warning("group %s: transaction for epoch %s answered %s (attempt %s)", self.group, epoch.number, status, attempt)
+            if status == 409:  # per view too, as a single view's writer says it (runtime heartbeats count these)
+                for view in sorted(set(self.owners.get(m, m) for m in self.members)):
+                    log.warning("%s: commit of epoch %s lost a race (group %s)", view, epoch.number, self.group)
             time.sleep(backoff_s(attempt))
         raise CommitConflictError(f"group {self.group}: epoch {epoch.number} failed {MAX_ATTEMPTS} times")
 
@@ -101,3 +112,49 @@ class IcebergGroupWriter:
         return CommitRecord.from_properties(
             current.summary.additional_properties if current and current.summary else {}, current.snapshot_id if current else None
         ) or record
+
+
+class StagedWriter(SnapshotWriter):
+    """One table of a group as its view's maintainer sees it: reads go to the table, a commit is
+    held until the group commits every table's change of the epoch in one transaction
+    (:meth:`take`). The maintainer never reads back what it committed within an epoch, so
+    holding the commit changes nothing it computes."""
+
+    def __init__(self, writer: IcebergWriter) -> None:
+        self.writer = writer
+        self.pending: tuple[Epoch, Change] | None = None
+
+    @property
+    def catalog(self) -> RestCatalog:
+        return self.writer.catalog  # type: ignore[return-value]
+
+    @property
+    def identifier(self) -> tuple[str, str]:
+        return self.writer.identifier
+
+    def table(self):  # noqa: ANN201 - pyiceberg Table
+        return self.writer.table()
+
+    def ensure_table(self, schema: pa.Schema, key: tuple[str, ...] | None, properties: dict[str, str]) -> None:
+        self.writer.ensure_table(schema, key, properties)
+
+    def add_columns(self, schema: pa.Schema) -> list[str]:
+        return self.writer.add_columns(schema)  # schema changes are not epoch data: applied at once
+
+    def last_commit(self) -> CommitRecord | None:
+        return self.writer.last_commit()
+
+    def lookup(self, keys: pa.Table) -> pa.Table:
+        return self.writer.lookup(keys)
+
+    def commit(self, epoch: Epoch, change: Change) -> CommitRecord | None:
+        """Hold ``change`` for the group's transaction; returns None (nothing is committed yet)."""
+        if self.pending is not None:
+            raise WriterError(f"{'.'.join(self.identifier)}: a second commit in epoch {epoch.number}; a group stages one per table")
+        self.pending = (epoch, change)
+        return None
+
+    def take(self) -> tuple[Epoch, Change] | None:
+        """The held commit (cleared)."""
+        pending, self.pending = self.pending, None
+        return pending

@@ -34,7 +34,7 @@ def test_batch_sql_reads_the_batch_relation() -> None:
 @pytest.mark.parametrize(
     ("sql", "message"),
     [
-        ("SELECT a FROM s\nJOIN t ON s.a = t.a", "JOIN is not supported yet (line 2); nearest supported form"),
+        ("SELECT a FROM s\nFULL JOIN t ON s.a = t.a", "FULL JOIN is not supported (line 2); nearest supported form"),
         ("SELECT a, SUM(b) FROM s GROUP BY a", "give 'SUM(b)' a column name"),
         ("SELECT a,\n  STDDEV(b) AS x FROM s GROUP BY a", "aggregate STDDEV is not supported (line 2); nearest supported form: SUM, COUNT"),
         ("SELECT a, b, SUM(c) AS x FROM s GROUP BY a", "'b' is neither aggregated nor in GROUP BY (line 1)"),
@@ -45,7 +45,7 @@ def test_batch_sql_reads_the_batch_relation() -> None:
         ("SELECT a, ROW_NUMBER() OVER (ORDER BY a) AS r FROM s", "window functions"),
         ("SELECT a FROM s WHERE a IN (SELECT b FROM t)", "subqueries"),
         ("SELECT a, rand() AS r FROM s", "non-deterministic"),
-        ("SELECT a FROM s UNION ALL SELECT a FROM t", "UNION ALL is not supported yet"),
+        ("SELECT a FROM s UNION SELECT a FROM t", "UNION (without ALL) is not supported yet"),
         ("SELECT a, COUNT(*) AS n FROM s GROUP BY a, window(ts, '5 minutes')", "window() is not supported yet"),
         ("DELETE FROM s", "expected a SELECT statement"),
         ("SELEC a FROM s", "cannot parse SQL"),

@@ -1,0 +1,164 @@
+"""One Spark Structured Streaming query per view group (``group = "name"``).
+
+The members of a group share their sources and cadence, so one query reads the source once per
+trigger and every member computes its change from the same batch, exactly as its own
+:class:`~spark_jobs.pipeline.ViewPipeline` would. Their writers only hold the commits
+(:class:`~writers.group.StagedWriter`); the group then commits every table the epoch touches —
+the views, their state tables, change-feed mirrors — in ONE multi-table catalog transaction
+stamped with one epoch and one frontier (:class:`~writers.group.IcebergGroupWriter`). A reader
+therefore never sees one member ahead of another, and a crash leaves all or none of them with the
+epoch: a replayed epoch is skipped for the whole group, an unfinished one is redone for all.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from lakeview.config import ProjectConfig
+from lakeview.errors import WriterError
+from lakeview.groups import groups_of
+from spark_jobs.pipeline import ViewPipeline
+from writers.base import CommitRecord
+from writers.group import IcebergGroupWriter, StagedWriter
+from writers.iceberg import IcebergWriter
+
+if TYPE_CHECKING:
+    from pyiceberg.catalog.rest import RestCatalog
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+log = logging.getLogger("lakeview.pipeline")
+
+
+class GroupPipeline:
+    """Keeps the member views of one group fresh together: ``prepare()`` once, then ``start()``."""
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        project: ProjectConfig,
+        group: str,
+        catalog: RestCatalog,
+        on_commit: Callable[[CommitRecord], None] | None = None,
+    ) -> None:
+        members = groups_of(project).get(group)
+        if not members:
+            raise WriterError(f"no view has group = {group!r}")
+        self.spark = spark
+        self.project = project
+        self.group = group
+        self.catalog = catalog
+        self.on_commit = on_commit
+        self.checkpoint = project.checkpoint_path(members[0])  # the group's (see ProjectConfig.checkpoint_path)
+        self.tables: dict[str, StagedWriter] = {}  # every table of the group, by name
+        self.owners: dict[str, str] = {}  # table -> the view it belongs to
+        self.pipelines = {view: self._member(view) for view in members}
+        self.writer: IcebergGroupWriter | None = None
+        self.timings: dict[str, float] = {}
+
+    @property
+    def views(self) -> list[str]:
+        return list(self.pipelines)
+
+    @property
+    def source(self) -> str:
+        return next(iter(self.pipelines.values())).source
+
+    def _staged(self, view: str, name: str) -> StagedWriter:
+        writer = StagedWriter(IcebergWriter(self.catalog, self.project.views[view].namespace, name))
+        self.tables[name] = writer
+        self.owners[name] = view
+        return writer
+
+    def _member(self, view: str) -> ViewPipeline:
+        pipeline = ViewPipeline(
+            self.spark, self.project, view, self._staged(view, view), state_writer=lambda name: self._staged(view, name)
+        )  # fmt: skip
+        pipeline.checkpoint = self.checkpoint  # its frontier is read from the group's offsets
+        return pipeline
+
+    def prepare(self) -> None:
+        """Create every member's tables and reconcile the group's checkpoint with them.
+
+        Raises WriterError when the members' tables are at different epochs (a view joined a
+        group that already committed, or was kept alone before): they could not move together.
+        """
+        for pipeline in self.pipelines.values():
+            pipeline.prepare_tables()
+        self.writer = IcebergGroupWriter(self.catalog, self.group, {n: w.writer for n, w in self.tables.items()}, self.owners)
+        epochs = {name: (r.epoch if (r := w.last_commit()) is not None else None) for name, w in self.tables.items()}
+        distinct = set(epochs.values())
+        if len(distinct) > 1:
+            detail = ", ".join(f"{name}: {epoch if epoch is not None else 'none'}" for name, epoch in sorted(epochs.items()))
+            raise WriterError(
+                f"group {self.group}: its tables are at different epochs ({detail}), so they cannot commit together; "
+                "drop the tables of the views that joined the group (or of the whole group) to rebuild them"
+            )
+        last = distinct.pop() if distinct else None
+        has_progress = (self.checkpoint / "commits").exists() and any((self.checkpoint / "commits").iterdir())
+        if last is None and has_progress:
+            log.warning("group %s: its tables have no commits but a checkpoint exists; starting over", self.group)
+            shutil.rmtree(self.checkpoint)
+        elif last is not None and not (self.checkpoint / "offsets").exists():
+            raise WriterError(
+                f"group {self.group}: its tables are at epoch {last} but Spark's checkpoint {self.checkpoint} is missing, "
+                "so the sources' positions are unknown; drop the group's tables to rebuild them"
+            )
+
+    def start(self, available_now: bool = False) -> StreamingQuery:
+        """Start the group's one streaming query (``available_now``: what has landed, then stop)."""
+        first = next(iter(self.pipelines.values()))
+        writer = (
+            first.source_stream().writeStream.queryName(f"lakeview_group_{self.group}")
+            .option("checkpointLocation", str(self.checkpoint))
+            .foreachBatch(self._process)
+        )
+        cadence = first.config.cadence
+        if available_now or cadence.is_manual:
+            writer = writer.trigger(availableNow=True)
+        else:
+            writer = writer.trigger(processingTime=cadence.spark_trigger)
+        return writer.start()
+
+    def _process(self, batch: DataFrame, epoch_id: int) -> None:
+        assert self.writer is not None, "prepare() first"
+        done = self.writer.last_epoch()
+        if done is not None and epoch_id <= done:
+            log.info("group %s: epoch %s already committed; skipping the replay", self.group, epoch_id)
+            return
+        for table in self.tables.values():
+            table.take()  # nothing held from a failed attempt at this epoch
+        started = time.perf_counter()
+        batch = batch.persist()
+        try:
+            for pipeline in self.pipelines.values():
+                pipeline._process_batch(batch, epoch_id)
+        finally:
+            batch.unpersist()
+        computed = time.perf_counter()
+        records = self._commit(epoch_id)
+        self.timings = {"compute_s": computed - started, "commit_s": time.perf_counter() - computed}
+        log.info("group %s: epoch %s timings %s", self.group, epoch_id, {k: round(v, 3) for k, v in self.timings.items()})
+        for view in self.pipelines:
+            record = records.get(view)
+            if record is not None and self.on_commit is not None:
+                self.on_commit(record)
+
+    def _commit(self, epoch_id: int) -> dict[str, CommitRecord]:
+        """Commit every held change of the epoch (an empty snapshot for tables without one)."""
+        assert self.writer is not None
+        held = {name: pending for name, table in self.tables.items() if (pending := table.take()) is not None}
+        if not held:
+            return {}
+        # Every member stamps the same frontier (one source, one offset log); take the view's own
+        # epoch when there is one, for its rows in / quarantined counts.
+        epoch = next((held[v][0] for v in self.pipelines if v in held), next(iter(held.values()))[0])
+        records = self.writer.commit(epoch, {name: change for name, (_, change) in held.items()})
+        if records is None:
+            return {}
+        log.info("group %s: committed epoch %s to %s tables in one transaction", self.group, epoch_id, len(records))
+        return records

@@ -1,0 +1,189 @@
+"""Grouped views under the embedded stack: one streaming query per group commits every member's
+table — views and state tables — in one catalog transaction. A DuckDB reader joining the two
+views while commits run always finds them at one epoch, equal to a recompute over the files of
+that epoch's frontier; a restart continues without applying any epoch twice."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import pyarrow.compute as pc
+from pyiceberg.catalog.rest import RestCatalog
+
+from catalog_api.server import CatalogServer
+from lakeview import oracle
+from lakeview.duck import connect_catalog
+from lakeview.embedded import EmbeddedStack
+from lakeview.generator import land_json, make_orders
+from lakeview.source_log import files_up_to
+from tests.conftest import SALES_SQL
+
+NS = "group_pipeline_tests"
+STATS_SQL = "SELECT product_id, COUNT(*) AS n, AVG(quantity) AS avg_q, MAX(quantity) AS max_q FROM orders GROUP BY product_id"
+
+
+def grouped_project(make_project, name: str):
+    views = {
+        f"{name}_sums": {"sql": SALES_SQL, "cadence": "1s", "namespace": NS, "group": name},
+        f"{name}_stats": {"sql": STATS_SQL, "cadence": "1s", "namespace": NS, "group": name},
+    }
+    return make_project(views=views), f"{name}_sums", f"{name}_stats"
+
+
+def summary(snapshot) -> dict[str, str]:
+    return snapshot.summary.additional_properties if snapshot and snapshot.summary else {}
+
+
+def epochs_of(table) -> list[int]:
+    """The lakeview epoch of every snapshot in the table's history, oldest first."""
+    return [int(summary(s)["lakeview.epoch"]) for s in table.snapshots() if "lakeview.epoch" in summary(s)]
+
+
+def group_tables(stack: EmbeddedStack, group: str) -> dict[str, object]:
+    """Every table the group commits (views, state tables), as the catalog has them now."""
+    return {name: writer.table() for name, writer in stack.groups[group].tables.items()}
+
+
+class JoiningReader:
+    """Joins the two views from DuckDB, over and over, while the group commits.
+
+    Each observation loads the sums table, then the stats table, then the sums table again; when
+    the sums table did not move in between, the catalog held both snapshots at one moment, and
+    the grouped commit promises they carry the same epoch. DuckDB then joins the two views at
+    exactly those snapshots and the rows are checked against a recompute at that frontier.
+    """
+
+    def __init__(self, catalog_server: CatalogServer, project, sums: str, stats: str) -> None:
+        self.catalog = RestCatalog("group-reader", uri=catalog_server.uri, warehouse="lakeview")
+        self.duck = connect_catalog(catalog_server.uri, "lakeview")
+        self.project, self.sums, self.stats = project, sums, stats
+        self.epochs: list[int] = []
+        self.problems: list[str] = []
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="group-reader")
+
+    def _run(self) -> None:
+        try:
+            while not self.done.is_set():
+                self.observe()
+        except Exception as exc:  # noqa: BLE001 - reported by the test's assertion
+            self.problems.append(f"reader failed: {exc!r}")
+
+    def observe(self) -> None:
+        before = self.catalog.load_table((NS, self.sums)).current_snapshot()
+        stats = self.catalog.load_table((NS, self.stats)).current_snapshot()
+        after = self.catalog.load_table((NS, self.sums)).current_snapshot()
+        if before is None or stats is None or after is None or before.snapshot_id != after.snapshot_id:
+            return  # nothing yet, or a commit landed while loading: no single moment observed
+        s, t = summary(before), summary(stats)
+        if s.get("lakeview.epoch") != t.get("lakeview.epoch") or s.get("lakeview.frontier") != t.get("lakeview.frontier"):
+            self.problems.append(f"one moment, two points in time: sums {s.get('lakeview.epoch')}, stats {t.get('lakeview.epoch')}")
+            return
+        joined = self.duck.sql(
+            f"WITH s AS (SELECT * FROM lake.{NS}.{self.sums} AT (VERSION => {before.snapshot_id})), "
+            f"t AS (SELECT * FROM lake.{NS}.{self.stats} AT (VERSION => {stats.snapshot_id})) "
+            "SELECT coalesce(s.product_id, t.product_id) AS product_id, s.total_sold, s.orders, t.n, t.avg_q, t.max_q "
+            "FROM s FULL JOIN t ON s.product_id = t.product_id"
+        ).to_arrow_table()
+        epoch = int(s["lakeview.epoch"])
+        files = files_up_to(self.project.checkpoint_path(self.sums), json.loads(s["lakeview.frontier"])["orders"]["log_offset"])
+        for view, columns in ((self.sums, ["product_id", "total_sold", "orders"]), (self.stats, ["product_id", "n", "avg_q", "max_q"])):
+            comparison = oracle.compare(joined.select(columns).filter(pc.is_valid(joined[columns[1]])), oracle.recompute(self.project, view, files))
+            if not comparison.equal:
+                self.problems.append(f"epoch {epoch}, {view}: {comparison.describe()}")
+        mismatched = [r for r in joined.to_pylist() if r["orders"] != r["n"]]
+        if mismatched:
+            self.problems.append(f"epoch {epoch}: the views disagree on order counts: {mismatched[:3]}")
+        self.epochs.append(epoch)
+
+
+def assert_group_matches_recompute(tables: dict[str, object], project, views: tuple[str, ...], files: int) -> None:
+    histories = {name: epochs_of(table) for name, table in tables.items()}
+    assert len(tables) == 4, "two views, the AVG/COUNT view's group state and its MAX multiset"
+    reference = histories[views[0]]
+    for name, history in histories.items():
+        assert history == sorted(set(history)), f"{name}: an epoch applied twice: {history}"
+        assert history == reference, f"{name} moved apart from {views[0]}: {history} vs {reference}"
+    landed = oracle.landed_files(project.source_path("orders"))
+    assert len(landed) == files
+    con = connect_catalog(project.catalog_uri, "lakeview")
+    for view in views:
+        stored = con.sql(f"SELECT * FROM lake.{NS}.{view}").to_arrow_table()
+        comparison = oracle.compare(stored, oracle.recompute(project, view, landed))
+        assert comparison.equal, f"{view}: {comparison.describe()}"
+
+
+def test_grouped_views_commit_together_while_duckdb_joins_them(spark, catalog_server: CatalogServer, make_project, unique_name: str) -> None:
+    group = unique_name[-40:]
+    project, sums, stats = grouped_project(make_project, group)
+    landing = project.source_path("orders")
+    stack = EmbeddedStack(project, catalog_uri=catalog_server.uri)
+    stack.start_views(spark=spark)
+    reader = JoiningReader(catalog_server, project, sums, stats)
+    try:
+        assert stack.queries[sums] is stack.queries[stats], "one streaming query for the group"
+        assert sorted(stack.groups) == [group]
+        reader.thread.start()
+        for i in range(8):  # files land continuously, about one per trigger
+            land_json(landing, f"f{i}.json", make_orders(60, seed=100 + i, first_id=1 + i * 60))
+            threading.Event().wait(0.6)
+        stack.queries[sums].processAllAvailable()
+        tables = group_tables(stack, group)
+    finally:
+        reader.done.set()
+        reader.thread.join(timeout=60)
+        stack.stop_views()
+    reader.observe()  # the final state too
+    assert not reader.problems, reader.problems[:5]
+    assert len(set(reader.epochs)) >= 2, f"the reader saw too few epochs to mean anything: {sorted(set(reader.epochs))}"
+    assert_group_matches_recompute(tables, project, (sums, stats), files=8)
+
+
+def test_group_restart_continues_without_applying_an_epoch_twice(spark, catalog_server: CatalogServer, make_project, unique_name: str) -> None:
+    group = unique_name[-40:]
+    project, sums, stats = grouped_project(make_project, group)
+    landing = project.source_path("orders")
+    stack = EmbeddedStack(project, catalog_uri=catalog_server.uri)
+    stack.start_views(spark=spark)
+    try:
+        land_json(landing, "a.json", make_orders(80, seed=1, first_id=1))
+        stack.queries[sums].processAllAvailable()
+        land_json(landing, "b.json", make_orders(40, seed=2, first_id=101))
+        stack.queries[sums].processAllAvailable()
+        tables = group_tables(stack, group)
+    finally:
+        stack.stop_views()
+    assert_group_matches_recompute(tables, project, (sums, stats), files=2)
+
+    # Stopped: more files land; a new stack continues from the group's checkpoint.
+    land_json(landing, "c.json", make_orders(30, seed=3, first_id=201))
+    land_json(landing, "d.json", make_orders(20, seed=4, first_id=301))
+    stack = EmbeddedStack(project, catalog_uri=catalog_server.uri)
+    stack.start_views(spark=spark)
+    try:
+        stack.queries[stats].processAllAvailable()
+        tables = group_tables(stack, group)
+    finally:
+        stack.stop_views()
+    assert_group_matches_recompute(tables, project, (sums, stats), files=4)
+    for name, table in tables.items():
+        assert summary(table.current_snapshot())["lakeview.rows-in"] == "50", f"{name}: only the files landed while stopped were read"
+
+    # A crash after the group's commit but before Spark recorded the batch: the replay is skipped
+    # for every member (no new snapshot anywhere).
+    commits = project.checkpoint_path(sums) / "commits"
+    assert commits == project.checkpoint_path(stats) / "commits"
+    newest = max(int(p.name) for p in commits.iterdir() if p.name.isdigit())
+    (commits / str(newest)).unlink()
+    (commits / f".{newest}.crc").unlink(missing_ok=True)
+    stack = EmbeddedStack(project, catalog_uri=catalog_server.uri)
+    stack.start_views(spark=spark)
+    try:
+        before = {name: len(t.snapshots()) for name, t in group_tables(stack, group).items()}
+        stack.queries[sums].processAllAvailable()
+        tables = group_tables(stack, group)
+    finally:
+        stack.stop_views()
+    assert {name: len(t.snapshots()) for name, t in tables.items()} == before, "the replayed epoch was skipped by every table"
+    assert_group_matches_recompute(tables, project, (sums, stats), files=4)
