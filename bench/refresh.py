@@ -1,154 +1,227 @@
 """Incremental refresh vs full recompute, measured in one run on one machine.
 
-For each history size the orders history is generated once (JSON files; product_id among
-``--products`` distinct values). For each view: a fresh lake, the view's streaming query takes
-the history in (the backfill), then a batch of ``--batch`` orders lands and the incremental
-epoch is timed (read the new file, compute the delta, look up the touched groups' state,
-merge, commit the snapshot(s) through the REST catalog); repeated ``--repeats`` times.
-Baselines: a hand-written Spark ``MERGE INTO`` of a batch's aggregate into a copy of the
-view (``sales`` only), and over the same files a Spark batch recompute of the view (``collect``) and a
-DuckDB recompute (``read_json`` + the view's SQL). Prints a table with the ratios.
+For each history size the ``orders`` history is generated once (Parquet, by DuckDB:
+:mod:`bench.history`; product_id among ``--products`` distinct values). For each view: a
+fresh lake, the view's streaming query takes the history in (the backfill), then a batch of
+``--batch`` orders lands and the incremental epoch is timed (delta in → snapshot committed:
+Spark reads the new file and computes the batch's aggregate, the driver looks up the touched
+groups, merges in DuckDB and commits through the REST catalog); ``--repeats`` times, median.
+Baselines over the same files, in the same run: a hand-written Spark ``MERGE INTO`` of a
+batch's aggregate into a copy of the view (Iceberg, same catalog; ``sales`` only), a Spark
+full recompute (``INSERT OVERWRITE`` of the full ``GROUP BY`` into an Iceberg table) and a
+DuckDB full recompute (``read_parquet`` + the view's SQL). Prints a table with the ratios.
+
+``--scaling`` adds the cost-vs-size table: the incremental refresh for several batch sizes on
+a view of ``--products`` rows and on a 1M-row view (1M products), so one sees whether a
+commit's cost follows the delta or the view.
 
 Views: ``sales`` (SUM, COUNT(*): merged into the view's own rows) and ``stats`` (AVG, MIN,
 MAX, COUNT(DISTINCT): kept in Lakeview state tables, as any view over a change feed is).
 
-    .venv/bin/python bench/refresh.py [--history 1000000,10000000] [--batch 10000] [--repeats 3]
+    .venv/bin/python bench/refresh.py [--history 1000000,10000000,50000000,100000000] [--batch 10000] [--repeats 3] [--scaling]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
 
-from rich.console import Console
-from rich.table import Table
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import sqlglot
+from rich.console import Console  # noqa: E402
+from rich.table import Table  # noqa: E402
 
-from lakeview.config import parse_project
-from lakeview.embedded import EmbeddedStack
-from lakeview.duck import connect
-from lakeview.generator import land_json, make_orders
-from lakeview.schema import duckdb_columns
+import sqlglot  # noqa: E402
+
+from bench.history import SCHEMA, generate_history, land_parquet  # noqa: E402
+from lakeview.config import parse_project  # noqa: E402
+from lakeview.duck import connect  # noqa: E402
+from lakeview.embedded import EmbeddedStack  # noqa: E402
 
 VIEWS = {
     "sales": "SELECT product_id, SUM(quantity) AS total_sold, COUNT(*) AS orders FROM orders GROUP BY product_id",
     "stats": "SELECT product_id, AVG(quantity) AS avg_q, MIN(ts) AS first_ts, MAX(quantity) AS most, "
     "COUNT(DISTINCT quantity) AS sizes FROM orders GROUP BY product_id",
 }
-SCHEMA = "order_id BIGINT, product_id BIGINT, quantity INT, ts TIMESTAMP"
-FILE_ROWS = 250_000
+BATCH_IDS = 10_000_000_000  # incremental batches' order ids start here (past any history)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--history", default="1000000,10000000", help="comma-separated history sizes (orders)")
+    parser.add_argument("--history", default="1000000,10000000,50000000,100000000", help="comma-separated history sizes (orders)")
     parser.add_argument("--batch", type=int, default=10_000, help="orders per incremental batch")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--products", type=int, default=100_000)
-    parser.add_argument("--views", default=",".join(VIEWS), help=f"comma-separated, of {', '.join(VIEWS)}")
+    parser.add_argument("--views", default="sales", help=f"comma-separated, of {', '.join(VIEWS)}")
+    parser.add_argument("--scaling", action="store_true", help="also: incremental cost vs batch size, 100k- and 1M-row views")
+    parser.add_argument("--no-baselines", action="store_true", help="incremental only")
     args = parser.parse_args()
-    console = Console()
+    console = Console(width=220)
+    console.print(f"load average at start: {os.getloadavg()}")
     results = []
     for history in (int(h) for h in args.history.split(",")):
         landing = Path(tempfile.mkdtemp(prefix="lakeview-bench-landing-"))
         started = time.perf_counter()
-        for start in range(0, history, FILE_ROWS):
-            land_json(landing, f"h{start:012d}.json", make_orders(min(FILE_ROWS, history - start), seed=start, first_id=start, products=args.products))
-        console.print(f"history {history:,}: generated in {time.perf_counter() - started:.0f} s ({landing})")
+        generate_history(landing, history, products=args.products)
+        console.print(f"history {history:,}: generated in {time.perf_counter() - started:.1f} s ({landing})")
         for view in args.views.split(","):
             results.append((view, *run_one(view, landing, history, args, console)))
             console.print(results[-1])
         shutil.rmtree(landing, ignore_errors=True)
     table = Table(title=f"incremental refresh of a {args.batch:,}-order batch vs full recompute (median of {args.repeats}; "
-                        f"{args.products:,} products)")
+                        f"{args.products:,} products; load average {os.getloadavg()[1]:.1f})")
     for col in ("view", "history", "backfill s", "incremental s", "Spark MERGE s", "Spark recompute s", "DuckDB recompute s",
                 "MERGE/incr", "Spark/incr", "DuckDB/incr"):
         table.add_column(col, justify="right")
     for view, history, backfill, incr, merge, spark_s, duck_s in results:
-        table.add_row(view, f"{history:,}", f"{backfill:.1f}", f"{incr:.2f}", f"{merge:.2f}", f"{spark_s:.2f}", f"{duck_s:.2f}",
+        table.add_row(view, f"{history:,}", f"{backfill:.1f}", f"{incr:.3f}", f"{merge:.2f}", f"{spark_s:.2f}", f"{duck_s:.2f}",
                       f"{merge / incr:.1f}x", f"{spark_s / incr:.1f}x", f"{duck_s / incr:.1f}x")
     console.print(table)
+    if args.scaling:
+        scaling(args, console)
+    console.print(f"load average at end: {os.getloadavg()}")
+
+
+def project_for(view: str, landing: Path, root: Path):  # noqa: ANN201
+    return parse_project(
+        {
+            "server": {"port": 0},
+            "sources": {"orders": {"format": "parquet", "path": str(landing), "schema": SCHEMA}},
+            "views": {view: {"sql": VIEWS[view], "cadence": "100ms", "namespace": "bench"}},
+        },
+        root=root,
+    )
+
+
+def timed_batches(stack: EmbeddedStack, view: str, landing: Path, sizes: list[int], products: int, tag: str) -> list[tuple[float, dict]]:
+    """Land one batch per size, wait for its epoch; (seconds, the epoch's phases) per batch."""
+    query = stack.queries[view]
+    out = []
+    for i, size in enumerate(sizes):
+        first = BATCH_IDS + hash((tag, i)) % 1_000_000 * 1_000_000
+        land_parquet(landing, f"b-{tag}-{i:06d}.parquet", size, first_id=first, products=products)
+        started = time.perf_counter()
+        query.processAllAvailable()
+        out.append((time.perf_counter() - started, epoch_phases(stack, view)))
+    return out
+
+
+def epoch_phases(stack: EmbeddedStack, view: str) -> dict[str, float]:
+    """The last epoch's phases: the pipeline's (Spark read/delta, maintain), the view writer's
+    (lookup, stage = read + rewrite files, catalog commit) and Spark's own per-trigger
+    overhead outside foreachBatch (listing, offset and commit logs: trigger - addBatch)."""
+    pipeline = stack.pipelines[view]
+    phases = dict(pipeline.timings)
+    phases.update({f"view_{k}": v for k, v in getattr(pipeline.writer, "timings", {}).items()})
+    progress = stack.queries[view].lastProgress or {}
+    durations = progress.get("durationMs", {})
+    if durations:
+        phases["spark_trigger_overhead_s"] = (durations.get("triggerExecution", 0) - durations.get("addBatch", 0)) / 1000
+    return phases
 
 
 def run_one(view: str, landing: Path, history: int, args: argparse.Namespace, console: Console) -> tuple[int, float, float, float, float, float]:
     root = Path(tempfile.mkdtemp(prefix="lakeview-bench-"))
     sql = VIEWS[view]
-    project = parse_project(
-        {
-            "server": {"port": 0},
-            "sources": {"orders": {"format": "json", "path": str(landing), "schema": SCHEMA}},
-            "views": {view: {"sql": sql, "cadence": "100ms", "namespace": "bench"}},
-        },
-        root=root,
-    )
     batch_files = []
-    with EmbeddedStack(project, port=0) as stack:
+    with EmbeddedStack(project_for(view, landing, root), port=0) as stack:
         started = time.perf_counter()
         stack.start_views()
-        query = stack.queries[view]
-        query.processAllAvailable()  # the backfill
+        stack.queries[view].processAllAvailable()  # the backfill
         backfill = time.perf_counter() - started
-        incremental = []
-        for i in range(args.repeats):
-            first = 100_000_000 + i * args.batch
-            batch_files.append(land_json(landing, f"b-{view}-{i:06d}.json", make_orders(args.batch, seed=first, first_id=first, products=args.products)))
-            started = time.perf_counter()
-            query.processAllAvailable()
-            incremental.append(time.perf_counter() - started)
-        phases = dict(stack.pipelines[view].timings)  # the last incremental epoch, by phase
-        console.print(f"{view} @ {history:,}: last incremental epoch by phase: {({k: round(v, 2) for k, v in phases.items()})}")
+        timed_batches(stack, view, landing, [args.batch], args.products, f"{view}-warm")  # first epoch after the backfill warms up
+        runs = timed_batches(stack, view, landing, [args.batch] * args.repeats, args.products, view)
+        incremental = [s for s, _ in runs]
+        phases = {k: round(statistics.median(p.get(k, 0.0) for _, p in runs), 3) for k in runs[-1][1]}
+        console.print(f"{view} @ {history:,}: incremental {[round(s, 3) for s in incremental]}; epoch phases (median) {phases}")
         stack.stop_views()
         spark = stack.spark
         assert spark is not None
-        merge_times = hand_written_merge(spark, view, landing, args) if view == "sales" else []
-        spark_times = []
-        for _ in range(args.repeats):
-            started = time.perf_counter()
-            spark.read.schema(SCHEMA).json(str(landing)).createOrReplaceTempView("orders")
-            spark.sql(sql).collect()
-            spark_times.append(time.perf_counter() - started)
+        merge_times, spark_times = [], []
+        if not args.no_baselines:
+            merge_times = hand_written_merge(spark, view, landing, args) if view == "sales" else []
+            spark.sql(f"CREATE OR REPLACE TABLE lakeview.bench.{view}_recompute USING iceberg AS SELECT * FROM lakeview.bench.{view} LIMIT 0")
+            for _ in range(args.repeats):
+                started = time.perf_counter()
+                spark.read.schema(SCHEMA).parquet(str(landing)).createOrReplaceTempView("orders")
+                spark.sql(f"INSERT OVERWRITE lakeview.bench.{view}_recompute {sql}")
+                spark_times.append(time.perf_counter() - started)
         spark.stop()
     duck_times = []
-    spec = "{" + ", ".join(f"'{n}': '{t}'" for n, t in duckdb_columns(SCHEMA).items()) + "}"
     duck_sql = sqlglot.transpile(sql, read="spark", write="duckdb")[0]
-    for _ in range(args.repeats):
+    for _ in range(0 if args.no_baselines else args.repeats):
         con = connect()
         started = time.perf_counter()
-        con.execute(f"CREATE TEMP VIEW orders AS SELECT * FROM read_json('{landing}/*.json', columns={spec}, format='newline_delimited')")
+        con.execute(f"CREATE TEMP VIEW orders AS SELECT * FROM read_parquet('{landing}/*.parquet')")
         con.execute(duck_sql).to_arrow_table()
         duck_times.append(time.perf_counter() - started)
         con.close()
-    for f in batch_files:
+    for f in landing.glob("b-*.parquet"):
         f.unlink()
     shutil.rmtree(root, ignore_errors=True)
-    merge = statistics.median(merge_times) if merge_times else float("nan")
-    return history, backfill, statistics.median(incremental), merge, statistics.median(spark_times), statistics.median(duck_times)
+    nan = float("nan")
+    return (history, backfill, statistics.median(incremental), statistics.median(merge_times) if merge_times else nan,
+            statistics.median(spark_times) if spark_times else nan, statistics.median(duck_times) if duck_times else nan)
 
 
 def hand_written_merge(spark, view: str, landing: Path, args: argparse.Namespace) -> list[float]:  # noqa: ANN001
     """The baseline the issue names: Spark ``MERGE INTO`` a copy of the view of one batch's
-    aggregate (Iceberg copy-on-write, through the same REST catalog)."""
+    aggregate (Iceberg copy-on-write, through the same REST catalog), the batch persisted
+    first (a copy-on-write MERGE reads its source twice)."""
     spark.sql(f"CREATE OR REPLACE TABLE lakeview.bench.{view}_merge USING iceberg AS SELECT * FROM lakeview.bench.{view}")
     times = []
-    for i in range(args.repeats):
-        first = 200_000_000 + i * args.batch
-        path = land_json(landing.parent / f"{landing.name}-merge", f"m{i}.json", make_orders(args.batch, seed=first, first_id=first, products=args.products))
+    for i in range(args.repeats + 1):  # the first one warms up
+        path = land_parquet(landing.parent / f"{landing.name}-merge", f"m{i}.parquet", args.batch, first_id=BATCH_IDS * 2 + i * args.batch,
+                            products=args.products)
         started = time.perf_counter()
-        batch = spark.read.schema(SCHEMA).json(str(path))
-        batch.groupBy("product_id").agg({"quantity": "sum", "*": "count"}).toDF("product_id", "total_sold", "orders").persist().createOrReplaceTempView("delta")
+        batch = spark.read.schema(SCHEMA).parquet(str(path))
+        delta = batch.groupBy("product_id").agg({"quantity": "sum", "*": "count"}).toDF("product_id", "total_sold", "orders").persist()
+        delta.createOrReplaceTempView("delta")
         spark.sql(
             f"MERGE INTO lakeview.bench.{view}_merge t USING delta d ON t.product_id = d.product_id "
             "WHEN MATCHED THEN UPDATE SET t.total_sold = t.total_sold + d.total_sold, t.orders = t.orders + d.orders "
             "WHEN NOT MATCHED THEN INSERT *"
         )
-        times.append(time.perf_counter() - started)
-        path.unlink()
+        delta.unpersist()
+        if i:
+            times.append(time.perf_counter() - started)
+    shutil.rmtree(landing.parent / f"{landing.name}-merge", ignore_errors=True)
     return times
+
+
+def scaling(args: argparse.Namespace, console: Console) -> None:
+    """Incremental cost vs batch size on a view of ``--products`` rows and of 1M rows."""
+    sizes = [1_000, 10_000, 100_000]
+    table = Table(title=f"incremental refresh vs batch size and view size (sales; median of {args.repeats})")
+    for col in ("view rows", *[f"batch {s:,} s" for s in sizes], "phases @ 10,000"):
+        table.add_column(col, justify="right")
+    for products in (args.products, 1_000_000):
+        landing = Path(tempfile.mkdtemp(prefix="lakeview-bench-landing-"))
+        root = Path(tempfile.mkdtemp(prefix="lakeview-bench-"))
+        generate_history(landing, products * 5, products=products)  # ~every product present: a full-size view
+        with EmbeddedStack(project_for("sales", landing, root), port=0) as stack:
+            stack.start_views()
+            stack.queries["sales"].processAllAvailable()
+            timed_batches(stack, "sales", landing, [args.batch], products, "warm")
+            cells, phases = [], {}
+            for size in sizes:
+                runs = timed_batches(stack, "sales", landing, [size] * args.repeats, products, f"s{size}")
+                cells.append(f"{statistics.median(s for s, _ in runs):.3f}")
+                if size == 10_000:
+                    phases = {k: round(statistics.median(p.get(k, 0.0) for _, p in runs), 3) for k in runs[-1][1]}
+            stack.stop_views()
+            assert stack.spark is not None
+            stack.spark.stop()
+        table.add_row(f"{products:,}", *cells, str(phases))
+        shutil.rmtree(landing, ignore_errors=True)
+        shutil.rmtree(root, ignore_errors=True)
+    console.print(table)
 
 
 if __name__ == "__main__":
