@@ -249,11 +249,11 @@ class ViewPipeline:
         if self.feed is not None:
             batch = batch.selectExpr("*", f"{operation_sql(self.feed)} AS {OP}")
         started = time.perf_counter()
-        good, quarantined = self.quarantine.split(batch, epoch_id, operation=OP if self.feed is not None else None)
-        good = good.drop(CORRUPT, FILE)
         frontier, newest_ms = self._frontier(epoch_id)
-        epoch = Epoch(view=self.view, number=epoch_id, frontier=frontier, rows_in=good.count(), newest_input_ms=newest_ms,
-                      rows_quarantined=quarantined)
+        split = self.quarantine.split(batch, epoch_id, operation=OP if self.feed is not None else None, files=self._batch_paths)
+        good = split.good.drop(CORRUPT, FILE)
+        epoch = Epoch(view=self.view, number=epoch_id, frontier=frontier, rows_in=split.rows_in, newest_input_ms=newest_ms,
+                      rows_quarantined=split.quarantined)
         self.timings = {"spark_read_quarantine_s": time.perf_counter() - started}
         faults.current_epoch = epoch_id
         m = self.maintainer
@@ -317,6 +317,7 @@ class ViewPipeline:
         log_offset = position.get("logOffset") if isinstance(position, dict) else None
         files = batch_files(self.checkpoint, log_offset) if log_offset is not None else []
         newest = max((f.modified_ms for f in files), default=None)
+        self._batch_paths = [f.path for f in files] if log_offset is not None else None  # None: unknown
         return {self.source: {"log_offset": log_offset, "files": len(files)}}, newest
 
 

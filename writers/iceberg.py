@@ -63,6 +63,10 @@ class IcebergWriter(SnapshotWriter):
     def __init__(self, catalog: Catalog, namespace: str, name: str) -> None:
         self.catalog = catalog
         self.identifier = (namespace, name)
+        # Data files the last lookup read, by (path, schema id): files are immutable, so the
+        # commit that follows a lookup rewrites them without reading them again.
+        self._files_read: dict[tuple[str, int], pa.Table] = {}
+        self.timings: dict[str, float] = {}  # the last lookup's and commit's phases (seconds), for logs and bench/
 
     def ensure_table(self, schema: pa.Schema, key: tuple[str, ...] | None, properties: dict[str, str]) -> None:
         try:
@@ -96,10 +100,23 @@ class IcebergWriter(SnapshotWriter):
         return last_commit_of(self.table())
 
     def lookup(self, keys: pa.Table) -> pa.Table:
+        started = time.perf_counter()
         table = self.table()
         key = tuple(keys.column_names)
-        stored = table.scan(row_filter=_key_filter(keys, key)).to_arrow()
-        return rows_with_keys(stored, keys, key)
+        scan = table.scan(row_filter=_key_filter(keys, key))
+        tasks = list(scan.plan_files())
+        self._files_read = {}
+        if any(task.delete_files for task in tasks):
+            stored = scan.to_arrow()  # not written by Lakeview: let pyiceberg apply the deletes
+        else:
+            reader = ArrowScan(table_metadata=table.metadata, io=table.io, projected_schema=table.schema(), row_filter=AlwaysTrue())
+            schema_id = table.schema().schema_id
+            parts = [reader.to_table(tasks=[task]) for task in tasks]
+            self._files_read = {(task.file.file_path, schema_id): part for task, part in zip(tasks, parts)}
+            stored = pa.concat_tables(parts) if parts else reader.to_table(tasks=[])
+        found = rows_with_keys(stored, keys, key)
+        self.timings = {"lookup_s": time.perf_counter() - started, "lookup_files": len(tasks), "lookup_rows_read": stored.num_rows}
+        return found
 
     def commit(self, epoch: Epoch, change: Change) -> CommitRecord | None:
         return self._commit_retrying(epoch, lambda table: None if change.is_empty else self._commit_once(table, epoch, change))
@@ -131,8 +148,11 @@ class IcebergWriter(SnapshotWriter):
         raise CommitConflictError(f"{epoch.view}: epoch {epoch.number} lost {MAX_ATTEMPTS} commit races in a row")
 
     def _commit_once(self, table: Table, epoch: Epoch, change: Change) -> CommitRecord:
+        started = time.perf_counter()
         txn, properties = self.stage(table, epoch, change)
+        staged = time.perf_counter()
         committed = txn.commit_transaction()
+        self.timings.update(stage_s=staged - started, catalog_commit_s=time.perf_counter() - staged)
         current = committed.current_snapshot()
         return CommitRecord.from_properties(properties, current.snapshot_id if current else None)  # type: ignore[return-value]
 
@@ -149,15 +169,18 @@ class IcebergWriter(SnapshotWriter):
             for task in table.scan(row_filter=_key_filter(keys, change.key)).plan_files():
                 if task.delete_files:
                     raise WriterError(f"{epoch.view}: data file {task.file.file_path} has delete files; not written by Lakeview")
-                stored = ArrowScan(
-                    table_metadata=table.metadata, io=table.io, projected_schema=table.schema(), row_filter=AlwaysTrue()
-                ).to_table(tasks=[task])
+                stored = self._files_read.pop((task.file.file_path, table.schema().schema_id), None)
+                if stored is None:
+                    stored = ArrowScan(
+                        table_metadata=table.metadata, io=table.io, projected_schema=table.schema(), row_filter=AlwaysTrue()
+                    ).to_table(tasks=[task])
                 kept = rows_without_keys(stored, keys, change.key)
                 if kept.num_rows == stored.num_rows:
                     continue  # stats said maybe; the file holds none of the keys
                 deleted += stored.num_rows - kept.num_rows
                 replaced.append(task.file)
                 rows = pa.concat_tables([kept.cast(arrow_schema), rows])
+        self._files_read = {}
         properties = CommitRecord.properties(epoch, inserted=change.rows.num_rows, deleted=deleted)
         txn = table.transaction()
         files = list(_dataframe_to_data_files(table_metadata=table.metadata, df=rows, io=table.io, write_uuid=commit_uuid))
