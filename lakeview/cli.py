@@ -265,7 +265,8 @@ def refresh(
     view: Annotated[str, typer.Argument(help="The view to bring up to date.")],
     project: ProjectOption = Path("."),
 ) -> None:
-    """Process everything landed so far for VIEW (one snapshot), then stop. For manual cadences."""
+    """Process everything landed so far for VIEW (one snapshot), then stop. For manual cadences.
+    A grouped view is refreshed with its whole group (one transaction for all members)."""
     from lakeview.embedded import EmbeddedStack
 
     _quiet_logs()
@@ -276,7 +277,9 @@ def refresh(
         stack.queries[view].awaitTermination()
         if stack.spark is not None:
             stack.spark.stop()
-    typer.echo(f"{view}: refreshed")
+    group = config.views[view].group
+    members = [name for name, v in config.views.items() if group is not None and v.group == group]
+    typer.echo(f"{view}: refreshed" + (f" with its group {group} ({', '.join(members)})" if group is not None else ""))
 
 
 @app.command()

@@ -1,6 +1,7 @@
 """View groups (``group = "name"``): views committed together in one multi-table catalog
-transaction with one frontier. A group's members must be able to share one epoch: the same
-sources, the same cadence, and a format with multi-table transactions (Iceberg)."""
+transaction with one frontier, kept by one streaming query (:mod:`spark_jobs.group_pipeline`).
+A group's members must be able to share one epoch: the same one source (not a view), the same
+cadence, and a format with multi-table transactions (Iceberg)."""
 
 from __future__ import annotations
 
@@ -36,6 +37,14 @@ def check_groups(config: ProjectConfig) -> None:
                     config.file, key, f"{group!r}: cadence {view.cadence} differs from {members[0]}'s {first.cadence}; a group shares one cadence"
                 )
             sources = sorted(plan_view(name, view.sql, view.dialect).sources)
+            if len(sources) != 1:
+                raise ConfigError(
+                    config.file, key, f"{group!r}: reads {len(sources)} sources ({', '.join(sources)}); a group's one query reads one source"
+                )
+            if sources[0] in config.views:
+                raise ConfigError(
+                    config.file, key, f"{group!r}: reads the view {sources[0]}; grouped views read a source (group the upstream view instead)"
+                )
             if sources != first_sources:
                 raise ConfigError(
                     config.file, key, f"{group!r}: reads {sources}, {members[0]} reads {first_sources}; a group shares its sources"

@@ -128,6 +128,8 @@ def test_group_rejects_non_members(rest_catalog, unique_name: str) -> None:
         ({"format": "delta"}, "grouped views must be Iceberg"),
         ({"cadence": "5s"}, "a group shares one cadence"),
         ({"sql": "SELECT a FROM p"}, "a group shares its sources"),
+        ({"sql": "SELECT o.a, p.a AS pa FROM o JOIN p ON o.a = p.a"}, "a group's one query reads one source"),
+        ({"sql": "SELECT a, s FROM v"}, "grouped views read a source"),
     ],
 )
 def test_group_members_must_share_format_cadence_and_sources(other: dict, problem: str) -> None:
