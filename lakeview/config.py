@@ -198,6 +198,8 @@ class ViewConfig(_Strict):
     retention: RetentionConfig = Field(default_factory=RetentionConfig)
     maintenance: MaintenanceConfig = Field(default_factory=MaintenanceConfig)
     target_lag: Cadence | None = Field(None, description="freshness SLO; default 2 x cadence")
+    watermark: str | None = Field(None, description="event-time delay after which rows are late, e.g. \"10 minutes\"")
+    event_time: str | None = Field(None, description="the watermark's event-time column; default: window()'s")
 
     @field_validator("cadence", mode="before")
     @classmethod
@@ -403,6 +405,12 @@ def _check_views(config: ProjectConfig) -> None:
         problem = check_view_over_sources(plan, config)
         if problem:
             raise ConfigError(config.file, f"views.{name}.sql", problem)
+        from lakeview.watermark import check as check_watermark
+
+        source = config.sources.get(plan.sources[0]) if plan.sources else None
+        append_only = source is None or (source.changes is None and source.images is None)
+        if problem := check_watermark(plan, view.watermark, view.event_time, append_only):
+            raise ConfigError(config.file, f"views.{name}.watermark", problem)
         for source in plan.sources:
             if source not in config.sources and source not in config.views:  # a view may read another view (lakeview.dag)
                 known = ", ".join(sorted(config.sources)) or "none declared"

@@ -169,7 +169,9 @@ class EmbeddedStack:
         from spark_jobs.pipeline import ViewPipeline
         from spark_jobs.session import build_session
 
-        names = list(self.project.views) if views is None else views
+        from lakeview.dag import topological_order
+
+        names = topological_order(self.project, list(self.project.views) if views is None else views)  # upstreams first
         on_commit = self._with_registration(on_commit)
         self.spark = spark or self.spark or build_session(
             catalog_uri=self.catalog_uri,

@@ -66,19 +66,28 @@ def apply_epoch(
     group_delta: pa.Table,
     multiset_deltas: list[pa.Table],
     stores: ViewStores,
+    closed: Callable[[SnapshotWriter], pa.Table] | None = None,
 ) -> CommitRecord | None:
     """Fold one epoch's state deltas into the state tables and commit the view's change.
 
     ``group_delta`` is :meth:`KeyedAggregatePlan.group_delta_sql`'s result, ``multiset_deltas``
     one :meth:`~KeyedAggregatePlan.multiset_delta_sql` result per multiset. Idempotent per epoch.
+    ``closed``: a state table's rows of windows closed by the watermark, deleted in the same
+    commit (:mod:`lakeview.watermark`).
     """
     if group_delta.num_rows == 0:
+        if closed is not None:  # nothing consumed (e.g. every row late): still drop closed windows' state
+            for writer, key in zip([stores.groups, *stores.multisets], [plan.keys] + [(*plan.keys, VALUE)] * len(stores.multisets)):
+                gone = closed(writer)
+                if gone.num_rows:
+                    writer.commit(epoch, Change(rows=gone.schema.empty_table(), key=key, deletes=gone.select(list(key))))
         return None
     keys = plan.keys
-    touched = _distinct(group_delta.select(list(keys)))
-    groups = _advance(stores.groups, epoch, touched, lambda old: merge_group_state(plan, group_delta, old), keys, ROWS)
+    # a global aggregate (no key) has one group: the key-less table row
+    touched = _distinct(group_delta.select(list(keys))) if keys else group_delta.select([]).slice(0, 1)
+    groups = _advance(stores.groups, epoch, touched, lambda old: merge_group_state(plan, group_delta, old), keys, ROWS, closed)
     values = [
-        _advance(writer, epoch, touched, lambda old, d=delta: merge_multiset(plan, d, old), (*keys, VALUE), COUNT)
+        _advance(writer, epoch, touched, lambda old, d=delta: merge_multiset(plan, d, old), (*keys, VALUE), COUNT, closed)
         for writer, delta in zip(stores.multisets, multiset_deltas)
     ]
     return stores.view.commit(epoch, view_change(plan, touched, finalize(plan, groups, values)))
@@ -91,6 +100,7 @@ def _advance(
     merge: Callable[[pa.Table], pa.Table],
     key: tuple[str, ...],
     count: str,
+    closed: Callable[[SnapshotWriter], pa.Table] | None = None,
 ) -> pa.Table:
     """Apply one state table's delta (unless the table already has the epoch); return the
     state rows of the touched groups after the epoch."""
@@ -99,7 +109,17 @@ def _advance(
     if last is not None and last.epoch >= epoch.number:
         return old  # applied before a crash: ``old`` is already the state after the epoch
     merged = merge(old)
-    writer.commit(epoch, state_change(merged, key, count))
+    if not key:  # a global aggregate's one state row is replaced whole (kept at count 0)
+        writer.commit(epoch, Change(rows=merged, key=()))
+        return merged
+    change = state_change(merged, key, count)
+    gone = closed(writer) if closed is not None else None
+    if gone is not None and gone.num_rows:
+        # no touched group is in a closed window (its rows would be late), so this cannot clash
+        drop = gone.select(list(key)).cast(pa.schema([merged.schema.field(k) for k in key]))
+        deletes = drop if change.deletes is None else pa.concat_tables([change.deletes.cast(drop.schema), drop])
+        change = Change(rows=change.rows, key=key, deletes=deletes)
+    writer.commit(epoch, change)
     match = " AND ".join(f'o."{k}" IS NOT DISTINCT FROM m."{k}"' for k in key)
     kept = _sql(f"SELECT o.* FROM o WHERE NOT EXISTS (SELECT 1 FROM m WHERE {match})", o=_or_empty(old, merged), m=merged)
     after = pa.concat_tables([merged, kept.cast(merged.schema)]) if kept.num_rows else merged
@@ -145,6 +165,8 @@ def finalize(plan: KeyedAggregatePlan, groups: pa.Table, multisets: list[pa.Tabl
 
 def view_change(plan: KeyedAggregatePlan, touched: pa.Table, rows: pa.Table) -> Change:
     """Upsert the touched groups' rows; delete the touched groups that have none any more."""
+    if not plan.keys:  # a global aggregate: its one row replaces the table's
+        return Change(rows=rows, key=())
     names = ", ".join(f't."{k}"' for k in plan.keys)
     gone = _sql(f"SELECT {names} FROM t WHERE NOT EXISTS (SELECT 1 FROM r WHERE {plan.key_match('t', 'r')})", t=touched, r=rows)
     return Change(rows=rows, key=plan.keys, deletes=gone if gone.num_rows else None)

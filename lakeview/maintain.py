@@ -69,10 +69,16 @@ class ViewMaintainer:
         """Self-mergeable views: the batch's result merges into the stored view rows."""
         return self.view.commit(epoch, change_for(self.plan, delta, self.view))
 
-    def apply_state_deltas(self, epoch: Epoch, group_delta: pa.Table, multiset_deltas: list[pa.Table]) -> CommitRecord | None:
+    def apply_state_deltas(
+        self, epoch: Epoch, group_delta: pa.Table, multiset_deltas: list[pa.Table], closed_before_us: int | None = None
+    ) -> CommitRecord | None:
+        """``closed_before_us``: the watermark applied to this epoch; state of windows ended by it is dropped."""
         assert isinstance(self.plan, KeyedAggregatePlan)
+        from lakeview.watermark import closed_windows
+
         stores = ViewStores(view=self.view, groups=self.state[0], multisets=self.state[1:])
-        return apply_epoch(self.plan, epoch, self._cast(0, group_delta), [self._cast(i + 1, d) for i, d in enumerate(multiset_deltas)], stores)
+        deltas = [self._cast(i + 1, d) for i, d in enumerate(multiset_deltas)]
+        return apply_epoch(self.plan, epoch, self._cast(0, group_delta), deltas, stores, closed_windows(self.plan, closed_before_us))
 
     # --- change feeds: the newest change per key, weights applied here ------------------
     def apply_changes(self, epoch: Epoch, latest: pa.Table) -> CommitRecord | None:
@@ -90,7 +96,7 @@ class ViewMaintainer:
         self.mirror.commit(epoch, mirror_change)
         return record
 
-    def apply_zset(self, epoch: Epoch, zset: pa.Table) -> CommitRecord | None:
+    def apply_zset(self, epoch: Epoch, zset: pa.Table, closed_before_us: int | None = None) -> CommitRecord | None:
         con = duckdb.connect()
         try:
             con.register("z", zset)
@@ -100,7 +106,7 @@ class ViewMaintainer:
             multisets = [con.execute(self.plan.multiset_delta_sql(i, "z", "duckdb")).to_arrow_table() for i in range(len(self.plan.multisets))]
         finally:
             con.close()
-        return self.apply_state_deltas(epoch, group, multisets)
+        return self.apply_state_deltas(epoch, group, multisets, closed_before_us)
 
     def _cast(self, index: int, table: pa.Table) -> pa.Table:
         if not self.state_schemas:

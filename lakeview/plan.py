@@ -28,6 +28,8 @@ from sqlglot import exp
 from sqlglot.errors import ParseError
 
 from lakeview.errors import UnsupportedSQLError
+from lakeview import windows
+from lakeview.windows import EventWindow
 
 if TYPE_CHECKING:
     from lakeview.joins import JoinPlan
@@ -93,6 +95,7 @@ class _Plan(BaseModel):
     sources: tuple[str, ...]
     alias: str  # how the SQL names its source (alias or the source name)
     where: str | None = None  # Spark SQL
+    window: EventWindow | None = None  # event-time window: the source is expanded to its windows first
 
     @property
     def is_append(self) -> bool:
@@ -108,8 +111,9 @@ class _Plan(BaseModel):
         for table in tree.find_all(exp.Table):
             if table.name in relations:
                 alias = table.alias_or_name
-                table.replace(exp.to_table(relations[table.name]).as_(alias))
-        return tree.sql(dialect=dialect)
+                table.replace(exp.to_table(windows.placeholder(relations[table.name], self.window)).as_(alias))
+        sql = tree.sql(dialect=dialect)
+        return windows.substitute(sql, relations.get(self.sources[0], ""), self.window, self.alias, dialect)
 
     def _from(self, relation: str) -> str:
         where = f" WHERE {self.where}" if self.where else ""
@@ -187,8 +191,10 @@ class KeyedAggregatePlan(_Plan):
                 items += [f"SUM(CASE WHEN {arg} IS NOT NULL THEN {WEIGHT} * {arg} END) AS {slot.name}_s", f"{counted} AS {slot.name}_c"]
             elif slot.function is AggregateFunction.COUNT:
                 items.append(f"{counted} AS {slot.name}_c")
-        sql = f"SELECT {', '.join(items)} {self._from(relation)}{self._group_by()}"
-        return sqlglot.transpile(sql, read="spark", write=dialect)[0]
+        # A global aggregate (no GROUP BY) yields its one row even for an empty batch: the
+        # view row exists over no rows (COUNT 0, SUM NULL).
+        sql = f"SELECT {', '.join(items)} {self._from(windows.placeholder(relation, self.window))}{self._group_by()}"
+        return windows.substitute(sqlglot.transpile(sql, read="spark", write=dialect)[0], relation, self.window, self.alias, dialect)
 
     def multiset_delta_sql(self, index: int, relation: str, dialect: str = "spark") -> str:
         """Per touched (group, value): the sum of weights of the non-null values of one argument."""
@@ -196,8 +202,9 @@ class KeyedAggregatePlan(_Plan):
         items = [f"{e} AS `{k}`" for k, e in zip(self.keys, self.key_exprs)] + [f"{arg} AS {VALUE}", f"SUM({WEIGHT}) AS {COUNT}"]
         where = f"({self.where}) AND {arg} IS NOT NULL" if self.where else f"{arg} IS NOT NULL"
         groups = ", ".join([*self.key_exprs, arg])
-        sql = f"SELECT {', '.join(items)} FROM {relation} AS {self.alias} WHERE {where} GROUP BY {groups}"
-        return sqlglot.transpile(sql, read="spark", write=dialect)[0]
+        source = windows.placeholder(relation, self.window)
+        sql = f"SELECT {', '.join(items)} FROM {source} AS {self.alias} WHERE {where} GROUP BY {groups}"
+        return windows.substitute(sqlglot.transpile(sql, read="spark", write=dialect)[0], relation, self.window, self.alias, dialect)
 
     def _group_by(self) -> str:
         return f" GROUP BY {', '.join(self.key_exprs)}" if self.key_exprs else ""
@@ -230,7 +237,12 @@ class KeyedAggregatePlan(_Plan):
                 AggregateFunction.COUNT_DISTINCT: f"COALESCE(m{slot.multiset}.distinct_n, 0)",
             }[slot.function]
             slots.append(f'{value} AS "{n}"')
-        inner = f"SELECT {', '.join(keys + slots) or 'TRUE'} FROM {groups} AS g{''.join(joins)} WHERE g.{ROWS} > 0"
+        if self.keys:
+            inner = f"SELECT {', '.join(keys + slots) or 'TRUE'} FROM {groups} AS g{''.join(joins)} WHERE g.{ROWS} > 0"
+        else:  # a global aggregate: always one row, also with no state (no rows: COUNT 0, SUM NULL)
+            slots = [s.replace(f"g.{ROWS}", f"COALESCE(g.{ROWS}, 0)").replace(f"g.{n}_c AS", f"COALESCE(g.{n}_c, 0) AS")
+                     for s, n in zip(slots, (x.name for x in self.slots))]
+            inner = f"SELECT {', '.join(slots) or 'TRUE'} FROM (SELECT 1) AS __lv_one LEFT JOIN {groups} AS g ON TRUE{''.join(joins)}"
         outputs = ", ".join(f'{sql} AS "{name}"' for name, sql in self.outputs)
         having = f" WHERE {self.having}" if self.having else ""
         return f"SELECT {outputs} FROM ({inner}) AS f{having}"
@@ -268,7 +280,7 @@ def plan_view(view: str, sql: str, dialect: str = "spark") -> AppendPlan | Keyed
     if dialect not in DIALECTS:
         raise UnsupportedSQLError(f"unknown SQL dialect {dialect!r}; use one of {', '.join(DIALECTS)}")
     try:
-        statements = sqlglot.parse(sql, read=dialect)
+        statements = sqlglot.parse(windows.mark_windows(sql) if dialect == "spark" else sql, read=dialect)
     except ParseError as exc:
         raise UnsupportedSQLError(f"cannot parse SQL: {str(exc).splitlines()[0]}") from None
     statements = [s for s in statements if s is not None]
@@ -295,8 +307,13 @@ def plan_view(view: str, sql: str, dialect: str = "spark") -> AppendPlan | Keyed
     source, alias = _single_source(sql, tree)
     _reject(sql, tree)
     spark_sql = tree.sql("spark") if dialect != "spark" else sql
+    windowed = windows.rewrite(sql, tree, lambda node, problem, nearest: _at(sql, node, problem, nearest))
+    window = None
+    if windowed is not None:
+        tree, window = windowed
+        spark_sql = tree.sql("spark")
     where = tree.args.get("where")
-    common = dict(view=view, sql=spark_sql, sources=(source,), alias=alias, where=where.this.sql("spark") if where else None)
+    common = dict(view=view, sql=spark_sql, sources=(source,), alias=alias, where=where.this.sql("spark") if where else None, window=window)
     aggregates = [e for e in tree.expressions if e.find(exp.AggFunc)]
     if not tree.args.get("group") and not aggregates and not tree.args.get("distinct"):
         if tree.args.get("having"):
@@ -392,7 +409,7 @@ def _reject(sql: str, tree: exp.Select) -> None:
     if tree.find(exp.Anonymous) is not None:
         node = tree.find(exp.Anonymous)
         if str(node.this).lower() == "window":
-            raise UnsupportedSQLError(_at(sql, node, "event-time window() is not supported yet",
+            raise UnsupportedSQLError(_at(sql, node, "event-time window() is Spark SQL: declare the view with dialect = \"spark\"",
                                           "GROUP BY date_trunc('hour', ts) AS hour (a tumbling window, kept without a watermark)"))
 
 
@@ -403,9 +420,9 @@ def _keyed_aggregate(sql: str, tree: exp.Select, common: dict) -> KeyedAggregate
         raise UnsupportedSQLError(_at(sql, group, "SELECT DISTINCT with GROUP BY", "GROUP BY alone"))
     items = list(tree.expressions)
     group_exprs = list(group.expressions) if group else ([i.this if isinstance(i, exp.Alias) else i for i in items] if distinct else [])
-    if not group_exprs:
-        raise UnsupportedSQLError(_at(sql, items[0], "an aggregate without GROUP BY (one global row) is not supported yet",
-                                      "GROUP BY a column of the source"))
+    if not group_exprs and tree.args.get("having"):
+        raise UnsupportedSQLError(_at(sql, tree.args["having"], "HAVING on a global aggregate (no GROUP BY) is not supported",
+                                      "WHERE, or GROUP BY a column with HAVING"))
     group_sql = [g.sql("spark").lower() for g in group_exprs]
     keys: dict[str, str] = {}  # group expr (lower Spark SQL) -> key column name
     slots: dict[tuple[str, str | None], Slot] = {}
@@ -498,5 +515,5 @@ def _keyed_aggregate(sql: str, tree: exp.Select, common: dict) -> KeyedAggregate
         outputs=tuple(outputs),
         having=having_sql,
         aggregates=tuple(plain),
-        self_mergeable=mergeable and having is None,
+        self_mergeable=mergeable and having is None and bool(key_names),  # a global row is kept from state
     )

@@ -4,7 +4,8 @@ when the pipeline reaches that point of that epoch. Unset (always, outside tests
 Points: ``reading`` (the batch is planned, nothing committed), ``before_view_commit`` (state
 tables committed and the view's data files written, before the catalog commit of the view's
 snapshot), ``files_written`` (a large append's data files written by the executors, before
-their commit), ``after_commit`` (every table committed, before Spark records the batch as done).
+their commit), ``before_publish`` (every table committed, before the epoch's change is published for
+the views reading this one), ``after_commit`` (every table committed, before Spark records the batch as done).
 """
 
 from __future__ import annotations

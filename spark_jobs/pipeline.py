@@ -57,6 +57,12 @@ class ViewPipeline:
         from lakeview.evolution import with_evolved_sources
 
         project = with_evolved_sources(project)  # sources with new_columns = "evolve": as evolved so far
+        from lakeview.view_changes import ChangePublisher
+        from spark_jobs.upstream import upstream_key, with_upstream_source
+
+        self.publisher = ChangePublisher.for_view(project, view, writer)  # None unless other views read this one
+        self.upstream_key = upstream_key(project, view)  # a view over a keyed view is keyed like it
+        project = with_upstream_source(spark, project, view)  # a view over a view reads its change files
         self.project = project
         self.view = view
         self.config = project.views[view]
@@ -68,7 +74,7 @@ class ViewPipeline:
         self.feed = self.source_config.changes
         self._state_writer = state_writer or self._iceberg_state_writer
         self.images = self.source_config.images
-        self.maintainer = ViewMaintainer(plan=self.plan, view=writer, feed=self.feed, feed_key=feed_key(self.source_config))
+        self.maintainer = ViewMaintainer(plan=self.plan, view=writer, feed=self.feed, feed_key=self.upstream_key or feed_key(self.source_config))
         self.quarantine = Quarantine(project, self.source, view)
         self._last_epoch: int | None = None
         self._reread: DataFrame | None = None  # the batch read again with an evolved schema
@@ -110,6 +116,12 @@ class ViewPipeline:
         """Create the view's (and its state) tables and reconcile Spark's checkpoint with them."""
         self.prepare_tables()
         self.reconcile_checkpoint()
+        self.publish_changes()  # epochs committed before a crash, not yet published
+
+    def publish_changes(self) -> None:
+        """Publish the committed epochs' changes for the views reading this one (lakeview.view_changes)."""
+        if self.publisher is not None:
+            self.publisher.publish()
 
     def prepare_tables(self) -> None:
         """Create the view's (and its state) tables (a group reconciles its one checkpoint itself)."""
@@ -193,6 +205,8 @@ class ViewPipeline:
                 self._reread = None
         self.timings["total_s"] = time.perf_counter() - started
         log.info("%s: epoch %s timings %s", self.view, epoch_id, {k: round(v, 3) for k, v in self.timings.items()})
+        faults.point("before_publish", epoch_id)
+        self.publish_changes()
         faults.point("after_commit", epoch_id)
         if self.maintainer.view_is_state:
             self._last_epoch = epoch_id
@@ -274,6 +288,8 @@ class ViewPipeline:
             good.createOrReplaceTempView(self._temp_name("_images"))
             columns = [c.name for c in parse_ddl(self.source_config.schema_)]
             weighted = spark.sql(images_sql(self.images, columns, self._temp_name("_images")))
+        elif WEIGHT in good.columns:
+            weighted = good  # a view over a view: the upstream's change files carry their weights
         else:
             weighted = good.withColumn(WEIGHT, F.lit(1).cast("int"))
         weighted.createOrReplaceTempView(self._temp_name())
@@ -318,7 +334,9 @@ class ViewPipeline:
         files = batch_files(self.checkpoint, log_offset) if log_offset is not None else []
         newest = max((f.modified_ms for f in files), default=None)
         self._batch_paths = [f.path for f in files] if log_offset is not None else None  # None: unknown
-        return {self.source: {"log_offset": log_offset, "files": len(files)}}, newest
+        from lakeview.view_changes import upstream_position  # over a view: the upstream epoch/snapshot reached
+
+        return {self.source: {"log_offset": log_offset, "files": len(files), **upstream_position(files)}}, newest
 
 
 def collect_arrow(df: DataFrame) -> pa.Table:

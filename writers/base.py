@@ -20,6 +20,7 @@ ROWS_DELETED = "lakeview.rows-deleted"
 ROWS_IN = "lakeview.rows-in"
 LAG_MS = "lakeview.lag-ms"
 COMMITTED_AT = "lakeview.committed-at-ms"
+STAMPED = ("lakeview.watermark", "lakeview.max-event-time", "lakeview.rows-late")  # read back into CommitRecord.extra
 
 
 def backoff_s(attempt: int) -> float:
@@ -37,6 +38,7 @@ class Epoch:
     rows_in: int = 0
     newest_input_ms: int | None = None
     rows_quarantined: int = 0  # malformed input rows set aside this epoch (not in rows_in)
+    stamps: dict[str, str] = field(default_factory=dict)  # more ``lakeview.*`` summary keys (e.g. the watermark)
 
 
 @dataclass(frozen=True)
@@ -100,6 +102,7 @@ class CommitRecord:
             props[LAG_MS] = str(max(0, now - epoch.newest_input_ms))
         if epoch.rows_quarantined:
             props["lakeview.rows-quarantined"] = str(epoch.rows_quarantined)
+        props.update(epoch.stamps)
         return props
 
     @classmethod
@@ -116,6 +119,7 @@ class CommitRecord:
             rows_deleted=int(props.get(ROWS_DELETED, "0")),
             rows_in=int(props.get(ROWS_IN, "0")),
             lag_ms=int(props[LAG_MS]) if LAG_MS in props else None,
+            extra={k: v for k, v in props.items() if k.startswith(STAMPED)},
         )
 
 

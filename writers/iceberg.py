@@ -39,7 +39,7 @@ from pyiceberg.table.snapshots import Operation
 from pyiceberg.table.update.snapshot import UpdateSnapshot, _OverwriteFiles
 
 from lakeview.errors import CommitConflictError, WriterError
-from writers.arrow_ops import rows_with_keys, rows_without_keys
+from writers.arrow_ops import rows_at_most, rows_with_keys, rows_without_keys
 from writers.base import Change, CommitRecord, Epoch, SnapshotWriter, backoff_s
 from writers.staged_files import WrittenFile, append_iceberg_files
 
@@ -117,6 +117,11 @@ class IcebergWriter(SnapshotWriter):
         found = rows_with_keys(stored, keys, key)
         self.timings = {"lookup_s": time.perf_counter() - started, "lookup_files": len(tasks), "lookup_rows_read": stored.num_rows}
         return found
+
+    def rows_ending_by(self, column: str, bound_us: int) -> pa.Table:
+        """Rows whose timestamp ``column`` is at or before ``bound_us`` (windows a watermark closed)."""
+        stored = self.table().scan(row_filter=LessThanOrEqual(column, int(bound_us))).to_arrow()
+        return rows_at_most(stored, column, bound_us)
 
     def commit(self, epoch: Epoch, change: Change) -> CommitRecord | None:
         return self._commit_retrying(epoch, lambda table: None if change.is_empty else self._commit_once(table, epoch, change))

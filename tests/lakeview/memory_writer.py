@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from writers.arrow_ops import rows_with_keys, rows_without_keys
+from writers.arrow_ops import rows_at_most, rows_with_keys, rows_without_keys
 from writers.base import Change, CommitRecord, Epoch, SnapshotWriter
 
 
@@ -14,6 +14,7 @@ class MemoryWriter(SnapshotWriter):
         self.rows: pa.Table | None = schema.empty_table() if schema is not None else None
         self.epoch: int | None = None
         self.commits = 0
+        self.stamps: dict[str, str] = {}
 
     def ensure_table(self, schema: pa.Schema, key: tuple[str, ...] | None, properties: dict[str, str]) -> None:
         if self.rows is None:
@@ -22,7 +23,7 @@ class MemoryWriter(SnapshotWriter):
     def last_commit(self) -> CommitRecord | None:
         if self.epoch is None:
             return None
-        return CommitRecord(view="", epoch=self.epoch, frontier={}, snapshot_id=self.commits, committed_at_ms=0)
+        return CommitRecord(view="", epoch=self.epoch, frontier={}, snapshot_id=self.commits, committed_at_ms=0, extra=dict(self.stamps))
 
     def lookup(self, keys: pa.Table) -> pa.Table:
         if self.rows is None or self.rows.num_rows == 0:
@@ -42,5 +43,11 @@ class MemoryWriter(SnapshotWriter):
             base = rows_without_keys(base, change.touched_keys(), change.key)
         self.rows = pa.concat_tables([base, change.rows.select(base.schema.names).cast(base.schema)]) if base.num_columns else change.rows
         self.epoch = epoch.number
+        self.stamps = dict(epoch.stamps)
         self.commits += 1
         return self.last_commit()
+
+    def rows_ending_by(self, column: str, bound_us: int) -> pa.Table:
+        if self.rows is None or self.rows.num_rows == 0:
+            return self.rows if self.rows is not None else pa.table({})
+        return rows_at_most(self.rows, column, bound_us)

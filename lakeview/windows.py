@@ -1,0 +1,197 @@
+"""Event-time tumbling and hopping windows: Spark SQL's ``window(ts, size[, slide])``.
+
+A windowed view is planned as a keyed aggregate over the source *expanded to windows*: each
+row becomes one row per window it falls in (one for a tumbling window, ``ceil(size/slide)``
+for a hopping one), carrying its Z-set weight, with the window bounds as two hidden columns
+(``__lv_ws``, ``__lv_we``) that the view's ``window(...).start`` / ``.end`` select and that
+are part of the view's key. The expansion is plain SQL written per engine (Spark for the
+batches, DuckDB for change feeds and the oracle), so both compute the same windows: aligned
+to the Unix epoch, ``start <= ts < end``, rows with a NULL event time in none, like Spark's.
+
+Accepted forms (``window`` in GROUP BY, its bounds selected by name)::
+
+    SELECT window(ts, '10 minutes').start AS window_start, window(ts, '10 minutes').end AS window_end, ...
+    FROM orders GROUP BY window(ts, '10 minutes'), ...
+    SELECT window.start AS window_start, window.end AS window_end, ... GROUP BY window(ts, '10 minutes', '5 minutes'), ...
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from pydantic import BaseModel, ConfigDict
+from sqlglot import exp
+
+from lakeview.errors import UnsupportedSQLError
+
+FUNCTION = "__lv_window"  # how window( is spelled for sqlglot, which parses WINDOW as a keyword
+START = "__lv_ws"
+END = "__lv_we"
+_EXPANDED = "__lv_expanded"  # placeholder relation replaced by the expansion after transpiling
+_CALL = re.compile(r"(?<![\w.`\"])window\s*\(", re.IGNORECASE)
+_UNITS = {
+    "microsecond": 1, "millisecond": 1_000, "second": 1_000_000, "minute": 60_000_000,
+    "hour": 3_600_000_000, "day": 86_400_000_000, "week": 604_800_000_000,
+}  # fmt: skip
+_PART = re.compile(r"(\d+)\s*(microsecond|millisecond|second|minute|hour|day|week)s?", re.IGNORECASE)
+NEAREST = "GROUP BY window(ts, '10 minutes'[, '5 minutes']), ... with SELECT window(ts, ...).start AS window_start"
+
+
+def mark_windows(sql: str) -> str:
+    """``window(`` renamed so sqlglot parses it as a function (it takes WINDOW for a clause)."""
+    return _CALL.sub(f"{FUNCTION}(", sql)
+
+
+def parse_interval(text: str) -> int:
+    """Microseconds of a Spark interval string like '10 minutes', '1 hour 30 minutes', '500 milliseconds'.
+    Raises ValueError when it is not one."""
+    body = re.sub(r"^\s*interval\s+", "", text.strip(), flags=re.IGNORECASE)
+    parts = _PART.findall(body)
+    if not parts or _PART.sub("", body).strip():
+        raise ValueError(f"{text!r} is not an interval; use e.g. '10 minutes', '1 hour', '30 seconds'")
+    return sum(int(n) * _UNITS[unit.lower()] for n, unit in parts)
+
+
+class EventWindow(BaseModel):
+    """A view's event-time window: which column, how long, how far apart."""
+
+    model_config = ConfigDict(frozen=True)
+    time_column: str  # Spark SQL of the event-time column
+    size: str  # as written, e.g. '10 minutes'
+    slide: str | None = None  # as written; None for a tumbling window
+    size_us: int
+    slide_us: int
+
+    @property
+    def is_hopping(self) -> bool:
+        return self.slide_us != self.size_us
+
+    @property
+    def windows_per_row(self) -> int:
+        return math.ceil(self.size_us / self.slide_us)
+
+    def describe(self) -> str:
+        if self.is_hopping:
+            return f"hopping window({self.time_column}, '{self.size}', '{self.slide}'): each row in {self.windows_per_row} windows"
+        return f"tumbling window({self.time_column}, '{self.size}'): each row in one window"
+
+    def expand_sql(self, relation: str, alias: str, dialect: str) -> str:
+        """SQL (``spark`` or ``duckdb``) giving each row of ``relation`` once per window it falls
+        in, with ``__lv_ws``/``__lv_we``; the time column may be qualified by ``alias``."""
+        micros = {"spark": "unix_micros({})", "duckdb": "epoch_us({})"}[dialect]
+        ts = self.time_column if dialect == "spark" else _duckdb(self.time_column)
+        t = micros.format(ts)
+        offsets = ", ".join(f"({k})" for k in range(self.windows_per_row))
+        # the newest window's start, then one slide back per offset (epoch-aligned, floor mod)
+        start = f"{t} - ((({t}) % {self.slide_us}) + {self.slide_us}) % {self.slide_us} - __lv_k * {self.slide_us}"
+        if dialect == "spark":
+            bounds = f"timestamp_micros(__lv_s) AS {START}, timestamp_micros(__lv_s + {self.size_us}) AS {END}"
+        else:  # keep the event time's own type (TIMESTAMP or TIMESTAMPTZ)
+            bounds = (f"{ts} - to_microseconds({t} - __lv_s) AS {START}, "
+                      f"{ts} - to_microseconds({t} - __lv_s - {self.size_us}) AS {END}")
+        inner = (f"SELECT {alias}.*, {start} AS __lv_s FROM {relation} AS {alias} "
+                 f"CROSS JOIN (VALUES {offsets}) AS __lv_o(__lv_k) WHERE {ts} IS NOT NULL")
+        return f"SELECT {alias}.*, {bounds} FROM ({inner}) AS {alias} WHERE __lv_s + {self.size_us} > {t}"
+
+
+def _duckdb(spark_sql: str) -> str:
+    import sqlglot
+
+    return sqlglot.transpile(spark_sql, read="spark", write="duckdb")[0]
+
+
+def substitute(sql: str, relation: str, window: EventWindow | None, alias: str, dialect: str) -> str:
+    """``sql`` (already in ``dialect``) with the placeholder relation replaced by the expansion."""
+    if window is None:
+        return sql
+    return sql.replace(_EXPANDED, f"({window.expand_sql(relation, alias, dialect)})")
+
+
+def placeholder(relation: str, window: EventWindow | None) -> str:
+    return relation if window is None else _EXPANDED
+
+
+def _is_call(node: exp.Expression) -> bool:
+    return isinstance(node, exp.Anonymous) and str(node.this).lower() == FUNCTION
+
+
+def rewrite(sql: str, tree: exp.Select, at) -> tuple[exp.Select, EventWindow] | None:
+    """The view's SELECT over the expanded source (window bounds as columns) and its window,
+    or None when the view has no window(). ``at`` formats an error (node, problem, nearest)."""
+    for node in [n for item in tree.expressions for n in item.walk()] + list(tree.walk()):  # the SELECT list first
+        if isinstance(node, exp.Anonymous) and str(node.this).lower() == "session_window":
+            raise UnsupportedSQLError(at(node, "session windows (session_window) are not supported",
+                                         "a tumbling window: GROUP BY window(ts, '10 minutes')"))
+    calls = [n for n in tree.find_all(exp.Anonymous) if _is_call(n)]
+    refs = [c for c in tree.find_all(exp.Column) if c.table.lower() == "window" and c.name.lower() in ("start", "end")]
+    if not calls and not refs:
+        return None
+    group = tree.args.get("group")
+    grouped = [g for g in (group.expressions if group else []) if _is_call(g)]
+    if not grouped:
+        node = calls[0] if calls else refs[0]
+        raise UnsupportedSQLError(at(node, f"{_spark(node)} needs GROUP BY window(...) (an event-time window groups rows)", NEAREST))
+    if len(grouped) > 1:
+        raise UnsupportedSQLError(at(grouped[1], "more than one window() in GROUP BY", "one window(ts, size[, slide])"))
+    call = grouped[0]
+    window = _window_of(call, at)
+    for other in calls:
+        if other is call:
+            continue
+        if other.sql("spark") != call.sql("spark"):
+            raise UnsupportedSQLError(at(other, f"{_spark(other)} differs from GROUP BY {_spark(call)}",
+                                         "the same window(...) in SELECT and GROUP BY, or window.start / window.end"))
+        parent = other.parent
+        if not (isinstance(parent, exp.Dot) and parent.name.lower() in ("start", "end")):
+            raise UnsupportedSQLError(at(other, f"select the window's bounds, not the window struct {_spark(other)}",
+                                         f"{_spark(other)}.start AS window_start, {_spark(other)}.end AS window_end"))
+    for clause in ("where", "having"):
+        node = tree.args.get(clause)
+        if node is not None and (any(_is_call(n) for n in node.walk()) or any(
+                isinstance(n, exp.Column) and n.table.lower() == "window" for n in node.walk())):
+            raise UnsupportedSQLError(at(node, f"window bounds in {clause.upper()} are not supported", "filter the event-time column"))
+    tree = tree.copy()
+    for node in list(tree.walk()):
+        if isinstance(node, exp.Dot) and _is_call(node.this) and node.name.lower() in ("start", "end"):
+            node.replace(exp.column(START if node.name.lower() == "start" else END))
+        elif isinstance(node, exp.Column) and node.table.lower() == "window" and node.name.lower() in ("start", "end"):
+            node.replace(exp.column(START if node.name.lower() == "start" else END))
+    selected = {(i.this if isinstance(i, exp.Alias) else i).name for i in tree.expressions
+                if isinstance(i.this if isinstance(i, exp.Alias) else i, exp.Column)}
+    bounds = [exp.column(c) for c in (START, END) if c in selected]
+    if not bounds:
+        raise UnsupportedSQLError(at(call, f"select the bounds of {_spark(call)}: they are the view's key",
+                                     f"SELECT {_spark(call)}.start AS window_start, {_spark(call)}.end AS window_end, ..."))
+    new_group = tree.args["group"]
+    rest = [g for g in new_group.expressions if not _is_call(g)]
+    new_group.set("expressions", bounds + rest)
+    return tree, window
+
+
+def _window_of(call: exp.Anonymous, at) -> EventWindow:
+    args = list(call.expressions)
+    if not 2 <= len(args) <= 3:
+        raise UnsupportedSQLError(at(call, f"{_spark(call)}: window takes (time_column, size[, slide]) here (no start offset)", NEAREST))
+    time, *lengths = args
+    if not isinstance(time, exp.Column):
+        raise UnsupportedSQLError(at(call, f"{_spark(call)}: the event time must be a column of the source", "window(ts, '10 minutes')"))
+    values = []
+    for arg in lengths:
+        if not (isinstance(arg, exp.Literal) and arg.is_string):
+            raise UnsupportedSQLError(at(call, f"{_spark(call)}: window lengths must be string literals", "window(ts, '10 minutes')"))
+        try:
+            values.append(parse_interval(arg.this))
+        except ValueError as exc:
+            raise UnsupportedSQLError(at(call, f"{_spark(call)}: {exc}", "window(ts, '10 minutes')")) from None
+    size = values[0]
+    slide = values[1] if len(values) > 1 else size
+    if size <= 0 or slide <= 0 or slide > size:
+        raise UnsupportedSQLError(at(call, f"{_spark(call)}: the slide must be positive and at most the window size",
+                                     "window(ts, '10 minutes', '5 minutes')"))
+    return EventWindow(time_column=time.sql("spark"), size=lengths[0].this, slide=lengths[1].this if len(lengths) > 1 else None,
+                       size_us=size, slide_us=slide)
+
+
+def _spark(node: exp.Expression) -> str:
+    return re.sub(FUNCTION, "window", node.sql("spark"), flags=re.IGNORECASE)

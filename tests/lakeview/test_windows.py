@@ -1,0 +1,276 @@
+"""Event-time windows (tumbling, hopping), the watermark and global aggregates: plan forms,
+and views maintained epoch by epoch with the code the pipeline runs (DuckDB standing in for
+Spark's per-batch SQL), equal to an independent recompute after every epoch."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import duckdb
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lakeview.errors import UnsupportedSQLError
+from lakeview.maintain import ViewMaintainer
+from lakeview.oracle import compare
+from lakeview.plan import KeyedAggregatePlan, plan_view
+from lakeview.watermark import LATE, Watermark, delay_us
+from lakeview.windows import parse_interval
+from tests.lakeview.memory_writer import MemoryWriter
+from tests.lakeview.test_ivm_changes import FEED, apply_python, run_epoch
+from writers.base import Epoch
+
+UTC = dt.timezone.utc
+T0 = dt.datetime(2026, 1, 1, tzinfo=UTC)
+MINUTE = 60_000_000
+SCHEMA = pa.schema([("id", pa.int64()), ("k", pa.int64()), ("x", pa.int64()), ("ts", pa.timestamp("us", tz="UTC")),
+                    ("op", pa.string()), ("seq", pa.int64())])
+COLUMNS = SCHEMA.names
+
+# view SQL -> (window size, slide in minutes or None for a global aggregate, the aggregate over
+# the rows expanded to windows, as DuckDB SQL over ``ex`` with ws/we columns): the reference.
+VIEWS = {
+    "tumbling": (
+        "SELECT window(ts, '10 minutes').start AS ws, window(ts, '10 minutes').end AS we, k, SUM(x) AS s, COUNT(*) AS n, "
+        "MIN(x) AS lo FROM src GROUP BY window(ts, '10 minutes'), k",
+        (10, 10),
+        "SELECT ws, we, k, SUM(x) AS s, COUNT(*) AS n, MIN(x) AS lo FROM ex GROUP BY ws, we, k",
+    ),
+    "hopping": (
+        "SELECT window.start AS ws, COUNT(*) AS n, AVG(x) AS a, COUNT(DISTINCT k) AS d FROM src WHERE x > -20 "
+        "GROUP BY window(ts, '10 minutes', '5 minutes')",
+        (10, 5),
+        "SELECT ws, COUNT(*) AS n, AVG(x) AS a, COUNT(DISTINCT k) AS d FROM ex WHERE x > -20 GROUP BY ws",
+    ),
+    "hopping_uneven": (
+        "SELECT window(ts, '10 minutes', '4 minutes').end AS we, k, MAX(x) AS hi, SUM(x) AS s FROM src "
+        "GROUP BY k, window(ts, '10 minutes', '4 minutes')",
+        (10, 4),
+        "SELECT we, k, MAX(x) AS hi, SUM(x) AS s FROM ex GROUP BY we, k",
+    ),
+    "global": (
+        "SELECT COUNT(*) AS n, SUM(x) AS s, COUNT(x) AS nx, AVG(x) AS a, MAX(x) AS hi, COUNT(DISTINCT k) AS d FROM src WHERE k IS NOT NULL",
+        None,
+        "SELECT COUNT(*) AS n, SUM(x) AS s, COUNT(x) AS nx, AVG(x) AS a, MAX(x) AS hi, COUNT(DISTINCT k) AS d FROM ex WHERE k IS NOT NULL",
+    ),
+}
+
+
+def _duck(sql: str, **tables: pa.Table) -> pa.Table:
+    con = duckdb.connect()
+    for name, table in tables.items():
+        con.register(name, table)
+    return con.execute(sql).to_arrow_table()
+
+
+def expanded(rows: list[dict], window: tuple[int, int] | None) -> pa.Table:
+    """Each row once per window it is in (start <= ts < end, epoch-aligned), by plain arithmetic."""
+    fields = [*SCHEMA, pa.field("ws", pa.timestamp("us", tz="UTC")), pa.field("we", pa.timestamp("us", tz="UTC"))]
+    out = []
+    for row in rows:
+        if window is None:
+            out.append({**row, "ws": None, "we": None})
+            continue
+        if row["ts"] is None:
+            continue
+        size, slide = window[0] * MINUTE, window[1] * MINUTE
+        t = int((row["ts"] - dt.datetime(1970, 1, 1, tzinfo=UTC)) / dt.timedelta(microseconds=1))
+        start = t - t % slide
+        while start + size > t:
+            begin = dt.datetime(1970, 1, 1, tzinfo=UTC) + dt.timedelta(microseconds=start)
+            out.append({**row, "ws": begin, "we": begin + dt.timedelta(microseconds=size)})
+            start -= slide
+    return pa.Table.from_pylist(out, schema=pa.schema(fields))
+
+
+def reference(name: str, rows: list[dict]) -> pa.Table:
+    _, window, sql = VIEWS[name]
+    return _duck(sql, ex=expanded(rows, window))
+
+
+def maintainer(sql: str, feed=FEED) -> ViewMaintainer:
+    plan = plan_view("v", sql)
+    assert isinstance(plan, KeyedAggregatePlan)
+    state = [MemoryWriter() for _ in range(1 + len(plan.multisets))]
+    if feed is None:
+        return ViewMaintainer(plan=plan, view=MemoryWriter(), state=state)
+    return ViewMaintainer(plan=plan, view=MemoryWriter(), state=state, feed=feed, mirror=MemoryWriter(), source_columns=COLUMNS)
+
+
+# --- plan: accepted and refused forms ---------------------------------------------------
+
+
+def test_window_forms_plan_to_keyed_aggregates_keyed_by_the_window_bounds() -> None:
+    tumbling = plan_view("v", VIEWS["tumbling"][0])
+    assert tumbling.keys == ("ws", "we", "k") and tumbling.window is not None
+    assert (tumbling.window.size_us, tumbling.window.slide_us, tumbling.window.windows_per_row) == (10 * MINUTE, 10 * MINUTE, 1)
+    hopping = plan_view("v", VIEWS["hopping"][0])
+    assert hopping.keys == ("ws",) and hopping.window.windows_per_row == 2 and hopping.window.is_hopping
+    assert plan_view("v", VIEWS["hopping_uneven"][0]).window.windows_per_row == 3
+    lower = plan_view("v", "select WINDOW(o.ts, '1 hour').start as h, count(*) as n from orders o group by WINDOW(o.ts, '1 hour')")
+    assert lower.keys == ("h",) and lower.window.time_column == "o.ts"
+    assert parse_interval("1 hour 30 minutes") == 90 * MINUTE and parse_interval("interval 500 milliseconds") == 500_000
+
+
+def test_global_aggregate_plans_with_an_empty_key() -> None:
+    plan = plan_view("v", "SELECT COUNT(*) AS n, SUM(amount) AS total FROM orders WHERE amount > 0")
+    assert isinstance(plan, KeyedAggregatePlan) and plan.keys == () and not plan.view_is_state(append_only=True)
+
+
+@pytest.mark.parametrize(
+    ("sql", "message"),
+    [
+        ("SELECT session_window(ts, '5 minutes').start AS s, COUNT(*) AS n FROM o\nGROUP BY session_window(ts, '5 minutes')",
+         "session windows (session_window) are not supported (line 1); nearest supported form: a tumbling window"),
+        ("SELECT k,\n  window(ts, '5 minutes').start AS s FROM o",
+         "window(ts, '5 minutes') needs GROUP BY window(...) (an event-time window groups rows) (line 2); nearest supported form: GROUP BY window(ts"),
+        ("SELECT window.start AS s, COUNT(*) AS n FROM o GROUP BY k", "needs GROUP BY window(...)"),
+        ("SELECT window(ts, '5 minutes') AS w, COUNT(*) AS n FROM o\nGROUP BY window(ts, '5 minutes')",
+         "select the window's bounds, not the window struct"),
+        ("SELECT k, COUNT(*) AS n FROM o\nGROUP BY k, window(ts, '5 minutes')",
+         "select the bounds of window(ts, '5 minutes'): they are the view's key (line 2); nearest supported form: SELECT window(ts, '5 minutes').start AS window_start"),
+        ("SELECT window(ts, '5 parsecs').start AS s, COUNT(*) AS n FROM o GROUP BY window(ts, '5 parsecs')", "'5 parsecs' is not an interval"),
+        ("SELECT window(ts, '5 minutes', '10 minutes').start AS s, COUNT(*) AS n FROM o GROUP BY window(ts, '5 minutes', '10 minutes')",
+         "the slide must be positive and at most the window size"),
+        ("SELECT window(ts, '5 minutes', '1 minute', '30 seconds').start AS s, COUNT(*) AS n FROM o "
+         "GROUP BY window(ts, '5 minutes', '1 minute', '30 seconds')", "no start offset"),
+        ("SELECT window(ts, '1 hour').start AS s, COUNT(*) AS n FROM o GROUP BY window(ts, '5 minutes')", "differs from GROUP BY window(ts, '5 minutes')"),
+        ("SELECT COUNT(*) AS n FROM o\nHAVING COUNT(*) > 2", "HAVING on a global aggregate (no GROUP BY) is not supported (line 2)"),
+        ("SELECT k, COUNT(*) AS n FROM o", "'k' is neither aggregated nor in GROUP BY"),
+    ],
+)
+def test_unsupported_window_forms_name_the_construct_line_and_nearest_form(sql: str, message: str) -> None:
+    with pytest.raises(UnsupportedSQLError, match=message.replace("(", r"\(").replace(")", r"\)").replace(".", r"\.").replace("'", "'")):
+        plan_view("v", sql)
+
+
+# --- change feeds: inserts, updates, deletes --------------------------------------------
+
+change = st.tuples(
+    st.sampled_from(["I", "I", "U", "D"]),
+    st.integers(0, 7),  # id
+    st.one_of(st.none(), st.integers(0, 2)),  # k
+    st.one_of(st.none(), st.integers(-30, 30)),  # x
+    st.one_of(st.none(), st.integers(0, 40)),  # ts: minutes after T0 (NULL: in no window)
+)
+epochs = st.lists(st.lists(change, max_size=8), min_size=1, max_size=3)
+
+
+@pytest.mark.parametrize("name", list(VIEWS))
+@settings(max_examples=4, deadline=None)
+@given(history=epochs)
+def test_windowed_and_global_views_over_a_change_feed_equal_recompute_after_every_epoch(name: str, history: list[list[tuple]]) -> None:
+    m = maintainer(VIEWS[name][0])
+    current: dict[int, dict] = {}
+    seq = 0
+    for number, changes in enumerate(history):
+        rows = []
+        for op, id_, k, x, minutes in changes:
+            seq += 1
+            ts = None if minutes is None else T0 + dt.timedelta(minutes=minutes, seconds=id_)
+            rows.append({"id": id_, "k": k, "x": x, "ts": ts, "op": op, "seq": seq})
+        for row in rows:
+            apply_python(current, row)
+        run_epoch(m, number, pa.Table.from_pylist(rows, schema=SCHEMA))
+        expected = reference(name, list(current.values()))
+        view = m.view.rows if m.view.rows is not None and m.view.rows.num_columns else expected.schema.empty_table()
+        if name == "global" and m.view.rows is None:
+            continue  # no epoch had a row yet: the view's table is still empty
+        result = compare(view, expected)
+        assert result.equal, f"epoch {number}: {result.describe()}"
+
+
+def test_global_aggregate_over_no_rows_is_one_row_with_count_0_and_sum_null() -> None:
+    m = maintainer(VIEWS["global"][0])
+    run_epoch(m, 0, pa.Table.from_pylist([{"id": 1, "k": 1, "x": 5, "ts": T0, "op": "I", "seq": 1}], schema=SCHEMA))
+    assert m.view.rows.to_pylist() == [{"n": 1, "s": 5, "nx": 1, "a": 5.0, "hi": 5, "d": 1}]
+    run_epoch(m, 1, pa.Table.from_pylist([{"id": 1, "k": None, "x": None, "ts": None, "op": "D", "seq": 2}], schema=SCHEMA))
+    assert m.view.rows.to_pylist() == [{"n": 0, "s": None, "nx": 0, "a": None, "hi": None, "d": 0}]
+    # a batch whose rows the WHERE drops still leaves the row (nothing to add)
+    run_epoch(m, 2, pa.Table.from_pylist([{"id": 2, "k": None, "x": 3, "ts": T0, "op": "I", "seq": 3}], schema=SCHEMA))
+    assert m.view.rows.to_pylist() == [{"n": 0, "s": None, "nx": 0, "a": None, "hi": None, "d": 0}]
+
+
+# --- append-only input with a watermark ---------------------------------------------------
+
+WATERMARKED = "hopping"
+DELAY = "10 minutes"
+
+
+def run_watermarked_epoch(m: ViewMaintainer, wm: Watermark, number: int, rows: list[dict]) -> list[dict]:
+    """What the pipeline does per batch with a watermark (DuckDB in place of Spark): set the
+    late rows aside, stamp the watermark, fold the rest in, drop closed windows' state.
+    Returns the late rows."""
+    applied = wm.for_epoch(number)
+    table = pa.Table.from_pylist(rows, schema=SCHEMA)
+    late_sql = wm.late_sql(applied, "duckdb")
+    late = _duck(f"SELECT * FROM b WHERE {late_sql}", b=table).to_pylist() if late_sql else []
+    good = _duck(f"SELECT * FROM b WHERE NOT coalesce({late_sql}, false)", b=table) if late_sql else table
+    plan = m.plan
+    batch_max = _duck(f"SELECT max(epoch_us(ts)) AS t FROM b WHERE {plan.where or 'TRUE'}", b=good).column("t")[0].as_py()
+    stamps = {**wm.advance(number, applied, batch_max), LATE: str(len(late))}
+    weighted = _duck("SELECT *, 1::INTEGER AS __lv_w FROM g", g=good)
+    m.apply_zset(Epoch(view="v", number=number, frontier={}, stamps=stamps), weighted, closed_before_us=applied)
+    return late
+
+
+def on_time_rows(batches: list[list[dict]], delay: int) -> list[dict]:
+    """The watermark rule replayed independently: a row is late when older than the greatest
+    event time consumed in earlier batches minus the delay."""
+    kept, high = [], None
+    for rows in batches:
+        mark = None if high is None else high - delay
+        consumed = [r for r in rows if mark is None or r["ts"] is None or _us(r["ts"]) >= mark]
+        kept += consumed
+        seen = [_us(r["ts"]) for r in consumed if r["ts"] is not None and r["x"] is not None and r["x"] > -20]
+        high = max([*seen, *([high] if high is not None else [])], default=None)
+    return kept
+
+
+def _us(ts: dt.datetime) -> int:
+    return int((ts - dt.datetime(1970, 1, 1, tzinfo=UTC)) / dt.timedelta(microseconds=1))
+
+
+arrival = st.lists(st.lists(st.tuples(st.integers(0, 2), st.integers(-30, 30), st.integers(0, 90)), max_size=8), min_size=1, max_size=5)
+
+
+@settings(max_examples=6, deadline=None)
+@given(history=arrival)
+def test_watermarked_hopping_window_equals_recompute_over_on_time_rows_and_keeps_only_open_windows(history) -> None:
+    m = maintainer(VIEWS[WATERMARKED][0], feed=None)
+    delay = delay_us(DELAY)
+    wm = Watermark(delay, "ts")
+    batches: list[list[dict]] = []
+    late_total = 0
+    for number, batch in enumerate(history):
+        rows = [{"id": i, "k": k, "x": x, "ts": T0 + dt.timedelta(minutes=minutes), "op": "I", "seq": i} for i, (k, x, minutes) in enumerate(batch)]
+        batches.append(rows)
+        applied = wm.for_epoch(number)
+        late_total += len(run_watermarked_epoch(m, wm, number, rows))
+        expected = reference(WATERMARKED, on_time_rows(batches, delay))
+        view = m.view.rows if m.view.rows is not None and m.view.rows.num_columns else expected.schema.empty_table()
+        result = compare(view, expected)
+        assert result.equal, f"epoch {number}: {result.describe()}"
+        state = m.state[0].rows
+        if applied is not None and state is not None and state.num_rows:
+            ends = [_us(r["ws"]) + 10 * MINUTE for r in state.to_pylist()]
+            assert min(ends) > applied, "state of a window closed by the watermark was kept"
+    assert late_total == sum(len(b) for b in batches) - len(on_time_rows(batches, delay))
+
+
+def test_watermark_recovered_from_the_last_commit_applies_the_same_rule_to_a_replayed_epoch() -> None:
+    m = maintainer(VIEWS[WATERMARKED][0], feed=None)
+    wm = Watermark(delay_us(DELAY), "ts")
+    def rows(*minutes: int) -> list[dict]:
+        return [{"id": i, "k": 1, "x": 1, "ts": T0 + dt.timedelta(minutes=m), "op": "I", "seq": i} for i, m in enumerate(minutes)]
+
+    run_watermarked_epoch(m, wm, 0, rows(60))
+    assert run_watermarked_epoch(m, wm, 1, rows(55)) == []  # the watermark is 60 - 10 = 50
+    late = run_watermarked_epoch(m, wm, 2, rows(30, 70))
+    assert [r["ts"] for r in late] == [T0 + dt.timedelta(minutes=30)]
+    recovered = Watermark.recover(delay_us(DELAY), "ts", [w.last_commit() for w in [m.view, *m.state]])
+    assert recovered.for_epoch(2) == wm.applied_us  # a replay of epoch 2 gets epoch 2's watermark
+    assert recovered.for_epoch(3) == _us(T0 + dt.timedelta(minutes=70)) - delay_us(DELAY)
+    assert m.view.last_commit().extra[LATE] == "1"
