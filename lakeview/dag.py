@@ -27,11 +27,8 @@ def _plan(project: ProjectConfig, view: str) -> AppendPlan | KeyedAggregatePlan:
 
 def upstream_of(project: ProjectConfig, view: str) -> str | None:
     """The view ``view`` reads from, or None when it reads a declared source."""
-    config = project.views[view]
-    if not config.materialize:
-        return None  # an inline view is published, never maintained
-    source = _plan(project, view).sources[0]
-    return source if source in project.views and source not in project.sources else None
+    read = _views_read(project, view)  # an inline view is published, never maintained: none
+    return read[0] if read else None
 
 
 def downstreams_of(project: ProjectConfig, view: str) -> list[str]:
@@ -92,6 +89,14 @@ def check_dag(project: ProjectConfig) -> None:
                               f"reads the inline view {upstream!r} (materialize = false), which keeps no changes to read; "
                               f"set materialize = true on {upstream!r} or read its sources")
         plan = _plan(project, name)
+        if len(plan.sources) > 1:
+            raise ConfigError(project.file, f"views.{name}.sql",
+                              f"a JOIN or UNION ALL reading the view {upstream!r} is not supported yet; nearest supported "
+                              "form: join or union the base sources, then read that view")
+        if len(_plan(project, upstream).sources) > 1:
+            raise ConfigError(project.file, f"views.{name}.sql",
+                              f"reading the JOIN or UNION ALL view {upstream!r} is not supported yet; nearest supported "
+                              "form: read the base sources directly")
         if plan.is_append and getattr(plan, "star", False):
             raise ConfigError(project.file, f"views.{name}.sql",
                               f"SELECT * over the view {upstream!r} is not supported; name the columns")
@@ -109,21 +114,19 @@ def check_dag(project: ProjectConfig) -> None:
                 )
 
 
-def _cycle_from(project: ProjectConfig, view: str) -> list[str] | None:
-    """The cycle reached by following upstreams from ``view``, as ``[a, b, a]``; None if none."""
-    path: list[str] = []
-    current: str | None = view
-    while current is not None:
-        if current in path:
-            return [*path[path.index(current):], current]
-        path.append(current)
-        current = _reads_view(project, current)
+def _cycle_from(project: ProjectConfig, view: str, path: tuple[str, ...] = ()) -> list[str] | None:
+    """A cycle reached by following the views ``view`` reads, as ``[a, b, a]``; None if none."""
+    if view in path:
+        return [*path[path.index(view):], view]
+    for upstream in _views_read(project, view):
+        cycle = _cycle_from(project, upstream, (*path, view))
+        if cycle:
+            return cycle
     return None
 
 
-def _reads_view(project: ProjectConfig, view: str) -> str | None:
-    """The (materialized) view ``view`` reads, if any."""
+def _views_read(project: ProjectConfig, view: str) -> list[str]:
+    """The (declared) views a materialized view reads, in the order its SQL names them."""
     if not project.views[view].materialize:
-        return None
-    source = _plan(project, view).sources[0]
-    return source if source in project.views and source not in project.sources else None
+        return []
+    return [s for s in _plan(project, view).sources if s in project.views and s not in project.sources]

@@ -178,6 +178,10 @@ class DeltaWriter(SnapshotWriter):
             props, commit = stamp(0)
             write_deltalake(table, rows, mode="append", storage_options=self.storage_options, commit_properties=commit)
             return self._record(props)
+        if not change.key:  # the empty key (a global aggregate's one row): the rows replace the table's
+            props, commit = stamp(table.to_pyarrow_dataset().count_rows() if table.version() > 0 else 0)
+            write_deltalake(table, rows, mode="overwrite", storage_options=self.storage_options, commit_properties=commit)
+            return self._record(props)
         source = _merge_source(rows, change, schema)
         # The deleted row count is only known after the merge, and commit info is written by it:
         # stamp with the count of stored rows the touched keys match (what the merge removes).

@@ -132,3 +132,11 @@ def test_consumed_files_are_those_of_committed_batches(tmp_path: Path) -> None:
 def test_check_dag_accepts_a_project_without_views_over_views(tmp_path: Path) -> None:
     text = CHAIN.split("[views.big_products]")[0] + '[views.plain]\nsql = "SELECT order_id FROM orders"\n'
     check_dag(load_project(write(tmp_path, text)))
+
+
+def test_a_join_reading_a_view_is_refused(tmp_path: Path) -> None:
+    text = CHAIN + (
+        '\n[views.joined]\nsql = "SELECT o.order_id, o.quantity, l.amount FROM orders o JOIN order_lines l ON o.order_id = l.order_id"\n'
+    )
+    message = error_for(tmp_path, text)
+    assert "views.joined.sql" in message and "JOIN or UNION ALL reading the view 'order_lines' is not supported yet" in message

@@ -81,3 +81,18 @@ def test_keyed_deletes_remove_rows_in_the_same_snapshot(lake, unique_name: str) 
     assert record is not None and record.rows_deleted == 3 and record.rows_inserted == 1
     assert rows(lake.read(writer)) == [(1, 10)]
     assert lake.commits(writer) == 2
+
+
+def test_empty_key_replaces_the_one_row_and_stamps_read_back(lake, unique_name: str) -> None:
+    """A global aggregate's view has the empty key: each commit's row replaces the table's row."""
+    schema = pa.schema([("n", pa.int64()), ("total", pa.int64())])
+    writer = lake.writer(unique_name)
+    writer.ensure_table(schema, (), {})
+    writer.commit(Epoch(unique_name, 0, {}), Change(pa.table({"n": [2], "total": [30]}), ()))
+    assert writer.lookup(pa.table({"n": [0]}).select([])).to_pylist() == [{"n": 2, "total": 30}]
+    record = writer.commit(Epoch(unique_name, 1, {}, stamps={"lakeview.watermark-us": "5"}), Change(pa.table({"n": [0], "total": pa.array([None], pa.int64())}), ()))
+    assert record is not None and record.rows_deleted == 1
+    assert lake.read(writer).to_pylist() == [{"n": 0, "total": None}]
+    assert lake.read_duckdb(writer) == [(0, None)]
+    assert writer.last_commit().extra == {"lakeview.watermark-us": "5"}
+    assert lake.commits(writer) == 2
