@@ -24,7 +24,6 @@ from lakeview.groups import groups_of
 from spark_jobs.pipeline import ViewPipeline
 from writers.base import CommitRecord
 from writers.group import IcebergGroupWriter, StagedWriter
-from writers.iceberg import IcebergWriter
 
 if TYPE_CHECKING:
     from pyiceberg.catalog.rest import RestCatalog
@@ -69,7 +68,7 @@ class GroupPipeline:
         return next(iter(self.pipelines.values())).source
 
     def _staged(self, view: str, name: str) -> StagedWriter:
-        writer = StagedWriter(IcebergWriter(self.catalog, self.project.views[view].namespace, name))
+        writer = StagedWriter(self.catalog, self.project.views[view].namespace, name)
         self.tables[name] = writer
         self.owners[name] = view
         return writer
@@ -89,7 +88,7 @@ class GroupPipeline:
         """
         for pipeline in self.pipelines.values():
             pipeline.prepare_tables()
-        self.writer = IcebergGroupWriter(self.catalog, self.group, {n: w.writer for n, w in self.tables.items()}, self.owners)
+        self.writer = IcebergGroupWriter(self.catalog, self.group, dict(self.tables), self.owners)
         epochs = {name: (r.epoch if (r := w.last_commit()) is not None else None) for name, w in self.tables.items()}
         distinct = set(epochs.values())
         if len(distinct) > 1:
@@ -157,7 +156,7 @@ class GroupPipeline:
         # Every member stamps the same frontier (one source, one offset log); take the view's own
         # epoch when there is one, for its rows in / quarantined counts.
         epoch = next((held[v][0] for v in self.pipelines if v in held), next(iter(held.values()))[0])
-        records = self.writer.commit(epoch, {name: change for name, (_, change) in held.items()})
+        records = self.writer.commit(epoch, {name: change for name, (_, change) in held.items()})  # rows or executor-written files
         if records is None:
             return {}
         log.info("group %s: committed epoch %s to %s tables in one transaction", self.group, epoch_id, len(records))

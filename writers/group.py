@@ -14,13 +14,13 @@ import json
 import logging
 import time
 
-import pyarrow as pa
 from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.table import CommitTableRequest, TableIdentifier
 
 from lakeview.errors import CommitConflictError, WriterError
-from writers.base import Change, CommitRecord, Epoch, SnapshotWriter, backoff_s
+from writers.base import Change, CommitRecord, Epoch, backoff_s
 from writers.iceberg import IcebergWriter, last_commit_of
+from writers.staged_files import WrittenFile, stage_iceberg_files
 
 log = logging.getLogger("lakeview.writers.group")
 MAX_ATTEMPTS = 8
@@ -47,16 +47,17 @@ class IcebergGroupWriter:
         epochs = [last_commit_of(w.table()) for w in self.members.values()]
         return None if any(e is None for e in epochs) else min(e.epoch for e in epochs)  # type: ignore[union-attr]
 
-    def commit(self, epoch: Epoch, changes: dict[str, Change]) -> dict[str, CommitRecord] | None:
+    def commit(self, epoch: Epoch, changes: dict[str, Change | list[WrittenFile]]) -> dict[str, CommitRecord] | None:
         """Commit every member's change for ``epoch`` atomically: all members move, or none.
 
-        Returns None when the epoch is already committed or every change is empty. ``epoch.view``
-        is ignored (each member's snapshot names its own view).
+        A change is a :class:`Change` or the data files Spark's executors wrote for an append
+        (:mod:`writers.staged_files`). Returns None when the epoch is already committed or every
+        change is empty. ``epoch.view`` is ignored (each member's snapshot names its own view).
         """
         unknown = set(changes) - set(self.members)
         if unknown:
             raise WriterError(f"group {self.group!r}: {sorted(unknown)} are not members")
-        if all(change.is_empty for change in changes.values()):
+        if all(_is_empty(change) for change in changes.values()):
             return None
         for attempt in range(1, MAX_ATTEMPTS + 1):
             done = self.last_epoch()
@@ -70,8 +71,12 @@ class IcebergGroupWriter:
                 member_epoch = Epoch(
                     self.owners.get(view, view), epoch.number, epoch.frontier, epoch.rows_in, epoch.newest_input_ms, epoch.rows_quarantined
                 )  # fmt: skip
-                change = changes.get(view) or Change(table.schema().as_arrow().empty_table())
-                txn, properties = writer.stage(table, member_epoch, change)
+                change = changes.get(view)
+                if isinstance(change, list) and change:
+                    txn, properties = stage_iceberg_files(table, member_epoch, change)
+                else:
+                    empty = Change(table.schema().as_arrow().empty_table())
+                    txn, properties = writer.stage(table, member_epoch, change if isinstance(change, Change) else empty)
                 if table.properties.get(GROUP) != self.group:
                     txn.set_properties({GROUP: self.group})
                 namespace, name = writer.identifier
@@ -114,47 +119,36 @@ class IcebergGroupWriter:
         ) or record
 
 
-class StagedWriter(SnapshotWriter):
-    """One table of a group as its view's maintainer sees it: reads go to the table, a commit is
-    held until the group commits every table's change of the epoch in one transaction
-    (:meth:`take`). The maintainer never reads back what it committed within an epoch, so
-    holding the commit changes nothing it computes."""
+def _is_empty(change: Change | list[WrittenFile]) -> bool:
+    return not change if isinstance(change, list) else change.is_empty
 
-    def __init__(self, writer: IcebergWriter) -> None:
-        self.writer = writer
-        self.pending: tuple[Epoch, Change] | None = None
 
-    @property
-    def catalog(self) -> RestCatalog:
-        return self.writer.catalog  # type: ignore[return-value]
+class StagedWriter(IcebergWriter):
+    """One table of a group as its view's maintainer sees it: reads go to the table, a commit
+    (rows, or data files Spark's executors wrote) is held until the group commits every table's
+    change of the epoch in one transaction (:meth:`take`). The maintainer never reads back what
+    it committed within an epoch, so holding the commit changes nothing it computes."""
 
-    @property
-    def identifier(self) -> tuple[str, str]:
-        return self.writer.identifier
-
-    def table(self):  # noqa: ANN201 - pyiceberg Table
-        return self.writer.table()
-
-    def ensure_table(self, schema: pa.Schema, key: tuple[str, ...] | None, properties: dict[str, str]) -> None:
-        self.writer.ensure_table(schema, key, properties)
-
-    def add_columns(self, schema: pa.Schema) -> list[str]:
-        return self.writer.add_columns(schema)  # schema changes are not epoch data: applied at once
-
-    def last_commit(self) -> CommitRecord | None:
-        return self.writer.last_commit()
-
-    def lookup(self, keys: pa.Table) -> pa.Table:
-        return self.writer.lookup(keys)
+    def __init__(self, catalog: RestCatalog, namespace: str, name: str) -> None:
+        super().__init__(catalog, namespace, name)
+        self.pending: tuple[Epoch, Change | list[WrittenFile]] | None = None
 
     def commit(self, epoch: Epoch, change: Change) -> CommitRecord | None:
         """Hold ``change`` for the group's transaction; returns None (nothing is committed yet)."""
+        self._hold(epoch, change)
+        return None
+
+    def commit_files(self, epoch: Epoch, files: list[WrittenFile]) -> CommitRecord | None:
+        """Hold executor-written ``files`` for the group's transaction (see :meth:`commit`)."""
+        self._hold(epoch, files)
+        return None
+
+    def _hold(self, epoch: Epoch, change: Change | list[WrittenFile]) -> None:
         if self.pending is not None:
             raise WriterError(f"{'.'.join(self.identifier)}: a second commit in epoch {epoch.number}; a group stages one per table")
         self.pending = (epoch, change)
-        return None
 
-    def take(self) -> tuple[Epoch, Change] | None:
+    def take(self) -> tuple[Epoch, Change | list[WrittenFile]] | None:
         """The held commit (cleared)."""
         pending, self.pending = self.pending, None
         return pending

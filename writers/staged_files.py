@@ -23,7 +23,7 @@ from writers.base import CommitRecord, Epoch
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
-    from pyiceberg.table import Table
+    from pyiceberg.table import Table, Transaction
 
 WRITTEN_BY = "lakeview.data-files-written-by"  # "executors" on commits of executor-written files
 DATA_FILES = "lakeview.data-files"
@@ -47,6 +47,15 @@ def _stamp(epoch: Epoch, files: list[WrittenFile]) -> dict[str, str]:
 
 def append_iceberg_files(table: Table, epoch: Epoch, files: list[WrittenFile]) -> CommitRecord:
     """One ``append`` snapshot adding ``files`` (written with this table's schema and field ids)."""
+    txn, props = stage_iceberg_files(table, epoch, files)
+    committed = txn.commit_transaction()
+    current = committed.current_snapshot()
+    return CommitRecord.from_properties(props, current.snapshot_id if current else None)  # type: ignore[return-value]
+
+
+def stage_iceberg_files(table: Table, epoch: Epoch, files: list[WrittenFile]) -> tuple[Transaction, dict[str, str]]:
+    """The ``append`` of ``files`` staged in a transaction, uncommitted (a view group commits
+    several tables' staged snapshots in one catalog transaction)."""
     from pyiceberg.manifest import DataFile
 
     props = _stamp(epoch, files)
@@ -55,9 +64,7 @@ def append_iceberg_files(table: Table, epoch: Epoch, files: list[WrittenFile]) -
         for file in files:
             fields = pickle.loads(file.payload)
             snapshot.append_data_file(DataFile.from_args(**fields))
-    committed = txn.commit_transaction()
-    current = committed.current_snapshot()
-    return CommitRecord.from_properties(props, current.snapshot_id if current else None)  # type: ignore[return-value]
+    return txn, props
 
 
 def append_delta_files(table: DeltaTable, epoch: Epoch, files: list[WrittenFile]) -> dict[str, str]:

@@ -14,19 +14,22 @@ from pyiceberg.catalog.rest import RestCatalog
 from catalog_api.server import CatalogServer
 from lakeview import oracle
 from lakeview.duck import connect_catalog
+from lakeview.config import SparkConfig
 from lakeview.embedded import EmbeddedStack
 from lakeview.generator import land_json, make_orders
 from lakeview.source_log import files_up_to
 from tests.conftest import SALES_SQL
+from writers.staged_files import WRITTEN_BY
 
 NS = "group_pipeline_tests"
 STATS_SQL = "SELECT product_id, COUNT(*) AS n, AVG(quantity) AS avg_q, MAX(quantity) AS max_q FROM orders GROUP BY product_id"
 
 
-def grouped_project(make_project, name: str):
+def grouped_project(make_project, name: str, **more: dict):
     views = {
         f"{name}_sums": {"sql": SALES_SQL, "cadence": "1s", "namespace": NS, "group": name},
         f"{name}_stats": {"sql": STATS_SQL, "cadence": "1s", "namespace": NS, "group": name},
+        **{f"{name}_{suffix}": {"cadence": "1s", "namespace": NS, "group": name, **view} for suffix, view in more.items()},
     }
     return make_project(views=views), f"{name}_sums", f"{name}_stats"
 
@@ -100,7 +103,7 @@ class JoiningReader:
 
 def assert_group_matches_recompute(tables: dict[str, object], project, views: tuple[str, ...], files: int) -> None:
     histories = {name: epochs_of(table) for name, table in tables.items()}
-    assert len(tables) == 4, "two views, the AVG/COUNT view's group state and its MAX multiset"
+    assert len(tables) == len(views) + 2, "the views, the AVG/COUNT view's group state and its MAX multiset"
     reference = histories[views[0]]
     for name, history in histories.items():
         assert history == sorted(set(history)), f"{name}: an epoch applied twice: {history}"
@@ -142,7 +145,11 @@ def test_grouped_views_commit_together_while_duckdb_joins_them(spark, catalog_se
 
 def test_group_restart_continues_without_applying_an_epoch_twice(spark, catalog_server: CatalogServer, make_project, unique_name: str) -> None:
     group = unique_name[-40:]
-    project, sums, stats = grouped_project(make_project, group)
+    # A third member, an append view: batches past driver_rows_max are written by Spark's
+    # executors, and their data files join the group's transaction too.
+    project, sums, stats = grouped_project(make_project, group, big={"sql": "SELECT order_id, product_id, quantity FROM orders WHERE quantity >= 2"})
+    project = project.model_copy(update={"spark": SparkConfig(driver_rows_max=60)})
+    big = f"{group}_big"
     landing = project.source_path("orders")
     stack = EmbeddedStack(project, catalog_uri=catalog_server.uri)
     stack.start_views(spark=spark)
@@ -154,7 +161,9 @@ def test_group_restart_continues_without_applying_an_epoch_twice(spark, catalog_
         tables = group_tables(stack, group)
     finally:
         stack.stop_views()
-    assert_group_matches_recompute(tables, project, (sums, stats), files=2)
+    assert_group_matches_recompute(tables, project, (sums, stats, big), files=2)
+    written_by = [summary(s).get(WRITTEN_BY) for s in tables[big].snapshots()]
+    assert written_by == ["executors", None], "the 80-order batch was written by executors, the 40-order one by the driver"
 
     # Stopped: more files land; a new stack continues from the group's checkpoint.
     land_json(landing, "c.json", make_orders(30, seed=3, first_id=201))
@@ -166,7 +175,7 @@ def test_group_restart_continues_without_applying_an_epoch_twice(spark, catalog_
         tables = group_tables(stack, group)
     finally:
         stack.stop_views()
-    assert_group_matches_recompute(tables, project, (sums, stats), files=4)
+    assert_group_matches_recompute(tables, project, (sums, stats, big), files=4)
     for name, table in tables.items():
         assert summary(table.current_snapshot())["lakeview.rows-in"] == "50", f"{name}: only the files landed while stopped were read"
 
@@ -186,4 +195,4 @@ def test_group_restart_continues_without_applying_an_epoch_twice(spark, catalog_
     finally:
         stack.stop_views()
     assert {name: len(t.snapshots()) for name, t in tables.items()} == before, "the replayed epoch was skipped by every table"
-    assert_group_matches_recompute(tables, project, (sums, stats), files=4)
+    assert_group_matches_recompute(tables, project, (sums, stats, big), files=4)
