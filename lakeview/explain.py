@@ -67,6 +67,8 @@ def explain(project: ProjectConfig, view: str) -> str:
             key, state = fkey, [f"{ns}.{mirror_table_name(view)} (current row per key)"] if feed else []
         else:
             lines.append(f"  {next(step)}. write: append, one snapshot per epoch")
+            lines.append(f"       a batch of more than {project.spark.driver_rows_max} input rows ([spark] driver_rows_max): its data files "
+                         "are written by the Spark executors, the driver commits only their metadata")
             key, state = "none (append-only)", []
         return "\n".join(lines + [f"key: {key}", f"state: {'; '.join(state) or 'none'}"] + _published(project, view))
     assert isinstance(plan, KeyedAggregatePlan)
@@ -92,6 +94,9 @@ def explain(project: ProjectConfig, view: str) -> str:
         if feed:
             state.append(f"{ns}.{mirror_table_name(view)} (current row per feed key)")
     lines.append(f"  {next(step)}. write: upsert/delete by key, one snapshot per epoch (state tables first, the view, then the mirror)")
+    bound = project.spark.max_files_per_trigger
+    lines.append("       the batch's delta is merged in the driver: at most " + (f"{bound} new files per batch ([spark] max_files_per_trigger)"
+                 if bound else "everything landed since the last batch (unbounded: set [spark] max_files_per_trigger)"))
     return "\n".join(lines + [f"key: {', '.join(plan.keys)}", "state: " + "; ".join(state)] + _published(project, view))
 
 

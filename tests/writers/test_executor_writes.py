@@ -213,3 +213,22 @@ def test_crash_between_executor_writes_and_commit_replays_without_duplicates(fmt
         assert report.orphans_deleted >= len(orphans), report
         assert data_files() == committed
         assert_equals_recompute(project, view, server.uri)
+
+
+def test_explain_states_where_each_view_kind_holds_its_delta(make_project) -> None:
+    from lakeview.explain import explain
+
+    project = make_project(views={"appended": {"sql": SQL}, "sums": {"sql": "SELECT product_id, SUM(quantity) AS q FROM orders GROUP BY product_id"}})
+    bounded = project.model_copy(update={"spark": SparkConfig(driver_rows_max=1000, max_files_per_trigger=20)})
+    assert "more than 1000 input rows ([spark] driver_rows_max): its data files are written by the Spark executors" in explain(bounded, "appended")
+    assert "at most 20 new files per batch ([spark] max_files_per_trigger)" in explain(bounded, "sums")
+    assert "unbounded: set [spark] max_files_per_trigger" in explain(project, "sums")
+
+
+@pytest.mark.parametrize(("spark_conf", "key"), [({"driver_rows_max": -1}, "spark.driver_rows_max"), ({"max_files_per_trigger": 0}, "spark.max_files_per_trigger")])
+def test_bad_bounds_name_the_key(spark_conf: dict, key: str) -> None:
+    from lakeview.errors import ConfigError
+
+    with pytest.raises(ConfigError) as raised:
+        parse_project({"spark": spark_conf})
+    assert raised.value.key == key
