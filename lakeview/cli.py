@@ -302,7 +302,6 @@ def verify(
 ) -> None:
     """Recompute VIEW from its sources at the committed frontier (DuckDB) and compare with the snapshot."""
     from lakeview import oracle, tables
-    from lakeview.source_log import files_up_to
 
     config = _load(project)
     config.require_view(view)
@@ -320,12 +319,11 @@ def verify(
         if not comparison.equal:
             raise typer.Exit(1)
         return
-    source = oracle.plan_view(view, config.views[view].sql).sources[0]
-    files = files_up_to(config.checkpoint_path(view), record.frontier.get(source, {}).get("log_offset"))
+    files = oracle.frontier_files(config, view, record.frontier)  # per source (joins and unions read several)
     from lakeview.progress import work_progress
 
     # Three steps, each over all files or rows at once (the recompute is one DuckDB query).
-    with work_progress(f"verify {view}: read snapshot, recompute {len(files)} files, compare", total=3, unit="steps") as progress:
+    with work_progress(f"verify {view}: read snapshot, recompute {sum(map(len, files.values()))} files, compare", total=3, unit="steps") as progress:
         stored = tables.read_rows(config, view, record.snapshot_id)
         progress.advance()
         expected = oracle.recompute(config, view, files)

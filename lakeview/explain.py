@@ -24,6 +24,10 @@ def explain(project: ProjectConfig, view: str) -> str:
     """The plan of ``view`` as a human-readable text."""
     config = project.views[view]
     plan = plan_view(view, config.sql, config.dialect)
+    if plan.kind in ("join", "union"):  # several sources: lakeview.explain_combined
+        from lakeview.explain_combined import explain_combined
+
+        return explain_combined(project, view, plan)  # type: ignore[arg-type]
     source_name = plan.sources[0]
     upstream = upstream_of(project, view)  # a view over a view reads the upstream's change files
     upstream_key = view_key(project, upstream) if upstream else None

@@ -27,50 +27,86 @@ def landed_files(directory: Path) -> list[Path]:
     return sorted(p for p in directory.rglob("*") if p.is_file() and not p.name.startswith((".", "_")))
 
 
-def recompute(project: ProjectConfig, view: str, files: list[Path] | None = None) -> pa.Table:
-    """The view's full result over ``files`` (default: every landed file of its source).
+def recompute(project: ProjectConfig, view: str, files: list[Path] | dict[str, list[Path]] | None = None) -> pa.Table:
+    """The view's full result over ``files`` (default: every landed file of its sources; a
+    view over several sources takes a list per source).
 
     Rows the pipeline quarantines are left out the same way (JSON lines that do not parse or
     whose values do not fit the schema, rows missing a required column, change rows with an
     unknown operation); a change feed is first reduced to its current rows (the newest change
     per key by the sequence column; deleted keys dropped).
     """
-    from lakeview.evolution import with_evolved_sources
-
-    project = with_evolved_sources(project)  # new_columns = "evolve": the schema the pipeline reads
     config = project.views[view]
     plan = plan_view(view, config.sql, config.dialect)
-    source_name = plan.sources[0]
-    source = project.sources[source_name]
-    files = landed_files(project.source_path(source_name)) if files is None else files
+    if not isinstance(files, dict):
+        files = {plan.sources[0]: files} if files is not None else {}
     con = connect()
     try:
-        columns = duckdb_columns(source.schema_)
-        if not files:
-            cols = ", ".join(f'NULL::{t} AS "{n}"' for n, t in columns.items())
-            relation = f"SELECT {cols} WHERE FALSE"
-        elif source.images is not None:
-            relation = _read_images(files, columns, source.images.before, source.images.after)
-        else:
-            relation = _read(SourceFormat(source.format.reader_format), files, columns)
-        good = [f'"{c}" IS NOT NULL' for c in source.required]
-        if source.changes is not None:
-            feed = source.changes
-            op = _duck(operation_sql(feed))
-            good.append(f"({op}) IS NOT NULL")
-            keys = ", ".join(f'"{k}"' for k in feed.key)
-            names = ", ".join(f'"{n}"' for n in columns)
-            relation = (
-                f"SELECT {names} FROM (SELECT *, {op} AS __lv_op, ROW_NUMBER() OVER (PARTITION BY {keys} ORDER BY "
-                f'"{feed.sequence}" DESC) AS __lv_rn FROM ({relation}) WHERE {" AND ".join(good)}) '
-                f"WHERE __lv_rn = 1 AND __lv_op <> 'delete'"
-            )
-        elif good:
-            relation = f"SELECT * FROM ({relation}) WHERE {' AND '.join(good)}"
-        con.execute(f'CREATE TEMP VIEW "{source_name}" AS {relation}')
-        return con.execute(_duck(plan.sql)).to_arrow_table()
+        for source_name in plan.sources:
+            found = files.get(source_name)
+            chosen = landed_files(project.source_path(source_name)) if found is None else found
+            relation = _source_relation(project, source_name, chosen)
+            if config.watermark:  # late rows left out: the rule replayed batch by batch (lakeview.watermark)
+                relation = _on_time(con, project, view, plan, chosen, lambda fs, s=source_name: _source_relation(project, s, fs))
+            con.execute(f'CREATE TEMP VIEW "{source_name}" AS {relation}')
+        # a windowed view's SQL reads its source expanded to windows (lakeview.windows)
+        sql = plan.batch_sql({s: s for s in plan.sources}, "duckdb") if getattr(plan, "window", None) is not None else _duck(plan.sql)
+        return con.execute(sql).to_arrow_table()
     finally:
         con.close()
+
+
+def _on_time(con, project: ProjectConfig, view: str, plan, files: list[Path], relation_of) -> str:
+    from lakeview.watermark import Watermark, delay_us, event_column, on_time_relation
+
+    config = project.views[view]
+    wm = Watermark(delay_us(config.watermark), event_column(plan, config.event_time) or "")
+    where = _duck(f"SELECT 1 WHERE {plan.where}").split(" WHERE ", 1)[1] if plan.where else None
+    return on_time_relation(con, project.checkpoint_path(view), files, relation_of, wm, plan.alias, where)
+
+
+def frontier_files(project: ProjectConfig, view: str, frontier: dict) -> dict[str, list[Path]]:
+    """Per source, the files a commit's frontier reached (Spark's file log in the view's
+    checkpoint: ``sources/<i>`` for the i-th source of the view's one query)."""
+    from lakeview.source_log import logged_files
+
+    config = project.views[view]
+    checkpoint = project.checkpoint_path(view)
+    found: dict[str, list[Path]] = {}
+    for index, source in enumerate(plan_view(view, config.sql, config.dialect).sources):
+        position = frontier.get(source) or {}
+        log_offset = position.get("log_offset")
+        logged = logged_files(checkpoint, int(position.get("index", index))) if log_offset is not None else []
+        found[source] = [f.path for f in logged if f.batch <= log_offset]
+    return found
+
+
+def _source_relation(project: ProjectConfig, source_name: str, files: list[Path]) -> str:
+    """DuckDB SQL: a source's current rows over ``files``, as the pipeline sees them."""
+    source = project.sources[source_name]
+    columns = duckdb_columns(source.schema_)
+    if not files:
+        cols = ", ".join(f'NULL::{t} AS "{n}"' for n, t in columns.items())
+        relation = f"SELECT {cols} WHERE FALSE"
+    elif source.images is not None:
+        relation = _read_images(files, columns, source.images.before, source.images.after)
+    else:
+        relation = _read(SourceFormat(source.format.reader_format), files, columns)
+    good = [f'"{c}" IS NOT NULL' for c in source.required]
+    if source.changes is not None:
+        feed = source.changes
+        op = _duck(operation_sql(feed))
+        good.append(f"({op}) IS NOT NULL")
+        keys = ", ".join(f'"{k}"' for k in feed.key)
+        names = ", ".join(f'"{n}"' for n in columns)
+        relation = (
+            f"SELECT {names} FROM (SELECT *, {op} AS __lv_op, ROW_NUMBER() OVER (PARTITION BY {keys} ORDER BY "
+            f'"{feed.sequence}" DESC) AS __lv_rn FROM ({relation}) WHERE {" AND ".join(good)}) '
+            f"WHERE __lv_rn = 1 AND __lv_op <> 'delete'"
+        )
+    elif good:
+        relation = f"SELECT * FROM ({relation}) WHERE {' AND '.join(good)}"
+    return relation
 
 
 def _duck(spark_sql: str) -> str:

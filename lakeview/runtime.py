@@ -83,19 +83,21 @@ def read_runtime(project: ProjectConfig, view: str) -> ViewRuntime | None:
         return None
 
 
-def count_pending_files(project: ProjectConfig, view_source: str, checkpoint: Path) -> tuple[int, int]:
-    """(landed files the view's query has not taken in yet, files it has)."""
+def count_pending_files(project: ProjectConfig, view_source: str | tuple[str, ...], checkpoint: Path) -> tuple[int, int]:
+    """(landed files the view's query has not taken in yet, files it has), over every source
+    it reads (a join or UNION ALL view reads several; source i's file log is ``sources/i``)."""
     from lakeview.source_log import logged_files
 
-    landing = project.source_path(view_source)
-    seen = {str(f.path) for f in logged_files(checkpoint)}
     landed = 0
     pending = 0
-    if landing.exists():
-        for entry in landing.rglob("*"):
-            if entry.is_file() and not entry.name.startswith((".", "_")):
-                landed += 1
-                pending += str(entry) not in seen
+    for index, name in enumerate((view_source,) if isinstance(view_source, str) else view_source):
+        landing = project.source_path(name)
+        seen = {str(f.path) for f in logged_files(checkpoint, index)}
+        if landing.exists():
+            for entry in landing.rglob("*"):
+                if entry.is_file() and not entry.name.startswith((".", "_")):
+                    landed += 1
+                    pending += str(entry) not in seen
     return pending, landed - pending
 
 
@@ -118,13 +120,13 @@ class RuntimePublisher:
         self,
         project: ProjectConfig,
         queries: dict[str, Any],
-        sources: dict[str, str],
+        sources: dict[str, str | tuple[str, ...]],
         *,
         extra: Callable[[str], dict[str, Any]] | None = None,
     ) -> None:
         self.project = project
         self.queries = queries  # view -> StreamingQuery (live dict of the stack)
-        self.sources = sources  # view -> its source name
+        self.sources = sources  # view -> its source name (a tuple of names for a view over several)
         self.extra = extra
         self.started_at_ms = now_ms()
         self.host = socket.gethostname()
@@ -186,9 +188,11 @@ class RuntimePublisher:
         """Pending/processed files, recounted only when the landing directory or Spark's
         file-source log changed (listing both and parsing the log is not free on long
         histories), and at least every ``RECOUNT_MS`` (files landing in subdirectories)."""
-        landing = self.project.source_path(self.sources[view])
-        log_dir = self.project.checkpoint_path(view) / "sources" / "0"
-        key = tuple(p.stat().st_mtime_ns if p.exists() else 0 for p in (landing, log_dir))
+        names = self.sources[view]
+        names = (names,) if isinstance(names, str) else names  # a join or UNION ALL view reads several
+        checkpoint = self.project.checkpoint_path(view)
+        watched = [self.project.source_path(n) for n in names] + [checkpoint / "sources" / str(i) for i in range(len(names))]
+        key = tuple(p.stat().st_mtime_ns if p.exists() else 0 for p in watched)
         cached = self._counts.get(view)
         if cached is None or cached[1] != key or at - cached[0] >= RECOUNT_MS:
             pending, processed = count_pending_files(self.project, self.sources[view], self.project.checkpoint_path(view))

@@ -44,6 +44,16 @@ T = TypeVar("T")
 class ViewPipeline:
     """Keeps one view fresh: ``prepare()`` once, then ``start()``."""
 
+    def __new__(cls, spark: SparkSession, project: ProjectConfig, view: str, *args, **kwargs):  # type: ignore[no-untyped-def]
+        # A join or UNION ALL view reads several sources: spark_jobs.multi_source keeps it.
+        if cls is ViewPipeline:
+            from spark_jobs.multi_source import combined_pipeline
+
+            combined = combined_pipeline(spark, project, view, *args, **kwargs)
+            if combined is not None:
+                return combined
+        return super().__new__(cls)
+
     def __init__(
         self,
         spark: SparkSession,

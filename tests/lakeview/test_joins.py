@@ -240,3 +240,29 @@ def test_replayed_epoch_after_a_crash_between_commits_changes_nothing() -> None:
             run_epoch(m, number, batches)
         result = compare(m.view.rows, clean.view.rows)
         assert result.equal, f"crash after table {crash_after}: {result.describe()}"
+
+
+def test_explain_shows_the_join_operator_its_state_and_key(tmp_path) -> None:
+    from lakeview.config import parse_project
+    from lakeview.explain import explain
+
+    data = {
+        "sources": {
+            "orders": {"format": "json", "path": "o", "schema": "order_id BIGINT, product_id BIGINT, amount DOUBLE"},
+            "products": {"format": "json", "path": "p", "schema": "product_id BIGINT, category STRING, op STRING, seq BIGINT",
+                         "changes": {"operation": "op", "key": ["product_id"], "sequence": "seq"}},
+        },
+        "views": {
+            "by_category": {"sql": SALES_BY_CATEGORY, "namespace": "shop"},
+            "enriched": {"sql": "SELECT o.order_id, p.category FROM orders o LEFT JOIN products p ON o.product_id = p.product_id"},
+            "both": {"sql": "SELECT order_id AS id FROM orders UNION ALL SELECT product_id FROM products"},
+        },
+    }
+    project = parse_project(data, file=str(tmp_path / "lakeview.toml"), root=tmp_path)
+    text = explain(project, "by_category")
+    assert "join orders ⋈ products (inner) ON o.product_id = p.product_id" in text
+    assert "shop.__lv_state_by_category_join_o (key product_id" in text and "shop.__lv_state_by_category_src_products" in text
+    assert "aggregate GROUP BY p.category" in text and "SUM(o.amount)" in text and text.splitlines()[-2] == "key: category"
+    left = explain(project, "enriched")
+    assert "LEFT: a left row is NULL-extended" in left and "key: order_id, category" in left
+    assert "UNION ALL of 2 projections" in explain(project, "both")

@@ -1,0 +1,281 @@
+"""One streaming query for a view over several sources (a join or a UNION ALL).
+
+Spark unions the per-source file streams into one (each source's columns prefixed
+``__lv_s<i>_`` plus a ``__lv_src`` tag), so one trigger reads what arrived in *every* source
+and one epoch (the batch id) covers them all; Spark's offset log holds one position per
+source, in source order, and each source keeps its own file log (``sources/<i>``). Per epoch,
+each source's part of the batch is quarantined as usual and turned into its input (a change
+feed's newest change per key, an image feed's Z-set, an append stream's rows with weight +1);
+:class:`lakeview.combine.CombinedMaintainer` does the rest. :class:`CombinedPipeline` has the
+same surface as :class:`~spark_jobs.pipeline.ViewPipeline`, which hands such views to it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+
+from lakeview.changefeed import OP, images_sql, latest_sql, operation_sql
+from lakeview.combine import CombinedMaintainer, side_table_names, source_mirror_name
+from lakeview.ivm import state_table_names
+from lakeview.joins import JoinPlan, joined_column, sql_over_sources
+from lakeview.plan import WEIGHT, KeyedAggregatePlan, plan_view
+from lakeview.schema import parse_ddl
+from lakeview.source_log import logged_files
+from lakeview.union import UnionPlan
+from spark_jobs import faults
+from spark_jobs.quarantine import CORRUPT, FILE, Quarantine
+from writers.base import CommitRecord, Epoch, SnapshotWriter
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+    from lakeview.config import ProjectConfig
+
+log = logging.getLogger("lakeview.pipeline")
+SOURCE_TAG = "__lv_src"
+
+
+def combined_pipeline(spark: SparkSession, project: ProjectConfig, view: str, *args, **kwargs) -> CombinedPipeline | None:
+    """The pipeline of a join or UNION ALL view; None for a view over one source."""
+    config = project.views[view]
+    if plan_view(view, config.sql, config.dialect).kind not in ("join", "union"):
+        return None
+    return CombinedPipeline(spark, project, view, *args, **kwargs)
+
+
+class CombinedPipeline:
+    """Keeps one join or UNION ALL view fresh: ``prepare()`` once, then ``start()``."""
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        project: ProjectConfig,
+        view: str,
+        writer: SnapshotWriter,
+        on_commit: Callable[[CommitRecord], None] | None = None,
+        state_writer: Callable[[str], SnapshotWriter] | None = None,
+    ) -> None:
+        self.spark = spark
+        self.project = project
+        self.view = view
+        self.config = project.views[view]
+        plan = plan_view(view, self.config.sql, self.config.dialect)
+        assert isinstance(plan, (JoinPlan, UnionPlan))
+        self.plan = plan
+        self.writer = writer
+        self.on_commit = on_commit
+        self.checkpoint = project.checkpoint_path(view)
+        self._state_writer = state_writer or self._iceberg_state_writer
+        self.configs = {s: project.sources[s] for s in plan.sources}
+        feeds = {s: c.changes for s, c in self.configs.items() if c.changes is not None}
+        deleting = {s for s, c in self.configs.items() if c.changes is not None or c.images is not None}
+        self.maintainer = CombinedMaintainer(plan=plan, view=writer, feeds=feeds, deleting=deleting)  # type: ignore[arg-type]
+        self.quarantines = {s: Quarantine(project, s, view) for s in plan.sources}
+        self._last_epoch: int | None = None
+        self.timings: dict[str, float] = {}
+        self.last_write: dict[str, object] = {}
+
+    @property
+    def source(self) -> tuple[str, ...]:
+        """Every source the view reads (``ViewPipeline.source`` is one name): pending-file
+        counts (lakeview.runtime) go over all of them."""
+        return self.plan.sources
+
+    @property
+    def sources(self) -> tuple[str, ...]:
+        return self.plan.sources
+
+    def _iceberg_state_writer(self, name: str) -> SnapshotWriter:
+        from spark_jobs.pipeline import ViewPipeline
+
+        return ViewPipeline._iceberg_state_writer(self, name)  # type: ignore[arg-type]
+
+    # --- schemas (Spark's analysis over empty batches) ------------------------------------
+    def _empty(self, source: str, weighted: bool = False) -> DataFrame:
+        from pyspark.sql import functions as F
+
+        empty = self.spark.createDataFrame([], schema=self.configs[source].schema_)
+        return empty.withColumn(WEIGHT, F.lit(1).cast("int")) if weighted else empty
+
+    def _relations(self, weighted: bool = False) -> dict[str, str]:
+        names = {}
+        for source in self.sources:
+            names[source] = f"__lv_{self.view}_{source}_schema"
+            self._empty(source, weighted).createOrReplaceTempView(names[source])
+        return names
+
+    def _arrow_schema(self, df: DataFrame) -> pa.Schema:
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        return to_arrow_schema(df.schema)
+
+    def output_schema(self) -> pa.Schema:
+        return self._arrow_schema(self.spark.sql(sql_over_sources(self.plan.sql, self._relations())))
+
+    def _combined_relation(self) -> str:
+        """An empty weighted relation shaped like the join's or union's output, for the top's schemas."""
+        relations = self._relations(weighted=True)
+        if isinstance(self.plan, JoinPlan):
+            cols = [f"{s.alias}.`{c}` AS `{joined_column(s.alias, c)}`" for s in self.plan.sides for c in s.columns]
+            a, b = self.plan.sides
+            sql = f"SELECT {', '.join(cols)}, CAST(1 AS INT) AS {WEIGHT} FROM {relations[a.source]} AS {a.alias} CROSS JOIN {relations[b.source]} AS {b.alias}"
+            df = self.spark.sql(sql)
+        else:
+            df = self.spark.sql(self.plan.union_sql(relations, "spark")).toDF(*self.plan.columns, WEIGHT)
+        name = f"__lv_{self.view}_combined_schema"
+        df.createOrReplaceTempView(name)
+        return name
+
+    def prepare(self) -> None:
+        """Create the view's, its operators' and its mirrors' tables; reconcile Spark's checkpoint."""
+        from lakeview.inline import sql_properties
+        from spark_jobs.pipeline import ViewPipeline
+
+        for source in self.sources:
+            self.project.source_path(source).mkdir(parents=True, exist_ok=True)
+        m = self.maintainer
+        properties = {"lakeview.sql": self.config.sql, "lakeview.cadence": str(self.config.cadence)}
+        properties.update(sql_properties(self.config.sql, self.config.dialect))
+        self.writer.ensure_table(self.output_schema(), m.view_key, properties)
+        owned = {"lakeview.state-of": self.view}
+        top = self.plan.top
+        if isinstance(top, KeyedAggregatePlan):
+            rel = self._combined_relation()
+            schemas = [self._arrow_schema(self.spark.sql(top.group_delta_sql(rel)))]
+            schemas += [self._arrow_schema(self.spark.sql(top.multiset_delta_sql(i, rel))) for i in range(len(top.multisets))]
+            m.state = [self._state_writer(name) for name in state_table_names(self.view, top)]
+            m.state_schemas = schemas
+            for i, (writer, schema) in enumerate(zip(m.state, schemas)):
+                writer.ensure_table(schema, top.keys if i == 0 else (*top.keys, "__lv_v"), owned)
+        if isinstance(self.plan, JoinPlan):
+            m.sides = [self._state_writer(name) for name in side_table_names(self.view, self.plan)]
+            for writer, side in zip(m.sides, self.plan.sides):
+                df = self._empty(side.source).selectExpr(*[f"`{c}`" for c in side.columns], "CAST(0 AS BIGINT) AS __lv_n")
+                writer.ensure_table(self._arrow_schema(df), side.columns, owned)
+        for source, feed in m.feeds.items():
+            schema = self._arrow_schema(self._empty(source))
+            m.mirrors[source] = self._state_writer(source_mirror_name(self.view, source))
+            m.mirrors[source].ensure_table(schema, tuple(feed.key), owned)
+        m.source_columns = {s: [c.name for c in parse_ddl(self.configs[s].schema_)] for s in self.sources}
+        ViewPipeline.reconcile_checkpoint(self)  # type: ignore[arg-type]
+
+    # --- streaming ----------------------------------------------------------------------
+    def source_stream(self) -> DataFrame:
+        """Every source's file stream, tagged and prefixed, as one stream."""
+        from pyspark.sql import functions as F
+
+        from lakeview.config import SourceFormat
+
+        streams = []
+        for index, source in enumerate(self.sources):
+            config = self.configs[source]
+            reader = self.spark.readStream.format(config.format.reader_format).schema(self.quarantines[source].read_schema())
+            if config.format is SourceFormat.CSV:
+                reader = reader.option("header", "true")
+            if config.format.reader_format in ("json", "csv"):
+                reader = reader.option("mode", "PERMISSIVE").option("columnNameOfCorruptRecord", CORRUPT)
+            stream = reader.load(str(self.project.source_path(source))).selectExpr("*", f"_metadata.file_path AS {FILE}")
+            columns = [F.col(f"`{c}`").alias(f"__lv_s{index}_{c}") for c in stream.columns]
+            streams.append(stream.select(*columns, F.lit(index).alias(SOURCE_TAG)))
+        combined = streams[0]
+        for stream in streams[1:]:
+            combined = combined.unionByName(stream, allowMissingColumns=True)
+        return combined
+
+    def start(self, available_now: bool = False) -> StreamingQuery:
+        faults.install(self)  # type: ignore[arg-type]
+        writer = (
+            self.source_stream().writeStream.queryName(f"lakeview_{self.view}")
+            .option("checkpointLocation", str(self.checkpoint))
+            .foreachBatch(self._process)
+        )
+        if available_now or self.config.cadence.is_manual:
+            writer = writer.trigger(availableNow=True)
+        else:
+            writer = writer.trigger(processingTime=self.config.cadence.spark_trigger)
+        return writer.start()
+
+    def _process(self, batch: DataFrame, epoch_id: int) -> None:
+        faults.point("reading", epoch_id)
+        started = time.perf_counter()
+        batch = batch.persist()
+        try:
+            record = self._process_batch(batch, epoch_id)
+        finally:
+            batch.unpersist()
+        self.timings["total_s"] = time.perf_counter() - started
+        faults.point("after_commit", epoch_id)
+        if record is not None:
+            log.info("%s: committed epoch %s as snapshot %s", self.view, epoch_id, record.snapshot_id)
+            if self.on_commit is not None:
+                self.on_commit(record)
+
+    def _process_batch(self, batch: DataFrame, epoch_id: int) -> CommitRecord | None:
+        from pyspark.sql import functions as F
+
+        from spark_jobs.pipeline import collect_arrow
+
+        spark = batch.sparkSession  # temp views of a foreachBatch live in the batch's session
+        started = time.perf_counter()
+        frontier, newest_ms = self._frontier(epoch_id)
+        inputs: dict[str, pa.Table] = {}
+        rows_in = quarantined = 0
+        for index, source in enumerate(self.sources):
+            config = self.configs[source]
+            prefix = f"__lv_s{index}_"
+            part = batch.where(F.col(SOURCE_TAG) == index).select(
+                *[F.col(f"`{c}`").alias(c[len(prefix):]) for c in batch.columns if c.startswith(prefix)])
+            if config.changes is not None:
+                part = part.selectExpr("*", f"{operation_sql(config.changes)} AS {OP}")
+            good, count, bad = _split(self.quarantines[source], part, epoch_id, OP if config.changes is not None else None)
+            rows_in, quarantined = rows_in + count, quarantined + bad
+            good = good.drop(CORRUPT, FILE)
+            name = f"__lv_{self.view}_{source}_batch"
+            good.createOrReplaceTempView(name)
+            columns = [c.name for c in parse_ddl(config.schema_)]
+            if config.changes is not None:
+                inputs[source] = collect_arrow(spark.sql(latest_sql(config.changes, name)).drop("__lv_rn"))
+            elif config.images is not None:
+                inputs[source] = collect_arrow(spark.sql(images_sql(config.images, columns, name)))
+            else:
+                inputs[source] = collect_arrow(good.select(*[F.col(f"`{c}`") for c in columns]).withColumn(WEIGHT, F.lit(1).cast("int")))
+        self.timings = {"spark_read_quarantine_s": time.perf_counter() - started}
+        epoch = Epoch(view=self.view, number=epoch_id, frontier=frontier, rows_in=rows_in, newest_input_ms=newest_ms,
+                      rows_quarantined=quarantined)
+        faults.current_epoch = epoch_id
+        started = time.perf_counter()
+        record = self.maintainer.apply(epoch, inputs)
+        self.timings["maintain_s"] = time.perf_counter() - started
+        return record
+
+    def _frontier(self, epoch_id: int) -> tuple[dict[str, object], int | None]:
+        """Every source's position this epoch reaches (one line per source in Spark's offset
+        log, in source order) and the newest input file's arrival time."""
+        offsets = self.checkpoint / "offsets" / str(epoch_id)
+        lines = offsets.read_text().splitlines() if offsets.exists() else []
+        frontier: dict[str, object] = {}
+        newest: int | None = None
+        for index, source in enumerate(self.sources):
+            line = lines[2 + index] if len(lines) > 2 + index else "-"
+            position = json.loads(line) if line.strip() not in ("", "-") else {}
+            log_offset = position.get("logOffset") if isinstance(position, dict) else None
+            files = [f for f in logged_files(self.checkpoint, index) if f.batch == log_offset] if log_offset is not None else []
+            newest = max([newest or 0, *(f.modified_ms for f in files)]) or newest
+            frontier[source] = {"log_offset": log_offset, "files": len(files), "index": index}
+        return frontier, newest
+
+
+def _split(quarantine: Quarantine, part: DataFrame, epoch_id: int, operation: str | None) -> tuple[DataFrame, int, int]:
+    """(good rows, their count, rows set aside), whichever shape ``Quarantine.split`` returns."""
+    result = quarantine.split(part, epoch_id, operation=operation)
+    if isinstance(result, tuple):
+        good, bad = result
+        return good, good.count(), bad
+    return result.good, result.rows_in, result.quarantined
