@@ -5,15 +5,20 @@ with the problem named; change files are named, read back and pruned once consum
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from lakeview.config import load_project
 from lakeview.dag import chain_of, check_dag, downstreams_of, topological_order, upstream_of, view_key
 from lakeview.errors import ConfigError
 from lakeview.explain import explain
-from lakeview.view_changes import change_file_name, consumed_files, parse_change_file, upstream_position
+from lakeview.view_changes import ChangePublisher, change_file_name, consumed_files, parse_change_file, upstream_position
+from writers.base import Change, Epoch
+from writers.delta import DeltaWriter
 
 CHAIN = """
 [sources.orders]
@@ -140,3 +145,55 @@ def test_a_join_reading_a_view_is_refused(tmp_path: Path) -> None:
     )
     message = error_for(tmp_path, text)
     assert "views.joined.sql" in message and "JOIN or UNION ALL reading the view 'order_lines' is not supported yet" in message
+
+
+def _integrated(directory: Path) -> Counter:
+    """The rows all published change files add up to (weights summed per row)."""
+    total: Counter = Counter()
+    for path in sorted(directory.glob("epoch-*.parquet")):
+        for row in pq.read_table(path).to_pylist():
+            weight = row.pop("__lv_w")
+            total[tuple(sorted(row.items()))] += weight
+    return +total
+
+
+def test_publisher_starts_from_the_table_then_publishes_each_missed_epoch_once(tmp_path: Path) -> None:
+    """A real Delta upstream: the first publication is the whole table (a reader declared after
+    the upstream ran), then every committed epoch not yet published, oldest first; the files
+    add up to the table; files a reader's checkpoint committed are pruned."""
+    project = load_project(write(tmp_path, CHAIN))
+    writer = DeltaWriter(str(tmp_path / "lake" / "order_lines"), "order_lines")
+    writer.ensure_table(pa.schema([("order_id", pa.int64()), ("amount", pa.float64())]), ("order_id",), {})
+
+    def commit(epoch: int, ids: list[int], amounts: list[float], deletes: list[int] = ()) -> None:
+        gone = pa.table({"order_id": pa.array(list(deletes), pa.int64())}) if deletes else None
+        writer.commit(Epoch("order_lines", epoch, {}), Change(pa.table({"order_id": ids, "amount": amounts}), ("order_id",), gone))
+
+    def table_rows() -> Counter:
+        return Counter(tuple(sorted(r.items())) for r in writer.table().to_pyarrow_table().to_pylist())
+
+    commit(0, [1, 2, 3], [1.0, 2.0, 3.0])
+    commit(1, [2], [20.0], deletes=[3])
+    publisher = ChangePublisher(project, "order_lines", writer)
+    assert publisher.downstreams == ["product_sales"]
+    assert publisher.publish() == [1], "no mark yet: the table as of its last commit, in one file"
+    assert _integrated(publisher.directory) == table_rows()
+    assert publisher.publish() == [], "nothing new: nothing published twice"
+    commit(2, [4], [4.0])
+    commit(3, [1], [10.0], deletes=[4])  # two epochs committed, neither published (a crash)
+    assert publisher.publish() == [2, 3]
+    assert _integrated(publisher.directory) == table_rows()
+    names = sorted(p.name for p in publisher.directory.glob("epoch-*.parquet"))
+    assert [parse_change_file(n)[0] for n in names] == [1, 2, 3]
+
+    # The reader's checkpoint committed the batch that read the first two files: they go.
+    checkpoint = project.checkpoint_path("product_sales")
+    (checkpoint / "sources" / "0").mkdir(parents=True)
+    (checkpoint / "offsets").mkdir()
+    (checkpoint / "commits").mkdir()
+    entries = [json.dumps({"path": f"file://{publisher.directory / n}", "timestamp": 0, "batchId": 0}) for n in names[:2]]
+    (checkpoint / "sources" / "0" / "0").write_text("v1\n" + "\n".join(entries) + "\n")
+    (checkpoint / "offsets" / "0").write_text('v1\n{}\n{"logOffset":0}\n')
+    (checkpoint / "commits" / "0").write_text("v1\n{}\n")
+    assert sorted(p.name for p in publisher.prune()) == names[:2]
+    assert sorted(p.name for p in publisher.directory.glob("epoch-*.parquet")) == names[2:]

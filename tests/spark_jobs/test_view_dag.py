@@ -15,9 +15,11 @@ import sys
 from pathlib import Path
 
 import pyarrow as pa
+from typer.testing import CliRunner
 
 from lakeview import oracle, tables
 from lakeview.chain_oracle import expected_rows, over_rows
+from lakeview.cli import app
 from lakeview.config import parse_project
 from lakeview.embedded import EmbeddedStack
 from tests.spark_jobs.test_changes import land
@@ -122,8 +124,8 @@ def refresh_in_subprocess(project_dir: Path, view: str, fault: str) -> int:
 
 def refresh_in_process(spark, project, views: list[str]) -> None:
     """`lakeview refresh VIEW` for each view in turn, on the shared Spark session."""
-    for view in views:
-        with EmbeddedStack(project, port=0) as stack:
+    with EmbeddedStack(project, port=0) as stack:
+        for view in views:
             stack.start_views([view], spark=spark, available_now=True)
             stack.queries[view].awaitTermination()
 
@@ -156,3 +158,8 @@ def test_crash_between_upstream_commit_and_publication(spark, tmp_path: Path) ->
     assert_chain_equals_recompute(project, (lines, sales, big), "after the restart")
     published = json.loads((project.changes_path(lines) / "_published.json").read_text())
     assert published["epoch"] == 1
+
+    # `lakeview verify` on the top of the chain recomputes it from the base source.
+    result = CliRunner().invoke(app, ["verify", big, "-p", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert "equal" in result.output and f"files of orders -> {lines}@epoch 1 -> {sales}@epoch 1 -> {big}@epoch" in result.output
