@@ -193,3 +193,25 @@ def _has(writer: SnapshotWriter, epoch: Epoch) -> bool:
     last = writer.last_commit()
     return last is not None and last.epoch >= epoch.number
 
+
+
+def check_combined_view(plan: JoinPlan | UnionPlan, project) -> str | None:  # type: ignore[no-untyped-def]
+    """What is wrong with a join or UNION ALL view over its declared sources, or None."""
+    from lakeview.schema import parse_ddl
+
+    for source in plan.sources:
+        if source in project.views:
+            return (f"a {plan.kind.upper().replace('UNION', 'UNION ALL')} over the view {source!r} is not supported yet; "
+                    "nearest supported form: join or union the declared sources it reads")
+        config = project.sources.get(source)
+        if config is None:
+            return None  # reported by the check that names the declared sources
+        if config.changes is not None and config.images is not None:
+            return f"source {source!r}: declare either [changes] (an operation column) or [images] (before/after), not both"
+    if isinstance(plan, JoinPlan):
+        for side in plan.sides:
+            columns = {c.name.lower() for c in parse_ddl(project.sources[side.source].schema_)}
+            missing = [c for c in side.columns if c.lower() not in columns]
+            if missing:
+                return f"{', '.join(f'{side.alias}.{c}' for c in missing)}: not in the schema of source {side.source!r}"
+    return None

@@ -421,6 +421,11 @@ def _check_views(config: ProjectConfig) -> None:
                     f"reads {source!r}, which is not a declared source (declared: {known}) nor a view (views: {views}); "
                     f"add a [sources.{source}] table",
                 )
+        if plan.kind in ("join", "union"):  # a view over several sources: lakeview.combine
+            from lakeview.combine import check_combined_view
+
+            if problem := check_combined_view(plan, config):  # type: ignore[arg-type]
+                raise ConfigError(config.file, f"views.{name}.sql", problem)
     for name in config.sources:
         _check_name_at(config.file, f"sources.{name}", name)
     from lakeview.dag import check_dag

@@ -266,3 +266,19 @@ def test_explain_shows_the_join_operator_its_state_and_key(tmp_path) -> None:
     left = explain(project, "enriched")
     assert "LEFT: a left row is NULL-extended" in left and "key: order_id, category" in left
     assert "UNION ALL of 2 projections" in explain(project, "both")
+
+
+def test_config_names_a_join_column_missing_from_its_source(tmp_path) -> None:
+    from lakeview.config import parse_project
+    from lakeview.errors import ConfigError
+
+    data = {
+        "sources": {
+            "orders": {"format": "json", "path": "o", "schema": "order_id BIGINT, product_id BIGINT"},
+            "products": {"format": "json", "path": "p", "schema": "product_id BIGINT, category STRING"},
+        },
+        "views": {"v": {"sql": "SELECT p.categry, COUNT(*) AS n FROM orders o JOIN products p ON o.product_id = p.product_id GROUP BY p.categry"}},
+    }
+    with pytest.raises(ConfigError) as info:
+        parse_project(data, file="lakeview.toml", root=tmp_path)
+    assert str(info.value) == "lakeview.toml: views.v.sql: p.categry: not in the schema of source 'products'"
