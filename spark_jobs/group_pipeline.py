@@ -107,6 +107,8 @@ class GroupPipeline:
                 f"group {self.group}: its tables are at epoch {last} but Spark's checkpoint {self.checkpoint} is missing, "
                 "so the sources' positions are unknown; drop the group's tables to rebuild them"
             )
+        for pipeline in self.pipelines.values():
+            pipeline.publish_changes()  # for views reading a member: epochs committed before a crash
 
     def start(self, available_now: bool = False) -> StreamingQuery:
         """Start the group's one streaming query (``available_now``: what has landed, then stop)."""
@@ -142,6 +144,8 @@ class GroupPipeline:
         records = self._commit(epoch_id)
         self.timings = {"compute_s": computed - started, "commit_s": time.perf_counter() - computed}
         log.info("group %s: epoch %s timings %s", self.group, epoch_id, {k: round(v, 3) for k, v in self.timings.items()})
+        for pipeline in self.pipelines.values():
+            pipeline.publish_changes()  # after the commit, as a view alone does (lakeview.view_changes)
         for view in self.pipelines:
             record = records.get(view)
             if record is not None and self.on_commit is not None:

@@ -14,11 +14,14 @@ from pyiceberg.catalog.rest import RestCatalog
 from catalog_api.server import CatalogServer
 from lakeview import oracle
 from lakeview.duck import connect_catalog
+from lakeview.cadence import parse_cadence
 from lakeview.config import SparkConfig
 from lakeview.embedded import EmbeddedStack
 from lakeview.generator import land_json, make_orders
+from lakeview.runtime import read_runtime
 from lakeview.source_log import files_up_to
 from tests.conftest import SALES_SQL
+from tests.waiting import wait_for
 from writers.staged_files import WRITTEN_BY
 
 NS = "group_pipeline_tests"
@@ -133,6 +136,9 @@ def test_grouped_views_commit_together_while_duckdb_joins_them(spark, catalog_se
             threading.Event().wait(0.6)
         stack.queries[sums].processAllAvailable()
         tables = group_tables(stack, group)
+        for view in (sums, stats):  # each member still has its own heartbeat for `lakeview status`
+            heartbeat = wait_for(lambda v=view: (r := read_runtime(project, v)) and r.processed_files == 8 and r, what=f"{view}'s heartbeat")
+            assert heartbeat.query_active and heartbeat.pending_files == 0 and heartbeat.failed is None
     finally:
         reader.done.set()
         reader.thread.join(timeout=60)
@@ -196,3 +202,23 @@ def test_group_restart_continues_without_applying_an_epoch_twice(spark, catalog_
         stack.stop_views()
     assert {name: len(t.snapshots()) for name, t in tables.items()} == before, "the replayed epoch was skipped by every table"
     assert_group_matches_recompute(tables, project, (sums, stats, big), files=4)
+
+
+def test_refreshing_one_member_of_a_manual_group_refreshes_the_whole_group(spark, catalog_server: CatalogServer, make_project, unique_name: str) -> None:
+    group = unique_name[-40:]
+    project, sums, stats = grouped_project(make_project, group)
+    project = project.model_copy(
+        update={"views": {name: view.model_copy(update={"cadence": parse_cadence("manual")}) for name, view in project.views.items()}}
+    )
+    landing = project.source_path("orders")
+    land_json(landing, "a.json", make_orders(50, seed=5, first_id=1))
+    land_json(landing, "b.json", make_orders(30, seed=6, first_id=51))
+    stack = EmbeddedStack(project, catalog_uri=catalog_server.uri)
+    stack.start_views([stats], spark=spark, available_now=True)  # what `lakeview refresh STATS` does
+    try:
+        stack.queries[stats].awaitTermination()
+        tables = group_tables(stack, group)
+    finally:
+        stack.stop_views()
+    assert_group_matches_recompute(tables, project, (sums, stats), files=2)
+    assert {name: epochs_of(table) for name, table in tables.items()} == {name: [0] for name in tables}, "one snapshot per table"
