@@ -187,7 +187,9 @@ class DeltaWriter(SnapshotWriter):
         # stamp with the count of stored rows the touched keys match (what the merge removes).
         deleted = self.lookup(change.touched_keys()).num_rows if table.version() > 0 else 0
         props, commit = stamp(deleted)
-        predicate = " AND ".join(f't."{k}" IS NOT DISTINCT FROM s."{k}"' for k in change.key)
+        # Each term parenthesized: delta-rs's parser binds `x IS NOT DISTINCT FROM y AND ...` wrongly
+        # ("Int64 AND Boolean"), which broke every key of two or more columns.
+        predicate = " AND ".join(f'(t."{k}" IS NOT DISTINCT FROM s."{k}")' for k in change.key)
         columns = {f'"{name}"': f's."{name}"' for name in schema.names}
         metrics = (
             table.merge(source, predicate=predicate, source_alias="s", target_alias="t", commit_properties=commit)

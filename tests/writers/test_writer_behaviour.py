@@ -96,3 +96,18 @@ def test_empty_key_replaces_the_one_row_and_stamps_read_back(lake, unique_name: 
     assert lake.read_duckdb(writer) == [(0, None)]
     assert writer.last_commit().extra == {"lakeview.watermark-us": "5"}
     assert lake.commits(writer) == 2
+
+
+def test_keys_of_two_columns_upsert_and_delete(lake, unique_name: str) -> None:
+    """A key of two columns (a multi-column GROUP BY, or a value multiset keyed by (group, value)
+    as MIN/MAX/COUNT DISTINCT keep it): upserts and deletes match on both, null-safe."""
+    schema = pa.schema([("g", pa.int64()), ("v", pa.float64()), ("n", pa.int64())])
+    writer = lake.writer(unique_name)
+    writer.ensure_table(schema, ("g", "v"), {})
+    writer.commit(Epoch(unique_name, 0, {}), Change(pa.table({"g": [1, 1, 2, None], "v": [1.0, 2.0, 1.0, 1.0], "n": [1, 1, 1, 1]}), ("g", "v")))
+    writer.commit(
+        Epoch(unique_name, 1, {}),
+        Change(pa.table({"g": [1, None], "v": [1.0, 1.0], "n": [5, 7]}), ("g", "v"), deletes=pa.table({"g": [2], "v": [1.0]})),
+    )
+    stored = sorted(((r["g"], r["v"], r["n"]) for r in lake.read(writer).to_pylist()), key=repr)
+    assert stored == sorted([(1, 1.0, 5), (1, 2.0, 1), (None, 1.0, 7)], key=repr)
