@@ -232,3 +232,18 @@ def test_bad_bounds_name_the_key(spark_conf: dict, key: str) -> None:
     with pytest.raises(ConfigError) as raised:
         parse_project({"spark": spark_conf})
     assert raised.value.key == key
+
+
+def test_max_files_per_trigger_bounds_each_keyed_batch(spark, catalog_server: CatalogServer, make_project, unique_name: str) -> None:
+    view = unique_name
+    sql = "SELECT product_id, SUM(quantity) AS total, COUNT(*) AS n FROM orders GROUP BY product_id"
+    project = make_project(views={view: {"sql": sql, "namespace": NAMESPACE, "cadence": "manual"}})
+    project = project.model_copy(update={"spark": SparkConfig(max_files_per_trigger=1)})
+    for i, count in enumerate([40, 25, 30]):
+        land_json(project.source_path("orders"), f"{i:03d}.json", make_orders(count, seed=60 + i, first_id=1 + 100 * i))
+    pipeline = ViewPipeline(spark, project, view, make_writer(project, view, catalog_server.uri))
+    pipeline.prepare()
+    pipeline.start(available_now=True).awaitTermination()
+    # One landed file per batch (in Spark's order): each delta the driver merged came from one file.
+    assert sorted(c.rows_in for c in tables.commit_history(project, view)) == [25, 30, 40]
+    assert_equals_recompute(project, view, catalog_server.uri)
