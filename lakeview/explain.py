@@ -6,6 +6,7 @@ from __future__ import annotations
 from lakeview.changefeed import mirror_table_name
 from lakeview.config import ProjectConfig
 from lakeview.dag import downstreams_of, upstream_of, view_key
+from lakeview.groups import group_lines
 from lakeview.ivm import state_table_names
 from lakeview.plan import AggregateFunction, AppendPlan, KeyedAggregatePlan, plan_view
 
@@ -74,7 +75,7 @@ def explain(project: ProjectConfig, view: str) -> str:
             lines.append(f"       a batch of more than {project.spark.driver_rows_max} input rows ([spark] driver_rows_max): its data files "
                          "are written by the Spark executors, the driver commits only their metadata")
             key, state = "none (append-only)", []
-        return "\n".join(lines + [f"key: {key}", f"state: {'; '.join(state) or 'none'}"] + _published(project, view))
+        return "\n".join(lines + [f"key: {key}", f"state: {'; '.join(state) or 'none'}"] + _published(project, view) + group_lines(project, view))
     assert isinstance(plan, KeyedAggregatePlan)
     in_view = plan.view_is_state(append_only=feed is None and images is None and upstream_key is None)
     lines.append(f"  {next(step)}. aggregate GROUP BY {', '.join(plan.key_exprs)}: keyed aggregate, state looked up by touched group only")
@@ -101,7 +102,7 @@ def explain(project: ProjectConfig, view: str) -> str:
     bound = project.spark.max_files_per_trigger
     lines.append("       the batch's delta is merged in the driver: at most " + (f"{bound} new files per batch ([spark] max_files_per_trigger)"
                  if bound else "everything landed since the last batch (unbounded: set [spark] max_files_per_trigger)"))
-    return "\n".join(lines + [f"key: {', '.join(plan.keys)}", "state: " + "; ".join(state)] + _published(project, view))
+    return "\n".join(lines + [f"key: {', '.join(plan.keys)}", "state: " + "; ".join(state)] + _published(project, view) + group_lines(project, view))
 
 
 def _published(project: ProjectConfig, view: str) -> list[str]:

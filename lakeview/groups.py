@@ -49,3 +49,16 @@ def check_groups(config: ProjectConfig) -> None:
                 raise ConfigError(
                     config.file, key, f"{group!r}: reads {sources}, {members[0]} reads {first_sources}; a group shares its sources"
                 )
+
+
+def group_lines(config: ProjectConfig, view: str) -> list[str]:
+    """``lakeview explain``'s line for a grouped view: who it commits with, and how (none: no line)."""
+    group = config.views[view].group
+    if group is None:
+        return []
+    others = [name for name in groups_of(config)[group] if name != view]
+    return [
+        f"group {group}: one streaming query keeps {', '.join([view, *others])}; each epoch every table of the group (views, "
+        f"state tables, mirrors) is committed in ONE catalog transaction with one frontier (checkpoint "
+        f"_lakeview/checkpoints/group-{group}); `lakeview refresh` of any member refreshes the whole group"
+    ]

@@ -146,3 +146,19 @@ def test_group_members_must_share_format_cadence_and_sources(other: dict, proble
     with pytest.raises(ConfigError, match=problem) as raised:
         parse_project({"sources": sources, "views": views})
     assert raised.value.key == "views.w.group"
+
+
+def test_explain_says_who_a_grouped_view_commits_with(tmp_path) -> None:
+    from typer.testing import CliRunner
+
+    from lakeview.cli import app
+
+    (tmp_path / "lakeview.toml").write_text(
+        '[sources.o]\nformat = "json"\npath = "o"\nschema = "a INT, b INT"\n'
+        '[views.v]\nsql = "SELECT a, SUM(b) AS s FROM o GROUP BY a"\ngroup = "g"\n'
+        '[views.w]\nsql = "SELECT a, MAX(b) AS m FROM o GROUP BY a"\ngroup = "g"\n'
+    )
+    out = CliRunner().invoke(app, ["explain", "w", "-p", str(tmp_path)])
+    assert out.exit_code == 0, out.output
+    assert "group g: one streaming query keeps w, v;" in out.output
+    assert "ONE catalog transaction" in out.output and "refreshes the whole group" in out.output
