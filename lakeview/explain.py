@@ -58,8 +58,17 @@ def explain(project: ProjectConfig, view: str) -> str:
         )
     if images is not None:
         lines.append(f"  {next(step)}. images -> Z-set (Spark): before image weight -1, after image +1; no mirror needed")
+    if config.watermark:
+        from lakeview.watermark import event_column
+
+        lines.append(f"  {next(step)}. watermark {config.watermark} on {event_column(plan, config.event_time)}: a row older than the max event "
+                     "time consumed in committed epochs minus the delay is late -> quarantine (reason 'late: ...'), counted "
+                     "(lakeview.rows-late); recorded on each commit (lakeview.watermark-us, lakeview.max-event-time-us)")
     if plan.where:
         lines.append(f"  {next(step)}. filter WHERE {plan.where}: stateless, per weighted row")
+    window = getattr(plan, "window", None)
+    if window is not None:
+        lines.append(f"  {next(step)}. window: {window.describe()} (stateless expansion, weight carried; bounds are key columns)")
     if isinstance(plan, AppendPlan):
         lines.append(f"  {next(step)}. project {', '.join(plan.columns) or '*'}: stateless")
         if upstream_key:
@@ -78,14 +87,21 @@ def explain(project: ProjectConfig, view: str) -> str:
         return "\n".join(lines + [f"key: {key}", f"state: {'; '.join(state) or 'none'}"] + _published(project, view) + group_lines(project, view))
     assert isinstance(plan, KeyedAggregatePlan)
     in_view = plan.view_is_state(append_only=feed is None and images is None and upstream_key is None)
-    lines.append(f"  {next(step)}. aggregate GROUP BY {', '.join(plan.key_exprs)}: keyed aggregate, state looked up by touched group only")
+    if plan.keys:
+        group_by = ", ".join(dict(zip(plan.key_exprs, plan.keys)).get(e, e) if e.startswith("__lv_w") else e for e in plan.key_exprs)
+        lines.append(f"  {next(step)}. aggregate GROUP BY {group_by}: keyed aggregate, state looked up by touched group only")
+    else:
+        lines.append(f"  {next(step)}. global aggregate (no GROUP BY): one row, present also over no rows (COUNT 0, SUM NULL)")
     if in_view:
         for agg in plan.aggregates:
             lines.append(f"       {agg.column} = {agg.function.value.upper()}: merged into the stored view row (append-only input)")
         state = [f"{ns}.{view} itself (every output is mergeable)"]
     else:
         names = state_table_names(view, plan)
-        lines.append(f"       hidden row count __lv_rows: a group at 0 leaves the view ({ns}.{names[0]})")
+        if plan.keys:
+            lines.append(f"       hidden row count __lv_rows: a group at 0 leaves the view ({ns}.{names[0]})")
+        else:
+            lines.append(f"       hidden row count __lv_rows: the one state row, kept at 0 ({ns}.{names[0]})")
         for slot in plan.slots:
             where = f"{ns}.{names[0]}" if slot.multiset is None else f"{ns}.{names[slot.multiset + 1]}"
             arg = slot.argument or "*"
@@ -98,11 +114,17 @@ def explain(project: ProjectConfig, view: str) -> str:
         state += [f"{ns}.{names[i + 1]} (value multiset of {arg}: key, __lv_v, __lv_n)" for i, arg in enumerate(plan.multisets)]
         if feed:
             state.append(f"{ns}.{mirror_table_name(view)} (current row per feed key)")
-    lines.append(f"  {next(step)}. write: upsert/delete by key, one snapshot per epoch (state tables first, the view, then the mirror)")
+    if window is not None and config.watermark and not in_view:
+        state.append("state rows of windows ending at or before the watermark are deleted (bounded); their view rows stay")
+    if not plan.keys:
+        lines.append(f"  {next(step)}. write: the one row replaced, one snapshot per epoch (state tables first, the view, then the mirror)")
+    else:
+        lines.append(f"  {next(step)}. write: upsert/delete by key, one snapshot per epoch (state tables first, the view, then the mirror)")
     bound = project.spark.max_files_per_trigger
     lines.append("       the batch's delta is merged in the driver: at most " + (f"{bound} new files per batch ([spark] max_files_per_trigger)"
                  if bound else "everything landed since the last batch (unbounded: set [spark] max_files_per_trigger)"))
-    return "\n".join(lines + [f"key: {', '.join(plan.keys)}", "state: " + "; ".join(state)] + _published(project, view) + group_lines(project, view))
+    key = ", ".join(plan.keys) or "none (one row)"
+    return "\n".join(lines + [f"key: {key}", "state: " + "; ".join(state)] + _published(project, view) + group_lines(project, view))
 
 
 def _published(project: ProjectConfig, view: str) -> list[str]:

@@ -47,6 +47,7 @@ class CommitPoint:
     rows_inserted: int = 0
     rows_deleted: int = 0
     rows_quarantined: int = 0
+    rows_late: int = 0  # of the quarantined: older than the view's watermark
 
     @property
     def newest_input_ms(self) -> int:
@@ -71,6 +72,7 @@ def commit_history(snapshots: Iterable[Any]) -> list[CommitPoint]:
                 rows_inserted=int(props.get("lakeview.rows-inserted", 0)),
                 rows_deleted=int(props.get("lakeview.rows-deleted", 0)),
                 rows_quarantined=int(props.get(QUARANTINED, 0)),
+                rows_late=int(props.get("lakeview.rows-late") or 0),
             )
         )
     return sorted(points, key=lambda p: p.committed_at_ms)

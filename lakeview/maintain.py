@@ -32,6 +32,7 @@ class ViewMaintainer:
     source_columns: list[str] = field(default_factory=list)
     state_schemas: list[pa.Schema] | None = None  # to cast DuckDB-computed deltas to (Spark's types)
     feed_key: tuple[str, ...] | None = None  # the input has deletes (a change feed) keyed by these
+    closed_before_us: int | None = None  # the watermark applied to the current epoch (lakeview.watermark)
 
     def __post_init__(self) -> None:
         if self.feed is not None and self.feed_key is None:
@@ -72,9 +73,12 @@ class ViewMaintainer:
     def apply_state_deltas(
         self, epoch: Epoch, group_delta: pa.Table, multiset_deltas: list[pa.Table], closed_before_us: int | None = None
     ) -> CommitRecord | None:
-        """``closed_before_us``: the watermark applied to this epoch; state of windows ended by it is dropped."""
+        """``closed_before_us`` (default: this epoch's, set by the pipeline): the watermark applied to
+        this epoch; state of windows ended by it is dropped."""
         assert isinstance(self.plan, KeyedAggregatePlan)
         from lakeview.watermark import closed_windows
+
+        closed_before_us = self.closed_before_us if closed_before_us is None else closed_before_us
 
         stores = ViewStores(view=self.view, groups=self.state[0], multisets=self.state[1:])
         deltas = [self._cast(i + 1, d) for i, d in enumerate(multiset_deltas)]

@@ -43,6 +43,7 @@ class ViewStatus:
     rows_in_total: int = 0
     rows_out_total: int = 0
     rows_quarantined: int = 0
+    rows_late: int = 0  # of rows_quarantined: older than the watermark (lakeview.watermark)
     registrar_errors: str | None = None  # e.g. "REGISTRAR_DOWN: glue: <error>" (lakeview/registration.py)
 
     def as_dict(self) -> dict:
@@ -103,6 +104,7 @@ def view_status(project: ProjectConfig, store: Any, name: str, *, at_ms: int | N
         rows_in_total=sum(p.rows_in for p in history),
         rows_out_total=sum(p.rows_inserted for p in history),
         rows_quarantined=sum(p.rows_quarantined for p in history),
+        rows_late=sum(p.rows_late for p in history),
         state="committed",
         snapshot_id=record.snapshot_id,
         epoch=record.epoch,

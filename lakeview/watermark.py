@@ -129,3 +129,29 @@ def _iso(micros: int) -> str:
     import datetime as dt
 
     return (dt.datetime(1970, 1, 1) + dt.timedelta(microseconds=micros)).isoformat(sep=" ") + " UTC"
+
+
+def on_time_relation(con, checkpoint, files: list, relation_of: Callable[[list], str], wm: Watermark, alias: str, where: str | None) -> str:
+    """DuckDB SQL: the rows of ``files`` that were on time, for the oracle. The rule is replayed
+    batch by batch in the order Spark took the files in (its file-source log in the view's
+    checkpoint): independent of what the pipeline quarantined, so a wrong late decision shows
+    up as a difference. ``relation_of(files)`` reads files as the pipeline does; ``where`` is
+    the view's WHERE in DuckDB SQL."""
+    from lakeview.source_log import logged_files
+
+    batch_of = {str(f.path): f.batch for f in logged_files(checkpoint)}
+    batches: dict[int, list] = {}
+    for path in files:
+        batches.setdefault(batch_of.get(str(path), 1 << 62), []).append(path)  # unlogged files: after every batch
+    column = f'"{wm.column}"'
+    high: int | None = None
+    parts = []
+    for number in sorted(batches):
+        relation = relation_of(batches[number])
+        if high is not None:
+            relation = f"SELECT * FROM ({relation}) WHERE NOT coalesce(epoch_us({column}) < {high - wm.delay_us}, false)"
+        consumed = con.execute(f"SELECT max(epoch_us({column})) FROM ({relation}) AS {alias} WHERE {where or 'TRUE'}").fetchone()[0]
+        if consumed is not None:
+            high = consumed if high is None else max(high, consumed)
+        parts.append(relation)
+    return " UNION ALL ".join(f"SELECT * FROM ({p})" for p in parts) if parts else relation_of([])

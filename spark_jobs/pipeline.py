@@ -85,6 +85,10 @@ class ViewPipeline:
         self._state_writer = state_writer or self._iceberg_state_writer
         self.images = self.source_config.images
         self.maintainer = ViewMaintainer(plan=self.plan, view=writer, feed=self.feed, feed_key=self.upstream_key or feed_key(self.source_config))
+        from lakeview.watermark import Watermark, delay_us, event_column
+
+        column = event_column(self.plan, self.config.event_time)
+        self.watermark = Watermark(delay_us(self.config.watermark), column) if self.config.watermark and column else None
         self.quarantine = Quarantine(project, self.source, view)
         self._last_epoch: int | None = None
         self._reread: DataFrame | None = None  # the batch read again with an evolved schema
@@ -158,6 +162,11 @@ class ViewPipeline:
             m.mirror = self._state_writer(mirror_table_name(self.view))
             m.mirror.ensure_table(source_schema, tuple(self.feed.key), owned)
             m.source_columns = source_schema.names
+        if self.watermark is not None:  # resume the rule where the last commit left it
+            from lakeview.watermark import Watermark
+
+            wm = self.watermark
+            self.watermark = Watermark.recover(wm.delay_us, wm.column, [w.last_commit() for w in m.tables()])
 
     def reconcile_checkpoint(self) -> None:
         m = self.maintainer
@@ -274,10 +283,11 @@ class ViewPipeline:
             batch = batch.selectExpr("*", f"{operation_sql(self.feed)} AS {OP}")
         started = time.perf_counter()
         frontier, newest_ms = self._frontier(epoch_id)
+        applied = self._set_watermark(epoch_id)
         split = self.quarantine.split(batch, epoch_id, operation=OP if self.feed is not None else None, files=self._batch_paths)
         good = split.good.drop(CORRUPT, FILE)
         epoch = Epoch(view=self.view, number=epoch_id, frontier=frontier, rows_in=split.rows_in, newest_input_ms=newest_ms,
-                      rows_quarantined=split.quarantined)
+                      rows_quarantined=split.quarantined, stamps=self._advance_watermark(epoch_id, applied, good, split.late))
         self.timings = {"spark_read_quarantine_s": time.perf_counter() - started}
         faults.current_epoch = epoch_id
         m = self.maintainer
@@ -310,6 +320,31 @@ class ViewPipeline:
         group = self._spark_part(lambda: collect_arrow(spark.sql(plan.group_delta_sql(self._temp_name()))))
         values = self._spark_part(lambda: [collect_arrow(spark.sql(plan.multiset_delta_sql(i, self._temp_name()))) for i in range(len(plan.multisets))])
         return self._maintain_part(lambda: m.apply_state_deltas(epoch, group, values))
+
+    def _set_watermark(self, epoch_id: int) -> int | None:
+        """The watermark this epoch applies: late rows go to the quarantine; windows it closed
+        lose their state (lakeview.watermark)."""
+        if self.watermark is None:
+            return None
+        applied = self.watermark.for_epoch(epoch_id)
+        late = self.watermark.late_sql(applied)
+        self.quarantine.late = (late, self.watermark.reason(applied)) if late is not None and applied is not None else None
+        self.maintainer.closed_before_us = applied
+        return applied
+
+    def _advance_watermark(self, epoch_id: int, applied: int | None, good: DataFrame, late: int) -> dict[str, str]:
+        """The summary keys of this epoch's commits: the watermark applied, the max event time
+        of the rows the view consumes (on time, passing WHERE), the late row count."""
+        if self.watermark is None:
+            return {}
+        from lakeview.watermark import LATE
+
+        name = self._temp_name("_events")
+        good.createOrReplaceTempView(name)
+        where = f" WHERE {self.plan.where}" if self.plan.where else ""
+        sql = f"SELECT max(unix_micros(`{self.watermark.column}`)) AS t FROM {name} AS {self.plan.alias}{where}"
+        batch_max = self._spark_part(lambda: good.sparkSession.sql(sql).first()["t"])
+        return {**self.watermark.advance(epoch_id, applied, batch_max), LATE: str(late)}
 
     def _append_on_executors(self, epoch: Epoch, rows: DataFrame) -> CommitRecord | None:
         """A large append batch: executors write its data files, the driver commits their metadata."""

@@ -188,7 +188,8 @@ class IcebergWriter(SnapshotWriter):
         self._files_read = {}
         properties = CommitRecord.properties(epoch, inserted=change.rows.num_rows, deleted=deleted)
         txn = table.transaction()
-        files = list(_dataframe_to_data_files(table_metadata=table.metadata, df=rows, io=table.io, write_uuid=commit_uuid))
+        # no rows left (a change that only deletes every row of the files it touches): no new file
+        files = list(_dataframe_to_data_files(table_metadata=table.metadata, df=rows, io=table.io, write_uuid=commit_uuid)) if rows.num_rows else []
         producer = txn.update_snapshot(snapshot_properties=properties)
         with (_overwrite(producer, commit_uuid) if replaced else producer.fast_append()) as snapshot:
             for data_file in replaced:

@@ -1,0 +1,149 @@
+"""Event-time windows with a watermark, and a global aggregate, through real Spark: files land
+epoch by epoch, late rows go to the quarantine and are counted, the views equal `lakeview
+verify`'s recompute, closed windows' state rows are gone while their view rows stay."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta, timezone
+
+from catalog_api.server import CatalogServer
+from lakeview import oracle, tables
+from lakeview.explain import explain
+from lakeview.status import view_statuses
+from spark_jobs.quarantine import quarantined_rows
+from tests.spark_jobs.test_changes import FEED, change, land
+from tests.spark_jobs.test_pipeline import read_view, start
+
+T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+SCHEMA = "event_id BIGINT, product_id BIGINT, amount DOUBLE, ts TIMESTAMP"
+TUMBLING = """
+SELECT window(ts, '10 minutes').start AS window_start, window(ts, '10 minutes').end AS window_end, product_id,
+       SUM(amount) AS total, COUNT(*) AS n, AVG(amount) AS avg_amount
+FROM events
+GROUP BY window(ts, '10 minutes'), product_id
+"""
+HOPPING = """
+SELECT window.start AS window_start, window.end AS window_end, COUNT(*) AS n, SUM(amount) AS total
+FROM events WHERE amount > 0
+GROUP BY window(ts, '10 minutes', '5 minutes')
+"""
+ids = iter(range(1, 10_000))
+
+
+def event(minute: int, product: int = 1, amount: float = 1.0) -> str:
+    return json.dumps({"event_id": next(ids), "product_id": product, "amount": amount, "ts": (T0 + timedelta(minutes=minute)).isoformat()})
+
+
+# minutes after T0; the tumbling view's watermark is 10 min, the hopping view's 5 min
+EPOCHS = [
+    [event(1), event(7, 2), event(12), event(18, 2, 4.0)],
+    [event(31), event(33, 2), event(5), event(11, 1, 2.0)],  # 5: late for both (W 8 / 13); 11: late for hopping only
+    [event(52), event(20), "{not json"],  # 20: late for both (W 23 / 28)
+]
+
+
+def verify(project, view: str) -> oracle.Comparison:
+    """What `lakeview verify VIEW` does: recompute at the last commit's frontier and compare."""
+    record = tables.last_commit(project, view)
+    assert record is not None
+    files = oracle.frontier_files(project, view, record.frontier)
+    return oracle.compare(tables.read_rows(project, view, record.snapshot_id), oracle.recompute(project, view, files))
+
+
+def test_tumbling_and_hopping_windows_with_a_watermark(spark, catalog_server: CatalogServer, make_project, unique_name: str) -> None:
+    tumbling, hopping = f"{unique_name[:40]}_t", f"{unique_name[:40]}_h"
+    sources = {"events": {"format": "json", "path": "landing/events", "schema": SCHEMA}}
+    views = {
+        tumbling: {"sql": TUMBLING, "cadence": "1s", "namespace": "window_tests", "watermark": "10 minutes"},
+        hopping: {"sql": HOPPING, "cadence": "1s", "namespace": "window_tests", "watermark": "5 minutes"},
+    }
+    project = make_project(views=views, sources=sources)
+    landing = project.source_path("events")
+    t_pipeline, t_query = start(spark, project, tumbling, catalog_server)
+    h_pipeline, h_query = start(spark, project, hopping, catalog_server)
+    try:
+        for number, lines in enumerate(EPOCHS):
+            land(landing, f"{number:03d}.json", lines)
+            t_query.processAllAvailable()
+            h_query.processAllAvailable()
+            for view in (tumbling, hopping):
+                comparison = verify(project, view)
+                assert comparison.equal, f"{view} after epoch {number}: {comparison.describe()}"
+    finally:
+        t_query.stop()
+        h_query.stop()
+
+    late = {view: sorted(json.loads(r["record"])["ts"][11:16] for r in quarantined_rows(project, "events", view) if r["reason"].startswith("late:"))
+            for view in (tumbling, hopping)}
+    assert late == {tumbling: ["00:05", "00:20"], hopping: ["00:05", "00:11", "00:20"]}
+    reason = next(r["reason"] for r in quarantined_rows(project, "events", tumbling) if r["reason"].startswith("late:"))
+    assert "watermark 2026-01-01 00:08:00 UTC" in reason
+    statuses = {s.view: s for s in view_statuses(project)}
+    assert (statuses[tumbling].rows_late, statuses[hopping].rows_late) == (2, 3)
+    assert statuses[tumbling].rows_quarantined == 3  # the two late rows and the malformed line
+
+    view = {(r["window_start"].strftime("%H:%M"), r["product_id"]): (r["n"], r["total"]) for r in read_view(catalog_server, "window_tests", tumbling).to_pylist()}
+    assert view == {("00:00", 1): (1, 1.0), ("00:00", 2): (1, 1.0), ("00:10", 1): (2, 3.0), ("00:10", 2): (1, 4.0),
+                    ("00:30", 1): (1, 1.0), ("00:30", 2): (1, 1.0), ("00:50", 1): (1, 1.0)}
+    # Epoch 2 applied the watermark 00:23: the state of windows ended by then is gone, their view rows stay.
+    state = t_pipeline.maintainer.state[0].table().scan().to_arrow().to_pylist()
+    assert sorted({r["window_start"].strftime("%H:%M") for r in state}) == ["00:30", "00:50"]
+    hop = {r["window_start"].strftime("%H:%M"): r["n"] for r in read_view(catalog_server, "window_tests", hopping).to_pylist()}
+    assert hop == {"23:55": 1, "00:00": 2, "00:05": 2, "00:10": 2, "00:15": 1, "00:25": 2, "00:30": 2, "00:45": 1, "00:50": 1}
+    summary = tables.last_commit(project, tumbling)
+    assert summary is not None and summary.extra["lakeview.watermark-us"] == str(int((T0 + timedelta(minutes=23)).timestamp() * 1_000_000))
+    text = explain(project, tumbling)
+    assert "window: tumbling window(ts, '10 minutes')" in text and "watermark 10 minutes on ts" in text
+    assert h_pipeline.maintainer.view_is_state  # SUM/COUNT: the view's rows are the state
+
+
+def test_watermark_survives_a_restart(spark, catalog_server: CatalogServer, make_project, unique_name: str) -> None:
+    sources = {"events": {"format": "json", "path": "landing/events", "schema": SCHEMA}}
+    views = {unique_name: {"sql": TUMBLING, "cadence": "1s", "namespace": "window_tests", "watermark": "10 minutes"}}
+    project = make_project(views=views, sources=sources)
+    landing = project.source_path("events")
+    _, query = start(spark, project, unique_name, catalog_server)
+    try:
+        land(landing, "000.json", [event(40)])
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    _, query = start(spark, project, unique_name, catalog_server)  # a new process: the watermark comes from the last commit
+    try:
+        land(landing, "001.json", [event(29), event(31)])
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    assert [r["reason"][:5] for r in quarantined_rows(project, "events", unique_name)] == ["late:"]
+    assert verify(project, unique_name).equal
+
+
+def test_global_aggregate_under_a_change_feed(spark, catalog_server: CatalogServer, make_project, unique_name: str) -> None:
+    schema = "order_id BIGINT, product_id BIGINT, quantity INT, op STRING, seq BIGINT"
+    sources = {"changes": {"format": "json", "path": "landing/changes", "schema": schema, "changes": FEED}}
+    sql = "SELECT COUNT(*) AS n, SUM(quantity) AS total, MAX(quantity) AS hi, COUNT(DISTINCT product_id) AS products FROM changes WHERE quantity > 0"
+    project = make_project(views={unique_name: {"sql": sql, "cadence": "1s", "namespace": "window_tests"}}, sources=sources)
+    landing = project.source_path("changes")
+    epochs = [
+        [change("c", i, i % 2, i) for i in range(1, 6)],
+        [change("u", 5, 1, 50), change("d", 1), change("u", 2, 0, -1)],  # order 2 leaves through the WHERE
+        [change("d", i) for i in (2, 3, 4, 5)],  # no rows left
+    ]
+    _, query = start(spark, project, unique_name, catalog_server)
+    seen = []
+    try:
+        for number, lines in enumerate(epochs):
+            land(landing, f"{number:03d}.json", lines)
+            query.processAllAvailable()
+            rows = read_view(catalog_server, "window_tests", unique_name).to_pylist()
+            seen.append(rows)
+            comparison = verify(project, unique_name)
+            assert comparison.equal, f"after epoch {number}: {comparison.describe()}"
+    finally:
+        query.stop()
+    assert seen == [
+        [{"n": 5, "total": 15, "hi": 5, "products": 2}],
+        [{"n": 3, "total": 57, "hi": 50, "products": 2}],
+        [{"n": 0, "total": None, "hi": None, "products": 0}],
+    ]
