@@ -411,6 +411,8 @@ def _check_views(config: ProjectConfig) -> None:
         append_only = source is None or (source.changes is None and source.images is None)
         if problem := check_watermark(plan, view.watermark, view.event_time, append_only):
             raise ConfigError(config.file, f"views.{name}.watermark", problem)
+        if view.watermark and source is None:  # an upstream view's changes may retract rows of closed windows
+            raise ConfigError(config.file, f"views.{name}.watermark", "a watermark applies to a view over a source, not over another view")
         for source in plan.sources:
             if source not in config.sources and source not in config.views:  # a view may read another view (lakeview.dag)
                 known = ", ".join(sorted(config.sources)) or "none declared"

@@ -274,3 +274,39 @@ def test_watermark_recovered_from_the_last_commit_applies_the_same_rule_to_a_rep
     assert recovered.for_epoch(2) == wm.applied_us  # a replay of epoch 2 gets epoch 2's watermark
     assert recovered.for_epoch(3) == _us(T0 + dt.timedelta(minutes=70)) - delay_us(DELAY)
     assert m.view.last_commit().extra[LATE] == "1"
+
+
+# --- config: the watermark's settings ------------------------------------------------------
+
+EVENTS = {"format": "json", "path": "landing/events", "schema": "id BIGINT, k BIGINT, x BIGINT, ts TIMESTAMP"}
+WINDOWED = "SELECT window(ts, '10 minutes').start AS ws, COUNT(*) AS n FROM events GROUP BY window(ts, '10 minutes')"
+
+
+@pytest.mark.parametrize(
+    ("view", "sources", "message"),
+    [
+        ({"sql": WINDOWED, "watermark": "10 parsecs"}, {}, "views.v.watermark: '10 parsecs' is not an interval"),
+        ({"sql": "SELECT k, COUNT(*) AS n FROM events GROUP BY k", "watermark": "1 minute"}, {},
+         "views.v.watermark: a watermark needs an event-time column: GROUP BY window(ts, ...) or event_time = \"ts\""),
+        ({"sql": WINDOWED, "event_time": "ts"}, {}, "views.v.watermark: event_time is set without a watermark"),
+        ({"sql": WINDOWED, "watermark": "1 minute"},
+         {"events": {**EVENTS, "changes": {"operation": "op", "key": ["id"], "sequence": "id"}}},
+         "views.v.watermark: a watermark needs an append-only source"),
+    ],
+)
+def test_watermark_settings_are_checked_when_the_project_loads(tmp_path, view: dict, sources: dict, message: str) -> None:
+    from lakeview.config import parse_project
+    from lakeview.errors import ConfigError
+
+    if "changes" in sources.get("events", {}):
+        sources["events"]["schema"] += ", op STRING"
+    data = {"sources": sources or {"events": EVENTS}, "views": {"v": view}}
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)").replace(".", r"\.")):
+        parse_project(data, file=str(tmp_path / "lakeview.toml"), root=tmp_path)
+
+
+def test_a_declared_event_time_gives_a_plain_aggregate_a_watermark(tmp_path) -> None:
+    from lakeview.config import parse_project
+
+    data = {"sources": {"events": EVENTS}, "views": {"v": {"sql": "SELECT k, COUNT(*) AS n FROM events GROUP BY k", "watermark": "1 minute", "event_time": "ts"}}}
+    assert parse_project(data, file=str(tmp_path / "lakeview.toml"), root=tmp_path).views["v"].watermark == "1 minute"
