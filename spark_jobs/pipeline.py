@@ -291,6 +291,10 @@ class ViewPipeline:
         self.timings = {"spark_read_quarantine_s": time.perf_counter() - started}
         faults.current_epoch = epoch_id
         m = self.maintainer
+        from spark_jobs.driver_delta import maintain_small_batch  # a small batch: DuckDB, no Spark aggregate
+
+        if (small := maintain_small_batch(self, good, epoch, self._batch_paths)) is not None:
+            return small.record
         if self.feed is not None:
             good.createOrReplaceTempView(self._temp_name("_changes"))
             latest = self._spark_part(lambda: collect_arrow(spark.sql(latest_sql(self.feed, self._temp_name("_changes"))).drop("__lv_rn")))

@@ -1,5 +1,6 @@
 """The cheap per-epoch paths: a Parquet source (rows counted from the files' footers, no
-quarantine job) and the writer's lookup reusing the files it read for the commit's rewrite.
+quarantine job), a small batch aggregated by DuckDB on the driver (spark_jobs.driver_delta)
+and the writer's lookup reusing the files it read for the commit's rewrite.
 What a user sees must not change: every snapshot equals the full recompute, and each
 snapshot records the rows it took in."""
 
@@ -32,6 +33,7 @@ def test_parquet_views_equal_recompute_and_record_rows_in(spark, catalog_server:
             for pipeline, query in started:
                 query.processAllAvailable()
                 assert pipeline.writer.last_commit().rows_in == rows  # from the Parquet footers
+                assert pipeline.timings["driver_delta_rows"] == rows  # aggregated by DuckDB from the files
         for view in views:
             comparison = oracle.compare(read_view(catalog_server, "cost_tests", view), oracle.recompute(project, view))
             assert comparison.equal, comparison.describe()
