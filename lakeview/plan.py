@@ -230,8 +230,8 @@ class KeyedAggregatePlan(_Plan):
             value = {
                 AggregateFunction.SUM: f"CASE WHEN g.{n}_c > 0 THEN g.{n}_s END",
                 AggregateFunction.AVG: f"CASE WHEN g.{n}_c > 0 THEN g.{n}_s / g.{n}_c END",
-                AggregateFunction.COUNT: f"g.{n}_c",
-                AggregateFunction.COUNT_STAR: f"g.{ROWS}",
+                AggregateFunction.COUNT: f"COALESCE(g.{n}_c, 0)",  # 0 for a global aggregate with no state row
+                AggregateFunction.COUNT_STAR: f"COALESCE(g.{ROWS}, 0)",
                 AggregateFunction.MIN: f"m{slot.multiset}.lo",
                 AggregateFunction.MAX: f"m{slot.multiset}.hi",
                 AggregateFunction.COUNT_DISTINCT: f"COALESCE(m{slot.multiset}.distinct_n, 0)",
@@ -240,8 +240,6 @@ class KeyedAggregatePlan(_Plan):
         if self.keys:
             inner = f"SELECT {', '.join(keys + slots) or 'TRUE'} FROM {groups} AS g{''.join(joins)} WHERE g.{ROWS} > 0"
         else:  # a global aggregate: always one row, also with no state (no rows: COUNT 0, SUM NULL)
-            slots = [s.replace(f"g.{ROWS}", f"COALESCE(g.{ROWS}, 0)").replace(f"g.{n}_c AS", f"COALESCE(g.{n}_c, 0) AS")
-                     for s, n in zip(slots, (x.name for x in self.slots))]
             inner = f"SELECT {', '.join(slots) or 'TRUE'} FROM (SELECT 1) AS __lv_one LEFT JOIN {groups} AS g ON TRUE{''.join(joins)}"
         outputs = ", ".join(f'{sql} AS "{name}"' for name, sql in self.outputs)
         having = f" WHERE {self.having}" if self.having else ""
@@ -307,7 +305,7 @@ def plan_view(view: str, sql: str, dialect: str = "spark") -> AppendPlan | Keyed
     source, alias = _single_source(sql, tree)
     _reject(sql, tree)
     spark_sql = tree.sql("spark") if dialect != "spark" else sql
-    windowed = windows.rewrite(sql, tree, lambda node, problem, nearest: _at(sql, node, problem, nearest))
+    windowed = windows.rewrite(tree, lambda node, problem, nearest: _at(sql, node, problem, nearest))
     window = None
     if windowed is not None:
         tree, window = windowed

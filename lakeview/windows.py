@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 
 from pydantic import BaseModel, ConfigDict
 from sqlglot import exp
@@ -116,7 +117,7 @@ def _is_call(node: exp.Expression) -> bool:
     return isinstance(node, exp.Anonymous) and str(node.this).lower() == FUNCTION
 
 
-def rewrite(sql: str, tree: exp.Select, at) -> tuple[exp.Select, EventWindow] | None:
+def rewrite(tree: exp.Select, at: Callable[[exp.Expression, str, str], str]) -> tuple[exp.Select, EventWindow] | None:
     """The view's SELECT over the expanded source (window bounds as columns) and its window,
     or None when the view has no window(). ``at`` formats an error (node, problem, nearest)."""
     for node in [n for item in tree.expressions for n in item.walk()] + list(tree.walk()):  # the SELECT list first
@@ -169,7 +170,7 @@ def rewrite(sql: str, tree: exp.Select, at) -> tuple[exp.Select, EventWindow] | 
     return tree, window
 
 
-def _window_of(call: exp.Anonymous, at) -> EventWindow:
+def _window_of(call: exp.Anonymous, at: Callable[[exp.Expression, str, str], str]) -> EventWindow:
     args = list(call.expressions)
     if not 2 <= len(args) <= 3:
         raise UnsupportedSQLError(at(call, f"{_spark(call)}: window takes (time_column, size[, slide]) here (no start offset)", NEAREST))
