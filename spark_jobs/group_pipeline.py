@@ -16,6 +16,7 @@ import logging
 import shutil
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from lakeview.config import ProjectConfig
@@ -157,10 +158,12 @@ class GroupPipeline:
         held = {name: pending for name, table in self.tables.items() if (pending := table.take()) is not None}
         if not held:
             return {}
-        # Every member stamps the same frontier (one source, one offset log); take the view's own
-        # epoch when there is one, for its rows in / quarantined counts.
-        epoch = next((held[v][0] for v in self.pipelines if v in held), next(iter(held.values()))[0])
-        records = self.writer.commit(epoch, {name: change for name, (_, change) in held.items()})  # rows or executor-written files
+        # Every member stamps the same epoch and frontier (one source, one offset log); each table
+        # keeps its own view's stamp (rows in, quarantined, watermark) when that view held one.
+        epoch = next(iter(held.values()))[0]
+        by_view = {e.view: e for e, _ in held.values()}
+        epochs = {name: held[name][0] if name in held else by_view.get(self.owners[name], replace(epoch, view=self.owners[name])) for name in self.tables}
+        records = self.writer.commit(epoch, {name: change for name, (_, change) in held.items()}, epochs)  # rows or executor-written files
         if records is None:
             return {}
         log.info("group %s: committed epoch %s to %s tables in one transaction", self.group, epoch_id, len(records))

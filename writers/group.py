@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from dataclasses import replace
 
 from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.table import CommitTableRequest, TableIdentifier
@@ -47,12 +48,15 @@ class IcebergGroupWriter:
         epochs = [last_commit_of(w.table()) for w in self.members.values()]
         return None if any(e is None for e in epochs) else min(e.epoch for e in epochs)  # type: ignore[union-attr]
 
-    def commit(self, epoch: Epoch, changes: dict[str, Change | list[WrittenFile]]) -> dict[str, CommitRecord] | None:
+    def commit(
+        self, epoch: Epoch, changes: dict[str, Change | list[WrittenFile]], epochs: dict[str, Epoch] | None = None
+    ) -> dict[str, CommitRecord] | None:
         """Commit every member's change for ``epoch`` atomically: all members move, or none.
 
         A change is a :class:`Change` or the data files Spark's executors wrote for an append
         (:mod:`writers.staged_files`). Returns None when the epoch is already committed or every
-        change is empty. ``epoch.view`` is ignored (each member's snapshot names its own view).
+        change is empty. ``epoch.view`` is ignored (each member's snapshot names its own view);
+        ``epochs`` may give a member its own stamp of the same epoch (its rows in, watermark).
         """
         unknown = set(changes) - set(self.members)
         if unknown:
@@ -68,9 +72,9 @@ class IcebergGroupWriter:
             records: dict[str, CommitRecord] = {}
             for view, writer in self.members.items():
                 table = writer.table()
-                member_epoch = Epoch(
-                    self.owners.get(view, view), epoch.number, epoch.frontier, epoch.rows_in, epoch.newest_input_ms, epoch.rows_quarantined
-                )  # fmt: skip
+                member_epoch = (epochs or {}).get(view) or replace(epoch, view=self.owners.get(view, view))
+                if member_epoch.number != epoch.number or member_epoch.frontier != epoch.frontier:
+                    raise WriterError(f"group {self.group!r}: {view} stamps epoch {member_epoch.number}, not {epoch.number} and its frontier")
                 change = changes.get(view)
                 if isinstance(change, list) and change:
                     txn, properties = stage_iceberg_files(table, member_epoch, change)

@@ -19,6 +19,7 @@ from lakeview.config import SparkConfig
 from lakeview.embedded import EmbeddedStack
 from lakeview.generator import land_json, make_orders
 from lakeview.runtime import read_runtime
+from lakeview.status import view_statuses
 from lakeview.source_log import files_up_to
 from tests.conftest import SALES_SQL
 from tests.waiting import wait_for
@@ -133,12 +134,17 @@ def test_grouped_views_commit_together_while_duckdb_joins_them(spark, catalog_se
         reader.thread.start()
         for i in range(8):  # files land continuously, about one per trigger
             land_json(landing, f"f{i}.json", make_orders(60, seed=100 + i, first_id=1 + i * 60))
+            if i == 1:  # the reader has seen a first epoch before the rest lands (a busy machine may be slow)
+                wait_for(lambda: reader.epochs or reader.problems, timeout=180, what="the reader's first observation")
             threading.Event().wait(0.6)
         stack.queries[sums].processAllAvailable()
         tables = group_tables(stack, group)
         for view in (sums, stats):  # each member still has its own heartbeat for `lakeview status`
-            heartbeat = wait_for(lambda v=view: (r := read_runtime(project, v)) and r.processed_files == 8 and r, what=f"{view}'s heartbeat")
+            heartbeat = wait_for(lambda v=view: (r := read_runtime(project, v)) and r.processed_files == 8 and r, what=f"{view}'s heartbeat", timeout=120)
             assert heartbeat.query_active and heartbeat.pending_files == 0 and heartbeat.failed is None
+        statuses = {s.view: s for s in view_statuses(project)}  # what `lakeview status` prints
+        assert [statuses[v].running and statuses[v].state for v in (sums, stats)] == ["committed", "committed"]
+        assert statuses[sums].epoch == statuses[stats].epoch == epochs_of(tables[sums])[-1]
     finally:
         reader.done.set()
         reader.thread.join(timeout=60)
