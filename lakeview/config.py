@@ -423,11 +423,10 @@ def _check_views(config: ProjectConfig) -> None:
                     f"reads {source!r}, which is not a declared source (declared: {known}) nor a view (views: {views}); "
                     f"add a [sources.{source}] table",
                 )
-        if plan.kind in ("join", "union"):  # a view over several sources: lakeview.combine
-            from lakeview.combine import check_combined_view
+        from lakeview.combine import check_combined_view  # joins and unions: lakeview.combine
 
-            if problem := check_combined_view(plan, config):  # type: ignore[arg-type]
-                raise ConfigError(config.file, f"views.{name}.sql", problem)
+        if problem := check_combined_view(plan, config):
+            raise ConfigError(config.file, f"views.{name}.sql", problem)
     for name in config.sources:
         _check_name_at(config.file, f"sources.{name}", name)
     from lakeview.dag import check_dag

@@ -244,7 +244,9 @@ class CombinedPipeline:
                 inputs[source] = collect_arrow(spark.sql(latest_sql(config.changes, name)).drop("__lv_rn"))
             elif config.images is not None:
                 inputs[source] = collect_arrow(spark.sql(images_sql(config.images, columns, name)))
-            else:
+            else:  # an append stream: its rows with weight +1, only the columns a join reads
+                if isinstance(self.plan, JoinPlan):
+                    columns = [c for side in self.plan.sides if side.source == source for c in side.columns]
                 inputs[source] = collect_arrow(good.select(*[F.col(f"`{c}`") for c in columns]).withColumn(WEIGHT, F.lit(1).cast("int")))
         self.timings = {"spark_read_quarantine_s": time.perf_counter() - started}
         epoch = Epoch(view=self.view, number=epoch_id, frontier=frontier, rows_in=rows_in, newest_input_ms=newest_ms,
@@ -257,19 +259,29 @@ class CombinedPipeline:
 
     def _frontier(self, epoch_id: int) -> tuple[dict[str, object], int | None]:
         """Every source's position this epoch reaches (one line per source in Spark's offset
-        log, in source order) and the newest input file's arrival time."""
-        offsets = self.checkpoint / "offsets" / str(epoch_id)
-        lines = offsets.read_text().splitlines() if offsets.exists() else []
+        log, in source order) and the newest input file's arrival time (over the sources
+        whose position moved in this epoch)."""
+        current, previous = _positions(self.checkpoint, epoch_id), _positions(self.checkpoint, epoch_id - 1)
         frontier: dict[str, object] = {}
-        newest: int | None = None
+        arrived: list[int] = []
         for index, source in enumerate(self.sources):
-            line = lines[2 + index] if len(lines) > 2 + index else "-"
-            position = json.loads(line) if line.strip() not in ("", "-") else {}
-            log_offset = position.get("logOffset") if isinstance(position, dict) else None
-            files = [f for f in logged_files(self.checkpoint, index) if f.batch == log_offset] if log_offset is not None else []
-            newest = max([newest or 0, *(f.modified_ms for f in files)]) or newest
+            log_offset = current[index] if index < len(current) else None
+            moved = log_offset is not None and (index >= len(previous) or previous[index] != log_offset)
+            files = [f for f in logged_files(self.checkpoint, index) if f.batch == log_offset] if moved else []
+            arrived += [f.modified_ms for f in files]
             frontier[source] = {"log_offset": log_offset, "files": len(files), "index": index}
-        return frontier, newest
+        return frontier, max(arrived, default=None)
+
+
+def _positions(checkpoint, epoch_id: int) -> list[int | None]:  # type: ignore[no-untyped-def]
+    """Each source's file-log offset in Spark's offset log of one epoch (None: no position yet)."""
+    offsets = checkpoint / "offsets" / str(epoch_id)
+    lines = offsets.read_text().splitlines()[2:] if epoch_id >= 0 and offsets.exists() else []
+    positions: list[int | None] = []
+    for line in lines:
+        position = json.loads(line) if line.strip() not in ("", "-") else None
+        positions.append(position.get("logOffset") if isinstance(position, dict) else None)
+    return positions
 
 
 def _split(quarantine: Quarantine, part: DataFrame, epoch_id: int, operation: str | None) -> tuple[DataFrame, int, int]:
