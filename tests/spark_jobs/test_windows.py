@@ -98,10 +98,30 @@ def test_tumbling_and_hopping_windows_with_a_watermark(spark, catalog_server: Ca
     assert h_pipeline.maintainer.view_is_state  # SUM/COUNT: the view's rows are the state
 
 
-def test_watermark_survives_a_restart(spark, catalog_server: CatalogServer, make_project, unique_name: str) -> None:
-    sources = {"events": {"format": "json", "path": "landing/events", "schema": SCHEMA}}
-    views = {unique_name: {"sql": TUMBLING, "cadence": "1s", "namespace": "window_tests", "watermark": "10 minutes"}}
-    project = make_project(views=views, sources=sources)
+def test_watermark_survives_a_restart_and_lakeview_verify_agrees(spark, catalog_server: CatalogServer, lake_dir, tmp_path, unique_name: str) -> None:
+    from typer.testing import CliRunner
+
+    from lakeview.cli import app
+    from lakeview.config import load_project
+
+    toml = f"""
+[lake]
+warehouse = "{lake_dir / 'warehouse'}"
+catalog_store = "sqlite:///{lake_dir / 'catalog.db'}"
+[server]
+port = {catalog_server.port}
+[sources.events]
+format = "json"
+path = "landing/events"
+schema = "{SCHEMA}"
+[views.{unique_name}]
+sql = \"\"\"{TUMBLING}\"\"\"
+cadence = "1s"
+namespace = "window_tests"
+watermark = "10 minutes"
+"""
+    (tmp_path / "lakeview.toml").write_text(toml)
+    project = load_project(tmp_path / "lakeview.toml")
     landing = project.source_path("events")
     _, query = start(spark, project, unique_name, catalog_server)
     try:
@@ -116,7 +136,8 @@ def test_watermark_survives_a_restart(spark, catalog_server: CatalogServer, make
     finally:
         query.stop()
     assert [r["reason"][:5] for r in quarantined_rows(project, "events", unique_name)] == ["late:"]
-    assert verify(project, unique_name).equal
+    result = CliRunner().invoke(app, ["verify", unique_name, "-p", str(tmp_path)])
+    assert result.exit_code == 0 and result.output.strip().endswith("equal"), result.output
 
 
 def test_global_aggregate_under_a_change_feed(spark, catalog_server: CatalogServer, make_project, unique_name: str) -> None:
