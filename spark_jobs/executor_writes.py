@@ -61,9 +61,15 @@ class DeltaFiles:
     prefix: str  # file names start with it: part-<epoch>-<uuid>
 
 
+# FileIO settings a task needs; the rest of a table's io properties are the catalog client's
+# (its URI, OAuth2 credential or token), which must not travel to executors in task closures.
+_FILE_IO_PREFIXES = ("py-io-impl", "s3.", "gcs.", "adls.", "hdfs.", "client.")
+
+
 def iceberg_target(table: Any) -> IcebergFiles:
     """The executor-side write plan for a pyiceberg ``Table``."""
-    return IcebergFiles(table.metadata.model_dump_json(), dict(table.io.properties), str(uuid.uuid4()))
+    io = {k: v for k, v in table.io.properties.items() if k.startswith(_FILE_IO_PREFIXES)}
+    return IcebergFiles(table.metadata.model_dump_json(), io, str(uuid.uuid4()))
 
 
 def delta_target(location: str, schema: pa.Schema, io_properties: dict[str, str], epoch: int) -> DeltaFiles:
