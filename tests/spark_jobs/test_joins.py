@@ -9,6 +9,7 @@ import json
 from catalog_api.server import CatalogServer
 from lakeview import oracle
 from lakeview.explain import explain
+from lakeview.runtime import count_pending_files
 from tests.spark_jobs.test_changes import land
 from tests.spark_jobs.test_pipeline import read_view, start
 
@@ -82,17 +83,20 @@ def test_stream_stream_left_join_projection(spark, catalog_server: CatalogServer
         {"shipments": [json.dumps({"order_id": 2, "carrier": "dhl"}), json.dumps({"order_id": 1, "carrier": "fedex"})]},
         {"orders": [order(4, 2, 3.0)]},
     ]
-    pipeline, query = start(spark, project, unique_name, catalog_server)
-    try:
-        for number, batch in enumerate(batches):
+    for number, batch in enumerate(batches):  # a restart between batches: each source resumes where it was
+        pipeline, query = start(spark, project, unique_name, catalog_server)
+        try:
             for source, lines in batch.items():
                 land(project.source_path(source), f"{number:03d}.json", lines)
             query.processAllAvailable()
             assert_verified(project, unique_name, pipeline, catalog_server, "join_tests")
-    finally:
-        query.stop()
+        finally:
+            query.stop()
     rows = sorted((r["order_id"], r["carrier"] or "") for r in read_view(catalog_server, "join_tests", unique_name).to_pylist())
     assert rows == [(1, "fedex"), (1, "ups"), (2, "dhl"), (4, "")]
+    assert pipeline.writer.last_commit().epoch == 2  # one epoch per batch, none replayed or skipped
+    land(project.source_path("shipments"), "late.json", [json.dumps({"order_id": 4, "carrier": "ups"})])
+    assert count_pending_files(project, pipeline.source, project.checkpoint_path(unique_name)) == (1, 4)
 
 
 def test_union_all_of_two_sources_and_an_aggregate_over_it(spark, catalog_server: CatalogServer, make_project, unique_name: str) -> None:
