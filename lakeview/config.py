@@ -306,7 +306,8 @@ class ProjectConfig(_Strict):
         return self.resolve(self.sources[name].path)
 
     def changes_path(self, view: str) -> Path:
-        """Where ``view`` publishes each epoch's change (a Z-set file) for the views reading it."""
+        """Where ``view`` publishes each epoch's change (Z-set files) for the views reading it, one
+        subdirectory per reader (lakeview.view_changes)."""
         return self.warehouse_path / "_lakeview" / "changes" / view
 
     def require_view(self, name: str) -> ViewConfig:

@@ -36,6 +36,7 @@ def maintain_view(project: ProjectConfig, view: str, catalog_uri: str, progress:
 
     writer = make_writer(project, view, catalog_uri)
     policy = policy_for(project, view)
+    _prune_changes(project, view, writer, progress)
     if project.views[view].format is TableFormat.DELTA:
         from writers.delta_maintenance import maintain_delta
 
@@ -43,6 +44,15 @@ def maintain_view(project: ProjectConfig, view: str, catalog_uri: str, progress:
     from writers.iceberg_maintenance import maintain_iceberg
 
     return maintain_iceberg(writer, policy, file_io_properties(project), progress)  # type: ignore[arg-type]
+
+
+def _prune_changes(project: ProjectConfig, view: str, writer, progress: Progress | None) -> None:  # noqa: ANN001
+    """Delete the change files (views over views) that the readers of ``view`` have consumed."""
+    from lakeview.view_changes import ChangePublisher
+
+    publisher = ChangePublisher.for_view(project, view, writer)
+    if publisher is not None and (gone := publisher.prune()) and progress is not None:
+        progress(f"removed {len(gone)} change file(s) their readers ({', '.join(publisher.downstreams)}) have consumed")
 
 
 class MaintenanceThread:

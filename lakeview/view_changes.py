@@ -1,20 +1,22 @@
 """A view's per-epoch changes, published as Z-set files for the views that read it.
 
 After each commit, an upstream view writes the epoch's change — rows removed weighted −1, rows
-added +1 — to ``<warehouse>/_lakeview/changes/<view>/epoch-<E>-snapshot-<S>.parquet`` (a hidden
-temp file, then an atomic rename; Spark and the oracle skip names starting with ``.``/``_``).
-The change is derived from the committed snapshot itself (:mod:`writers.snapshot_diff`), and
-``_published.json`` records the newest epoch published, so:
+added +1 — to ``<warehouse>/_lakeview/changes/<view>/<reader>/epoch-<E>-snapshot-<S>.parquet``,
+one directory per reading view (a hidden temp file, then an atomic rename; Spark and the oracle
+skip names starting with ``.``/``_``). The change is derived from the committed snapshot itself
+(:mod:`writers.snapshot_diff`), and each reader's ``_published.json`` records the newest epoch
+published to it, so:
 
 - a crash between the commit and the publication is repaired on restart: the replay skips the
   committed epoch, and :meth:`ChangePublisher.publish` derives every committed epoch newer than
   the mark from the table, oldest first — each change is published exactly once;
-- the first publication of a view (no mark yet) is the whole table at its last commit, each row
-  +1: a downstream declared after its upstream has run starts from the upstream's state.
+- the first publication to a reader (no mark yet) is the whole table at its last commit, each row
+  +1: a downstream declared after its upstream has run starts from the upstream's state, even
+  when other readers' files were already consumed and deleted.
 
-Retention: a change file is deleted once every downstream's Spark checkpoint has committed the
-batch that read it (:meth:`ChangePublisher.prune`, run after each publication). A declared
-downstream that never runs keeps every file.
+Retention: a change file is deleted once its reader's Spark checkpoint has committed the batch
+that read it (:meth:`ChangePublisher.prune`, after each publication and in the maintenance
+pass). A declared reader that never runs keeps every file of its directory.
 """
 
 from __future__ import annotations
@@ -60,8 +62,15 @@ def upstream_position(paths: list) -> dict[str, int]:
     return {"upstream_epoch": epoch, "upstream_snapshot": snapshot}
 
 
+def reader_path(project: ProjectConfig, upstream: str, reader: str) -> Path:
+    """The directory of ``upstream``'s change files that ``reader`` streams from."""
+    return project.changes_path(upstream) / reader
+
+
 class ChangePublisher:
-    """Publishes one view's committed epochs as change files and prunes consumed ones."""
+    """Publishes one view's committed epochs as change files, one directory per reader (each
+    with its own mark, so a reader added later starts from the whole table), and prunes what
+    each reader has consumed."""
 
     def __init__(self, project: ProjectConfig, view: str, writer: SnapshotWriter) -> None:
         self.project = project
@@ -75,52 +84,66 @@ class ChangePublisher:
         """A publisher when other views read ``view``; None otherwise (nothing to publish)."""
         return cls(project, view, writer) if downstreams_of(project, view) else None
 
-    def published_epoch(self) -> int | None:
-        mark = self.directory / PUBLISHED
+    def reader_dir(self, reader: str) -> Path:
+        return reader_path(self.project, self.view, reader)
+
+    def published_epoch(self, reader: str) -> int | None:
+        mark = self.reader_dir(reader) / PUBLISHED
         return int(json.loads(mark.read_text())["epoch"]) if mark.exists() else None
 
     def publish(self) -> list[int]:
-        """Publish every committed epoch newer than the mark, oldest first; the epochs published."""
+        """Publish, for every reader, each committed epoch newer than its mark, oldest first;
+        the epochs published (to any reader)."""
         from writers.snapshot_diff import commits_after, consolidate, snapshot_change, snapshot_rows
 
-        self.directory.mkdir(parents=True, exist_ok=True)
-        done = self.published_epoch()
-        published = []
-        if done is None:
-            last = self.writer.last_commit()
-            if last is None or last.snapshot_id is None:
-                return []
-            rows = snapshot_rows(self.writer, last.snapshot_id)
-            self._write(last, consolidate(rows.schema.empty_table(), rows, rows.schema))
-            published.append(last.epoch)
-        else:
+        changes: dict[int | None, pa.Table] = {}  # snapshot -> its Z-set, derived once for all readers
+        published: set[int] = set()
+        for reader in self.downstreams:
+            directory = self.reader_dir(reader)
+            directory.mkdir(parents=True, exist_ok=True)
+            done = self.published_epoch(reader)
+            if done is None:
+                last = self.writer.last_commit()
+                if last is None or last.snapshot_id is None:
+                    continue
+                rows = snapshot_rows(self.writer, last.snapshot_id)  # a new reader: the whole table, +1 each
+                self._write(directory, last, consolidate(rows.schema.empty_table(), rows, rows.schema))
+                published.add(last.epoch)
+                continue
             for record in commits_after(self.writer, done):
-                self._write(record, snapshot_change(self.writer, record.snapshot_id))  # type: ignore[arg-type]
-                published.append(record.epoch)
+                if record.snapshot_id not in changes:
+                    changes[record.snapshot_id] = snapshot_change(self.writer, record.snapshot_id)  # type: ignore[arg-type]
+                self._write(directory, record, changes[record.snapshot_id])
+                published.add(record.epoch)
         if published:
-            log.info("%s: published the change of epoch(s) %s for %s", self.view, published, ", ".join(self.downstreams))
+            log.info("%s: published the change of epoch(s) %s for %s", self.view, sorted(published), ", ".join(self.downstreams))
         self.prune()
-        return published
+        return sorted(published)
 
-    def _write(self, record: CommitRecord, zset: pa.Table) -> None:
+    @staticmethod
+    def _write(directory: Path, record: CommitRecord, zset: pa.Table) -> None:
         if zset.num_rows:
             name = change_file_name(record.epoch, record.snapshot_id)
-            hidden = self.directory / f".{name}.tmp"
+            hidden = directory / f".{name}.tmp"
             pq.write_table(zset, hidden)
-            os.replace(hidden, self.directory / name)
-        mark = self.directory / f".{PUBLISHED}.tmp"
+            os.replace(hidden, directory / name)
+        mark = directory / f".{PUBLISHED}.tmp"
         mark.write_text(json.dumps({"epoch": record.epoch, "snapshot_id": record.snapshot_id}))
-        os.replace(mark, self.directory / PUBLISHED)
+        os.replace(mark, directory / PUBLISHED)
 
     def prune(self) -> list[Path]:
-        """Delete the change files every downstream's Spark checkpoint has committed; those deleted."""
-        files = [p for p in self.directory.iterdir() if parse_change_file(p.name)] if self.directory.exists() else []
-        if not files or not self.downstreams:
-            return []
-        consumed = set.intersection(*(consumed_files(self.project, d) for d in self.downstreams))
-        gone = [p for p in files if os.path.realpath(p) in consumed]
-        for path in gone:
-            path.unlink(missing_ok=True)
+        """Delete the change files each reader's Spark checkpoint has committed; those deleted."""
+        gone: list[Path] = []
+        for reader in self.downstreams:
+            directory = self.reader_dir(reader)
+            files = [p for p in directory.iterdir() if parse_change_file(p.name)] if directory.exists() else []
+            if not files:
+                continue
+            consumed = consumed_files(self.project, reader)
+            for path in files:
+                if os.path.realpath(path) in consumed:
+                    path.unlink(missing_ok=True)
+                    gone.append(path)
         return gone
 
 

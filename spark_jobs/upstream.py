@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from lakeview.config import ProjectConfig, SourceConfig
 from lakeview.dag import upstream_of, view_key
 from lakeview.plan import WEIGHT, plan_view
+from lakeview.view_changes import reader_path
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -35,7 +36,7 @@ def with_upstream_source(spark: SparkSession, project: ProjectConfig, view: str)
         return project
     columns = view_schema(spark, project, upstream)
     ddl = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in columns.fields) + f", `{WEIGHT}` INT"
-    source = SourceConfig.model_validate({"format": "parquet", "path": str(project.changes_path(upstream)), "schema": ddl})
+    source = SourceConfig.model_validate({"format": "parquet", "path": str(reader_path(project, upstream, view)), "schema": ddl})
     return project.model_copy(update={"sources": {**project.sources, upstream: source}})
 
 

@@ -22,6 +22,8 @@ from lakeview.chain_oracle import expected_rows, over_rows
 from lakeview.cli import app
 from lakeview.config import parse_project
 from lakeview.embedded import EmbeddedStack
+from lakeview.maintenance import maintain_view
+from lakeview.view_changes import reader_path
 from tests.spark_jobs.test_changes import land
 from tests.spark_jobs.test_crash import _toml
 
@@ -102,8 +104,10 @@ def test_three_level_chain_equals_recompute_after_every_batch(spark, catalog_ser
     rows = {r["product_id"]: r for r in tables.read_rows(project, big).to_pylist()}
     assert 0 not in rows, "product 0 fell below 2 orders and left the filter view"
     assert rows[2]["revenue"] == 2.5 * (6 + 10) + 10.0 * 6  # orders 6, 10 and the updated 13 (order 2 moved away)
-    left = sorted(p.name for p in project.changes_path(lines).glob("*.parquet"))
+    left = sorted(p.name for p in reader_path(project, lines, sales).glob("*.parquet"))
     assert len(left) <= 1, f"change files every reader committed are deleted (the newest awaits the next publication): {left}"
+    maintain_view(project, lines, catalog_server.uri)
+    assert not list(project.changes_path(lines).rglob("*.parquet")), "a maintenance pass deletes what every reader consumed"
 
 
 def refresh_in_subprocess(project_dir: Path, view: str, fault: str) -> int:
@@ -151,12 +155,12 @@ def test_crash_between_upstream_commit_and_publication(spark, tmp_path: Path) ->
     # The upstream commits epoch 1, then dies before publishing its change.
     assert refresh_in_subprocess(tmp_path, lines, "before_publish:1") == -signal.SIGKILL
     assert tables.last_commit(project, lines).epoch == 1
-    assert not list(project.changes_path(lines).glob("epoch-000000000001-*")), "killed before the publication"
+    assert not list(reader_path(project, lines, sales).glob("epoch-000000000001-*")), "killed before the publication"
 
     # Restart: the replay skips the committed epoch; the change is derived from the snapshot.
     refresh_in_process(spark, project, [lines, sales, big])
     assert_chain_equals_recompute(project, (lines, sales, big), "after the restart")
-    published = json.loads((project.changes_path(lines) / "_published.json").read_text())
+    published = json.loads((reader_path(project, lines, sales) / "_published.json").read_text())
     assert published["epoch"] == 1
 
     # `lakeview verify` on the top of the chain recomputes it from the base source.
