@@ -131,6 +131,11 @@ def plan_join(view: str, sql: str, tree: exp.Select, spark_sql: str) -> JoinPlan
         top = plan_view(view, top_sql)
     except UnsupportedSQLError as exc:
         raise UnsupportedSQLError(f"{exc} (in the SELECT over the JOIN)") from None
+    names = [n.lower() for n in getattr(top, "columns", ())]
+    if len(set(names)) != len(names):
+        twice = sorted({n for n in names if names.count(n) > 1})[0]
+        raise UnsupportedSQLError(_at(sql, tree, f"two output columns are named {twice!r}",
+                                      f"{aliases[1]}.{twice} AS {aliases[1]}_{twice} (a view's columns need distinct names)"))
     if top.kind not in ("append", "keyed_aggregate"):
         raise UnsupportedSQLError(_at(sql, tree, f"{top.kind} over a JOIN is not supported", "a projection or GROUP BY over the JOIN"))
     sides = tuple(JoinSide(source=t.name, alias=a, key=tuple(k), columns=tuple(n)) for t, a, k, n in zip(tables, aliases, keys, needed))

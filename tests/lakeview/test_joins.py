@@ -66,6 +66,7 @@ def test_union_all_alone_and_under_an_aggregate_are_planned() -> None:
         ("SELECT a.x\nFROM a\nJOIN b ON a.k = b.k\nJOIN c ON c.k = a.k", "more than two sources", 4, "one JOIN per view"),
         ("SELECT x\nFROM a JOIN b ON a.k = b.k", "column 'x' must be qualified", 1, "a.x or b.x"),
         ("SELECT a.x FROM a\nJOIN b USING (k)", "USING", 2, "ON a.k = b.k"),
+        ("SELECT a.k, b.k\nFROM a JOIN b ON b.k = a.k", "two output columns are named 'k'", 1, "b.k AS b_k"),
         ("SELECT x FROM a\nUNION\nSELECT x FROM b", "UNION (without ALL)", 2, "UNION ALL"),
         ("SELECT x FROM a\nINTERSECT\nSELECT x FROM b", "INTERSECT", 2, "UNION ALL"),
         ("SELECT x FROM a\nUNION ALL\nSELECT k, SUM(y) AS x FROM b GROUP BY k", "UNION ALL branch with keyed aggregate", 3, "GROUP BY k"),
