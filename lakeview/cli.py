@@ -330,7 +330,7 @@ def verify(
         progress.advance()
         comparison = oracle.compare(stored, expected)
         progress.advance()
-    typer.echo(f"{view} at epoch {record.epoch} ({len(files)} files): {comparison.describe()}")
+    typer.echo(f"{view} at epoch {record.epoch} ({sum(map(len, files.values()))} files): {comparison.describe()}")
     if not comparison.equal:
         raise typer.Exit(1)
 
