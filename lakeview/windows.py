@@ -30,7 +30,8 @@ FUNCTION = "__lv_window"  # how window( is spelled for sqlglot, which parses WIN
 START = "__lv_ws"
 END = "__lv_we"
 _EXPANDED = "__lv_expanded"  # placeholder relation replaced by the expansion after transpiling
-_CALL = re.compile(r"(?<![\w.`\"])window\s*\(", re.IGNORECASE)
+# quoted text (left alone) or a call of window(
+_CALL = re.compile(r"""('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|`[^`]*`)|(?<![\w.])window\s*\(""", re.IGNORECASE)
 _UNITS = {
     "microsecond": 1, "millisecond": 1_000, "second": 1_000_000, "minute": 60_000_000,
     "hour": 3_600_000_000, "day": 86_400_000_000, "week": 604_800_000_000,
@@ -41,7 +42,7 @@ NEAREST = "GROUP BY window(ts, '10 minutes'[, '5 minutes']), ... with SELECT win
 
 def mark_windows(sql: str) -> str:
     """``window(`` renamed so sqlglot parses it as a function (it takes WINDOW for a clause)."""
-    return _CALL.sub(f"{FUNCTION}(", sql)
+    return _CALL.sub(lambda m: m.group(1) or f"{FUNCTION}(", sql)
 
 
 def parse_interval(text: str) -> int:

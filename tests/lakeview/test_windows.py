@@ -112,6 +112,8 @@ def test_window_forms_plan_to_keyed_aggregates_keyed_by_the_window_bounds() -> N
     lower = plan_view("v", "select WINDOW(o.ts, '1 hour').start as h, count(*) as n from orders o group by WINDOW(o.ts, '1 hour')")
     assert lower.keys == ("h",) and lower.window.time_column == "o.ts"
     assert parse_interval("1 hour 30 minutes") == 90 * MINUTE and parse_interval("interval 500 milliseconds") == 500_000
+    quoted = plan_view("v", "SELECT k, COUNT(*) AS n FROM o WHERE note <> 'open window(s)' GROUP BY k")
+    assert quoted.window is None and quoted.where == "note <> 'open window(s)'"  # text in quotes is not a call
 
 
 def test_global_aggregate_plans_with_an_empty_key() -> None:
