@@ -101,10 +101,11 @@ VIEWS = {
     "union_agg": "SELECT k, SUM(x) AS s, COUNT(*) AS n FROM (SELECT product_id AS k, amount AS x FROM orders UNION ALL "
                  "SELECT product_id AS k, 10 AS x FROM products WHERE category IS NOT NULL) AS u GROUP BY k",
 }
-MODES = {  # which sources are change feeds (the others are append-only streams)
-    "both_feeds": {"orders", "products"},
-    "stream_with_changing_table": {"products"},
-    "two_streams": set(),
+MODES = {  # (change feeds with an operation column, before/after-image feeds); the others are append-only streams
+    "both_feeds": ({"orders", "products"}, set()),
+    "stream_with_changing_table": ({"products"}, set()),
+    "two_streams": (set(), set()),
+    "table_as_image_feed": (set(), {"products"}),
 }
 
 order_change = st.tuples(st.sampled_from(["I", "U", "D"]), st.integers(0, 6), st.one_of(st.none(), st.integers(0, 3)),
@@ -124,7 +125,7 @@ def _spark_sql(sql: str) -> str:
     return sqlglot.transpile(sql, read="spark", write="duckdb")[0]
 
 
-def maintainer(sql: str, feeds: set[str]) -> CombinedMaintainer:
+def maintainer(sql: str, feeds: set[str], images: frozenset[str] = frozenset()) -> CombinedMaintainer:
     plan = plan_view("v", sql)
     top = plan.top
     state = [MemoryWriter() for _ in range(1 + len(top.multisets))] if isinstance(top, KeyedAggregatePlan) else []
@@ -132,16 +133,19 @@ def maintainer(sql: str, feeds: set[str]) -> CombinedMaintainer:
     return CombinedMaintainer(
         plan=plan, view=MemoryWriter(), state=state, sides=sides,
         feeds={s: FEEDS[s] for s in feeds if s in plan.sources}, mirrors={s: MemoryWriter() for s in feeds if s in plan.sources},
-        source_columns={s: SCHEMAS[s].names for s in plan.sources},
+        source_columns={s: SCHEMAS[s].names for s in plan.sources}, deleting=set(images),
     )
 
 
-def run_epoch(m: CombinedMaintainer, number: int, batches: dict[str, pa.Table]) -> None:
-    """What the pipeline does per micro-batch, with DuckDB in place of Spark."""
+def run_epoch(m: CombinedMaintainer, number: int, batches: dict[str, pa.Table], zsets: dict[str, pa.Table] | None = None) -> None:
+    """What the pipeline does per micro-batch, with DuckDB in place of Spark (``zsets``: image
+    feeds, whose before/after images Spark turns into weights directly)."""
     inputs = {}
     for source in m.plan.sources:
         batch = batches[source]
-        if source in m.feeds:
+        if zsets and source in zsets:
+            inputs[source] = zsets[source]
+        elif source in m.feeds:
             tagged = _duck(f"SELECT *, {_spark_sql(operation_sql(m.feeds[source]))} AS {OP} FROM b", b=batch)
             inputs[source] = _duck(_spark_sql(latest_sql(m.feeds[source], "t")), t=tagged).drop(["__lv_rn"])
         else:
@@ -157,9 +161,10 @@ class Sources:
         self.keyed: dict[str, dict[int, dict]] = {"orders": {}, "products": {}}
         self.appended: dict[str, list[dict]] = {"orders": [], "products": []}
         self.seq = 0
+        self.zsets: dict[str, pa.Table] = {}  # each batch as weights: the old row -1, the new row +1
 
     def batch(self, source: str, changes: list[tuple]) -> pa.Table:
-        rows = []
+        rows, weighted = [], []
         for change in changes:
             self.seq += 1
             if source == "orders":
@@ -174,11 +179,18 @@ class Sources:
             key = "order_id" if source == "orders" else "product_id"
             if source not in self.feeds:
                 self.appended[source].append(row)
-            elif op == "D":
+                weighted.append(row | {"__lv_w": 1})
+                rows.append(row)
+                continue
+            if (old := self.keyed[source].get(row[key])) is not None:
+                weighted.append(old | {"__lv_w": -1})
+            if op == "D":
                 self.keyed[source].pop(row[key], None)
             else:
                 self.keyed[source][row[key]] = row
+                weighted.append(row | {"__lv_w": 1})
             rows.append(row)
+        self.zsets[source] = pa.Table.from_pylist(weighted, schema=SCHEMAS[source].append(pa.field("__lv_w", pa.int32())))
         return pa.Table.from_pylist(rows, schema=SCHEMAS[source])
 
     def table(self, source: str) -> pa.Table:
@@ -192,10 +204,12 @@ class Sources:
 @given(history=epochs)
 def test_join_and_union_views_equal_recompute_after_every_epoch(name: str, mode: str, history: list[tuple[list, list]]) -> None:
     sql = VIEWS[name]
-    sources = Sources(MODES[mode])
-    m = maintainer(sql, MODES[mode])
+    feeds, images = MODES[mode]
+    sources = Sources(feeds | images)
+    m = maintainer(sql, feeds, frozenset(images))
     for number, (orders, products) in enumerate(history):
-        run_epoch(m, number, {"orders": sources.batch("orders", orders), "products": sources.batch("products", products)})
+        batches = {"orders": sources.batch("orders", orders), "products": sources.batch("products", products)}
+        run_epoch(m, number, batches, {s: sources.zsets[s] for s in images})
         expected = _duck(_spark_sql(sql), orders=sources.table("orders"), products=sources.table("products"))
         view = m.view.rows if m.view.rows is not None and m.view.rows.num_columns else expected.schema.empty_table()
         result = compare(view, expected)
