@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from lakeview.config import ProjectConfig
 from lakeview.errors import WriterError
 from lakeview.groups import groups_of
+from spark_jobs import faults
 from spark_jobs.pipeline import ViewPipeline
 from writers.base import CommitRecord
 from writers.group import IcebergGroupWriter, StagedWriter
@@ -119,12 +120,25 @@ class GroupPipeline:
             .option("checkpointLocation", str(self.checkpoint))
             .foreachBatch(self._process)
         )
+        self._install_faults()
         cadence = first.config.cadence
         if available_now or cadence.is_manual:
             writer = writer.trigger(availableNow=True)
         else:
             writer = writer.trigger(processingTime=cadence.spark_trigger)
         return writer.start()
+
+    def _install_faults(self) -> None:
+        """``LAKEVIEW_FAULT=before_group_commit:<epoch>``: killed with every table's data files
+        written and staged, before the catalog transaction is sent (crash tests)."""
+        assert self.writer is not None
+        post = self.writer._post
+
+        def post_after_fault_point(staged: list) -> int:
+            faults.point("before_group_commit", faults.current_epoch)
+            return post(staged)
+
+        self.writer._post = post_after_fault_point  # type: ignore[method-assign]
 
     def _process(self, batch: DataFrame, epoch_id: int) -> None:
         assert self.writer is not None, "prepare() first"
@@ -134,6 +148,7 @@ class GroupPipeline:
             return
         for table in self.tables.values():
             table.take()  # nothing held from a failed attempt at this epoch
+        faults.point("reading", epoch_id)
         started = time.perf_counter()
         batch = batch.persist()
         try:
@@ -145,6 +160,7 @@ class GroupPipeline:
         records = self._commit(epoch_id)
         self.timings = {"compute_s": computed - started, "commit_s": time.perf_counter() - computed}
         log.info("group %s: epoch %s timings %s", self.group, epoch_id, {k: round(v, 3) for k, v in self.timings.items()})
+        faults.point("after_commit", epoch_id)
         for pipeline in self.pipelines.values():
             pipeline.publish_changes()  # after the commit, as a view alone does (lakeview.view_changes)
         for view in self.pipelines:

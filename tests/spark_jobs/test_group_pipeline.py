@@ -1,12 +1,14 @@
 """Grouped views under the embedded stack: one streaming query per group commits every member's
-table — views and state tables — in one catalog transaction. A DuckDB reader joining the two
-views while commits run always finds them at one epoch, equal to a recompute over the files of
-that epoch's frontier; a restart continues without applying any epoch twice."""
+table — views, state tables, mirrors — in one catalog transaction. A DuckDB reader joining the
+two views while commits run always finds them at one epoch, equal to a recompute over the files
+of that epoch's frontier; a restart (after a stop or a SIGKILL) applies no epoch twice."""
 
 from __future__ import annotations
 
 import json
+import signal
 import threading
+from pathlib import Path
 
 import pyarrow.compute as pc
 from pyiceberg.catalog.rest import RestCatalog
@@ -228,3 +230,43 @@ def test_refreshing_one_member_of_a_manual_group_refreshes_the_whole_group(spark
         stack.stop_views()
     assert_group_matches_recompute(tables, project, (sums, stats), files=2)
     assert {name: epochs_of(table) for name, table in tables.items()} == {name: [0] for name in tables}, "one snapshot per table"
+
+
+def test_sigkill_mid_group_commit_then_restart_commits_every_table_once(tmp_path: Path) -> None:
+    """`lakeview refresh` of a member, killed with every table's data files written but before the
+    group's transaction: nothing moved, and the restart leaves each of the seven tables (two views,
+    their state tables and change-feed mirrors) with epoch 0 once."""
+    from collections import Counter
+
+    from lakeview.config import parse_project
+    from lakeview.embedded import open_store
+    from tests.spark_jobs.test_changes import EPOCHS, FEED, SCHEMA, land
+    from tests.spark_jobs.test_crash import SQL, _toml, refresh
+
+    data = {
+        "lake": {"warehouse": "lake"},
+        "server": {"port": 0},
+        "sources": {"changes": {"format": "json", "path": "landing", "schema": SCHEMA, "changes": FEED}},
+        "views": {
+            "crashy": {"sql": SQL, "cadence": "manual", "namespace": "crash", "group": "g"},
+            "counts": {"sql": "SELECT product_id, COUNT(*) AS n FROM changes GROUP BY product_id", "cadence": "manual", "namespace": "crash", "group": "g"},
+        },
+    }
+    (tmp_path / "lakeview.toml").write_text(_toml(data))
+    project = parse_project(data, file=str(tmp_path / "lakeview.toml"), root=tmp_path)
+    land(project.source_path("changes"), "000.json", EPOCHS[0])
+    land(project.source_path("changes"), "001.json", EPOCHS[1])
+
+    names = ["crashy", "__lv_state_crashy_0", "__lv_state_crashy_1", "__lv_state_crashy_src", "counts", "__lv_state_counts_0", "__lv_state_counts_src"]
+    assert refresh(tmp_path, "before_group_commit:0") == -signal.SIGKILL
+    store = open_store(project)
+    assert {name: epochs_of(store.load_table(("crash", name))) for name in names} == {name: [] for name in names}, "no table moved"
+    refresh(tmp_path, None)  # (a kill after the commit, before Spark's checkpoint: the replay test above)
+
+    for view in ("crashy", "counts"):
+        comparison = oracle.compare(store.load_table(("crash", view)).scan().to_arrow(), oracle.recompute(project, view))
+        assert comparison.equal, f"{view}: {comparison.describe()}"
+    for name in names:
+        epochs = Counter(summary(s).get("lakeview.epoch") for s in store.load_table(("crash", name)).snapshots())
+        epochs.pop(None, None)
+        assert epochs == {"0": 1}, f"{name}: {epochs}"
