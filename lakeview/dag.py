@@ -101,6 +101,10 @@ def check_dag(project: ProjectConfig) -> None:
             raise ConfigError(project.file, f"views.{name}.sql",
                               f"SELECT * over the view {upstream!r} is not supported; name the columns")
         key = view_key(project, upstream)
+        if key == ():
+            raise ConfigError(project.file, f"views.{name}.sql",
+                              f"reading the one-row global aggregate view {upstream!r} is not supported yet; nearest "
+                              f"supported form: GROUP BY a column in {upstream!r}, or read its source directly")
         if plan.is_append and key is not None:
             selected = {c.lower() for c in plan.plain_columns}  # type: ignore[union-attr]
             lacking = [k for k in key if k.lower() not in selected]

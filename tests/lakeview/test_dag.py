@@ -206,3 +206,10 @@ def test_publisher_starts_from_the_table_then_publishes_each_missed_epoch_once(t
     assert publisher.publish() == [3]
     assert _integrated(publisher.reader_dir("counts")) == table_rows()
     assert sorted(p.name for p in directory.glob("epoch-*.parquet")) == names[2:]
+
+
+def test_reading_a_global_aggregate_view_is_refused(tmp_path: Path) -> None:
+    text = CHAIN + '\n[views.everything]\nsql = "SELECT COUNT(*) AS n FROM order_lines"\n'
+    text += '\n[views.over_everything]\nsql = "SELECT n FROM everything WHERE n > 5"\n'
+    message = error_for(tmp_path, text)
+    assert "views.over_everything.sql" in message and "one-row global aggregate view 'everything'" in message
