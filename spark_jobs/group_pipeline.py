@@ -156,6 +156,10 @@ class GroupPipeline:
                 pipeline._process_batch(batch, epoch_id)
         finally:
             batch.unpersist()
+            for pipeline in self.pipelines.values():  # a batch read again with an evolved schema (ViewPipeline._evolve)
+                if pipeline._reread is not None:
+                    pipeline._reread.unpersist()
+                    pipeline._reread = None
         computed = time.perf_counter()
         records = self._commit(epoch_id)
         self.timings = {"compute_s": computed - started, "commit_s": time.perf_counter() - computed}
