@@ -291,6 +291,7 @@ class ViewPipeline:
         self.timings = {"spark_read_quarantine_s": time.perf_counter() - started}
         faults.current_epoch = epoch_id
         m = self.maintainer
+        self._warn_unbounded_delta(epoch)
         from spark_jobs.driver_delta import maintain_small_batch  # a small batch: DuckDB, no Spark aggregate
 
         if (small := maintain_small_batch(self, good, epoch, self._batch_paths)) is not None:
@@ -349,6 +350,19 @@ class ViewPipeline:
         sql = f"SELECT max(unix_micros(`{self.watermark.column}`)) AS t FROM {name} AS {self.plan.alias}{where}"
         batch_max = self._spark_part(lambda: good.sparkSession.sql(sql).first()["t"])
         return {**self.watermark.advance(epoch_id, applied, batch_max), LATE: str(late)}
+
+    def _warn_unbounded_delta(self, epoch: Epoch) -> None:
+        """Keyed views merge each batch's delta in the driver: say once when a batch is large and
+        nothing bounds the batches ([spark] max_files_per_trigger)."""
+        limits = self.project.spark
+        if self.plan.is_append and self.maintainer.view_is_state or limits.max_files_per_trigger or epoch.rows_in <= limits.driver_rows_max:
+            return
+        if not getattr(self, "_warned_unbounded", False):
+            self._warned_unbounded = True
+            log.warning(
+                "%s: epoch %s has %s input rows (more than [spark] driver_rows_max = %s) and its delta is merged in the driver; "
+                "set [spark] max_files_per_trigger to bound each batch", self.view, epoch.number, epoch.rows_in, limits.driver_rows_max,
+            )
 
     def _append_on_executors(self, epoch: Epoch, rows: DataFrame) -> CommitRecord | None:
         """A large append batch: executors write its data files, the driver commits their metadata."""

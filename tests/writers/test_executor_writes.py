@@ -247,3 +247,16 @@ def test_max_files_per_trigger_bounds_each_keyed_batch(spark, catalog_server: Ca
     # One landed file per batch (in Spark's order): each delta the driver merged came from one file.
     assert sorted(c.rows_in for c in tables.commit_history(project, view)) == [25, 30, 40]
     assert_equals_recompute(project, view, catalog_server.uri)
+
+
+def test_large_unbounded_keyed_batch_warns_how_to_bound_it(spark, catalog_server: CatalogServer, make_project, unique_name: str, caplog) -> None:
+    view = unique_name
+    sql = "SELECT product_id, SUM(quantity) AS total FROM orders GROUP BY product_id"
+    project = with_threshold(make_project(views={view: {"sql": sql, "namespace": NAMESPACE, "cadence": "manual"}}))
+    land_json(project.source_path("orders"), "000.json", make_orders(DRIVER_ROWS_MAX + 10, seed=70))
+    pipeline = ViewPipeline(spark, project, view, make_writer(project, view, catalog_server.uri))
+    pipeline.prepare()
+    with caplog.at_level("WARNING", logger="lakeview.pipeline"):
+        pipeline.start(available_now=True).awaitTermination()
+    assert "set [spark] max_files_per_trigger to bound each batch" in caplog.text
+    assert_equals_recompute(project, view, catalog_server.uri)
