@@ -181,6 +181,9 @@ class CombinedPipeline:
                 reader = reader.option("header", "true")
             if config.format.reader_format in ("json", "csv"):
                 reader = reader.option("mode", "PERMISSIVE").option("columnNameOfCorruptRecord", CORRUPT)
+            bound = getattr(self.project.spark, "max_files_per_trigger", None)
+            if bound:  # per source: a backlog becomes several epochs, each delta bounded
+                reader = reader.option("maxFilesPerTrigger", bound)
             stream = reader.load(str(self.project.source_path(source))).selectExpr("*", f"_metadata.file_path AS {FILE}")
             columns = [F.col(f"`{c}`").alias(f"__lv_s{index}_{c}") for c in stream.columns]
             streams.append(stream.select(*columns, F.lit(index).alias(SOURCE_TAG)))
