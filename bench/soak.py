@@ -1,10 +1,13 @@
 """Soak: one keyed view committing at a 1 s cadence for a long time, with table maintenance on
 and off. Reports data-file count, metadata size and commit latency p50/p99 at the start and the
-end of each run (the first and last fifth of its commits).
+end of each run: latency over the first and last tenth of its commits; footprint after the first
+minute (retention has reached its steady state by then) and at the end. The load average of the
+machine during the run is reported too (latency on a shared machine follows it).
 
 The view's epochs are driven straight into the writer (the part whose cost grows with table
-age: files, manifests, log); each epoch upserts ``--touch`` random groups of ``--groups``, like
-a keyed aggregate. Iceberg commits through Lakeview's REST catalog (SQLite store); Delta with
+age: files, manifests, log); epoch 0 writes every one of ``--groups`` groups, so the table's
+size is the same at the start and the end, then each epoch upserts ``--touch`` random groups,
+like a keyed aggregate. Iceberg commits through Lakeview's REST catalog (SQLite store); Delta with
 delta-rs. With maintenance on, a background pass runs every ``--maintain-every`` seconds
 (keep 20 snapshots, compact at 10 small files, orphans older than 60 s).
 
@@ -14,6 +17,7 @@ delta-rs. With maintenance on, a background pass runs every ``--maintain-every``
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import statistics
 import tempfile
@@ -52,6 +56,7 @@ class Run:
     end: dict[str, float] = field(default_factory=dict)
     passes: int = 0
     pass_errors: int = 0
+    load: list[float] = field(default_factory=list)  # 1-minute load average, sampled every 30 s
 
 
 def table_root(fmt: str, writer: SnapshotWriter) -> Path:
@@ -110,9 +115,12 @@ def soak(fmt: str, with_maintenance: bool, minutes: float, groups: int, touch: i
     if with_maintenance:
         maintainer.start()
     rng = random.Random(7)
-    totals: dict[int, tuple[int, int]] = {}
+    totals: dict[int, tuple[int, int]] = {k: (0, 0) for k in range(groups)}
+    seed = pa.table({"group_id": list(totals), "total": [0] * groups, "orders": [0] * groups}, schema=SCHEMA)
+    writer.commit(Epoch(name, 0, {"n": 0}, rows_in=groups), Change(seed, ("group_id",)))
     began = time.monotonic()
-    epoch = 0
+    epoch = 1
+    next_load_at = 0.0
     try:
         while time.monotonic() - began < minutes * 60:
             tick = time.monotonic()
@@ -126,8 +134,11 @@ def soak(fmt: str, with_maintenance: bool, minutes: float, groups: int, touch: i
             writer.commit(Epoch(name, epoch, {"n": epoch}, rows_in=touch), Change(rows, ("group_id",)))
             run.samples.append(Sample(tick - began, (time.monotonic() - tick) * 1000))
             epoch += 1
-            if epoch == max(5, int(minutes * 60 / 5)):
+            if epoch == 1 + min(60, max(5, int(minutes * 60 / 10))):
                 run.start = footprint(fmt, writer)
+            if tick - began >= next_load_at:
+                run.load.append(os.getloadavg()[0])
+                next_load_at += 30.0
             time.sleep(max(0.0, 1.0 - (time.monotonic() - tick)))  # 1 s cadence
     finally:
         stop.set()
@@ -151,17 +162,18 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def report(runs: list[Run], console: Console) -> None:
-    table = Table(title="Soak: one keyed view at a 1 s cadence (start = first fifth of commits, end = last fifth)")
+    table = Table(title="Soak: one keyed view at a 1 s cadence (latency: first vs last tenth of commits; footprint: after 1 min vs end)")
     for column in (
         "format", "maintenance", "minutes", "commits", "passes",
         "data files start→end", "metadata KiB start→end", "snapshots start→end",
-        "p50 ms start→end", "p99 ms start→end",
+        "p50 ms start→end", "p99 ms start→end", "load avg min/mean/max",
     ):  # fmt: skip
         table.add_column(column, justify="right")
     for run in runs:
-        fifth = max(1, len(run.samples) // 5)
-        first = [s.latency_ms for s in run.samples[:fifth]]
-        last = [s.latency_ms for s in run.samples[-fifth:]]
+        tenth = max(1, len(run.samples) // 10)
+        first = [s.latency_ms for s in run.samples[:tenth]]
+        last = [s.latency_ms for s in run.samples[-tenth:]]
+        load = run.load or [float("nan")]
         table.add_row(
             run.fmt, "on" if run.maintenance else "off", f"{run.minutes:g}", str(len(run.samples)),
             f"{run.passes} ({run.pass_errors} failed)" if run.maintenance else "-",
@@ -170,6 +182,7 @@ def report(runs: list[Run], console: Console) -> None:
             f"{run.start.get('snapshots', 0):.0f} → {run.end['snapshots']:.0f}",
             f"{percentile(first, 50):.0f} → {percentile(last, 50):.0f}",
             f"{percentile(first, 99):.0f} → {percentile(last, 99):.0f}",
+            f"{min(load):.1f}/{statistics.fmean(load):.1f}/{max(load):.1f}",
         )  # fmt: skip
     console.print(table)
 

@@ -129,11 +129,32 @@ def _remove_orphans(
     referenced |= {_bare(entry.metadata_file) for entry in table.metadata.metadata_log}
     fs, root = filesystem_for(table.location(), file_io)
     cutoff = int(time.time() * 1000) - policy.orphan_min_age_ms
-    orphans = [info for info in list_files(fs, root) if _bare(info.path) not in referenced and mtime_ms(info) < cutoff]
+    # Metadata files older than the oldest one the metadata log still names can never be
+    # referenced again (every commit writes a newer one), so they go without the safety age:
+    # at one commit a second, waiting out the age alone kept ~60 full metadata JSONs around.
+    logged = [_metadata_version(path) for path in referenced]
+    oldest_logged = min((v for v in logged if v is not None), default=None)
+    orphans = [
+        info for info in list_files(fs, root)
+        if _bare(info.path) not in referenced
+        and (mtime_ms(info) < cutoff or _superseded(info.base_name, oldest_logged))
+    ]  # fmt: skip
     for info in orphans:
         fs.delete_file(info.path)
     report.orphans_deleted += len(orphans)
     say(f"orphans: deleted {len(orphans)} unreferenced file(s) older than {policy.orphan_min_age_ms // 1000}s")
+
+
+def _metadata_version(path: str) -> int | None:
+    """The version of a table metadata file ``00042-<uuid>.metadata.json``; None for other files."""
+    name = path.rsplit("/", 1)[-1]
+    head = name.split("-", 1)[0]
+    return int(head) if name.endswith(".metadata.json") and head.isdigit() else None
+
+
+def _superseded(name: str, oldest_logged: int | None) -> bool:
+    version = _metadata_version(name)
+    return version is not None and oldest_logged is not None and version < oldest_logged
 
 
 def _bare(path: str) -> str:
