@@ -2,7 +2,8 @@
 
 The ``sales`` view (SUM, COUNT(*) by product over ``orders``, 100,000 products) runs at a
 ``--cadence`` (5 s) over a ``--history`` backfilled first; then a batch of ``--batch`` orders
-(10,000) lands every cadence for ``--minutes``, at a phase unrelated to Spark's trigger. A
+(10,000) lands on average every cadence for ``--minutes``, at random phases of Spark's trigger
+(intervals uniform in 0.5-1.5 cadences, so a lag includes 0 to 5 s of waiting). A
 poller queries the view through the REST catalog with DuckDB (a fresh ``ATTACH`` per poll,
 as a reader would) every ``--poll`` seconds; a batch is visible once the view's
 ``SUM(orders)`` counts it. Prints p50/p95/p99/max of the lag and the epochs' phases.
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import random
 import shutil
 import statistics
 import subprocess
@@ -116,14 +118,15 @@ def main() -> None:
         total = args.history
         deadline = time.time() + args.minutes * 60
         i = 0
-        time.sleep(cadence_s * 0.37)  # land off the trigger's phase
+        rng = random.Random(6)
         while time.time() < deadline:
             started = time.time()
             land(landing, args.format, f"lag-{i:05d}", args.batch, 10_000_000_000 + i * args.batch, args.products)
             total += args.batch
             landed.append((time.time(), total))
             i += 1
-            time.sleep(max(0.0, cadence_s - (time.time() - started)))
+            # on average one batch per cadence, at a random phase of Spark's trigger
+            time.sleep(max(0.0, rng.uniform(0.5, 1.5) * cadence_s - (time.time() - started)))
         wait_until = time.time() + 4 * cadence_s + 30
         while len(seen) < len(landed) and time.time() < wait_until:
             time.sleep(0.2)
