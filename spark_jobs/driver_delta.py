@@ -18,6 +18,7 @@ images, windows or upstream views); anything else keeps the Spark path unchanged
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
 
     from spark_jobs.pipeline import ViewPipeline
 
+log = logging.getLogger("lakeview.driver_delta")
 SMALL_BATCH_ROWS = 200_000  # ~10 MB of Arrow for a narrow source: cheap to hold on the driver
 
 
@@ -71,13 +73,19 @@ def maintain_small_batch(pipeline: ViewPipeline, good: DataFrame, epoch: Epoch, 
         con.register("batch_rows", rows)
         con.execute(f"CREATE TEMP VIEW batch AS SELECT *, CAST(1 AS INTEGER) AS {WEIGHT} FROM batch_rows")
         if m.view_is_state:
-            schema = output_schema(pipeline)
-            delta = _cast(con.execute(plan.batch_sql({pipeline.source: "batch"}, "duckdb")).to_arrow_table(), schema)
-            return DriverResult(pipeline._maintain_part(lambda: m.apply_view_delta(epoch, delta)))
-        group = con.execute(plan.group_delta_sql("batch", "duckdb")).to_arrow_table()
-        values = [con.execute(plan.multiset_delta_sql(i, "batch", "duckdb")).to_arrow_table() for i in range(len(plan.multisets))]
+            delta = _cast(con.execute(plan.batch_sql({pipeline.source: "batch"}, "duckdb")).to_arrow_table(), output_schema(pipeline))
+        else:
+            group = m._cast(0, con.execute(plan.group_delta_sql("batch", "duckdb")).to_arrow_table())  # Spark's state types
+            values = [m._cast(i + 1, con.execute(plan.multiset_delta_sql(i, "batch", "duckdb")).to_arrow_table()) for i in range(len(plan.multisets))]
+    except (duckdb.Error, pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        # SQL DuckDB runs differently, or a result that does not fit Spark's types: nothing is
+        # committed yet, so Spark computes this epoch as it would without this path.
+        log.warning("%s: epoch %s computed by Spark instead of DuckDB: %s", pipeline.view, epoch.number, exc)
+        return None
     finally:
         con.close()
+    if m.view_is_state:
+        return DriverResult(pipeline._maintain_part(lambda: m.apply_view_delta(epoch, delta)))
     return DriverResult(pipeline._maintain_part(lambda: m.apply_state_deltas(epoch, group, values)))
 
 
