@@ -36,6 +36,9 @@ def recompute(project: ProjectConfig, view: str, files: list[Path] | dict[str, l
     unknown operation); a change feed is first reduced to its current rows (the newest change
     per key by the sequence column; deleted keys dropped).
     """
+    from lakeview.evolution import with_evolved_sources
+
+    project = with_evolved_sources(project)  # new_columns = "evolve": the schema the pipeline reads
     config = project.views[view]
     plan = plan_view(view, config.sql, config.dialect)
     if not isinstance(files, dict):
