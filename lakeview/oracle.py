@@ -8,6 +8,7 @@ the snapshot even while more files keep landing.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pyarrow as pa
@@ -199,4 +200,8 @@ def _multiset(table: pa.Table) -> dict[tuple, int]:
 def _normal(value: object) -> object:
     if isinstance(value, float):
         return round(value, 9)
+    if isinstance(value, datetime) and value.tzinfo is not None:
+        # Spark's TIMESTAMP is an instant (stored as timestamptz; the session runs in UTC),
+        # a recompute over naive source timestamps gives wall-clock UTC: compare as UTC.
+        return value.astimezone(timezone.utc).replace(tzinfo=None)
     return value
