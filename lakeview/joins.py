@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict
 from sqlglot import exp
 
 from lakeview.errors import UnsupportedSQLError
-from lakeview.plan import AppendPlan, KeyedAggregatePlan, ViewPlan, _at, _keyword_line, plan_view
+from lakeview.plan import CombinedPlan, ViewPlan, _at, _keyword_line, plan_view
 
 JOINED = "__lv_join"  # the joined relation the top operator reads
 EQUI_JOIN = "FROM a JOIN b ON a.k = b.k [AND a.k2 = b.k2] (inner or LEFT)"
@@ -46,29 +46,13 @@ class JoinSide(BaseModel):
         return [joined_column(self.alias, c) for c in self.columns]
 
 
-class JoinPlan(BaseModel):
+class JoinPlan(CombinedPlan):
     """``left (INNER | LEFT) JOIN right ON equalities``, then the top operator."""
 
-    model_config = ConfigDict(frozen=True)
     kind: Literal["join"] = "join"
-    view: str
-    sql: str  # Spark SQL of the whole view (the oracle recomputes it)
-    sources: tuple[str, ...]
     how: Literal["inner", "left"]
     sides: tuple[JoinSide, JoinSide]
     top: ViewPlan  # over JOINED
-
-    @property
-    def is_append(self) -> bool:
-        return False
-
-    @property
-    def is_keyed_aggregate(self) -> bool:
-        return False
-
-    @property
-    def key(self) -> tuple[str, ...] | None:
-        return self.top.key
 
     def retracts(self, feeds: set[str]) -> bool:
         """Whether the join's output can lose rows: a side has deletes, or NULL-extended rows

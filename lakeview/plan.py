@@ -269,6 +269,29 @@ class KeyedAggregatePlan(_Plan):
 
 
 ViewPlan = Annotated[AppendPlan | KeyedAggregatePlan, Field(discriminator="kind")]
+
+
+class CombinedPlan(BaseModel):
+    """A view over several relations (a join, a UNION ALL): a top operator (a plain plan)
+    over the combined rows, which gives the view its key."""
+
+    model_config = ConfigDict(frozen=True)
+    view: str
+    sql: str  # Spark SQL of the whole view (the oracle recomputes it)
+    sources: tuple[str, ...]
+    top: ViewPlan | None = None
+
+    @property
+    def is_append(self) -> bool:
+        return False
+
+    @property
+    def is_keyed_aggregate(self) -> bool:
+        return False
+
+    @property
+    def key(self) -> tuple[str, ...] | None:
+        return self.top.key if self.top is not None else None
 DIALECTS = ("spark", "duckdb", "trino")
 
 

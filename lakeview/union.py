@@ -10,37 +10,22 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
 from sqlglot import exp
 
 from lakeview.errors import UnsupportedSQLError
-from lakeview.plan import AppendPlan, ViewPlan, _at, _keyword_line, plan_view
+from lakeview.plan import AppendPlan, CombinedPlan, _at, _keyword_line, plan_view
 
 UNIONED = "__lv_union"  # the union relation a top operator reads
 BRANCH = "SELECT columns FROM <source> [WHERE ...] UNION ALL SELECT columns FROM <source> [WHERE ...]"
 
 
-class UnionPlan(BaseModel):
-    model_config = ConfigDict(frozen=True)
+class UnionPlan(CombinedPlan):
+    """``SELECT ... UNION ALL SELECT ...`` (sources distinct, in order of appearance), then
+    the top operator over UNIONED, if any (None: the union is the view)."""
+
     kind: Literal["union"] = "union"
-    view: str
-    sql: str  # Spark SQL of the whole view (the oracle recomputes it)
-    sources: tuple[str, ...]  # distinct, in order of appearance
     branches: tuple[AppendPlan, ...]
     columns: tuple[str, ...]  # the union's column names (the first branch's)
-    top: ViewPlan | None = None  # over UNIONED; None: the union is the view
-
-    @property
-    def is_append(self) -> bool:
-        return False
-
-    @property
-    def is_keyed_aggregate(self) -> bool:
-        return False
-
-    @property
-    def key(self) -> tuple[str, ...] | None:
-        return self.top.key if self.top is not None else None
 
     @property
     def output_columns(self) -> tuple[str, ...]:
