@@ -199,3 +199,29 @@ def test_retention_by_count_bounds_history_and_metadata_and_kept_snapshots_read_
     assert last is not None and (last.epoch, last.frontier) == (rounds * per_round - 1, {"src": rounds * per_round - 1})
     # and exactly once still holds: a replayed epoch is skipped
     assert writer.commit(Epoch(unique_name, 3, {}), Change(pa.table({"k": [0], "total": [-1]}), ("k",))) is None
+
+
+def test_delta_log_retention_on_s3_deletes_old_log_entries_and_keeps_kept_versions(s3_server, tmp_path: Path, unique_name: str, monkeypatch) -> None:
+    from catalog_api.server import CatalogServer
+    from lakeview.embedded import make_writer, open_store
+    from tests.s3_server import ACCESS_KEY, SECRET_KEY
+    from tests.writers.test_object_storage import BUCKET, s3_project
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", ACCESS_KEY)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
+    project = s3_project(s3_server, tmp_path, unique_name, "delta")
+    policy = MaintenancePolicy(keep_snapshots=3, max_age_ms=None, compact_min_files=1000, orphan_min_age_ms=3_600_000)
+    with CatalogServer(open_store(project), host="127.0.0.1", port=0) as server:
+        writer = make_writer(project, unique_name, server.uri)
+        writer.ensure_table(pa.schema([("product_id", pa.int64()), ("total_sold", pa.int64()), ("orders", pa.int64())]), ("product_id",), {})
+        versions = {}
+        for epoch in range(15):
+            record = writer.commit(Epoch(unique_name, epoch, {}), Change(pa.table({"product_id": [1], "total_sold": [epoch], "orders": [1]}), ("product_id",)))
+            versions[record.snapshot_id] = epoch  # type: ignore[union-attr]
+            if epoch % 5 == 4:
+                maintain_delta(writer, policy)  # type: ignore[arg-type]
+    log_keys = [k for k in s3_server.keys(BUCKET, "wh/") if "/_delta_log/" in k and k.endswith(".json")]
+    assert log_keys and not any(k.endswith(f"{0:020}.json") for k in log_keys), log_keys
+    assert len(log_keys) < 15
+    for version in list(versions)[-3:]:
+        assert writer.table(version).to_pyarrow_table().column("total_sold").to_pylist() == [versions[version]]  # type: ignore[attr-defined]
