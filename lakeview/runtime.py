@@ -194,7 +194,9 @@ class RuntimePublisher:
         watched = [self.project.source_path(n) for n in names] + [checkpoint / "sources" / str(i) for i in range(len(names))]
         key = tuple(p.stat().st_mtime_ns if p.exists() else 0 for p in watched)
         cached = self._counts.get(view)
-        if cached is None or cached[1] != key or at - cached[0] >= RECOUNT_MS:
+        # Files still pending are recounted every time: the directories' mtimes can miss a
+        # change (a log file created and renamed within one timestamp tick).
+        if cached is None or cached[1] != key or cached[2] > 0 or at - cached[0] >= RECOUNT_MS:
             pending, processed = count_pending_files(self.project, self.sources[view], self.project.checkpoint_path(view))
             cached = self._counts[view] = (at, key, pending, processed)
         return cached[2], cached[3]

@@ -16,6 +16,7 @@ from lakeview.progress import BackfillProgress, work_progress
 from lakeview.runtime import read_runtime
 from lakeview.status import status_table, view_status
 from tests.conftest import SALES_SQL
+from tests.waiting import wait_for
 
 
 def samples(text: str) -> dict[tuple[str, tuple], float]:
@@ -46,8 +47,13 @@ def test_status_routes_and_metrics_on_a_running_view(spark, make_project, unique
         assert not backfill._thread.is_alive()
         assert f"backfill {view}: files" in screen.getvalue() and "1/1" in screen.getvalue()
 
-        listed = httpx.get(f"{base}/lakeview/v1/views").json()["views"]
-        [status] = [s for s in listed if s["view"] == view]
+        def listed_status() -> dict | None:
+            """The view's status once a heartbeat after the commit is published (one per second)."""
+            listed = httpx.get(f"{base}/lakeview/v1/views").json()["views"]
+            [found] = [s for s in listed if s["view"] == view]
+            return found if found["pending_files"] == 0 else None
+
+        status = wait_for(listed_status, timeout=15, what="a heartbeat with nothing pending")
         assert status["state"] == "committed" and status["epoch"] == 0
         assert status["commits"] == 1 and status["rows_in_total"] == 50
         assert status["target_lag_ms"] == 3_600_000 and status["cadence_asked_ms"] == 1000
