@@ -16,9 +16,11 @@ change feed keeps its declared schema (its mirror table and before/after images 
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import os
+import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -70,15 +72,19 @@ def record_added(project: ProjectConfig, source: str, columns: list[tuple[str, s
     that were really new (another view of the source may have recorded them already)."""
     path = schema_file(project, source)
     path.parent.mkdir(parents=True, exist_ok=True)
-    added = added_columns(project, source)
-    known = {c.name.lower() for c in parse_ddl(project.sources[source].schema_)} | {str(c["name"]).lower() for c in added}
-    fresh = [(name, kind) for name, kind in columns if name.lower() not in known]
-    if not fresh:
-        return []
-    added += [{"name": name, "type": kind, "epoch": epoch, "view": view} for name, kind in fresh]
-    hidden = path.with_name(f".{path.name}.{os.getpid()}")
-    hidden.write_text(json.dumps({"source": source, "added": added}, indent=2))
-    os.replace(hidden, path)
+    # Several views of one source (threads of one process, or processes) may find the same
+    # new column at once: read-merge-write under an exclusive lock, through a unique temp file.
+    with open(path.parent / f".{source}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        added = added_columns(project, source)
+        known = {c.name.lower() for c in parse_ddl(project.sources[source].schema_)} | {str(c["name"]).lower() for c in added}
+        fresh = [(name, kind) for name, kind in columns if name.lower() not in known]
+        if not fresh:
+            return []
+        added += [{"name": name, "type": kind, "epoch": epoch, "view": view} for name, kind in fresh]
+        hidden = path.with_name(f".{path.name}.{uuid.uuid4().hex}")
+        hidden.write_text(json.dumps({"source": source, "added": added}, indent=2))
+        os.replace(hidden, path)
     log.warning("source %s: new column(s) %s (epoch %s of %s) added to its schema",
                 source, ", ".join(f"{n} {t}" for n, t in fresh), epoch, view)
     return [name for name, _ in fresh]
