@@ -137,7 +137,6 @@ def epoch_phases(stack: EmbeddedStack, view: str) -> dict[str, float]:
 def run_one(view: str, landing: Path, history: int, args: argparse.Namespace, console: Console) -> tuple[int, float, float, float, float, float]:
     root = Path(tempfile.mkdtemp(prefix="lakeview-bench-"))
     sql = VIEWS[view]
-    batch_files = []
     with EmbeddedStack(project_for(view, landing, root), port=0) as stack:
         started = time.perf_counter()
         stack.start_views(on_commit=lambda record: COMMITTED.append(time.perf_counter()))
