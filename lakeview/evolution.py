@@ -56,11 +56,12 @@ def effective_ddl(project: ProjectConfig, source: str) -> str:
 
 
 def with_evolved_sources(project: ProjectConfig) -> ProjectConfig:
-    """``project`` with every evolving source's schema replaced by its evolved schema."""
+    """``project`` with every evolving source's schema replaced by its evolved schema;
+    ``project`` itself when no source has columns it lacks (callers test ``is`` per batch)."""
     evolved = {
-        name: source.model_copy(update={"schema_": effective_ddl(project, name)})
+        name: source.model_copy(update={"schema_": ddl})
         for name, source in project.sources.items()
-        if source.new_columns is NewColumns.EVOLVE and added_columns(project, name)
+        if source.new_columns is NewColumns.EVOLVE and (ddl := effective_ddl(project, name)) != source.schema_
     }
     if not evolved:
         return project
