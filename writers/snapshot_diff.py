@@ -26,6 +26,8 @@ from lakeview.errors import WriterError
 from writers.base import CommitRecord, SnapshotWriter
 
 if TYPE_CHECKING:
+    from deltalake import DeltaTable
+
     from writers.delta import DeltaWriter
     from writers.iceberg import IcebergWriter
 
@@ -133,33 +135,35 @@ def _iceberg_commits_after(writer: IcebergWriter, epoch: int | None) -> list[Com
     return found[::-1]
 
 
-
 # --- Delta --------------------------------------------------------------------------------
-def _delta_files(writer: DeltaWriter, version: int) -> set[str]:
-    actions = writer.table(version).get_add_actions(flatten=True)
-    return set(actions.column("path").to_pylist())
+def _delta_files(table: DeltaTable) -> set[str]:
+    return set(table.get_add_actions(flatten=True).column("path").to_pylist())
 
 
-def _delta_read(writer: DeltaWriter, version: int, paths: set[str], schema: pa.Schema) -> pa.Table:
-    """The rows of some data files of a version (through delta-rs's own filesystem)."""
+def _delta_read(table: DeltaTable, location: str, paths: set[str], schema: pa.Schema) -> pa.Table:
+    """The rows of some data files of one version (through delta-rs's own filesystem)."""
     import pyarrow.dataset as ds
 
     if not paths:
         return schema.empty_table()
-    dataset = writer.table(version).to_pyarrow_dataset()
+    dataset = table.to_pyarrow_dataset()
     fragments = [f for f in dataset.get_fragments() if any(f.path.endswith(p.lstrip("/")) for p in paths)]
     if len(fragments) != len(paths):
-        raise WriterError(f"{writer.location}: version {version} lists {len(paths)} files, {len(fragments)} readable")
+        raise WriterError(f"{location}: version {table.version()} lists {len(paths)} files, {len(fragments)} readable")
     part = ds.FileSystemDataset(fragments, dataset.schema, dataset.format, dataset.filesystem)
     return part.to_table()
 
 
 def _delta_change(writer: DeltaWriter, version: int) -> pa.Table:
-    schema = pa.schema(writer.table(version).schema().to_arrow())
-    now = _delta_files(writer, version)
-    before = _delta_files(writer, version - 1) if version > 0 else set()
-    added = _delta_read(writer, version, now - before, schema)
-    removed = _delta_read(writer, version - 1, before - now, schema) if version > 0 else schema.empty_table()
+    table = writer.table(version)  # each version's log is loaded once
+    schema = pa.schema(table.schema().to_arrow())
+    now = _delta_files(table)
+    if version == 0:
+        return consolidate(schema.empty_table(), _delta_read(table, writer.location, now, schema), schema)
+    previous = writer.table(version - 1)
+    before = _delta_files(previous)
+    added = _delta_read(table, writer.location, now - before, schema)
+    removed = _delta_read(previous, writer.location, before - now, schema)
     return consolidate(removed, added, schema)
 
 
@@ -168,15 +172,11 @@ def _delta_rows(writer: DeltaWriter, version: int) -> pa.Table:
 
 
 def _delta_commits_after(writer: DeltaWriter, epoch: int | None) -> list[CommitRecord]:
-    from writers.delta import record_of
+    from writers.delta import history_of
 
     found: list[CommitRecord] = []
-    for entry in writer.table().history():  # newest first
-        record = record_of(entry)
-        if record is None:
-            continue
+    for record in history_of(writer.table()):  # newest first
         if epoch is not None and record.epoch <= epoch:
             break
         found.append(record)
     return found[::-1]
-
