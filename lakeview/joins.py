@@ -17,12 +17,12 @@ from __future__ import annotations
 
 from typing import Literal
 
-import sqlglot
 from pydantic import BaseModel, ConfigDict
 from sqlglot import exp
 
 from lakeview.errors import UnsupportedSQLError
 from lakeview.plan import CombinedPlan, ViewPlan, _at, _keyword_line, plan_view
+from lakeview.plan import sql_over_sources as sql_over_sources  # re-exported: the Spark job builds the join's query with it
 
 JOINED = "__lv_join"  # the joined relation the top operator reads
 EQUI_JOIN = "FROM a JOIN b ON a.k = b.k [AND a.k2 = b.k2] (inner or LEFT)"
@@ -200,11 +200,3 @@ def join_delta_sql(plan: JoinPlan, da: str, db: str, ao: str, bo: str) -> str:
     names = ", ".join(_q(n) for n in [*a.joined(), *b.joined()])
     return f"SELECT {names}, CAST(SUM(__lv_w) AS INTEGER) AS __lv_w FROM ({body}) GROUP BY ALL HAVING SUM(__lv_w) <> 0"
 
-
-def sql_over_sources(sql: str, relations: dict[str, str], dialect: str = "spark") -> str:
-    """``sql`` with each source table replaced by the named relation (aliases kept)."""
-    tree = sqlglot.parse_one(sql, read="spark")
-    for table in tree.find_all(exp.Table):
-        if table.name in relations:
-            table.replace(exp.to_table(relations[table.name]).as_(table.alias_or_name))
-    return tree.sql(dialect=dialect)

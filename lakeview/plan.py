@@ -107,12 +107,8 @@ class _Plan(BaseModel):
 
     def batch_sql(self, relations: dict[str, str], dialect: str = "spark") -> str:
         """The view's SQL over one batch: each source replaced by the named relation."""
-        tree = sqlglot.parse_one(self.sql, read="spark")
-        for table in tree.find_all(exp.Table):
-            if table.name in relations:
-                alias = table.alias_or_name
-                table.replace(exp.to_table(windows.placeholder(relations[table.name], self.window)).as_(alias))
-        sql = tree.sql(dialect=dialect)
+        placed = {name: windows.placeholder(relation, self.window) for name, relation in relations.items()}
+        sql = sql_over_sources(self.sql, placed, dialect)
         return windows.substitute(sql, relations.get(self.sources[0], ""), self.window, self.alias, dialect)
 
     def _from(self, relation: str) -> str:
@@ -293,6 +289,15 @@ class CombinedPlan(BaseModel):
     def key(self) -> tuple[str, ...] | None:
         return self.top.key if self.top is not None else None
 DIALECTS = ("spark", "duckdb", "trino")
+
+
+def sql_over_sources(sql: str, relations: dict[str, str], dialect: str = "spark") -> str:
+    """``sql`` (Spark SQL) with each source table replaced by the named relation (aliases kept)."""
+    tree = sqlglot.parse_one(sql, read="spark")
+    for table in tree.find_all(exp.Table):
+        if table.name in relations:
+            table.replace(exp.to_table(relations[table.name]).as_(table.alias_or_name))
+    return tree.sql(dialect=dialect)
 
 
 def plan_view(view: str, sql: str, dialect: str = "spark") -> AppendPlan | KeyedAggregatePlan | JoinPlan | UnionPlan:

@@ -82,7 +82,8 @@ class ChangePublisher:
     @classmethod
     def for_view(cls, project: ProjectConfig, view: str, writer: SnapshotWriter) -> ChangePublisher | None:
         """A publisher when other views read ``view``; None otherwise (nothing to publish)."""
-        return cls(project, view, writer) if downstreams_of(project, view) else None
+        publisher = cls(project, view, writer)
+        return publisher if publisher.downstreams else None
 
     def reader_dir(self, reader: str) -> Path:
         return reader_path(self.project, self.view, reader)
@@ -98,10 +99,12 @@ class ChangePublisher:
 
         changes: dict[int | None, pa.Table] = {}  # snapshot -> its Z-set, derived once for all readers
         published: set[int] = set()
-        for reader in self.downstreams:
+        marks = {reader: self.published_epoch(reader) for reader in self.downstreams}
+        known = [done for done in marks.values() if done is not None]
+        commits = commits_after(self.writer, min(known)) if known else []  # the table's history, walked once for all readers
+        for reader, done in marks.items():
             directory = self.reader_dir(reader)
             directory.mkdir(parents=True, exist_ok=True)
-            done = self.published_epoch(reader)
             if done is None:
                 last = self.writer.last_commit()
                 if last is None or last.snapshot_id is None:
@@ -110,7 +113,7 @@ class ChangePublisher:
                 self._write(directory, last, consolidate(rows.schema.empty_table(), rows, rows.schema))
                 published.add(last.epoch)
                 continue
-            for record in commits_after(self.writer, done):
+            for record in (r for r in commits if r.epoch > done):
                 if record.snapshot_id not in changes:
                     changes[record.snapshot_id] = snapshot_change(self.writer, record.snapshot_id)  # type: ignore[arg-type]
                 self._write(directory, record, changes[record.snapshot_id])

@@ -55,7 +55,7 @@ def applies(pipeline: ViewPipeline, rows_in: int) -> bool:
         and len(plan.sources) == 1
         and pipeline.feed is None
         and pipeline.images is None
-        and getattr(pipeline, "upstream_key", None) is None
+        and pipeline.upstream_key is None
     )
 
 

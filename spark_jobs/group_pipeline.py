@@ -23,7 +23,7 @@ from lakeview.config import ProjectConfig
 from lakeview.errors import WriterError
 from lakeview.groups import groups_of
 from spark_jobs import faults
-from spark_jobs.pipeline import ViewPipeline
+from spark_jobs.pipeline import ViewPipeline, start_query
 from writers.base import CommitRecord
 from writers.group import IcebergGroupWriter, StagedWriter
 
@@ -115,18 +115,8 @@ class GroupPipeline:
     def start(self, available_now: bool = False) -> StreamingQuery:
         """Start the group's one streaming query (``available_now``: what has landed, then stop)."""
         first = next(iter(self.pipelines.values()))
-        writer = (
-            first.source_stream().writeStream.queryName(f"lakeview_group_{self.group}")
-            .option("checkpointLocation", str(self.checkpoint))
-            .foreachBatch(self._process)
-        )
         self._install_faults()
-        cadence = first.config.cadence
-        if available_now or cadence.is_manual:
-            writer = writer.trigger(availableNow=True)
-        else:
-            writer = writer.trigger(processingTime=cadence.spark_trigger)
-        return writer.start()
+        return start_query(first.source_stream(), f"lakeview_group_{self.group}", self.checkpoint, self._process, first.config.cadence, available_now)
 
     def _install_faults(self) -> None:
         """``LAKEVIEW_FAULT=before_group_commit:<epoch>``: killed with every table's data files
@@ -156,10 +146,8 @@ class GroupPipeline:
                 pipeline._process_batch(batch, epoch_id)
         finally:
             batch.unpersist()
-            for pipeline in self.pipelines.values():  # a batch read again with an evolved schema (ViewPipeline._evolve)
-                if pipeline._reread is not None:
-                    pipeline._reread.unpersist()
-                    pipeline._reread = None
+            for pipeline in self.pipelines.values():
+                pipeline.release_reread()
         computed = time.perf_counter()
         records = self._commit(epoch_id)
         self.timings = {"compute_s": computed - started, "commit_s": time.perf_counter() - computed}

@@ -16,6 +16,7 @@ import json
 import logging
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -79,6 +80,7 @@ class CombinedPipeline:
         self.maintainer = CombinedMaintainer(plan=plan, view=writer, feeds=feeds, deleting=deleting)  # type: ignore[arg-type]
         self.quarantines = {s: Quarantine(project, s, view) for s in plan.sources}
         self._last_epoch: int | None = None
+        self._batch_paths: dict[str, list[Path]] = {}  # this epoch's files of each source
         self.timings: dict[str, float] = {}
         self.last_write: dict[str, object] = {}
 
@@ -171,20 +173,12 @@ class CombinedPipeline:
         """Every source's file stream, tagged and prefixed, as one stream."""
         from pyspark.sql import functions as F
 
-        from lakeview.config import SourceFormat
+        from spark_jobs.pipeline import file_stream
 
         streams = []
         for index, source in enumerate(self.sources):
-            config = self.configs[source]
-            reader = self.spark.readStream.format(config.format.reader_format).schema(self.quarantines[source].read_schema())
-            if config.format is SourceFormat.CSV:
-                reader = reader.option("header", "true")
-            if config.format.reader_format in ("json", "csv"):
-                reader = reader.option("mode", "PERMISSIVE").option("columnNameOfCorruptRecord", CORRUPT)
-            bound = getattr(self.project.spark, "max_files_per_trigger", None)
-            if bound:  # per source: a backlog becomes several epochs, each delta bounded
-                reader = reader.option("maxFilesPerTrigger", bound)
-            stream = reader.load(str(self.project.source_path(source))).selectExpr("*", f"_metadata.file_path AS {FILE}")
+            # max_files_per_trigger bounds each source: a backlog becomes several epochs
+            stream = file_stream(self.spark, self.project, source, self.quarantines[source])
             columns = [F.col(f"`{c}`").alias(f"__lv_s{index}_{c}") for c in stream.columns]
             streams.append(stream.select(*columns, F.lit(index).alias(SOURCE_TAG)))
         combined = streams[0]
@@ -193,17 +187,10 @@ class CombinedPipeline:
         return combined
 
     def start(self, available_now: bool = False) -> StreamingQuery:
+        from spark_jobs.pipeline import start_query
+
         faults.install(self)  # type: ignore[arg-type]
-        writer = (
-            self.source_stream().writeStream.queryName(f"lakeview_{self.view}")
-            .option("checkpointLocation", str(self.checkpoint))
-            .foreachBatch(self._process)
-        )
-        if available_now or self.config.cadence.is_manual:
-            writer = writer.trigger(availableNow=True)
-        else:
-            writer = writer.trigger(processingTime=self.config.cadence.spark_trigger)
-        return writer.start()
+        return start_query(self.source_stream(), f"lakeview_{self.view}", self.checkpoint, self._process, self.config.cadence, available_now)
 
     def _process(self, batch: DataFrame, epoch_id: int) -> None:
         faults.point("reading", epoch_id)
@@ -237,9 +224,10 @@ class CombinedPipeline:
                 *[F.col(f"`{c}`").alias(c[len(prefix):]) for c in batch.columns if c.startswith(prefix)])
             if config.changes is not None:
                 part = part.selectExpr("*", f"{operation_sql(config.changes)} AS {OP}")
-            good, count, bad = _split(self.quarantines[source], part, epoch_id, OP if config.changes is not None else None)
-            rows_in, quarantined = rows_in + count, quarantined + bad
-            good = good.drop(CORRUPT, FILE)
+            operation = OP if config.changes is not None else None
+            split = self.quarantines[source].split(part, epoch_id, operation=operation, files=self._batch_paths.get(source))
+            rows_in, quarantined = rows_in + split.rows_in, quarantined + split.quarantined
+            good = split.good.drop(CORRUPT, FILE)
             name = f"__lv_{self.view}_{source}_batch"
             good.createOrReplaceTempView(name)
             columns = [c.name for c in parse_ddl(config.schema_)]
@@ -272,6 +260,7 @@ class CombinedPipeline:
             moved = log_offset is not None and (index >= len(previous) or previous[index] != log_offset)
             files = [f for f in logged_files(self.checkpoint, index) if f.batch == log_offset] if moved else []
             arrived += [f.modified_ms for f in files]
+            self._batch_paths[source] = [f.path for f in files]  # Parquet: rows counted by footers (Quarantine.split)
             frontier[source] = {"log_offset": log_offset, "files": len(files), "index": index}
         return frontier, max(arrived, default=None)
 
@@ -286,11 +275,3 @@ def _positions(checkpoint, epoch_id: int) -> list[int | None]:  # type: ignore[n
         positions.append(position.get("logOffset") if isinstance(position, dict) else None)
     return positions
 
-
-def _split(quarantine: Quarantine, part: DataFrame, epoch_id: int, operation: str | None) -> tuple[DataFrame, int, int]:
-    """(good rows, their count, rows set aside), whichever shape ``Quarantine.split`` returns."""
-    result = quarantine.split(part, epoch_id, operation=operation)
-    if isinstance(result, tuple):
-        good, bad = result
-        return good, good.count(), bad
-    return result.good, result.rows_in, result.quarantined

@@ -34,8 +34,12 @@ from spark_jobs.quarantine import CORRUPT, FILE, Quarantine
 from writers.base import CommitRecord, Epoch, SnapshotWriter
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
+
+    from lakeview.cadence import Cadence
 
 log = logging.getLogger("lakeview.pipeline")
 T = TypeVar("T")
@@ -92,6 +96,8 @@ class ViewPipeline:
         self.quarantine = Quarantine(project, self.source, view)
         self._last_epoch: int | None = None
         self._reread: DataFrame | None = None  # the batch read again with an evolved schema
+        self._warned_unbounded = False  # _warn_unbounded_delta says it once
+        self._batch_paths: list[Path] | None = None  # this epoch's files from Spark's file-source log (_frontier); None: unknown
         self.timings: dict[str, float] = {}  # the last epoch's phases (seconds), for logs and bench/
         self.last_write: dict[str, object] = {}  # how the last append epoch's rows went: by the driver or executors
 
@@ -187,24 +193,11 @@ class ViewPipeline:
         """Start the streaming query (``available_now``: process what has landed, then stop)."""
         stream = self.source_stream()
         faults.install(self)
-        writer = (
-            stream.writeStream.queryName(f"lakeview_{self.view}")
-            .option("checkpointLocation", str(self.checkpoint))
-            .foreachBatch(self._process)
-        )
-        if available_now or self.config.cadence.is_manual:
-            writer = writer.trigger(availableNow=True)
-        else:
-            writer = writer.trigger(processingTime=self.config.cadence.spark_trigger)
-        return writer.start()
+        return start_query(stream, f"lakeview_{self.view}", self.checkpoint, self._process, self.config.cadence, available_now)
 
     def source_stream(self) -> DataFrame:
         """The source as a stream, each row with its file (a view group's one query reads it for all members)."""
-        reader = self._reader(self.spark.readStream)
-        if self.project.spark.max_files_per_trigger:  # bounds each batch, so each delta the driver holds
-            reader = reader.option("maxFilesPerTrigger", self.project.spark.max_files_per_trigger)
-        stream = reader.load(str(self.project.source_path(self.source)))
-        return stream.selectExpr("*", f"_metadata.file_path AS {FILE}")
+        return file_stream(self.spark, self.project, self.source, self.quarantine)
 
     def _process(self, batch: DataFrame, epoch_id: int) -> None:
         # Views kept in one table skip a replayed epoch here; views with state tables let
@@ -219,9 +212,7 @@ class ViewPipeline:
             record = self._process_batch(batch, epoch_id)
         finally:
             batch.unpersist()
-            if self._reread is not None:
-                self._reread.unpersist()
-                self._reread = None
+            self.release_reread()
         self.timings["total_s"] = time.perf_counter() - started
         log.info("%s: epoch %s timings %s", self.view, epoch_id, {k: round(v, 3) for k, v in self.timings.items()})
         faults.point("before_publish", epoch_id)
@@ -234,16 +225,11 @@ class ViewPipeline:
             if self.on_commit is not None:
                 self.on_commit(record)
 
-    def _reader(self, reader: T) -> T:
-        """A stream or batch reader of the source as Lakeview reads it: its (evolved) schema,
-        malformed rows kept in the corrupt-record column."""
-        source = self.source_config
-        reader = reader.format(source.format.reader_format).schema(self.quarantine.read_schema())  # type: ignore[attr-defined]
-        if source.format is SourceFormat.CSV:
-            reader = reader.option("header", "true")
-        if source.format.reader_format in ("json", "csv"):
-            reader = reader.option("mode", "PERMISSIVE").option("columnNameOfCorruptRecord", CORRUPT)
-        return reader
+    def release_reread(self) -> None:
+        """Unpersist the batch read again with an evolved schema (``_evolve``), if any."""
+        if self._reread is not None:
+            self._reread.unpersist()
+            self._reread = None
 
     def _add_view_columns(self) -> None:
         """A ``SELECT *`` view over an evolving source gains the source's new columns."""
@@ -258,7 +244,8 @@ class ViewPipeline:
         (fixed when the query started) lacks columns the source has now."""
         from lakeview.evolution import SourceEvolution, batch_files, record_added, with_evolved_sources
 
-        files = batch_files(batch, FILE)
+        # The batch's files as Spark's file-source log names them (_frontier); a Spark job only when unknown.
+        files = sorted(str(p) for p in self._batch_paths) if self._batch_paths is not None else batch_files(batch, FILE)
         new = SourceEvolution(batch.sparkSession, self.project, self.source).new_columns(files)
         if new:
             record_added(self.project, self.source, new, epoch=epoch_id, view=self.view)
@@ -272,17 +259,17 @@ class ViewPipeline:
             return batch
         # Persisted (Spark refuses queries over raw JSON/CSV that only use the corrupt-record
         # column) and released with the batch in _process.
-        self._reread = self._reader(batch.sparkSession.read).load(files).selectExpr("*", f"_metadata.file_path AS {FILE}").persist()
+        self._reread = source_reader(batch.sparkSession.read, self.quarantine).load(files).selectExpr("*", f"_metadata.file_path AS {FILE}").persist()
         return self._reread
 
     def _process_batch(self, batch: DataFrame, epoch_id: int) -> CommitRecord | None:
         spark = batch.sparkSession
+        started = time.perf_counter()
+        frontier, newest_ms = self._frontier(epoch_id)  # first: it names the batch's files
         if self.source_config.new_columns is NewColumns.EVOLVE:
             batch = self._evolve(batch, epoch_id)
         if self.feed is not None:
             batch = batch.selectExpr("*", f"{operation_sql(self.feed)} AS {OP}")
-        started = time.perf_counter()
-        frontier, newest_ms = self._frontier(epoch_id)
         applied = self._set_watermark(epoch_id)
         split = self.quarantine.split(batch, epoch_id, operation=OP if self.feed is not None else None, files=self._batch_paths)
         good = split.good.drop(CORRUPT, FILE)
@@ -357,7 +344,7 @@ class ViewPipeline:
         limits = self.project.spark
         if self.plan.is_append and self.maintainer.view_is_state or limits.max_files_per_trigger or epoch.rows_in <= limits.driver_rows_max:
             return
-        if not getattr(self, "_warned_unbounded", False):
+        if not self._warned_unbounded:
             self._warned_unbounded = True
             log.warning(
                 "%s: epoch %s has %s input rows (more than [spark] driver_rows_max = %s) and its delta is merged in the driver; "
@@ -400,6 +387,40 @@ class ViewPipeline:
         from lakeview.view_changes import upstream_position  # over a view: the upstream epoch/snapshot reached
 
         return {self.source: {"log_offset": log_offset, "files": len(files), **upstream_position(files)}}, newest
+
+
+def source_reader(reader: T, quarantine: Quarantine) -> T:
+    """A stream or batch reader of ``quarantine``'s source as Lakeview reads it: its (evolved)
+    schema, malformed rows kept in the corrupt-record column."""
+    source = quarantine.config
+    reader = reader.format(source.format.reader_format).schema(quarantine.read_schema())  # type: ignore[attr-defined]
+    if source.format is SourceFormat.CSV:
+        reader = reader.option("header", "true")
+    if source.format.reader_format in ("json", "csv"):
+        reader = reader.option("mode", "PERMISSIVE").option("columnNameOfCorruptRecord", CORRUPT)
+    return reader
+
+
+def file_stream(spark: SparkSession, project: ProjectConfig, source: str, quarantine: Quarantine) -> DataFrame:
+    """A source's file stream, each row with its file (``[spark] max_files_per_trigger`` bounds
+    each batch, so each delta the driver holds)."""
+    reader = source_reader(spark.readStream, quarantine)
+    if project.spark.max_files_per_trigger:
+        reader = reader.option("maxFilesPerTrigger", project.spark.max_files_per_trigger)
+    return reader.load(str(project.source_path(source))).selectExpr("*", f"_metadata.file_path AS {FILE}")
+
+
+def start_query(
+    stream: DataFrame, name: str, checkpoint: Path, process: Callable[[DataFrame, int], None], cadence: Cadence, available_now: bool
+) -> StreamingQuery:
+    """Start ``stream``'s query, ``process`` per batch (``available_now`` or a manual cadence:
+    what has landed, then stop)."""
+    writer = stream.writeStream.queryName(name).option("checkpointLocation", str(checkpoint)).foreachBatch(process)
+    if available_now or cadence.is_manual:
+        writer = writer.trigger(availableNow=True)
+    else:
+        writer = writer.trigger(processingTime=cadence.spark_trigger)
+    return writer.start()
 
 
 def collect_arrow(df: DataFrame) -> pa.Table:

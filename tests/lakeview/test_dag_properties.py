@@ -13,16 +13,13 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-import sqlglot
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lakeview.chain_oracle import over_rows
-from lakeview.changefeed import OP, latest_sql, operation_sql
 from lakeview.config import load_project
 from lakeview.dag import chain_of, upstream_of
 from lakeview.maintain import ViewMaintainer
@@ -30,6 +27,7 @@ from lakeview.oracle import compare
 from lakeview.plan import KeyedAggregatePlan, plan_view
 from lakeview.view_changes import ChangePublisher, parse_change_file, reader_path
 from spark_jobs.upstream import upstream_key
+from tests.lakeview.duck_batch import duck, latest_changes, spark_sql
 from tests.lakeview.memory_writer import MemoryWriter
 from writers.base import Epoch
 from writers.delta import DeltaWriter
@@ -81,17 +79,6 @@ change = st.tuples(
 epochs = st.lists(st.lists(change, max_size=8), min_size=1, max_size=4)
 
 
-def _duck(sql: str, **tables: pa.Table) -> pa.Table:
-    con = duckdb.connect()
-    for name, table in tables.items():
-        con.register(name, table)
-    return con.execute(sql).to_arrow_table()
-
-
-def _spark_sql(sql: str) -> str:
-    return sqlglot.transpile(sql, read="spark", write="duckdb")[0]
-
-
 class Chain:
     """The views of one chain as the pipeline keeps them: each view's table a Delta table, state
     and mirror in memory; every view but the top publishes its changes to the one reading it."""
@@ -120,14 +107,13 @@ class Chain:
         sql = self.project.views[view].sql
         upstream = upstream_of(self.project, view)
         if upstream is None:
-            return _duck(_spark_sql(sql), orders=source)
+            return duck(spark_sql(sql), orders=source)
         return over_rows(sql, upstream, self.recompute(upstream, source))
 
     def run_epoch(self, number: int, batch: pa.Table) -> None:
         base = self.maintainers[self.views[0]]
         feed = base.feed
-        tagged = _duck(f"SELECT *, {_spark_sql(operation_sql(feed))} AS {OP} FROM b", b=batch)
-        latest = _duck(_spark_sql(latest_sql(feed, "t")), t=tagged).drop(["__lv_rn"])
+        latest = latest_changes(feed, batch).drop(["__lv_rn"])
         base.apply_changes(Epoch(view=self.views[0], number=number, frontier={}), latest)
         for upstream, view in zip(self.views, self.views[1:]):
             ChangePublisher(self.project, upstream, self.maintainers[upstream].view).publish()

@@ -4,18 +4,16 @@ full recompute after every epoch, for each SQL class."""
 
 from __future__ import annotations
 
-import duckdb
 import pyarrow as pa
 import pytest
-import sqlglot
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lakeview.changefeed import OP, latest_sql, operation_sql
 from lakeview.config import ChangeFeedConfig
 from lakeview.maintain import ViewMaintainer
 from lakeview.oracle import compare
 from lakeview.plan import KeyedAggregatePlan, plan_view
+from tests.lakeview.duck_batch import duck, latest_changes, spark_sql
 from tests.lakeview.memory_writer import MemoryWriter
 from writers.base import Epoch
 
@@ -41,17 +39,6 @@ change = st.tuples(
 epochs = st.lists(st.lists(change, max_size=10), min_size=1, max_size=4)
 
 
-def _duck(sql: str, **tables: pa.Table) -> pa.Table:
-    con = duckdb.connect()
-    for name, table in tables.items():
-        con.register(name, table)
-    return con.execute(sql).to_arrow_table()
-
-
-def _spark_sql(sql: str) -> str:
-    return sqlglot.transpile(sql, read="spark", write="duckdb")[0]
-
-
 def maintainer(sql: str) -> ViewMaintainer:
     plan = plan_view("v", sql)
     state = [MemoryWriter() for _ in range(1 + len(plan.multisets))] if isinstance(plan, KeyedAggregatePlan) else []
@@ -60,14 +47,13 @@ def maintainer(sql: str) -> ViewMaintainer:
 
 def run_epoch(m: ViewMaintainer, number: int, batch: pa.Table) -> None:
     """What the pipeline does per micro-batch, with DuckDB in place of Spark."""
-    tagged = _duck(f"SELECT *, {_spark_sql(operation_sql(FEED))} AS {OP} FROM b", b=batch)
-    latest = _duck(_spark_sql(latest_sql(FEED, "t")), t=tagged)
+    latest = latest_changes(FEED, batch)
     m.apply_changes(Epoch(view="v", number=number, frontier={}), latest)
 
 
 def recompute(sql: str, current: dict[int, dict]) -> pa.Table:
     table = pa.Table.from_pylist(list(current.values()), schema=SCHEMA)
-    return _duck(_spark_sql(sql), src=table)
+    return duck(spark_sql(sql), src=table)
 
 
 def apply_python(current: dict[int, dict], row: dict) -> None:

@@ -5,14 +5,11 @@ deletes on both sides."""
 
 from __future__ import annotations
 
-import duckdb
 import pyarrow as pa
 import pytest
-import sqlglot
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lakeview.changefeed import OP, latest_sql, operation_sql
 from lakeview.combine import CombinedMaintainer
 from lakeview.config import ChangeFeedConfig
 from lakeview.errors import UnsupportedSQLError
@@ -20,6 +17,7 @@ from lakeview.joins import JoinPlan
 from lakeview.oracle import compare
 from lakeview.plan import KeyedAggregatePlan, plan_view
 from lakeview.union import UnionPlan
+from tests.lakeview.duck_batch import duck, latest_changes, spark_sql
 from tests.lakeview.memory_writer import MemoryWriter
 from writers.base import Epoch
 
@@ -114,17 +112,6 @@ product_change = st.tuples(st.sampled_from(["I", "U", "D"]), st.integers(0, 4), 
 epochs = st.lists(st.tuples(st.lists(order_change, max_size=6), st.lists(product_change, max_size=4)), min_size=1, max_size=3)
 
 
-def _duck(sql: str, **tables: pa.Table) -> pa.Table:
-    con = duckdb.connect()
-    for name, table in tables.items():
-        con.register(name, table)
-    return con.execute(sql).to_arrow_table()
-
-
-def _spark_sql(sql: str) -> str:
-    return sqlglot.transpile(sql, read="spark", write="duckdb")[0]
-
-
 def maintainer(sql: str, feeds: set[str], images: frozenset[str] = frozenset()) -> CombinedMaintainer:
     plan = plan_view("v", sql)
     top = plan.top
@@ -146,10 +133,9 @@ def run_epoch(m: CombinedMaintainer, number: int, batches: dict[str, pa.Table], 
         if zsets and source in zsets:
             inputs[source] = zsets[source]
         elif source in m.feeds:
-            tagged = _duck(f"SELECT *, {_spark_sql(operation_sql(m.feeds[source]))} AS {OP} FROM b", b=batch)
-            inputs[source] = _duck(_spark_sql(latest_sql(m.feeds[source], "t")), t=tagged).drop(["__lv_rn"])
+            inputs[source] = latest_changes(m.feeds[source], batch).drop(["__lv_rn"])
         else:
-            inputs[source] = _duck("SELECT *, CAST(1 AS INTEGER) AS __lv_w FROM b", b=batch)
+            inputs[source] = duck("SELECT *, CAST(1 AS INTEGER) AS __lv_w FROM b", b=batch)
     m.apply(Epoch(view="v", number=number, frontier={}), inputs)
 
 
@@ -210,7 +196,7 @@ def test_join_and_union_views_equal_recompute_after_every_epoch(name: str, mode:
     for number, (orders, products) in enumerate(history):
         batches = {"orders": sources.batch("orders", orders), "products": sources.batch("products", products)}
         run_epoch(m, number, batches, {s: sources.zsets[s] for s in images})
-        expected = _duck(_spark_sql(sql), orders=sources.table("orders"), products=sources.table("products"))
+        expected = duck(spark_sql(sql), orders=sources.table("orders"), products=sources.table("products"))
         view = m.view.rows if m.view.rows is not None and m.view.rows.num_columns else expected.schema.empty_table()
         result = compare(view, expected)
         assert result.equal, f"epoch {number}: {result.describe()}"

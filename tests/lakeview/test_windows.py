@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import datetime as dt
 
-import duckdb
 import pyarrow as pa
 import pytest
 from hypothesis import given, settings
@@ -18,6 +17,7 @@ from lakeview.oracle import compare
 from lakeview.plan import KeyedAggregatePlan, plan_view
 from lakeview.watermark import LATE, Watermark, delay_us
 from lakeview.windows import parse_interval
+from tests.lakeview.duck_batch import duck
 from tests.lakeview.memory_writer import MemoryWriter
 from tests.lakeview.test_ivm_changes import FEED, apply_python, run_epoch
 from writers.base import Epoch
@@ -58,13 +58,6 @@ VIEWS = {
 }
 
 
-def _duck(sql: str, **tables: pa.Table) -> pa.Table:
-    con = duckdb.connect()
-    for name, table in tables.items():
-        con.register(name, table)
-    return con.execute(sql).to_arrow_table()
-
-
 def expanded(rows: list[dict], window: tuple[int, int] | None) -> pa.Table:
     """Each row once per window it is in (start <= ts < end, epoch-aligned), by plain arithmetic."""
     fields = [*SCHEMA, pa.field("ws", pa.timestamp("us", tz="UTC")), pa.field("we", pa.timestamp("us", tz="UTC"))]
@@ -87,7 +80,7 @@ def expanded(rows: list[dict], window: tuple[int, int] | None) -> pa.Table:
 
 def reference(name: str, rows: list[dict]) -> pa.Table:
     _, window, sql = VIEWS[name]
-    return _duck(sql, ex=expanded(rows, window))
+    return duck(sql, ex=expanded(rows, window))
 
 
 def maintainer(sql: str, feed=FEED) -> ViewMaintainer:
@@ -208,12 +201,12 @@ def run_watermarked_epoch(m: ViewMaintainer, wm: Watermark, number: int, rows: l
     applied = wm.for_epoch(number)
     table = pa.Table.from_pylist(rows, schema=SCHEMA)
     late_sql = wm.late_sql(applied, "duckdb")
-    late = _duck(f"SELECT * FROM b WHERE {late_sql}", b=table).to_pylist() if late_sql else []
-    good = _duck(f"SELECT * FROM b WHERE NOT coalesce({late_sql}, false)", b=table) if late_sql else table
+    late = duck(f"SELECT * FROM b WHERE {late_sql}", b=table).to_pylist() if late_sql else []
+    good = duck(f"SELECT * FROM b WHERE NOT coalesce({late_sql}, false)", b=table) if late_sql else table
     plan = m.plan
-    batch_max = _duck(f"SELECT max(epoch_us(ts)) AS t FROM b WHERE {plan.where or 'TRUE'}", b=good).column("t")[0].as_py()
+    batch_max = duck(f"SELECT max(epoch_us(ts)) AS t FROM b WHERE {plan.where or 'TRUE'}", b=good).column("t")[0].as_py()
     stamps = {**wm.advance(number, applied, batch_max), LATE: str(len(late))}
-    weighted = _duck("SELECT *, 1::INTEGER AS __lv_w FROM g", g=good)
+    weighted = duck("SELECT *, 1::INTEGER AS __lv_w FROM g", g=good)
     m.apply_zset(Epoch(view="v", number=number, frontier={}, stamps=stamps), weighted, closed_before_us=applied)
     return late
 
