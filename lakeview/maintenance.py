@@ -26,6 +26,7 @@ def policy_for(project: ProjectConfig, view: str) -> MaintenancePolicy:
         max_age_ms=None if retention.max_age is None else int((retention.max_age.seconds or 0) * 1000),
         small_file_bytes=thresholds.small_file_bytes,
         compact_min_files=thresholds.compact_min_files,
+        delete_files_max=thresholds.delete_files_max,
         orphan_min_age_ms=int((thresholds.orphan_min_age.seconds or 0) * 1000),
     )
 

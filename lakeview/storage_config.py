@@ -119,6 +119,9 @@ class MaintenanceConfig(_Strict):
     interval: Cadence = Field(default_factory=lambda: parse_cadence("5m"), description="how often the background pass runs")
     small_file_bytes: int = Field(8 * 1024 * 1024, ge=1, description="data files below this size count as small")
     compact_min_files: int = Field(10, ge=2, description="compact when at least this many small files exist")
+    delete_files_max: int = Field(
+        20, ge=1, description="Iceberg: fold position deletes into the data files when a pass finds at least this many delete files"
+    )
     orphan_min_age: Cadence = Field(
         default_factory=lambda: parse_cadence("1h"),
         description="unreferenced files younger than this are left alone (a commit may be writing them)",

@@ -1,9 +1,15 @@
 """Iceberg v2 snapshots committed through Lakeview's REST catalog (pyiceberg).
 
-Keyed changes are copy-on-write: only the data files that may hold a changed key (found by
-pyiceberg's manifest and column-stats pruning) are rewritten, and the delete of the old
-files plus the add of the new ones is ONE ``overwrite`` snapshot, so time travel never shows
-a half-applied epoch. Appends are one ``append`` snapshot.
+Keyed changes are merge-on-read by default (table property ``write.update.mode``): the new rows
+are appended as a data file and the stored rows they replace are named, by file and position,
+in one position-delete file (:mod:`writers.position_deletes`), found in the rows kept in memory
+across epochs (:mod:`writers.live_files`). Nothing already written is rewritten, so a commit
+costs what the change costs; maintenance folds the deletes back into the data files.
+
+With ``write.update.mode = copy-on-write`` the data files that may hold a changed key (found by
+pyiceberg's manifest and column-stats pruning) are rewritten instead. Either way an epoch is
+ONE snapshot, so time travel never shows a half-applied epoch. Appends are one ``append``
+snapshot.
 """
 
 from __future__ import annotations
@@ -41,10 +47,19 @@ from pyiceberg.table.update.snapshot import UpdateSnapshot, _OverwriteFiles
 from lakeview.errors import CommitConflictError, WriterError
 from writers.arrow_ops import rows_at_most, rows_with_keys, rows_without_keys
 from writers.base import Change, CommitRecord, Epoch, SnapshotWriter, backoff_s
+from writers.live_files import LiveFiles
+from writers.position_deletes import row_delta, write_position_deletes
 from writers.staged_files import WrittenFile, append_iceberg_files
 
 log = logging.getLogger("lakeview.writers.iceberg")
 MAX_ATTEMPTS = 8
+UPDATE_MODE = "write.update.mode"  # Iceberg's table property: merge-on-read (Lakeview's default) or copy-on-write
+MERGE_ON_READ = "merge-on-read"
+
+
+def merge_on_read(table: Table) -> bool:
+    """Whether keyed commits to ``table`` write position deletes (else they rewrite files)."""
+    return table.properties.get(UPDATE_MODE, MERGE_ON_READ) == MERGE_ON_READ
 
 
 def last_commit_of(table: Table) -> CommitRecord | None:
@@ -66,6 +81,7 @@ class IcebergWriter(SnapshotWriter):
         # Data files the last lookup read, by (path, schema id): files are immutable, so the
         # commit that follows a lookup rewrites them without reading them again.
         self._files_read: dict[tuple[str, int], pa.Table] = {}
+        self.live = LiveFiles()  # merge-on-read: the table's rows by file and position, across epochs
         self.timings: dict[str, float] = {}  # the last lookup's and commit's phases (seconds), for logs and bench/
 
     def ensure_table(self, schema: pa.Schema, key: tuple[str, ...] | None, properties: dict[str, str]) -> None:
@@ -79,6 +95,7 @@ class IcebergWriter(SnapshotWriter):
         props = {"format-version": "2", "write.metadata.previous-versions-max": "20", **properties}
         if key is not None:
             props["lakeview.key"] = ",".join(key)
+            props = {"write.delete.mode": MERGE_ON_READ, UPDATE_MODE: MERGE_ON_READ, "write.merge.mode": MERGE_ON_READ, **props}
         self.catalog.create_table_if_not_exists(self.identifier, schema=nullable, properties=props)
 
     def add_columns(self, schema: pa.Schema) -> list[str]:
@@ -103,6 +120,10 @@ class IcebergWriter(SnapshotWriter):
         started = time.perf_counter()
         table = self.table()
         key = tuple(keys.column_names)
+        if merge_on_read(table):
+            found = self.live.find(table, keys, key)
+            self.timings = {"lookup_s": time.perf_counter() - started, "lookup_files_read": found.files_read}
+            return found.rows
         scan = table.scan(row_filter=_key_filter(keys, key))
         tasks = list(scan.plan_files())
         self._files_read = {}
@@ -167,6 +188,8 @@ class IcebergWriter(SnapshotWriter):
         arrow_schema = table.schema().as_arrow()
         rows = change.rows.select(arrow_schema.names).cast(arrow_schema)
         commit_uuid = uuid.uuid4()
+        if change.key is not None and table.current_snapshot() is not None and merge_on_read(table):
+            return self._stage_merge_on_read(table, epoch, change, rows, commit_uuid)
         replaced: list = []
         deleted = 0
         if change.key is not None and table.current_snapshot() is not None:
@@ -196,6 +219,24 @@ class IcebergWriter(SnapshotWriter):
                 snapshot.delete_data_file(data_file)
             for data_file in files:
                 snapshot.append_data_file(data_file)
+        return txn, properties
+
+    def _stage_merge_on_read(
+        self, table: Table, epoch: Epoch, change: Change, rows: pa.Table, commit_uuid: uuid.UUID
+    ) -> tuple[Transaction, dict[str, str]]:
+        """New rows in a new data file, the rows they replace (and deleted keys' rows) named in
+        one position-delete file: ONE snapshot, no existing file read or rewritten."""
+        assert change.key is not None
+        found = self.live.find(table, change.touched_keys(), change.key)
+        properties = CommitRecord.properties(epoch, inserted=change.rows.num_rows, deleted=found.rows.num_rows)
+        files = list(_dataframe_to_data_files(table_metadata=table.metadata, df=rows, io=table.io, write_uuid=commit_uuid)) if rows.num_rows else []
+        deletes = write_position_deletes(table, found.positions, commit_uuid) if found.positions.num_rows else None
+        txn = table.transaction()
+        with row_delta(txn, properties, commit_uuid, Operation.OVERWRITE if deletes is not None else Operation.APPEND) as delta:
+            for data_file in [*files, *([deletes] if deletes is not None else [])]:
+                delta.add(data_file)
+        self.live.remember(table, files, rows, deletes, found.positions)
+        self.timings.update(files_read=found.files_read, position_deletes=found.positions.num_rows)
         return txn, properties
 
 

@@ -1,5 +1,6 @@
 """Iceberg table health with pyiceberg: expire snapshots (and delete the files only they
-referenced), compact small data files into one ``overwrite`` snapshot, remove orphan files.
+referenced), compact small data files and fold position deletes back into the data files
+(one ``overwrite`` snapshot), remove orphan files.
 
 Every step commits through the catalog like any writer: a concurrent Lakeview commit makes the
 step's commit fail (409), and the step is redone on the new state, so maintenance never blocks
@@ -14,14 +15,16 @@ import time
 import uuid
 from collections.abc import Callable, Iterable
 
+import pyarrow as pa
 from pyiceberg.exceptions import CommitFailedException, ValidationException
-from pyiceberg.expressions import AlwaysTrue
-from pyiceberg.io.pyarrow import ArrowScan, _dataframe_to_data_files
+from pyiceberg.io.pyarrow import _dataframe_to_data_files
 from pyiceberg.table import Table
-from pyiceberg.table.snapshots import Snapshot
+from pyiceberg.table.snapshots import Operation, Snapshot
 
 from lakeview.errors import CommitConflictError
-from writers.iceberg import IcebergWriter, _overwrite, last_commit_of
+from writers.iceberg import IcebergWriter, last_commit_of
+from writers.live_files import LiveFiles
+from writers.position_deletes import row_delta
 from writers.maintenance import MAINTENANCE, MaintenancePolicy, MaintenanceReport, Progress, filesystem_for, list_files, mtime_ms
 
 log = logging.getLogger("lakeview.writers.iceberg_maintenance")
@@ -95,30 +98,41 @@ def _expire(writer: IcebergWriter, policy: MaintenancePolicy, report: Maintenanc
 
 
 def _compact(writer: IcebergWriter, policy: MaintenancePolicy, report: MaintenanceReport, say: Progress) -> None:
+    """Rewrite, as ONE snapshot: the small data files once there are ``compact_min_files`` of
+    them, and every data file with position deletes once there are ``delete_files_max`` delete
+    files (the rewritten files have the deleted rows left out, and the delete files go)."""
     table = writer.table()
     if table.current_snapshot() is None:
         return
-    tasks = list(table.scan().plan_files())
-    small = [t for t in tasks if t.file.file_size_in_bytes < policy.small_file_bytes and not t.delete_files]
+    live = LiveFiles().live(table)
+    fold = len(live.delete_files) >= policy.delete_files_max
+    with_deletes = [f for f in live.data if f.file_path in live.deleted]
+    small = [f for f in live.data if f.file_size_in_bytes < policy.small_file_bytes and f.file_path not in live.deleted]
     if len(small) < policy.compact_min_files:
-        say(f"compaction: {len(small)} small file(s) of {len(tasks)}, below the threshold of {policy.compact_min_files}")
+        say(f"compaction: {len(small)} small file(s) of {len(live.data)}, below the threshold of {policy.compact_min_files}")
+        small = []
+    if not fold and live.delete_files:
+        say(f"compaction: {len(live.delete_files)} delete file(s), below the threshold of {policy.delete_files_max}")
+    rewrite = small + (with_deletes if fold else [])
+    if not rewrite:
         return
-    say(f"compaction: rewriting {len(small)} small file(s)")
-    rows = ArrowScan(
-        table_metadata=table.metadata, io=table.io, projected_schema=table.schema(), row_filter=AlwaysTrue()
-    ).to_table(tasks=small)
+    say(f"compaction: rewriting {len(small)} small file(s)" + (f" and {len(with_deletes)} file(s) with {len(live.delete_files)} delete file(s)" if fold else ""))
+    reader = LiveFiles()
+    rows = pa.concat_tables([reader.rows_of(table, f, live.deleted.get(f.file_path)) for f in rewrite])
     commit_uuid = uuid.uuid4()
-    written = list(_dataframe_to_data_files(table_metadata=table.metadata, df=rows, io=table.io, write_uuid=commit_uuid))
+    written = list(_dataframe_to_data_files(table_metadata=table.metadata, df=rows, io=table.io, write_uuid=commit_uuid)) if rows.num_rows else []
     txn = table.transaction()
-    with _overwrite(txn.update_snapshot(snapshot_properties={MAINTENANCE: "compact"}), commit_uuid) as snapshot:
-        for task in small:
-            snapshot.delete_data_file(task.file)
+    # RowDelta: fails (and is redone by _retrying) if a commit landed since the files were read
+    with row_delta(txn, {MAINTENANCE: "compact"}, commit_uuid, Operation.OVERWRITE) as snapshot:  # pyiceberg 0.12 summarises no "replace"
+        for data_file in rewrite + (live.delete_files if fold else []):
+            snapshot.remove(data_file)
         for data_file in written:
-            snapshot.append_data_file(data_file)
+            snapshot.add(data_file)
     txn.commit_transaction()
-    report.files_compacted += len(small)
+    report.files_compacted += len(rewrite)
     report.files_written += len(written)
-    say(f"compaction: {len(small)} file(s) -> {len(written)}")
+    report.delete_files_folded += len(live.delete_files) if fold else 0
+    say(f"compaction: {len(rewrite)} file(s) -> {len(written)}" + (f"; {len(live.delete_files)} delete file(s) folded in" if fold else ""))
 
 
 def _remove_orphans(

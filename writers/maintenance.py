@@ -26,6 +26,7 @@ class MaintenancePolicy:
     max_age_ms: int | None = None
     small_file_bytes: int = 8 * 1024 * 1024
     compact_min_files: int = 10
+    delete_files_max: int = 20  # Iceberg merge-on-read: fold deletes into the data files at this many delete files
     orphan_min_age_ms: int = 3_600_000
 
     def expired(self, snapshots: list[tuple[int, int]], now_ms: int | None = None) -> set[int]:
@@ -56,6 +57,7 @@ class MaintenanceReport:
     snapshots_expired: int = 0
     files_compacted: int = 0
     files_written: int = 0
+    delete_files_folded: int = 0
     files_deleted: int = 0
     orphans_deleted: int = 0
     attempts: int = 1
@@ -64,7 +66,8 @@ class MaintenanceReport:
     def describe(self) -> str:
         parts = [
             f"{self.snapshots_expired} snapshot(s) expired",
-            f"{self.files_compacted} small file(s) compacted into {self.files_written}",
+            f"{self.files_compacted} file(s) compacted into {self.files_written}",
+            f"{self.delete_files_folded} delete file(s) folded in",
             f"{self.files_deleted} expired file(s) deleted",
             f"{self.orphans_deleted} orphan(s) deleted",
         ]

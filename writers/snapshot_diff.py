@@ -5,10 +5,11 @@ rows added +1. Rather than trusting what the pipeline meant to commit, the chang
 from the table, so it is the same whether it is taken right after the commit or after a crash
 and restart (exactly once, whatever died when):
 
-- **Iceberg**: the data files the snapshot added minus the data files it removed (its own
-  manifest entries, status ADDED / DELETED with the snapshot's id). Lakeview writes
-  copy-on-write, so a rewritten file shows its untouched rows both removed and added; they
-  cancel when the Z-set is consolidated.
+- **Iceberg**: the rows of the data files the snapshot added, minus the rows it removed: those
+  at the positions its new position-delete files name (merge-on-read) and the live rows of
+  the data files it removed (its own manifest entries, status ADDED / DELETED with the
+  snapshot's id). A file rewritten copy-on-write shows its untouched rows both removed and
+  added; they cancel when the Z-set is consolidated.
 - **Delta**: the add and remove actions of that log version (the files of version N not in
   N−1, and those of N−1 not in N); delta-rs writes no deletion vectors, so the same holds.
 
@@ -24,6 +25,7 @@ import pyarrow as pa
 
 from lakeview.errors import WriterError
 from writers.base import CommitRecord, SnapshotWriter
+from writers.position_deletes import read_position_deletes
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -84,36 +86,48 @@ def _for(writer: SnapshotWriter, iceberg, delta):  # noqa: ANN001, ANN202 - one 
 
 # --- Iceberg ------------------------------------------------------------------------------
 def _iceberg_change(writer: IcebergWriter, snapshot_id: int) -> pa.Table:
-    from pyiceberg.expressions import AlwaysTrue
-    from pyiceberg.io.pyarrow import ArrowScan
     from pyiceberg.manifest import DataFileContent, ManifestEntryStatus
-    from pyiceberg.table import FileScanTask
 
     table = writer.table()
     snapshot = table.snapshot_by_id(snapshot_id)
     if snapshot is None:
         raise WriterError(f"{'.'.join(writer.identifier)}: snapshot {snapshot_id} is gone (expired); its change cannot be derived")
-    added, removed = [], []
+    added, removed, deletes = [], [], []
     for manifest in snapshot.manifests(table.io):
         if manifest.added_snapshot_id != snapshot_id:
             continue  # carried over from an earlier snapshot
         for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=False):
             if entry.snapshot_id != snapshot_id:
                 continue
-            if entry.data_file.content != DataFileContent.DATA:
-                raise WriterError(f"{'.'.join(writer.identifier)}: snapshot {snapshot_id} has delete files; not written by Lakeview")
-            if entry.status == ManifestEntryStatus.ADDED:
+            content, status = entry.data_file.content, entry.status
+            if content == DataFileContent.EQUALITY_DELETES:
+                raise WriterError(f"{'.'.join(writer.identifier)}: snapshot {snapshot_id} has equality delete files; not written by Lakeview")
+            if content == DataFileContent.POSITION_DELETES:
+                if status == ManifestEntryStatus.ADDED:
+                    deletes.append(entry.data_file)
+                continue  # a delete file removed with the data files it applied to: those are in ``removed``
+            if status == ManifestEntryStatus.ADDED:
                 added.append(entry.data_file)
-            elif entry.status == ManifestEntryStatus.DELETED:
+            elif status == ManifestEntryStatus.DELETED:
                 removed.append(entry.data_file)
-    schema = table.schema()
-    scan = ArrowScan(table_metadata=table.metadata, io=table.io, projected_schema=schema, row_filter=AlwaysTrue())
-    arrow = schema.as_arrow()
+    arrow = table.schema().as_arrow()
+    live = writer.live
+    parent = live.live(table, snapshot.parent_snapshot_id) if snapshot.parent_snapshot_id is not None else None
+    by_path = {f.file_path: f for f in parent.data} if parent is not None else {}
+    # Removed: a removed data file's rows that were live in the parent (not already deleted),
+    # and the rows at the positions the snapshot's new delete files name.
+    gone = [live.rows_of(table, f, parent.deleted.get(f.file_path) if parent is not None else None) for f in removed]
+    for delete_file in deletes:
+        for path, positions in read_position_deletes(table.io, delete_file).items():
+            if path not in by_path:
+                raise WriterError(f"{'.'.join(writer.identifier)}: snapshot {snapshot_id} deletes from {path}, not live before it")
+            gone.append(live.rows_at(table, by_path[path], positions))
+    came = [live.rows_of(table, f) for f in added]
 
-    def read(files: list) -> pa.Table:
-        return scan.to_table(tasks=[FileScanTask(f) for f in files]) if files else arrow.empty_table()
+    def rows(parts: list[pa.Table]) -> pa.Table:
+        return pa.concat_tables([p.cast(arrow) for p in parts]) if parts else arrow.empty_table()
 
-    return consolidate(read(removed), read(added), arrow)
+    return consolidate(rows(gone), rows(came), arrow)
 
 
 def _iceberg_rows(writer: IcebergWriter, snapshot_id: int) -> pa.Table:

@@ -1,0 +1,182 @@
+"""The live rows of an Iceberg view table, by data file and row position, kept across epochs.
+
+A merge-on-read commit must name the position of every stored row it replaces. Data files,
+delete files and manifests never change once written, so a long-running pipeline reads each
+one once: the rows of every data file (in file order, so a row's index is its position), the
+positions each delete file names, and the entries of each manifest. An epoch then re-reads
+only the manifest list and whatever it has not seen (the files of a compaction, say), and
+finding the touched keys is an in-memory probe. The rows a commit writes and the positions it
+deletes are added to the cache straight from memory.
+
+Memory is bounded by ``budget_bytes``: past it the least recently used files are dropped and
+read again when next needed (the epoch then costs a read of those files).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyiceberg.expressions import AlwaysTrue
+from pyiceberg.io.pyarrow import ArrowScan
+from pyiceberg.manifest import DataFile, DataFileContent, ManifestEntry
+from pyiceberg.table import FileScanTask, Table
+
+from writers.arrow_ops import rows_with_keys
+from writers.position_deletes import read_position_deletes
+
+log = logging.getLogger("lakeview.writers.live_files")
+POS = "__lv_pos"
+DEFAULT_BUDGET_BYTES = 1 << 30
+
+
+@dataclass(frozen=True)
+class Found:
+    """Stored rows of some keys and where they are."""
+
+    rows: pa.Table  # the table's columns
+    positions: pa.Table  # file_path, pos: one per row of ``rows``
+    files_read: int  # data files read from storage for this probe (0 when all were cached)
+
+
+@dataclass(frozen=True)
+class LiveTable:
+    """One snapshot's live data files, each with the positions its delete files remove."""
+
+    snapshot_id: int | None
+    schema_id: int
+    data: list[DataFile]
+    deleted: dict[str, pa.Array]  # data file path -> deleted positions
+    delete_files: list[DataFile]
+
+
+class LiveFiles:
+    def __init__(self, budget_bytes: int = DEFAULT_BUDGET_BYTES) -> None:
+        self.budget_bytes = budget_bytes
+        self._rows: OrderedDict[tuple[str, int], pa.Table] = OrderedDict()  # (data file, schema id) -> rows + POS
+        self._deletes: dict[str, dict[str, pa.Array]] = {}  # delete file -> data file -> positions
+        self._entries: dict[str, list[ManifestEntry]] = {}  # manifest -> live entries
+        self._live: LiveTable | None = None
+
+    def live(self, table: Table, snapshot_id: int | None = None) -> LiveTable:
+        """The live files of one snapshot of ``table`` (default: the current one), manifests
+        read once each."""
+        current = table.current_snapshot()
+        snapshot = current if snapshot_id is None else table.snapshot_by_id(snapshot_id)
+        is_current = snapshot is current
+        schema_id = table.schema().schema_id
+        if (is_current and self._live is not None and snapshot is not None
+                and (self._live.snapshot_id, self._live.schema_id) == (snapshot.snapshot_id, schema_id)):
+            return self._live
+        data: list[DataFile] = []
+        delete_files: list[DataFile] = []
+        manifests = snapshot.manifests(table.io) if snapshot is not None else []
+        for manifest in manifests:
+            if manifest.manifest_path not in self._entries:
+                self._entries[manifest.manifest_path] = manifest.fetch_manifest_entry(table.io, discard_deleted=True)
+            for entry in self._entries[manifest.manifest_path]:
+                (data if entry.data_file.content == DataFileContent.DATA else delete_files).append(entry.data_file)
+        if any(f.content == DataFileContent.EQUALITY_DELETES for f in delete_files):
+            from lakeview.errors import WriterError
+
+            raise WriterError(f"{table.name()}: the table has equality delete files; Lakeview writes and reads only position deletes")
+        deleted: dict[str, list[pa.Array]] = {}
+        for delete_file in delete_files:
+            if delete_file.file_path not in self._deletes:
+                self._deletes[delete_file.file_path] = read_position_deletes(table.io, delete_file)
+            for path, positions in self._deletes[delete_file.file_path].items():
+                deleted.setdefault(path, []).append(positions)
+        live = LiveTable(
+            snapshot_id=snapshot.snapshot_id if snapshot is not None else None,
+            schema_id=schema_id,
+            data=data,
+            deleted={p: pa.concat_arrays(parts) if len(parts) > 1 else parts[0] for p, parts in deleted.items()},
+            delete_files=delete_files,
+        )
+        if is_current:  # drop what the current snapshot no longer references
+            self._entries = {m.manifest_path: self._entries[m.manifest_path] for m in manifests}
+            self._deletes = {f.file_path: self._deletes[f.file_path] for f in delete_files}
+            live_paths = {f.file_path for f in data}
+            for cached in [k for k in self._rows if k[0] not in live_paths or k[1] != schema_id]:
+                del self._rows[cached]
+            self._live = live
+        return live
+
+    def rows_of(self, table: Table, data_file: DataFile, deleted: pa.Array | None = None) -> pa.Table:
+        """Every row of one data file (the table's current columns), minus ``deleted`` positions."""
+        rows, _ = self._file_rows(table, table.schema().schema_id, data_file)
+        if deleted is not None and len(deleted):
+            rows = rows.filter(pc.invert(pc.is_in(rows.column(POS), value_set=deleted)))
+        return rows.drop_columns([POS])
+
+    def rows_at(self, table: Table, data_file: DataFile, positions: pa.Array) -> pa.Table:
+        """The rows of one data file at ``positions``."""
+        rows, _ = self._file_rows(table, table.schema().schema_id, data_file)
+        return rows.filter(pc.is_in(rows.column(POS), value_set=positions)).drop_columns([POS])
+
+    def find(self, table: Table, keys: pa.Table, key: tuple[str, ...]) -> Found:
+        """The live rows of ``table`` whose key is one of ``keys`` (null-safe), with positions."""
+        live = self.live(table)
+        rows, paths, positions = [], [], []
+        read = 0
+        for data_file in live.data:
+            stored, fresh = self._file_rows(table, live.schema_id, data_file)
+            read += fresh
+            deleted = live.deleted.get(data_file.file_path)
+            if deleted is not None and len(deleted):
+                stored = stored.filter(pc.invert(pc.is_in(stored.column(POS), value_set=deleted)))
+            hit = rows_with_keys(stored, keys, key)
+            if hit.num_rows:
+                rows.append(hit.drop_columns([POS]))
+                positions.append(hit.column(POS).combine_chunks())
+                paths.append(pa.array([data_file.file_path] * hit.num_rows, pa.string()))
+        schema = table.schema().as_arrow()
+        found_rows = pa.concat_tables(rows).cast(schema) if rows else schema.empty_table()
+        at = pa.table({"file_path": pa.concat_arrays(paths) if paths else pa.array([], pa.string()),
+                       "pos": pa.concat_arrays(positions).cast(pa.int64()) if positions else pa.array([], pa.int64())})
+        return Found(rows=found_rows, positions=at, files_read=read)
+
+    def remember(self, table: Table, data_files: list[DataFile], rows: pa.Table, delete_file: DataFile | None, positions: pa.Table) -> None:
+        """Seed the cache with what a commit just wrote (used once the commit is in a snapshot)."""
+        schema_id = table.schema().schema_id
+        if len(data_files) == 1:
+            self._store((data_files[0].file_path, schema_id), _with_pos(rows))
+        if delete_file is not None:
+            by_path: dict[str, pa.Array] = {}
+            for path in pc.unique(positions.column("file_path")).to_pylist():
+                mask = pc.equal(positions.column("file_path"), path)
+                by_path[path] = positions.column("pos").filter(mask).combine_chunks()
+            self._deletes[delete_file.file_path] = by_path
+
+    def forget(self) -> None:
+        self._rows.clear()
+        self._deletes.clear()
+        self._entries.clear()
+        self._live = None
+
+    def _file_rows(self, table: Table, schema_id: int, data_file: DataFile) -> tuple[pa.Table, int]:
+        cache_key = (data_file.file_path, schema_id)
+        cached = self._rows.get(cache_key)
+        if cached is not None:
+            self._rows.move_to_end(cache_key)
+            return cached, 0
+        reader = ArrowScan(table_metadata=table.metadata, io=table.io, projected_schema=table.schema(), row_filter=AlwaysTrue())
+        rows = _with_pos(reader.to_table(tasks=[FileScanTask(data_file)]))  # no delete files: every row, in file order
+        self._store(cache_key, rows)
+        return rows, 1
+
+    def _store(self, cache_key: tuple[str, int], rows: pa.Table) -> None:
+        self._rows[cache_key] = rows
+        self._rows.move_to_end(cache_key)
+        total = sum(t.nbytes for t in self._rows.values())
+        while total > self.budget_bytes and len(self._rows) > 1:
+            _, dropped = self._rows.popitem(last=False)
+            total -= dropped.nbytes
+
+
+def _with_pos(rows: pa.Table) -> pa.Table:
+    positions = pc.subtract(pc.cumulative_sum(pa.repeat(pa.scalar(1, pa.int64()), rows.num_rows)), 1) if rows.num_rows else pa.array([], pa.int64())
+    return rows.append_column(POS, positions)  # 0 .. n-1 (pyarrow has no arange; numpy is not a dependency)
