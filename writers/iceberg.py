@@ -235,7 +235,7 @@ class IcebergWriter(SnapshotWriter):
         with row_delta(txn, properties, commit_uuid, Operation.OVERWRITE if deletes is not None else Operation.APPEND) as delta:
             for data_file in [*files, *([deletes] if deletes is not None else [])]:
                 delta.add(data_file)
-        self.live.remember(table, files, rows, deletes, found.positions)
+        self.live.remember(table, files, rows, deletes, found)
         self.timings.update(files_read=found.files_read, position_deletes=found.positions.num_rows)
         return txn, properties
 

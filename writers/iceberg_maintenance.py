@@ -106,8 +106,8 @@ def _compact(writer: IcebergWriter, policy: MaintenancePolicy, report: Maintenan
         return
     live = LiveFiles().live(table)
     fold = len(live.delete_files) >= policy.delete_files_max
-    with_deletes = [f for f in live.data if f.file_path in live.deleted]
-    small = [f for f in live.data if f.file_size_in_bytes < policy.small_file_bytes and f.file_path not in live.deleted]
+    with_deletes = [f for f in live.data if f.file_path in live.deletes]
+    small = [f for f in live.data if f.file_size_in_bytes < policy.small_file_bytes and f.file_path not in live.deletes]
     if len(small) < policy.compact_min_files:
         say(f"compaction: {len(small)} small file(s) of {len(live.data)}, below the threshold of {policy.compact_min_files}")
         small = []
@@ -118,7 +118,7 @@ def _compact(writer: IcebergWriter, policy: MaintenancePolicy, report: Maintenan
         return
     say(f"compaction: rewriting {len(small)} small file(s)" + (f" and {len(with_deletes)} file(s) with {len(live.delete_files)} delete file(s)" if fold else ""))
     reader = LiveFiles()
-    rows = pa.concat_tables([reader.rows_of(table, f, live.deleted.get(f.file_path)) for f in rewrite])
+    rows = pa.concat_tables([reader.rows_of(table, f, live.deletes.get(f.file_path, {})) for f in rewrite])
     commit_uuid = uuid.uuid4()
     written = list(_dataframe_to_data_files(table_metadata=table.metadata, df=rows, io=table.io, write_uuid=commit_uuid)) if rows.num_rows else []
     txn = table.transaction()

@@ -2,11 +2,13 @@
 
 A merge-on-read commit must name the position of every stored row it replaces. Data files,
 delete files and manifests never change once written, so a long-running pipeline reads each
-one once: the rows of every data file (in file order, so a row's index is its position), the
-positions each delete file names, and the entries of each manifest. An epoch then re-reads
-only the manifest list and whatever it has not seen (the files of a compaction, say), and
-finding the touched keys is an in-memory probe. The rows a commit writes and the positions it
-deletes are added to the cache straight from memory.
+one once: the rows of every data file (with their positions in the file), the positions each
+delete file names, and the entries of each manifest. Per data file the cache holds the rows
+still alive and which delete files it has applied, so an epoch applies only the delete files
+that are new since the last (one per commit), re-reads only the manifest list and whatever it
+has not seen (the files of a compaction, say), and finding the touched keys is an in-memory
+probe. The rows a commit writes, the positions it deletes and the rows they held are added to
+the cache straight from memory (the last for deriving the snapshot's change).
 
 Memory is bounded by ``budget_bytes``: past it the least recently used files are dropped and
 read again when next needed (the epoch then costs a read of those files).
@@ -49,14 +51,21 @@ class LiveTable:
     snapshot_id: int | None
     schema_id: int
     data: list[DataFile]
-    deleted: dict[str, pa.Array]  # data file path -> deleted positions
+    deletes: dict[str, dict[str, pa.Array]]  # data file path -> delete file path -> the positions it deletes there
     delete_files: list[DataFile]
+
+    def deleted(self, path: str) -> pa.Array | None:
+        """Every deleted position of one data file (None: none)."""
+        parts = list(self.deletes.get(path, {}).values())
+        return None if not parts else pa.concat_arrays(parts) if len(parts) > 1 else parts[0]
 
 
 class LiveFiles:
     def __init__(self, budget_bytes: int = DEFAULT_BUDGET_BYTES) -> None:
         self.budget_bytes = budget_bytes
-        self._rows: OrderedDict[tuple[str, int], pa.Table] = OrderedDict()  # (data file, schema id) -> rows + POS
+        # (data file, schema id) -> (delete files applied, the rows they left + POS)
+        self._rows: OrderedDict[tuple[str, int], tuple[frozenset[str], pa.Table]] = OrderedDict()
+        self._removed: dict[str, pa.Table] = {}  # delete file this writer committed -> the rows it deleted
         self._deletes: dict[str, dict[str, pa.Array]] = {}  # delete file -> data file -> positions
         self._entries: dict[str, list[ManifestEntry]] = {}  # manifest -> live entries
         self._live: LiveTable | None = None
@@ -83,39 +92,51 @@ class LiveFiles:
             from lakeview.errors import WriterError
 
             raise WriterError(f"{table.name()}: the table has equality delete files; Lakeview writes and reads only position deletes")
-        deleted: dict[str, list[pa.Array]] = {}
+        deletes: dict[str, dict[str, pa.Array]] = {}
         for delete_file in delete_files:
             if delete_file.file_path not in self._deletes:
                 self._deletes[delete_file.file_path] = read_position_deletes(table.io, delete_file)
             for path, positions in self._deletes[delete_file.file_path].items():
-                deleted.setdefault(path, []).append(positions)
+                deletes.setdefault(path, {})[delete_file.file_path] = positions
         live = LiveTable(
             snapshot_id=snapshot.snapshot_id if snapshot is not None else None,
             schema_id=schema_id,
             data=data,
-            deleted={p: pa.concat_arrays(parts) if len(parts) > 1 else parts[0] for p, parts in deleted.items()},
+            deletes=deletes,
             delete_files=delete_files,
         )
         if is_current:  # drop what the current snapshot no longer references
             self._entries = {m.manifest_path: self._entries[m.manifest_path] for m in manifests}
             self._deletes = {f.file_path: self._deletes[f.file_path] for f in delete_files}
+            self._removed = {p: rows for p, rows in self._removed.items() if p in self._deletes}
             live_paths = {f.file_path for f in data}
             for cached in [k for k in self._rows if k[0] not in live_paths or k[1] != schema_id]:
                 del self._rows[cached]
             self._live = live
         return live
 
-    def rows_of(self, table: Table, data_file: DataFile, deleted: pa.Array | None = None) -> pa.Table:
-        """Every row of one data file (the table's current columns), minus ``deleted`` positions."""
-        rows, _ = self._file_rows(table, table.schema().schema_id, data_file)
-        if deleted is not None and len(deleted):
-            rows = rows.filter(pc.invert(pc.is_in(rows.column(POS), value_set=deleted)))
+    def rows_of(self, table: Table, data_file: DataFile, deletes: dict[str, pa.Array] | None = None) -> pa.Table:
+        """The rows of one data file (the table's current columns) the ``deletes`` (delete file
+        -> positions in this file) leave."""
+        rows, _ = self._alive(table, table.schema().schema_id, data_file, deletes or {})
         return rows.drop_columns([POS])
 
-    def rows_at(self, table: Table, data_file: DataFile, positions: pa.Array) -> pa.Table:
-        """The rows of one data file at ``positions``."""
-        rows, _ = self._file_rows(table, table.schema().schema_id, data_file)
-        return rows.filter(pc.is_in(rows.column(POS), value_set=positions)).drop_columns([POS])
+    def rows_deleted_by(self, table: Table, delete_file: DataFile, before: LiveTable) -> pa.Table:
+        """The rows ``delete_file`` deletes, as they were in ``before`` (the snapshot it was
+        committed on): kept from the commit when this writer made it, else read."""
+        if delete_file.file_path in self._removed:
+            return self._removed[delete_file.file_path]
+        files = {f.file_path: f for f in before.data}
+        parts = []
+        for path, positions in read_position_deletes(table.io, delete_file).items():
+            if path not in files:
+                from lakeview.errors import WriterError
+
+                raise WriterError(f"{table.name()}: {delete_file.file_path} deletes from {path}, not live before it")
+            rows, _ = self._alive(table, table.schema().schema_id, files[path], before.deletes.get(path, {}))
+            parts.append(rows.filter(pc.is_in(rows.column(POS), value_set=positions)).drop_columns([POS]))
+        schema = table.schema().as_arrow()
+        return pa.concat_tables([p.cast(schema) for p in parts]) if parts else schema.empty_table()
 
     def find(self, table: Table, keys: pa.Table, key: tuple[str, ...]) -> Found:
         """The live rows of ``table`` whose key is one of ``keys`` (null-safe), with positions."""
@@ -123,11 +144,8 @@ class LiveFiles:
         rows, paths, positions = [], [], []
         read = 0
         for data_file in live.data:
-            stored, fresh = self._file_rows(table, live.schema_id, data_file)
+            stored, fresh = self._alive(table, live.schema_id, data_file, live.deletes.get(data_file.file_path, {}))
             read += fresh
-            deleted = live.deleted.get(data_file.file_path)
-            if deleted is not None and len(deleted):
-                stored = stored.filter(pc.invert(pc.is_in(stored.column(POS), value_set=deleted)))
             hit = rows_with_keys(stored, keys, key)
             if hit.num_rows:
                 rows.append(hit.drop_columns([POS]))
@@ -139,41 +157,55 @@ class LiveFiles:
                        "pos": pa.concat_arrays(positions).cast(pa.int64()) if positions else pa.array([], pa.int64())})
         return Found(rows=found_rows, positions=at, files_read=read)
 
-    def remember(self, table: Table, data_files: list[DataFile], rows: pa.Table, delete_file: DataFile | None, positions: pa.Table) -> None:
+    def remember(self, table: Table, data_files: list[DataFile], rows: pa.Table, delete_file: DataFile | None, found: Found) -> None:
         """Seed the cache with what a commit just wrote (used once the commit is in a snapshot)."""
         schema_id = table.schema().schema_id
         if len(data_files) == 1:
-            self._store((data_files[0].file_path, schema_id), _with_pos(rows))
+            self._store((data_files[0].file_path, schema_id), frozenset(), _with_pos(rows))
         if delete_file is not None:
+            positions = found.positions
             by_path: dict[str, pa.Array] = {}
             for path in pc.unique(positions.column("file_path")).to_pylist():
                 mask = pc.equal(positions.column("file_path"), path)
                 by_path[path] = positions.column("pos").filter(mask).combine_chunks()
             self._deletes[delete_file.file_path] = by_path
+            self._removed[delete_file.file_path] = found.rows
+
+    def _alive(self, table: Table, schema_id: int, data_file: DataFile, deletes: dict[str, pa.Array]) -> tuple[pa.Table, int]:
+        """(the rows of ``data_file`` that ``deletes`` leave, with POS; 1 if the file was read
+        from storage). Only delete files the cached rows have not seen yet are applied."""
+        cache_key = (data_file.file_path, schema_id)
+        wanted = frozenset(deletes)
+        cached = self._rows.get(cache_key)
+        read = 0
+        if cached is None or not cached[0] <= wanted:  # not cached, or cached with deletes this state lacks
+            reader = ArrowScan(table_metadata=table.metadata, io=table.io, projected_schema=table.schema(), row_filter=AlwaysTrue())
+            cached = (frozenset(), _with_pos(reader.to_table(tasks=[FileScanTask(data_file)])))  # every row, in file order
+            read = 1
+        applied, rows = cached
+        new = [deletes[p] for p in wanted - applied]
+        if new:
+            positions = pa.concat_arrays(new) if len(new) > 1 else new[0]
+            rows = rows.filter(pc.invert(pc.is_in(rows.column(POS), value_set=positions)))
+        if read or new or cache_key not in self._rows:
+            self._store(cache_key, wanted, rows)
+        else:
+            self._rows.move_to_end(cache_key)
+        return rows, read
 
     def forget(self) -> None:
         self._rows.clear()
         self._deletes.clear()
+        self._removed.clear()
         self._entries.clear()
         self._live = None
 
-    def _file_rows(self, table: Table, schema_id: int, data_file: DataFile) -> tuple[pa.Table, int]:
-        cache_key = (data_file.file_path, schema_id)
-        cached = self._rows.get(cache_key)
-        if cached is not None:
-            self._rows.move_to_end(cache_key)
-            return cached, 0
-        reader = ArrowScan(table_metadata=table.metadata, io=table.io, projected_schema=table.schema(), row_filter=AlwaysTrue())
-        rows = _with_pos(reader.to_table(tasks=[FileScanTask(data_file)]))  # no delete files: every row, in file order
-        self._store(cache_key, rows)
-        return rows, 1
-
-    def _store(self, cache_key: tuple[str, int], rows: pa.Table) -> None:
-        self._rows[cache_key] = rows
+    def _store(self, cache_key: tuple[str, int], applied: frozenset[str], rows: pa.Table) -> None:
+        self._rows[cache_key] = (applied, rows)
         self._rows.move_to_end(cache_key)
-        total = sum(t.nbytes for t in self._rows.values())
+        total = sum(t.nbytes for _, t in self._rows.values())
         while total > self.budget_bytes and len(self._rows) > 1:
-            _, dropped = self._rows.popitem(last=False)
+            _, (_, dropped) = self._rows.popitem(last=False)
             total -= dropped.nbytes
 
 

@@ -25,7 +25,6 @@ import pyarrow as pa
 
 from lakeview.errors import WriterError
 from writers.base import CommitRecord, SnapshotWriter
-from writers.position_deletes import read_position_deletes
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -113,15 +112,12 @@ def _iceberg_change(writer: IcebergWriter, snapshot_id: int) -> pa.Table:
     arrow = table.schema().as_arrow()
     live = writer.live
     parent = live.live(table, snapshot.parent_snapshot_id) if snapshot.parent_snapshot_id is not None else None
-    by_path = {f.file_path: f for f in parent.data} if parent is not None else {}
-    # Removed: a removed data file's rows that were live in the parent (not already deleted),
-    # and the rows at the positions the snapshot's new delete files name.
-    gone = [live.rows_of(table, f, parent.deleted.get(f.file_path) if parent is not None else None) for f in removed]
-    for delete_file in deletes:
-        for path, positions in read_position_deletes(table.io, delete_file).items():
-            if path not in by_path:
-                raise WriterError(f"{'.'.join(writer.identifier)}: snapshot {snapshot_id} deletes from {path}, not live before it")
-            gone.append(live.rows_at(table, by_path[path], positions))
+    if parent is None and (removed or deletes):
+        raise WriterError(f"{'.'.join(writer.identifier)}: snapshot {snapshot_id} removes rows but has no parent")
+    # Removed: the rows the snapshot's new delete files name, and a removed data file's rows
+    # that were live in the parent (not already deleted).
+    gone = [live.rows_deleted_by(table, f, parent) for f in deletes]  # type: ignore[arg-type]
+    gone += [live.rows_of(table, f, parent.deletes.get(f.file_path, {})) for f in removed]  # type: ignore[union-attr]
     came = [live.rows_of(table, f) for f in added]
 
     def rows(parts: list[pa.Table]) -> pa.Table:
