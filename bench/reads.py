@@ -118,7 +118,7 @@ class Bench:
     def shape(self) -> tuple[int, int, int]:
         """(data files, delete files, positions deleted) of the current snapshot."""
         live = LiveFiles().live(self.writer.table())
-        return len(live.data), len(live.delete_files), sum(len(p) for p in live.deleted.values())
+        return len(live.data), len(live.delete_files), sum(len(p) for per_file in live.deletes.values() for p in per_file.values())
 
     def duckdb_scan(self) -> tuple[float, tuple]:
         con = connect_catalog(self.server.uri, "lakeview")

@@ -48,6 +48,7 @@ from lakeview.errors import CommitConflictError, WriterError
 from writers.arrow_ops import rows_at_most, rows_with_keys, rows_without_keys
 from writers.base import Change, CommitRecord, Epoch, SnapshotWriter, backoff_s
 from writers.live_files import LiveFiles
+from writers.metadata_memo import transaction
 from writers.position_deletes import row_delta, write_position_deletes
 from writers.staged_files import WrittenFile, append_iceberg_files
 
@@ -210,7 +211,7 @@ class IcebergWriter(SnapshotWriter):
                 rows = pa.concat_tables([kept.cast(arrow_schema), rows])
         self._files_read = {}
         properties = CommitRecord.properties(epoch, inserted=change.rows.num_rows, deleted=deleted)
-        txn = table.transaction()
+        txn = transaction(table)
         # no rows left (a change that only deletes every row of the files it touches): no new file
         files = list(_dataframe_to_data_files(table_metadata=table.metadata, df=rows, io=table.io, write_uuid=commit_uuid)) if rows.num_rows else []
         producer = txn.update_snapshot(snapshot_properties=properties)
@@ -231,7 +232,7 @@ class IcebergWriter(SnapshotWriter):
         properties = CommitRecord.properties(epoch, inserted=change.rows.num_rows, deleted=found.rows.num_rows)
         files = list(_dataframe_to_data_files(table_metadata=table.metadata, df=rows, io=table.io, write_uuid=commit_uuid)) if rows.num_rows else []
         deletes = write_position_deletes(table, found.positions, commit_uuid) if found.positions.num_rows else None
-        txn = table.transaction()
+        txn = transaction(table)
         with row_delta(txn, properties, commit_uuid, Operation.OVERWRITE if deletes is not None else Operation.APPEND) as delta:
             for data_file in [*files, *([deletes] if deletes is not None else [])]:
                 delta.add(data_file)

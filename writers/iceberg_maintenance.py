@@ -24,6 +24,7 @@ from pyiceberg.table.snapshots import Operation, Snapshot
 from lakeview.errors import CommitConflictError
 from writers.iceberg import IcebergWriter, last_commit_of
 from writers.live_files import LiveFiles
+from writers.metadata_memo import transaction
 from writers.position_deletes import row_delta
 from writers.maintenance import MAINTENANCE, MaintenancePolicy, MaintenanceReport, Progress, filesystem_for, list_files, mtime_ms
 
@@ -121,7 +122,7 @@ def _compact(writer: IcebergWriter, policy: MaintenancePolicy, report: Maintenan
     rows = pa.concat_tables([reader.rows_of(table, f, live.deletes.get(f.file_path, {})) for f in rewrite])
     commit_uuid = uuid.uuid4()
     written = list(_dataframe_to_data_files(table_metadata=table.metadata, df=rows, io=table.io, write_uuid=commit_uuid)) if rows.num_rows else []
-    txn = table.transaction()
+    txn = transaction(table)
     # RowDelta: fails (and is redone by _retrying) if a commit landed since the files were read
     with row_delta(txn, {MAINTENANCE: "compact"}, commit_uuid, Operation.OVERWRITE) as snapshot:  # pyiceberg 0.12 summarises no "replace"
         for data_file in rewrite + (live.delete_files if fold else []):

@@ -27,7 +27,7 @@ from pyiceberg.io.pyarrow import ArrowScan
 from pyiceberg.manifest import DataFile, DataFileContent, ManifestEntry
 from pyiceberg.table import FileScanTask, Table
 
-from writers.arrow_ops import rows_with_keys
+from writers.arrow_ops import _hashable_alike, rows_with_keys
 from writers.position_deletes import read_position_deletes
 
 log = logging.getLogger("lakeview.writers.live_files")
@@ -66,6 +66,8 @@ class LiveFiles:
         # (data file, schema id) -> (delete files applied, the rows they left + POS)
         self._rows: OrderedDict[tuple[str, int], tuple[frozenset[str], pa.Table]] = OrderedDict()
         self._removed: dict[str, pa.Table] = {}  # delete file this writer committed -> the rows it deleted
+        self._sizes: dict[tuple[str, int], int] = {}  # bytes of each cached entry
+        self._bytes = 0
         self._deletes: dict[str, dict[str, pa.Array]] = {}  # delete file -> data file -> positions
         self._entries: dict[str, list[ManifestEntry]] = {}  # manifest -> live entries
         self._live: LiveTable | None = None
@@ -112,6 +114,7 @@ class LiveFiles:
             live_paths = {f.file_path for f in data}
             for cached in [k for k in self._rows if k[0] not in live_paths or k[1] != schema_id]:
                 del self._rows[cached]
+                self._bytes -= self._sizes.pop(cached, 0)
             self._live = live
         return live
 
@@ -143,10 +146,12 @@ class LiveFiles:
         live = self.live(table)
         rows, paths, positions = [], [], []
         read = 0
+        alive = []
         for data_file in live.data:
             stored, fresh = self._alive(table, live.schema_id, data_file, live.deletes.get(data_file.file_path, {}))
             read += fresh
-            hit = rows_with_keys(stored, keys, key)
+            alive.append((data_file, stored))
+        for data_file, hit in _hits(alive, keys, key):
             if hit.num_rows:
                 rows.append(hit.drop_columns([POS]))
                 positions.append(hit.column(POS).combine_chunks())
@@ -161,7 +166,7 @@ class LiveFiles:
         """Seed the cache with what a commit just wrote (used once the commit is in a snapshot)."""
         schema_id = table.schema().schema_id
         if len(data_files) == 1:
-            self._store((data_files[0].file_path, schema_id), frozenset(), _with_pos(rows))
+            self._store((data_files[0].file_path, schema_id), frozenset(), _with_pos(rows.cast(table.schema().as_arrow())))
         if delete_file is not None:
             positions = found.positions
             by_path: dict[str, pa.Array] = {}
@@ -180,7 +185,8 @@ class LiveFiles:
         read = 0
         if cached is None or not cached[0] <= wanted:  # not cached, or cached with deletes this state lacks
             reader = ArrowScan(table_metadata=table.metadata, io=table.io, projected_schema=table.schema(), row_filter=AlwaysTrue())
-            cached = (frozenset(), _with_pos(reader.to_table(tasks=[FileScanTask(data_file)])))  # every row, in file order
+            every = reader.to_table(tasks=[FileScanTask(data_file)]).cast(table.schema().as_arrow())  # every row, in file order
+            cached = (frozenset(), _with_pos(every))
             read = 1
         applied, rows = cached
         new = [deletes[p] for p in wanted - applied]
@@ -195,18 +201,37 @@ class LiveFiles:
 
     def forget(self) -> None:
         self._rows.clear()
+        self._sizes.clear()
+        self._bytes = 0
         self._deletes.clear()
         self._removed.clear()
         self._entries.clear()
         self._live = None
 
     def _store(self, cache_key: tuple[str, int], applied: frozenset[str], rows: pa.Table) -> None:
+        self._bytes -= self._sizes.pop(cache_key, 0)
         self._rows[cache_key] = (applied, rows)
         self._rows.move_to_end(cache_key)
-        total = sum(t.nbytes for _, t in self._rows.values())
-        while total > self.budget_bytes and len(self._rows) > 1:
-            _, (_, dropped) = self._rows.popitem(last=False)
-            total -= dropped.nbytes
+        self._sizes[cache_key] = rows.get_total_buffer_size()  # what it holds (a filter's result owns its buffers)
+        self._bytes += self._sizes[cache_key]
+        while self._bytes > self.budget_bytes and len(self._rows) > 1:
+            dropped, _ = self._rows.popitem(last=False)
+            self._bytes -= self._sizes.pop(dropped)
+
+
+def _hits(alive: list[tuple[DataFile, pa.Table]], keys: pa.Table, key: tuple[str, ...]) -> list[tuple[DataFile, pa.Table]]:
+    """Each file's rows whose key is one of ``keys``. One integer or string key column: ONE
+    membership test over every file's rows (the keys' hash table built once, not per file)."""
+    if len(key) != 1 or not alive or not _hashable_alike(alive[0][1].schema.field(key[0]).type, keys.schema.field(key[0]).type):
+        return [(data_file, rows_with_keys(stored, keys, key)) for data_file, stored in alive]
+    column = pa.chunked_array([chunk for _, stored in alive for chunk in stored.column(key[0]).chunks], alive[0][1].schema.field(key[0]).type)
+    member = pc.is_in(column, value_set=pc.unique(keys.column(key[0])), skip_nulls=False)
+    out, offset = [], 0
+    for data_file, stored in alive:
+        mask = member.slice(offset, stored.num_rows)
+        offset += stored.num_rows
+        out.append((data_file, stored.filter(mask) if pc.any(mask).as_py() else stored.schema.empty_table()))
+    return out
 
 
 def _with_pos(rows: pa.Table) -> pa.Table:

@@ -58,8 +58,10 @@ def stage_iceberg_files(table: Table, epoch: Epoch, files: list[WrittenFile]) ->
     several tables' staged snapshots in one catalog transaction)."""
     from pyiceberg.manifest import DataFile
 
+    from writers.metadata_memo import transaction
+
     props = _stamp(epoch, files)
-    txn = table.transaction()
+    txn = transaction(table)
     with txn.update_snapshot(snapshot_properties=props).fast_append() as snapshot:
         for file in files:
             fields = pickle.loads(file.payload)
