@@ -79,7 +79,10 @@ def maintain(fmt: str, writer: SnapshotWriter) -> None:
     if fmt == "iceberg":
         from writers.iceberg_maintenance import maintain_iceberg
 
-        maintain_iceberg(writer, POLICY)  # type: ignore[arg-type]
+        from writers.iceberg_maintenance import self_compacting
+
+        # as `lakeview up` does: a keyed merge-on-read table's writer compacts within its commits
+        maintain_iceberg(writer, POLICY, compact=not self_compacting(writer.table()))  # type: ignore[arg-type,attr-defined]
     else:
         from writers.delta_maintenance import maintain_delta
 
@@ -93,7 +96,7 @@ def soak(fmt: str, with_maintenance: bool, minutes: float, groups: int, touch: i
 
         from writers.iceberg import IcebergWriter
 
-        writer: SnapshotWriter = IcebergWriter(RestCatalog(name, uri=catalog_uri, warehouse="lakeview"), "soak", name)
+        writer: SnapshotWriter = IcebergWriter(RestCatalog(name, uri=catalog_uri, warehouse="lakeview"), "soak", name, compaction=POLICY)
     else:
         writer = DeltaWriter(str(work / "delta" / name), name)
     writer.ensure_table(SCHEMA, ("group_id",), {})

@@ -44,9 +44,11 @@ def delta_storage_options(project: ProjectConfig) -> dict[str, str] | None:
 
 
 def _iceberg_writer(project: ProjectConfig, view: str, catalog_uri: str) -> SnapshotWriter:
+    from lakeview.maintenance import policy_for
     from writers.iceberg import IcebergWriter
 
-    return IcebergWriter(rest_catalog(project, f"lakeview-{view}", catalog_uri), project.views[view].namespace, view)
+    catalog = rest_catalog(project, f"lakeview-{view}", catalog_uri)
+    return IcebergWriter(catalog, project.views[view].namespace, view, compaction=policy_for(project, view))
 
 
 def rest_catalog(project: ProjectConfig, name: str, catalog_uri: str) -> Any:

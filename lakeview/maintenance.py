@@ -31,8 +31,12 @@ def policy_for(project: ProjectConfig, view: str) -> MaintenancePolicy:
     )
 
 
-def maintain_view(project: ProjectConfig, view: str, catalog_uri: str, progress: Progress | None = None) -> MaintenanceReport:
-    """One maintenance pass over ``view``'s table (Iceberg tables through the catalog at ``catalog_uri``)."""
+def maintain_view(
+    project: ProjectConfig, view: str, catalog_uri: str, progress: Progress | None = None, writer_running: bool = False
+) -> MaintenanceReport:
+    """One maintenance pass over ``view``'s table (Iceberg tables through the catalog at ``catalog_uri``).
+    ``writer_running``: the view's pipeline is committing (``up``): a keyed Iceberg view's
+    compaction is left to its writer."""
     from lakeview.embedded import file_io_properties, make_writer
 
     writer = make_writer(project, view, catalog_uri)
@@ -42,9 +46,10 @@ def maintain_view(project: ProjectConfig, view: str, catalog_uri: str, progress:
         from writers.delta_maintenance import maintain_delta
 
         return maintain_delta(writer, policy, progress)  # type: ignore[arg-type]
-    from writers.iceberg_maintenance import maintain_iceberg
+    from writers.iceberg_maintenance import maintain_iceberg, self_compacting
 
-    return maintain_iceberg(writer, policy, file_io_properties(project), progress)  # type: ignore[arg-type]
+    compact = not (writer_running and self_compacting(writer.table()))  # type: ignore[attr-defined]
+    return maintain_iceberg(writer, policy, file_io_properties(project), progress, compact=compact)  # type: ignore[arg-type]
 
 
 def _prune_changes(project: ProjectConfig, view: str, writer, progress: Progress | None) -> None:  # noqa: ANN001
@@ -57,18 +62,15 @@ def _prune_changes(project: ProjectConfig, view: str, writer, progress: Progress
 
 
 class MaintenanceThread:
-    """Runs every enabled view's pass at its ``maintenance.interval`` until stopped, and an
-    Iceberg view's pass early once its table holds ``delete_files_max`` position-delete files
-    (checked every ``fold_check_s`` from the current snapshot's summary), so readers never pay
-    for more than about that many whatever the cadence."""
+    """Runs every enabled view's pass at its ``maintenance.interval`` until stopped. Compaction
+    of a keyed Iceberg (merge-on-read) view is left to its writer, which compacts within its
+    commits (a concurrent compaction would lose the race to every commit)."""
 
-    def __init__(self, project: ProjectConfig, views: list[str], catalog_uri: str, tick_s: float = 1.0, fold_check_s: float = 5.0) -> None:
+    def __init__(self, project: ProjectConfig, views: list[str], catalog_uri: str, tick_s: float = 1.0) -> None:
         self.project = project
         self.catalog_uri = catalog_uri
         self.views = [v for v in views if project.views[v].maintenance.enabled]
         self.tick_s = tick_s
-        self.fold_check_s = fold_check_s
-        self._writers: dict[str, object] = {}  # the fold check's writer per Iceberg view
         self.reports: dict[str, MaintenanceReport] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="lakeview-maintenance", daemon=True)
@@ -80,39 +82,16 @@ class MaintenanceThread:
 
     def _run(self) -> None:
         due = {view: time.monotonic() + (self.project.views[view].maintenance.interval.seconds or 0) for view in self.views}
-        checked = dict.fromkeys(self.views, time.monotonic())
         while not self._stop.wait(self.tick_s):
             for view in self.views:
-                if self._stop.is_set():
+                if self._stop.is_set() or time.monotonic() < due[view]:
                     continue
-                if time.monotonic() < due[view]:
-                    if time.monotonic() - checked[view] < self.fold_check_s:
-                        continue
-                    checked[view] = time.monotonic()
-                    if not self._deletes_piled_up(view):
-                        continue
                 try:
-                    self.reports[view] = maintain_view(self.project, view, self.catalog_uri)
+                    self.reports[view] = maintain_view(self.project, view, self.catalog_uri, writer_running=True)
                     log.info("%s: maintenance: %s", view, self.reports[view].describe())
                 except Exception:  # a failed pass must not stop the others; it runs again next interval
                     log.exception("%s: maintenance pass failed; retrying at the next interval", view)
                 due[view] = time.monotonic() + (self.project.views[view].maintenance.interval.seconds or 0)
-
-    def _deletes_piled_up(self, view: str) -> bool:
-        """Whether ``view``'s Iceberg table holds ``delete_files_max`` or more delete files."""
-        config = self.project.views[view]
-        if config.format is TableFormat.DELTA:
-            return False
-        try:
-            if view not in self._writers:
-                from lakeview.embedded import make_writer
-
-                self._writers[view] = make_writer(self.project, view, self.catalog_uri)
-            snapshot = self._writers[view].table().current_snapshot()  # type: ignore[attr-defined]
-        except Exception:  # noqa: BLE001 - no table yet, or the catalog is restarting: the interval pass still runs
-            return False
-        summary = snapshot.summary.additional_properties if snapshot is not None and snapshot.summary else {}
-        return int(summary.get("total-delete-files", "0")) >= config.maintenance.delete_files_max
 
     def stop(self) -> None:
         self._stop.set()

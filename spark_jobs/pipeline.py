@@ -115,7 +115,7 @@ class ViewPipeline:
             raise WriterError(f"{self.view}: its SQL needs state tables, which are kept in Iceberg; use format = 'iceberg'")
         from writers.iceberg import IcebergWriter
 
-        return IcebergWriter(catalog, self.config.namespace, name)
+        return IcebergWriter(catalog, self.config.namespace, name, compaction=getattr(self.writer, "compaction", None))
 
     def _schema_of(self, sql_for: Callable[[str], str], weighted: bool = False) -> pa.Schema:
         """Spark's result schema of some SQL over an empty batch of the source."""

@@ -20,6 +20,7 @@ import uuid
 from collections.abc import Callable
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import (
     CommitFailedException,
@@ -40,6 +41,7 @@ from pyiceberg.expressions import (
     Or,
 )
 from pyiceberg.io.pyarrow import ArrowScan, _dataframe_to_data_files
+from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table, Transaction
 from pyiceberg.table.snapshots import Operation
 from pyiceberg.table.update.snapshot import UpdateSnapshot, _OverwriteFiles
@@ -47,7 +49,8 @@ from pyiceberg.table.update.snapshot import UpdateSnapshot, _OverwriteFiles
 from lakeview.errors import CommitConflictError, WriterError
 from writers.arrow_ops import rows_at_most, rows_with_keys, rows_without_keys
 from writers.base import Change, CommitRecord, Epoch, SnapshotWriter, backoff_s
-from writers.live_files import LiveFiles
+from writers.live_files import Found, LiveFiles, LiveTable
+from writers.maintenance import MAINTENANCE, MaintenancePolicy
 from writers.metadata_memo import transaction
 from writers.position_deletes import row_delta, write_position_deletes
 from writers.staged_files import WrittenFile, append_iceberg_files
@@ -56,6 +59,7 @@ log = logging.getLogger("lakeview.writers.iceberg")
 MAX_ATTEMPTS = 8
 UPDATE_MODE = "write.update.mode"  # Iceberg's table property: merge-on-read (Lakeview's default) or copy-on-write
 MERGE_ON_READ = "merge-on-read"
+KEY_PROPERTY = "lakeview.key"  # a keyed view's key columns, on its table
 
 
 def merge_on_read(table: Table) -> bool:
@@ -76,13 +80,15 @@ def last_commit_of(table: Table) -> CommitRecord | None:
 
 
 class IcebergWriter(SnapshotWriter):
-    def __init__(self, catalog: Catalog, namespace: str, name: str) -> None:
+    def __init__(self, catalog: Catalog, namespace: str, name: str, compaction: MaintenancePolicy | None = None) -> None:
         self.catalog = catalog
         self.identifier = (namespace, name)
         # Data files the last lookup read, by (path, schema id): files are immutable, so the
         # commit that follows a lookup rewrites them without reading them again.
         self._files_read: dict[tuple[str, int], pa.Table] = {}
         self.live = LiveFiles()  # merge-on-read: the table's rows by file and position, across epochs
+        # merge-on-read: when a commit also compacts (the view's [maintenance] thresholds)
+        self.compaction = compaction or MaintenancePolicy()
         self.timings: dict[str, float] = {}  # the last lookup's and commit's phases (seconds), for logs and bench/
 
     def ensure_table(self, schema: pa.Schema, key: tuple[str, ...] | None, properties: dict[str, str]) -> None:
@@ -95,7 +101,7 @@ class IcebergWriter(SnapshotWriter):
         # A short metadata log: older metadata files fall out of it and maintenance removes them.
         props = {"format-version": "2", "write.metadata.previous-versions-max": "20", **properties}
         if key is not None:
-            props["lakeview.key"] = ",".join(key)
+            props[KEY_PROPERTY] = ",".join(key)
             props = {"write.delete.mode": MERGE_ON_READ, UPDATE_MODE: MERGE_ON_READ, "write.merge.mode": MERGE_ON_READ, **props}
         self.catalog.create_table_if_not_exists(self.identifier, schema=nullable, properties=props)
 
@@ -226,19 +232,57 @@ class IcebergWriter(SnapshotWriter):
         self, table: Table, epoch: Epoch, change: Change, rows: pa.Table, commit_uuid: uuid.UUID
     ) -> tuple[Transaction, dict[str, str]]:
         """New rows in a new data file, the rows they replace (and deleted keys' rows) named in
-        one position-delete file: ONE snapshot, no existing file read or rewritten."""
+        one position-delete file: ONE snapshot, no existing file read or rewritten.
+
+        Compaction happens here too, in the same snapshot, when thresholds are passed (see
+        :meth:`_to_rewrite`): the writer is the only one that can fold deletes while it commits
+        every epoch (a separate compaction would race every commit and lose)."""
         assert change.key is not None
         found = self.live.find(table, change.touched_keys(), change.key)
         properties = CommitRecord.properties(epoch, inserted=change.rows.num_rows, deleted=found.rows.num_rows)
-        files = list(_dataframe_to_data_files(table_metadata=table.metadata, df=rows, io=table.io, write_uuid=commit_uuid)) if rows.num_rows else []
-        deletes = write_position_deletes(table, found.positions, commit_uuid) if found.positions.num_rows else None
+        live = self.live.live(table)
+        rewrite, dropped = self._to_rewrite(live, found)
+        written, named = rows, found  # named: the replaced rows the delete file names (those outside rewritten files)
+        if rewrite:
+            gone = pa.array(sorted(f.file_path for f in rewrite), pa.string())
+            in_rewrite = pc.is_in(found.positions.column("file_path"), value_set=gone)
+            replaced = found.positions.filter(in_rewrite)
+            named = Found(rows=found.rows.filter(pc.invert(in_rewrite)), positions=found.positions.filter(pc.invert(in_rewrite)),
+                          files_read=found.files_read)
+            kept = [self.live.rows_without(table, f, live.deletes.get(f.file_path, {}), replaced).cast(rows.schema) for f in rewrite]
+            written = pa.concat_tables([*kept, rows])
+        positions = named.positions
+        files = list(_dataframe_to_data_files(table_metadata=table.metadata, df=written, io=table.io, write_uuid=commit_uuid)) if written.num_rows else []
+        deletes = write_position_deletes(table, positions, commit_uuid) if positions.num_rows else None
         txn = transaction(table)
-        with row_delta(txn, properties, commit_uuid, Operation.OVERWRITE if deletes is not None else Operation.APPEND) as delta:
+        operation = Operation.OVERWRITE if deletes is not None or rewrite else Operation.APPEND
+        with row_delta(txn, {**properties, **({MAINTENANCE: f"compacted {len(rewrite)} file(s)"} if rewrite else {})}, commit_uuid, operation) as delta:
             for data_file in [*files, *([deletes] if deletes is not None else [])]:
                 delta.add(data_file)
-        self.live.remember(table, files, rows, deletes, found)
-        self.timings.update(files_read=found.files_read, position_deletes=found.positions.num_rows)
+            for data_file in [*rewrite, *dropped]:
+                delta.remove(data_file)
+        self.live.remember(table, files, written, deletes, named)
+        self.timings.update(files_read=found.files_read, position_deletes=positions.num_rows, files_rewritten=len(rewrite),
+                            delete_files_folded=len(dropped))
         return txn, properties
+
+    def _to_rewrite(self, live: LiveTable, found: Found) -> tuple[list[DataFile], list[DataFile]]:
+        """(data files to rewrite in this epoch's snapshot, delete files that then go).
+
+        Once the table holds ``delete_files_max`` delete files (this epoch's included): every
+        data file with deletes, and every delete file. Once ``compact_min_files`` data files are
+        below ``small_file_bytes``: those small files (with their deletes folded when folding;
+        without folding, only small files no delete file names)."""
+        policy = self.compaction
+        touched = set(found.positions.column("file_path").to_pylist()) if found.positions.num_rows else set()
+        fold = len(live.delete_files) + (1 if touched else 0) >= policy.delete_files_max
+        small = [f for f in live.data if f.file_size_in_bytes < policy.small_file_bytes]
+        if not fold:
+            small = [f for f in small if f.file_path not in live.deletes]
+        rewrite = {f.file_path: f for f in small} if len(small) >= policy.compact_min_files else {}
+        if fold:
+            rewrite.update({f.file_path: f for f in live.data if f.file_path in live.deletes or f.file_path in touched})
+        return list(rewrite.values()), (live.delete_files if fold else [])
 
 
 class _LiveOverwrite(_OverwriteFiles):

@@ -22,8 +22,8 @@ from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Operation, Snapshot
 
 from lakeview.errors import CommitConflictError
-from writers.iceberg import IcebergWriter, last_commit_of
-from writers.live_files import LiveFiles
+from writers.iceberg import KEY_PROPERTY, IcebergWriter, _overwrite, last_commit_of, merge_on_read
+from writers.live_files import LiveFiles, LiveTable
 from writers.metadata_memo import transaction
 from writers.position_deletes import row_delta
 from writers.maintenance import MAINTENANCE, MaintenancePolicy, MaintenanceReport, Progress, filesystem_for, list_files, mtime_ms
@@ -33,13 +33,24 @@ MAX_ATTEMPTS = 5
 
 
 def maintain_iceberg(
-    writer: IcebergWriter, policy: MaintenancePolicy, file_io: dict[str, str] | None = None, progress: Progress | None = None
+    writer: IcebergWriter,
+    policy: MaintenancePolicy,
+    file_io: dict[str, str] | None = None,
+    progress: Progress | None = None,
+    compact: bool = True,
 ) -> MaintenanceReport:
-    """One maintenance pass over the writer's table: compact, expire, remove orphans."""
+    """One maintenance pass over the writer's table: compact, expire, remove orphans.
+
+    ``compact=False``: leave compaction to the view's running writer (a keyed merge-on-read
+    view's writer folds deletes and compacts small files within its commits; a separate
+    compaction of such a table loses the race to every commit that deletes from its files)."""
     say = progress or (lambda message: None)
     report = MaintenanceReport()
     # Compact first: the small files it replaces are deleted once their snapshots expire.
-    _retrying(report, lambda: _compact(writer, policy, report, say))
+    if compact:
+        _retrying(report, lambda: _compact(writer, policy, report, say))
+    else:
+        say("compaction: left to the view's writer, which compacts within its commits (merge-on-read)")
     _retrying(report, lambda: _expire(writer, policy, report, say))
     _remove_orphans(writer.table(), policy, file_io, report, say)
     return report
@@ -106,6 +117,9 @@ def _compact(writer: IcebergWriter, policy: MaintenancePolicy, report: Maintenan
     if table.current_snapshot() is None:
         return
     live = LiveFiles().live(table)
+    if not live.delete_files and not self_compacting(table):
+        _compact_appended(table, live, policy, report, say)
+        return
     fold = len(live.delete_files) >= policy.delete_files_max
     with_deletes = [f for f in live.data if f.file_path in live.deletes]
     small = [f for f in live.data if f.file_size_in_bytes < policy.small_file_bytes and f.file_path not in live.deletes]
@@ -134,6 +148,35 @@ def _compact(writer: IcebergWriter, policy: MaintenancePolicy, report: Maintenan
     report.files_written += len(written)
     report.delete_files_folded += len(live.delete_files) if fold else 0
     say(f"compaction: {len(rewrite)} file(s) -> {len(written)}" + (f"; {len(live.delete_files)} delete file(s) folded in" if fold else ""))
+
+
+def self_compacting(table: Table) -> bool:
+    """A keyed merge-on-read table: its writer compacts within its commits (IcebergWriter)."""
+    return KEY_PROPERTY in table.properties and merge_on_read(table)
+
+
+def _compact_appended(table: Table, live: LiveTable, policy: MaintenancePolicy, report: MaintenanceReport, say: Progress) -> None:
+    """Small files of a table without deletes (an append view) as ONE ``overwrite``; pyiceberg
+    may rebase it onto concurrent appends, which add files and delete none."""
+    small = [f for f in live.data if f.file_size_in_bytes < policy.small_file_bytes]
+    if len(small) < policy.compact_min_files:
+        say(f"compaction: {len(small)} small file(s) of {len(live.data)}, below the threshold of {policy.compact_min_files}")
+        return
+    say(f"compaction: rewriting {len(small)} small file(s)")
+    reader = LiveFiles()
+    rows = pa.concat_tables([reader.rows_of(table, f) for f in small])
+    commit_uuid = uuid.uuid4()
+    written = list(_dataframe_to_data_files(table_metadata=table.metadata, df=rows, io=table.io, write_uuid=commit_uuid))
+    txn = transaction(table)
+    with _overwrite(txn.update_snapshot(snapshot_properties={MAINTENANCE: "compact"}), commit_uuid) as snapshot:
+        for data_file in small:
+            snapshot.delete_data_file(data_file)
+        for data_file in written:
+            snapshot.append_data_file(data_file)
+    txn.commit_transaction()
+    report.files_compacted += len(small)
+    report.files_written += len(written)
+    say(f"compaction: {len(small)} file(s) -> {len(written)}")
 
 
 def _remove_orphans(

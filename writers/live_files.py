@@ -124,6 +124,15 @@ class LiveFiles:
         rows, _ = self._alive(table, table.schema().schema_id, data_file, deletes or {})
         return rows.drop_columns([POS])
 
+    def rows_without(self, table: Table, data_file: DataFile, deletes: dict[str, pa.Array], positions: pa.Table) -> pa.Table:
+        """The rows of one data file that ``deletes`` leave, minus those at ``positions``
+        (``file_path``, ``pos``) in it: the file as a rewrite writes it."""
+        rows, _ = self._alive(table, table.schema().schema_id, data_file, deletes)
+        mine = positions.filter(pc.equal(positions.column("file_path"), data_file.file_path)).column("pos")
+        if len(mine):
+            rows = rows.filter(pc.invert(pc.is_in(rows.column(POS), value_set=mine.combine_chunks())))
+        return rows.drop_columns([POS])
+
     def rows_deleted_by(self, table: Table, delete_file: DataFile, before: LiveTable) -> pa.Table:
         """The rows ``delete_file`` deletes, as they were in ``before`` (the snapshot it was
         committed on): kept from the commit when this writer made it, else read."""

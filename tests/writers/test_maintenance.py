@@ -137,38 +137,6 @@ def test_background_maintenance_runs_while_commits_continue(fmt: str, make_proje
     assert writer.last_commit().epoch == epoch - 1  # type: ignore[union-attr]
 
 
-def test_background_pass_folds_piled_up_deletes_before_its_interval(make_project, catalog_server, unique_name: str) -> None:
-    """An Iceberg keyed view commits a position-delete file per epoch; with an hour's interval
-    the background thread still folds them once ``delete_files_max`` have piled up."""
-    from lakeview.embedded import make_writer
-    from lakeview.maintenance import MaintenanceThread
-
-    view = unique_name
-    project = make_project(
-        views={view: {"sql": "SELECT order_id, quantity FROM orders", "namespace": "maint_tests",
-                      "maintenance": {"interval": "1h", "delete_files_max": 3, "orphan_min_age": "1h"}}}
-    )  # fmt: skip
-    writer = make_writer(project, view, catalog_server.uri)
-    writer.ensure_table(pa.schema([("order_id", pa.int64()), ("quantity", pa.int32())]), ("order_id",), {})
-    model = {k: 0 for k in range(50)}
-    writer.commit(Epoch(view, 0, {}), Change(pa.table({"order_id": list(model), "quantity": pa.array(list(model.values()), pa.int32())}), ("order_id",)))
-    background = MaintenanceThread(project, [view], catalog_server.uri, tick_s=0.05, fold_check_s=0.1).start()
-    try:
-        epoch, deadline = 1, time.monotonic() + 60
-        while time.monotonic() < deadline and not (background.reports.get(view) and background.reports[view].delete_files_folded):
-            model[epoch % 50] = epoch
-            change = Change(pa.table({"order_id": [epoch % 50], "quantity": pa.array([epoch], pa.int32())}), ("order_id",))
-            assert writer.commit(Epoch(view, epoch, {}), change) is not None
-            epoch += 1
-            time.sleep(0.2)
-    finally:
-        background.stop()
-    report = background.reports.get(view)
-    assert report is not None and report.delete_files_folded >= 3, report
-    rows = writer.table().scan().to_arrow()  # type: ignore[attr-defined]
-    assert dict(zip(rows.column("order_id").to_pylist(), rows.column("quantity").to_pylist())) == model
-
-
 def metadata_footprint(lake, writer) -> dict[str, int]:
     """What grows per commit without retention: Iceberg metadata/ files and the current snapshot's
     manifests; Delta commit files in _delta_log (and its checkpoints)."""

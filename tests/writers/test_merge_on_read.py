@@ -313,3 +313,41 @@ def test_copy_on_write_mode_rewrites_data_files(lake, spark, catalog_server, uni
     assert duckdb_rows(lake, writer) == model
     assert duckdb_rows(lake, writer, first.snapshot_id) == initial
     assert spark_rows(spark, catalog_server, writer) == model
+
+
+# ---------------------------------------------------------------- 5. the writer compacts within its commits
+
+
+def test_writer_folds_deletes_within_its_commits_and_each_epoch_change_is_exact(lake, unique_name: str) -> None:
+    """With thresholds passed, an epoch's own snapshot rewrites the files with deletes (and the
+    small ones) and drops every delete file: the table never holds more than
+    ``delete_files_max - 1`` delete files after a commit, readers equal the model after every
+    epoch, and the change a view over this one reads (snapshot_change) is exactly the model's."""
+    from writers.snapshot_diff import WEIGHT, snapshot_change
+
+    policy = MaintenancePolicy(keep_snapshots=None, small_file_bytes=1 << 30, compact_min_files=4, delete_files_max=3)
+    writer = IcebergWriter(lake.catalog, NAMESPACE, unique_name, compaction=policy)
+    writer.ensure_table(SCHEMA, KEY, {})
+    rng = random.Random(11)
+    model: dict[Any, int] = {}
+    folds = 0
+    for epoch in range(14):
+        before = dict(model)
+        upserts = {rng.choice([*range(60), None]): rng.randrange(1000) for _ in range(rng.randrange(1, 12))}
+        deletes = [k for k in rng.sample(sorted(model, key=repr), min(len(model), rng.randrange(0, 4)))] if model else []
+        deletes = [k for k in deletes if k not in upserts]
+        record = writer.commit(Epoch(unique_name, epoch, {"n": epoch}), change(upserts, deletes))
+        apply(model, upserts, deletes)
+        assert record is not None
+        data, delete_files = live_files(writer)
+        assert len(delete_files) < policy.delete_files_max, f"epoch {epoch}: {len(delete_files)} delete files"
+        assert len(data) <= policy.compact_min_files + policy.delete_files_max, f"epoch {epoch}: {len(data)} data files"
+        folds += writer.timings.get("delete_files_folded", 0) > 0
+        assert pyiceberg_rows(writer) == model, f"epoch {epoch}"
+        assert duckdb_rows(lake, writer) == model, f"epoch {epoch}"
+        z = snapshot_change(writer, record.snapshot_id).to_pylist()  # type: ignore[arg-type]
+        expected = {**{(k, v): -1 for k, v in before.items() if model.get(k, object()) != v},
+                    **{(k, v): 1 for k, v in model.items() if before.get(k, object()) != v}}
+        assert {(r["k"], r["total"]): r[WEIGHT] for r in z} == expected, f"epoch {epoch}"
+    assert folds >= 3, "the thresholds were passed several times"
+    assert snapshots_of_epoch(writer, 13) == 1
