@@ -49,7 +49,7 @@ from pyiceberg.table.update.snapshot import UpdateSnapshot, _OverwriteFiles
 from lakeview.errors import CommitConflictError, WriterError
 from writers.arrow_ops import rows_at_most, rows_with_keys, rows_without_keys
 from writers.base import Change, CommitRecord, Epoch, SnapshotWriter, backoff_s
-from writers.live_files import Found, LiveFiles, LiveTable
+from writers.live_files import Found, LiveFiles
 from writers.maintenance import MAINTENANCE, MaintenancePolicy
 from writers.metadata_memo import transaction
 from writers.position_deletes import row_delta, write_position_deletes
@@ -235,13 +235,14 @@ class IcebergWriter(SnapshotWriter):
         one position-delete file: ONE snapshot, no existing file read or rewritten.
 
         Compaction happens here too, in the same snapshot, when thresholds are passed (see
-        :meth:`_to_rewrite`): the writer is the only one that can fold deletes while it commits
+        :meth:`LiveTable.to_rewrite`): the writer is the only one that can fold deletes while it commits
         every epoch (a separate compaction would race every commit and lose)."""
         assert change.key is not None
         found = self.live.find(table, change.touched_keys(), change.key)
         properties = CommitRecord.properties(epoch, inserted=change.rows.num_rows, deleted=found.rows.num_rows)
         live = self.live.live(table)
-        rewrite, dropped = self._to_rewrite(live, found)
+        touched = frozenset(found.positions.column("file_path").to_pylist())
+        rewrite, dropped = live.to_rewrite(self.compaction, touched)
         written, named = rows, found  # named: the replaced rows the delete file names (those outside rewritten files)
         if rewrite:
             gone = pa.array(sorted(f.file_path for f in rewrite), pa.string())
@@ -265,24 +266,6 @@ class IcebergWriter(SnapshotWriter):
         self.timings.update(files_read=found.files_read, position_deletes=positions.num_rows, files_rewritten=len(rewrite),
                             delete_files_folded=len(dropped))
         return txn, properties
-
-    def _to_rewrite(self, live: LiveTable, found: Found) -> tuple[list[DataFile], list[DataFile]]:
-        """(data files to rewrite in this epoch's snapshot, delete files that then go).
-
-        Once the table holds ``delete_files_max`` delete files (this epoch's included): every
-        data file with deletes, and every delete file. Once ``compact_min_files`` data files are
-        below ``small_file_bytes``: those small files (with their deletes folded when folding;
-        without folding, only small files no delete file names)."""
-        policy = self.compaction
-        touched = set(found.positions.column("file_path").to_pylist()) if found.positions.num_rows else set()
-        fold = len(live.delete_files) + (1 if touched else 0) >= policy.delete_files_max
-        small = [f for f in live.data if f.file_size_in_bytes < policy.small_file_bytes]
-        if not fold:
-            small = [f for f in small if f.file_path not in live.deletes]
-        rewrite = {f.file_path: f for f in small} if len(small) >= policy.compact_min_files else {}
-        if fold:
-            rewrite.update({f.file_path: f for f in live.data if f.file_path in live.deletes or f.file_path in touched})
-        return list(rewrite.values()), (live.delete_files if fold else [])
 
 
 class _LiveOverwrite(_OverwriteFiles):

@@ -23,7 +23,7 @@ from pyiceberg.table.snapshots import Operation, Snapshot
 
 from lakeview.errors import CommitConflictError
 from writers.iceberg import KEY_PROPERTY, IcebergWriter, _overwrite, last_commit_of, merge_on_read
-from writers.live_files import LiveFiles, LiveTable
+from writers.live_files import LiveFiles
 from writers.metadata_memo import transaction
 from writers.position_deletes import row_delta
 from writers.maintenance import MAINTENANCE, MaintenancePolicy, MaintenanceReport, Progress, filesystem_for, list_files, mtime_ms
@@ -110,73 +110,51 @@ def _expire(writer: IcebergWriter, policy: MaintenancePolicy, report: Maintenanc
 
 
 def _compact(writer: IcebergWriter, policy: MaintenancePolicy, report: MaintenanceReport, say: Progress) -> None:
-    """Rewrite, as ONE snapshot: the small data files once there are ``compact_min_files`` of
-    them, and every data file with position deletes once there are ``delete_files_max`` delete
-    files (the rewritten files have the deleted rows left out, and the delete files go)."""
+    """Rewrite, as ONE snapshot, what :meth:`LiveTable.to_rewrite` picks: the small data files
+    once there are ``compact_min_files`` of them, and every data file with position deletes once
+    there are ``delete_files_max`` delete files (the deleted rows left out, the delete files gone)."""
     table = writer.table()
     if table.current_snapshot() is None:
         return
     live = LiveFiles().live(table)
-    if not live.delete_files and not self_compacting(table):
-        _compact_appended(table, live, policy, report, say)
-        return
-    fold = len(live.delete_files) >= policy.delete_files_max
-    with_deletes = [f for f in live.data if f.file_path in live.deletes]
-    small = [f for f in live.data if f.file_size_in_bytes < policy.small_file_bytes and f.file_path not in live.deletes]
-    if len(small) < policy.compact_min_files:
-        say(f"compaction: {len(small)} small file(s) of {len(live.data)}, below the threshold of {policy.compact_min_files}")
-        small = []
-    if not fold and live.delete_files:
+    rewrite, dropped = live.to_rewrite(policy)
+    if live.delete_files and not dropped:
         say(f"compaction: {len(live.delete_files)} delete file(s), below the threshold of {policy.delete_files_max}")
-    rewrite = small + (with_deletes if fold else [])
     if not rewrite:
+        small = sum(1 for f in live.data if f.file_size_in_bytes < policy.small_file_bytes)
+        say(f"compaction: {small} small file(s) of {len(live.data)}, below the threshold of {policy.compact_min_files}")
         return
-    say(f"compaction: rewriting {len(small)} small file(s)" + (f" and {len(with_deletes)} file(s) with {len(live.delete_files)} delete file(s)" if fold else ""))
+    say(f"compaction: rewriting {len(rewrite)} file(s)" + (f", folding {len(dropped)} delete file(s)" if dropped else ""))
     reader = LiveFiles()
     rows = pa.concat_tables([reader.rows_of(table, f, live.deletes.get(f.file_path, {})) for f in rewrite])
     commit_uuid = uuid.uuid4()
     written = list(_dataframe_to_data_files(table_metadata=table.metadata, df=rows, io=table.io, write_uuid=commit_uuid)) if rows.num_rows else []
     txn = transaction(table)
-    # RowDelta: fails (and is redone by _retrying) if a commit landed since the files were read
-    with row_delta(txn, {MAINTENANCE: "compact"}, commit_uuid, Operation.OVERWRITE) as snapshot:  # pyiceberg 0.12 summarises no "replace"
-        for data_file in rewrite + (live.delete_files if fold else []):
-            snapshot.remove(data_file)
-        for data_file in written:
-            snapshot.add(data_file)
+    if live.delete_files or self_compacting(table):
+        # RowDelta: refused (and redone by _retrying) if a commit landed since the files were read,
+        # as that commit's deletes may name the files rewritten here
+        with row_delta(txn, {MAINTENANCE: "compact"}, commit_uuid, Operation.OVERWRITE) as snapshot:  # pyiceberg 0.12 summarises no "replace"
+            for data_file in rewrite + dropped:
+                snapshot.remove(data_file)
+            for data_file in written:
+                snapshot.add(data_file)
+    else:
+        # An append view: concurrent commits only add files, so pyiceberg may rebase this onto them
+        with _overwrite(txn.update_snapshot(snapshot_properties={MAINTENANCE: "compact"}), commit_uuid) as overwrite:
+            for data_file in rewrite:
+                overwrite.delete_data_file(data_file)
+            for data_file in written:
+                overwrite.append_data_file(data_file)
     txn.commit_transaction()
     report.files_compacted += len(rewrite)
     report.files_written += len(written)
-    report.delete_files_folded += len(live.delete_files) if fold else 0
-    say(f"compaction: {len(rewrite)} file(s) -> {len(written)}" + (f"; {len(live.delete_files)} delete file(s) folded in" if fold else ""))
+    report.delete_files_folded += len(dropped)
+    say(f"compaction: {len(rewrite)} file(s) -> {len(written)}" + (f"; {len(dropped)} delete file(s) folded in" if dropped else ""))
 
 
 def self_compacting(table: Table) -> bool:
     """A keyed merge-on-read table: its writer compacts within its commits (IcebergWriter)."""
     return KEY_PROPERTY in table.properties and merge_on_read(table)
-
-
-def _compact_appended(table: Table, live: LiveTable, policy: MaintenancePolicy, report: MaintenanceReport, say: Progress) -> None:
-    """Small files of a table without deletes (an append view) as ONE ``overwrite``; pyiceberg
-    may rebase it onto concurrent appends, which add files and delete none."""
-    small = [f for f in live.data if f.file_size_in_bytes < policy.small_file_bytes]
-    if len(small) < policy.compact_min_files:
-        say(f"compaction: {len(small)} small file(s) of {len(live.data)}, below the threshold of {policy.compact_min_files}")
-        return
-    say(f"compaction: rewriting {len(small)} small file(s)")
-    reader = LiveFiles()
-    rows = pa.concat_tables([reader.rows_of(table, f) for f in small])
-    commit_uuid = uuid.uuid4()
-    written = list(_dataframe_to_data_files(table_metadata=table.metadata, df=rows, io=table.io, write_uuid=commit_uuid))
-    txn = transaction(table)
-    with _overwrite(txn.update_snapshot(snapshot_properties={MAINTENANCE: "compact"}), commit_uuid) as snapshot:
-        for data_file in small:
-            snapshot.delete_data_file(data_file)
-        for data_file in written:
-            snapshot.append_data_file(data_file)
-    txn.commit_transaction()
-    report.files_compacted += len(small)
-    report.files_written += len(written)
-    say(f"compaction: {len(small)} file(s) -> {len(written)}")
 
 
 def _remove_orphans(

@@ -28,6 +28,7 @@ from pyiceberg.manifest import DataFile, DataFileContent, ManifestEntry
 from pyiceberg.table import FileScanTask, Table
 
 from writers.arrow_ops import _hashable_alike, rows_with_keys
+from writers.maintenance import MaintenancePolicy
 from writers.position_deletes import read_position_deletes
 
 log = logging.getLogger("lakeview.writers.live_files")
@@ -53,6 +54,23 @@ class LiveTable:
     data: list[DataFile]
     deletes: dict[str, dict[str, pa.Array]]  # data file path -> delete file path -> the positions it deletes there
     delete_files: list[DataFile]
+
+    def to_rewrite(self, policy: MaintenancePolicy, touched: frozenset[str] = frozenset()) -> tuple[list[DataFile], list[DataFile]]:
+        """(data files a compaction rewrites, delete files that then go), ``touched``: the data
+        files a commit adds deletes to.
+
+        Once the table holds ``delete_files_max`` delete files (the commit's included): every
+        data file with deletes, and every delete file. Once ``compact_min_files`` data files are
+        below ``small_file_bytes``: those small files (with their deletes folded when folding;
+        without folding, only small files no delete file names)."""
+        fold = len(self.delete_files) + (1 if touched else 0) >= policy.delete_files_max
+        small = [f for f in self.data if f.file_size_in_bytes < policy.small_file_bytes]
+        if not fold:
+            small = [f for f in small if f.file_path not in self.deletes]
+        rewrite = {f.file_path: f for f in small} if len(small) >= policy.compact_min_files else {}
+        if fold:
+            rewrite.update({f.file_path: f for f in self.data if f.file_path in self.deletes or f.file_path in touched})
+        return list(rewrite.values()), (self.delete_files if fold else [])
 
     def deleted(self, path: str) -> pa.Array | None:
         """Every deleted position of one data file (None: none)."""
@@ -207,15 +225,6 @@ class LiveFiles:
         else:
             self._rows.move_to_end(cache_key)
         return rows, read
-
-    def forget(self) -> None:
-        self._rows.clear()
-        self._sizes.clear()
-        self._bytes = 0
-        self._deletes.clear()
-        self._removed.clear()
-        self._entries.clear()
-        self._live = None
 
     def _store(self, cache_key: tuple[str, int], applied: frozenset[str], rows: pa.Table) -> None:
         self._bytes -= self._sizes.pop(cache_key, 0)
