@@ -129,7 +129,8 @@ class IcebergWriter(SnapshotWriter):
         key = tuple(keys.column_names)
         if merge_on_read(table):
             found = self.live.find(table, keys, key)
-            self.timings = {"lookup_s": time.perf_counter() - started, "lookup_files_read": found.files_read}
+            self.timings = {"lookup_s": time.perf_counter() - started, "lookup_files_read": found.files_read,
+                            "lookup_indexed": found.indexed, "index_builds": self.live.index_builds}
             return found.rows
         scan = table.scan(row_filter=_key_filter(keys, key))
         tasks = list(scan.plan_files())
@@ -262,8 +263,8 @@ class IcebergWriter(SnapshotWriter):
                 delta.add(data_file)
             for data_file in [*rewrite, *dropped]:
                 delta.remove(data_file)
-        self.live.remember(table, files, written, deletes, named)
-        self.timings.update(files_read=found.files_read, position_deletes=positions.num_rows, files_rewritten=len(rewrite),
+        self.live.remember(table, files, written, deletes, named, found, rewrite)
+        self.timings.update(files_read=found.files_read, indexed=found.indexed, index_builds=self.live.index_builds, position_deletes=positions.num_rows, files_rewritten=len(rewrite),
                             delete_files_folded=len(dropped))
         return txn, properties
 

@@ -6,8 +6,9 @@ one once: the rows of every data file (with their positions in the file), the po
 delete file names, and the entries of each manifest. Per data file the cache holds the rows
 still alive and which delete files it has applied, so an epoch applies only the delete files
 that are new since the last (one per commit), re-reads only the manifest list and whatever it
-has not seen (the files of a compaction, say), and finding the touched keys is an in-memory
-probe. The rows a commit writes, the positions it deletes and the rows they held are added to
+has not seen (the files of a compaction, say), and the touched keys are found through a
+:class:`~writers.key_index.KeyIndex` (key -> file and position), so finding them costs what the
+delta costs, not what the table costs. The rows a commit writes, the positions it deletes and the rows they held are added to
 the cache straight from memory (the last for deriving the snapshot's change).
 
 Memory is bounded by ``budget_bytes``: past it the least recently used files are dropped and
@@ -28,6 +29,7 @@ from pyiceberg.manifest import DataFile, DataFileContent, ManifestEntry
 from pyiceberg.table import FileScanTask, Table
 
 from writers.arrow_ops import _hashable_alike, rows_with_keys
+from writers.key_index import KeyIndex, indexable, key_values
 from writers.maintenance import MaintenancePolicy
 from writers.position_deletes import read_position_deletes
 
@@ -43,6 +45,7 @@ class Found:
     rows: pa.Table  # the table's columns
     positions: pa.Table  # file_path, pos: one per row of ``rows``
     files_read: int  # data files read from storage for this probe (0 when all were cached)
+    indexed: bool = False  # found through the key index (else by probing every live row)
 
 
 @dataclass(frozen=True)
@@ -81,14 +84,17 @@ class LiveTable:
 class LiveFiles:
     def __init__(self, budget_bytes: int = DEFAULT_BUDGET_BYTES) -> None:
         self.budget_bytes = budget_bytes
-        # (data file, schema id) -> (delete files applied, the rows they left + POS)
-        self._rows: OrderedDict[tuple[str, int], tuple[frozenset[str], pa.Table]] = OrderedDict()
+        # (data file, schema id) -> every row of the file, in file order (row i is position i)
+        self._rows: OrderedDict[tuple[str, int], pa.Table] = OrderedDict()
         self._removed: dict[str, pa.Table] = {}  # delete file this writer committed -> the rows it deleted
         self._sizes: dict[tuple[str, int], int] = {}  # bytes of each cached entry
         self._bytes = 0
         self._deletes: dict[str, dict[str, pa.Array]] = {}  # delete file -> data file -> positions
         self._entries: dict[str, list[ManifestEntry]] = {}  # manifest -> live entries
         self._live: LiveTable | None = None
+        self._index: KeyIndex | None = None  # the current snapshot's keys, when the table's key allows one
+        self._pending: _Pending | None = None  # what the writer's staged commit does to the index
+        self.index_builds = 0  # times the key index was built from the table's rows (once, unless others commit)
 
     def live(self, table: Table, snapshot_id: int | None = None) -> LiveTable:
         """The live files of one snapshot of ``table`` (default: the current one), manifests
@@ -171,70 +177,132 @@ class LiveFiles:
     def find(self, table: Table, keys: pa.Table, key: tuple[str, ...]) -> Found:
         """The live rows of ``table`` whose key is one of ``keys`` (null-safe), with positions."""
         live = self.live(table)
-        rows, paths, positions = [], [], []
-        read = 0
-        alive = []
-        for data_file in live.data:
-            stored, fresh = self._alive(table, live.schema_id, data_file, live.deletes.get(data_file.file_path, {}))
-            read += fresh
-            alive.append((data_file, stored))
-        for data_file, hit in _hits(alive, keys, key):
-            if hit.num_rows:
-                rows.append(hit.drop_columns([POS]))
-                positions.append(hit.column(POS).combine_chunks())
-                paths.append(pa.array([data_file.file_path] * hit.num_rows, pa.string()))
         schema = table.schema().as_arrow()
-        found_rows = pa.concat_tables(rows).cast(schema) if rows else schema.empty_table()
-        at = pa.table({"file_path": pa.concat_arrays(paths) if paths else pa.array([], pa.string()),
-                       "pos": pa.concat_arrays(positions).cast(pa.int64()) if positions else pa.array([], pa.int64())})
-        return Found(rows=found_rows, positions=at, files_read=read)
+        index = self._key_index(table, live, key, keys.schema)
+        read = 0
+        hits: list[tuple[str, pa.Table]] = []
+        if index is not None:
+            files = {f.file_path: f for f in live.data}
+            for path, at in index.find(key_values(keys, key)).items():
+                every, fresh = self._every(table, live.schema_id, files[path])
+                read += fresh
+                positions = pa.array(at, pa.int64())
+                hits.append((path, every.take(positions).append_column(POS, positions)))
+        else:
+            alive = []
+            for data_file in live.data:
+                stored, fresh = self._alive(table, live.schema_id, data_file, live.deletes.get(data_file.file_path, {}))
+                read += fresh
+                alive.append((data_file, stored))
+            hits = [(data_file.file_path, hit) for data_file, hit in _hits(alive, keys, key) if hit.num_rows]
+        found_rows = pa.concat_tables([hit.drop_columns([POS]).cast(schema) for _, hit in hits]) if hits else schema.empty_table()
+        at = pa.table({"file_path": pa.array([path for path, hit in hits for _ in range(hit.num_rows)], pa.string()),
+                       "pos": pa.concat_arrays([hit.column(POS).combine_chunks().cast(pa.int64()) for _, hit in hits])
+                       if hits else pa.array([], pa.int64())})
+        return Found(rows=found_rows, positions=at, files_read=read, indexed=index is not None)
 
-    def remember(self, table: Table, data_files: list[DataFile], rows: pa.Table, delete_file: DataFile | None, found: Found) -> None:
-        """Seed the cache with what a commit just wrote (used once the commit is in a snapshot)."""
+    def remember(
+        self, table: Table, data_files: list[DataFile], rows: pa.Table, delete_file: DataFile | None, named: Found,
+        replaced: Found, removed: list[DataFile],
+    ) -> None:
+        """Seed the cache with what a commit staged on ``table`` writes (used once the commit is
+        in a snapshot): ``rows`` in ``data_files``, ``named`` in ``delete_file``; ``replaced``,
+        every stored row it replaces or deletes; ``removed``, the data files it rewrites."""
         schema_id = table.schema().schema_id
         if len(data_files) == 1:
-            self._store((data_files[0].file_path, schema_id), frozenset(), _with_pos(rows.cast(table.schema().as_arrow())))
+            self._store((data_files[0].file_path, schema_id), rows.cast(table.schema().as_arrow()))
         if delete_file is not None:
-            positions = found.positions
+            positions = named.positions
             by_path: dict[str, pa.Array] = {}
             for path in pc.unique(positions.column("file_path")).to_pylist():
                 mask = pc.equal(positions.column("file_path"), path)
                 by_path[path] = positions.column("pos").filter(mask).combine_chunks()
             self._deletes[delete_file.file_path] = by_path
-            self._removed[delete_file.file_path] = found.rows
+            self._removed[delete_file.file_path] = named.rows
+        current = table.current_snapshot()
+        if self._index is not None and current is not None and self._index.snapshot_id == current.snapshot_id:
+            self._pending = _Pending(
+                base=current.snapshot_id, replaced=replaced.rows, removed=[f.file_path for f in removed],
+                files=data_files, rows=rows if len(data_files) == 1 else None,
+            )
+
+    def _key_index(self, table: Table, live: LiveTable, key: tuple[str, ...], keys: pa.Schema) -> KeyIndex | None:
+        """The index of the current snapshot: kept, moved forward by the writer's last commit,
+        or built from the live rows. None when the key cannot be indexed (see key_index)."""
+        if not indexable(table.schema().as_arrow(), keys, key):
+            return None
+        index, pending, self._pending = self._index, self._pending, None
+        if index is not None and (index.key, index.schema_id) == (key, live.schema_id):
+            if index.snapshot_id == live.snapshot_id:
+                return index
+            snapshot = table.current_snapshot()
+            if (pending is not None and snapshot is not None and snapshot.parent_snapshot_id == pending.base
+                    and live.snapshot_id == snapshot.snapshot_id and {f.file_path for f in pending.files} <= {f.file_path for f in live.data}):
+                written = [(f.file_path, key_values(pending.rows if pending.rows is not None
+                                                    else self._every(table, live.schema_id, f)[0], key)) for f in pending.files]
+                if index.advance(live.snapshot_id, key_values(pending.replaced, key), pending.removed, written):
+                    return index
+        self._index = self._build_index(table, live, key)
+        return self._index
+
+    def _build_index(self, table: Table, live: LiveTable, key: tuple[str, ...]) -> KeyIndex | None:
+        self.index_builds += 1
+        index = KeyIndex(key=key, snapshot_id=live.snapshot_id, schema_id=live.schema_id)
+        for data_file in live.data:
+            every, _ = self._every(table, live.schema_id, data_file)
+            gone = live.deleted(data_file.file_path)
+            alive = None
+            if gone is not None:
+                keep = pc.invert(pc.is_in(pa.array(range(every.num_rows), pa.int64()), value_set=gone.cast(pa.int64())))
+                alive = [i for i, k in enumerate(keep.to_pylist()) if k]
+            if not index.add_file(data_file.file_path, key_values(every, key), alive):
+                log.info("%s: a key is stored more than once; finding keys by probing the rows", table.name())
+                return None
+        return index
+
+    def _every(self, table: Table, schema_id: int, data_file: DataFile) -> tuple[pa.Table, int]:
+        """(every row of ``data_file`` in file order, 1 if it was read from storage)."""
+        cache_key = (data_file.file_path, schema_id)
+        cached = self._rows.get(cache_key)
+        if cached is not None:
+            self._rows.move_to_end(cache_key)
+            return cached, 0
+        reader = ArrowScan(table_metadata=table.metadata, io=table.io, projected_schema=table.schema(), row_filter=AlwaysTrue())
+        every = reader.to_table(tasks=[FileScanTask(data_file)]).cast(table.schema().as_arrow())  # every row, in file order
+        self._store(cache_key, every)
+        return every, 1
 
     def _alive(self, table: Table, schema_id: int, data_file: DataFile, deletes: dict[str, pa.Array]) -> tuple[pa.Table, int]:
         """(the rows of ``data_file`` that ``deletes`` leave, with POS; 1 if the file was read
-        from storage). Only delete files the cached rows have not seen yet are applied."""
-        cache_key = (data_file.file_path, schema_id)
-        wanted = frozenset(deletes)
-        cached = self._rows.get(cache_key)
-        read = 0
-        if cached is None or not cached[0] <= wanted:  # not cached, or cached with deletes this state lacks
-            reader = ArrowScan(table_metadata=table.metadata, io=table.io, projected_schema=table.schema(), row_filter=AlwaysTrue())
-            every = reader.to_table(tasks=[FileScanTask(data_file)]).cast(table.schema().as_arrow())  # every row, in file order
-            cached = (frozenset(), _with_pos(every))
-            read = 1
-        applied, rows = cached
-        new = [deletes[p] for p in wanted - applied]
-        if new:
-            positions = pa.concat_arrays(new) if len(new) > 1 else new[0]
-            rows = rows.filter(pc.invert(pc.is_in(rows.column(POS), value_set=positions)))
-        if read or new or cache_key not in self._rows:
-            self._store(cache_key, wanted, rows)
-        else:
-            self._rows.move_to_end(cache_key)
+        from storage)."""
+        every, read = self._every(table, schema_id, data_file)
+        rows = _with_pos(every)
+        if deletes:
+            parts = list(deletes.values())
+            positions = pa.concat_arrays(parts) if len(parts) > 1 else parts[0]
+            rows = rows.filter(pc.invert(pc.is_in(rows.column(POS), value_set=positions.cast(pa.int64()))))
         return rows, read
 
-    def _store(self, cache_key: tuple[str, int], applied: frozenset[str], rows: pa.Table) -> None:
+    def _store(self, cache_key: tuple[str, int], rows: pa.Table) -> None:
         self._bytes -= self._sizes.pop(cache_key, 0)
-        self._rows[cache_key] = (applied, rows)
+        self._rows[cache_key] = rows
         self._rows.move_to_end(cache_key)
-        self._sizes[cache_key] = rows.get_total_buffer_size()  # what it holds (a filter's result owns its buffers)
+        self._sizes[cache_key] = rows.get_total_buffer_size()
         self._bytes += self._sizes[cache_key]
         while self._bytes > self.budget_bytes and len(self._rows) > 1:
             dropped, _ = self._rows.popitem(last=False)
             self._bytes -= self._sizes.pop(dropped)
+
+
+@dataclass(frozen=True)
+class _Pending:
+    """A staged commit's effect on the key index, applied once the commit is the current snapshot."""
+
+    base: int  # the snapshot it was staged on
+    replaced: pa.Table  # stored rows it replaces or deletes
+    removed: list[str]  # data files it rewrites
+    files: list[DataFile]  # data files it adds
+    rows: pa.Table | None  # their rows in file order (one file), else read back
 
 
 def _hits(alive: list[tuple[DataFile, pa.Table]], keys: pa.Table, key: tuple[str, ...]) -> list[tuple[DataFile, pa.Table]]:

@@ -167,6 +167,8 @@ def test_random_epochs_match_a_model_and_a_fold_keeps_them(lake, spark, catalog_
         apply(model, upserts, deletes)
         assert pyiceberg_rows(writer) == model, f"pyiceberg after epoch {epoch}"
         assert duckdb_rows(lake, writer, con=con) == model, f"DuckDB after epoch {epoch}"
+        if epoch:  # the keys were found through the index, built once and then moved by each commit
+            assert writer.timings["indexed"] and writer.live.index_builds == 1, (epoch, writer.timings)
     assert null_epochs >= 4
     assert all(snapshots_of_epoch(writer, e) == 1 for e in range(12)), "one snapshot per epoch, the no-op epoch 7 too"
     assert spark_rows(spark, catalog_server, writer) == model
@@ -192,6 +194,7 @@ def test_random_epochs_match_a_model_and_a_fold_keeps_them(lake, spark, catalog_
     record = writer.commit(Epoch(unique_name, 12, {"src": 12}), change(upserts, deletes))
     apply(model, upserts, deletes)
     assert record is not None and record.rows_deleted == len(present)
+    assert writer.live.index_builds == 2, "another writer's fold moved every row: the index is built again"
     _, delete_files = live_files(writer)
     assert len(delete_files) == 1
     assert pyiceberg_rows(writer) == model
@@ -343,6 +346,7 @@ def test_writer_folds_deletes_within_its_commits_and_each_epoch_change_is_exact(
         assert len(delete_files) < policy.delete_files_max, f"epoch {epoch}: {len(delete_files)} delete files"
         assert len(data) <= policy.compact_min_files + policy.delete_files_max, f"epoch {epoch}: {len(data)} data files"
         folds += writer.timings.get("delete_files_folded", 0) > 0
+        assert writer.live.index_builds == (1 if epoch else 0), "the writer's own folds move the index, never rebuild it"
         assert pyiceberg_rows(writer) == model, f"epoch {epoch}"
         assert duckdb_rows(lake, writer) == model, f"epoch {epoch}"
         z = snapshot_change(writer, record.snapshot_id).to_pylist()  # type: ignore[arg-type]
@@ -351,3 +355,46 @@ def test_writer_folds_deletes_within_its_commits_and_each_epoch_change_is_exact(
         assert {(r["k"], r["total"]): r[WEIGHT] for r in z} == expected, f"epoch {epoch}"
     assert folds >= 3, "the thresholds were passed several times"
     assert snapshots_of_epoch(writer, 13) == 1
+
+
+# ---------------------------------------------------------------- 6. keys the index can and cannot hold
+
+
+@pytest.mark.parametrize(
+    ("key_type", "indexed"),
+    [(pa.float64(), False), (pa.struct([("n", pa.int64()), ("s", pa.string())]), True)],
+    ids=["float-key-probes-rows", "two-column-key-indexed"],
+)
+def test_keys_outside_the_index_are_found_by_probing_and_two_column_keys_by_the_index(
+    lake, unique_name: str, key_type: pa.DataType, indexed: bool
+) -> None:
+    """A float key (NaN and -0.0 do not hash as the writers compare) is found by probing every
+    live row; a two-column key through the index. Either way the table equals a model after
+    every epoch, NULL key parts included."""
+    two = pa.types.is_struct(key_type)
+    key = ("n", "s") if two else ("x",)
+    schema = pa.schema([("n", pa.int64()), ("s", pa.string()), ("total", pa.int64())]) if two else pa.schema([("x", pa.float64()), ("total", pa.int64())])
+    name = f"{unique_name}_{'pair' if two else 'float'}"
+    writer = lake.writer(name)
+    writer.ensure_table(schema, key, {})
+    universe: list[Any] = [(n, s) for n in [None, *range(12)] for s in [None, "a", "b"]] if two else [None, -1.5, *[i / 4 for i in range(40)]]
+    rng = random.Random(5)
+    model: dict[Any, int] = {}
+
+    def table_of(keys: list[Any], totals: list[int] | None) -> pa.Table:
+        columns = {"n": pa.array([k[0] for k in keys], pa.int64()), "s": pa.array([k[1] for k in keys], pa.string())} if two else {"x": pa.array(keys, pa.float64())}
+        return pa.table({**columns, **({"total": pa.array(totals, pa.int64())} if totals is not None else {})})
+
+    for epoch in range(8):
+        touched = rng.sample(universe, 30 if epoch == 0 else rng.randint(3, 15))
+        cut = len(touched) if epoch == 0 else rng.randint(1, len(touched))
+        upserts = {k: rng.randint(0, 99) for k in touched[:cut]}
+        deletes = touched[cut:]
+        rows = table_of(list(upserts), list(upserts.values()))
+        writer.commit(Epoch(name, epoch, {"n": epoch}), Change(rows, key, deletes=table_of(deletes, None) if deletes else None))
+        apply(model, upserts, deletes)
+        stored = writer.table().scan().to_arrow().to_pylist()
+        got = {((r["n"], r["s"]) if two else r["x"]): r["total"] for r in stored}
+        assert len(got) == len(stored) and got == model, f"epoch {epoch}"
+        if epoch:
+            assert writer.timings["indexed"] is indexed, writer.timings
