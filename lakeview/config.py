@@ -13,7 +13,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from lakeview.auth_config import AuthClientConfig, AuthConfig
 from lakeview.cadence import Cadence, parse_cadence
@@ -173,15 +173,6 @@ class SourceConfig(_Strict):
 
         parse_ddl(value)
         return value
-
-    @model_validator(mode="after")
-    def _evolve_append_only(self) -> SourceConfig:
-        if self.new_columns is NewColumns.EVOLVE and (self.changes is not None or self.images is not None):
-            raise ValueError(
-                "new_columns = 'evolve' is offered for append-only sources; a change feed keeps its declared schema "
-                "(add the column to `schema` instead)"
-            )
-        return self
 
 
 class ViewConfig(_Strict):

@@ -10,8 +10,10 @@ so its values are not lost. Views that select ``*`` gain the column (their table
 evolves; rows committed before read NULL for it); views naming their columns are unaffected.
 
 Columns are only ever added, never dropped or retyped: a value that does not fit the recorded
-type later is a malformed row (quarantined). Evolution is offered for append-only sources; a
-change feed keeps its declared schema (its mirror table and before/after images are typed by it).
+type later is a malformed row (quarantined). Change feeds evolve the same way: with an operation
+column a new column is a new top-level key (the feed's mirror table gains it too, so the old
+image of a row written before reads NULL for it); with before/after images it is a new field of
+either image object (keys outside the two images are not row columns and stay ignored).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from lakeview.schema import parse_ddl
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructField, StructType
 
 log = logging.getLogger("lakeview.evolution")
 
@@ -98,7 +101,20 @@ class SourceEvolution:
         self.spark = spark
         self.project = project
         self.source = source
-        self.format = SourceFormat(project.sources[source].format.reader_format)
+        config = project.sources[source]
+        self.format = SourceFormat(config.format.reader_format)
+        # A before/after-image feed's row columns are the fields of its two image objects.
+        self.images = (config.images.after, config.images.before) if config.images is not None else ()
+
+    def _row_fields(self, schema: StructType) -> list[StructField]:
+        """The fields that are the source's row columns: the file's top-level fields, or for
+        a before/after-image feed the fields of either image (the after image's first)."""
+        if not self.images:
+            return list(schema.fields)
+        from pyspark.sql.types import StructType
+
+        found = {f.name: f for f in schema.fields}
+        return [f for side in self.images if side in found and isinstance(found[side].dataType, StructType) for f in found[side].dataType.fields]
 
     def known(self) -> set[str]:
         return {c.name.lower() for c in parse_ddl(effective_ddl(self.project, self.source))}
@@ -109,12 +125,14 @@ class SourceEvolution:
             return []
         known = self.known()
         if self.format is SourceFormat.JSON:
-            keys = self.spark.read.text(files).selectExpr("explode(json_object_keys(value)) AS k").distinct().collect()
-            names = sorted({r.k for r in keys if r.k is not None and r.k.lower() not in known})
+            objects = [f"get_json_object(value, '$.{side}')" for side in self.images] if self.images else ["value"]
+            text = self.spark.read.text(files)
+            keys = {r.k for o in objects for r in text.selectExpr(f"explode(json_object_keys({o})) AS k").distinct().collect()}
+            names = sorted(k for k in keys if k is not None and k.lower() not in known)
             if not names:
                 return []
             # Infer types only when something is new (a second read of the batch's files).
-            inferred = {f.name: f.dataType.simpleString() for f in self.spark.read.json(files).schema.fields}
+            inferred = {f.name: f.dataType.simpleString() for f in self._row_fields(self.spark.read.json(files).schema)}
             return [(n, inferred.get(n, "string")) for n in names]
         if self.format is SourceFormat.CSV:
             reader = self.spark.read.option("header", "true").option("inferSchema", "true")
@@ -122,7 +140,8 @@ class SourceEvolution:
             for path in files:  # each file has its own header
                 fields += [f for f in reader.csv(path).schema.fields if f.name.lower() not in known]
         else:
-            fields = [f for f in self.spark.read.option("mergeSchema", "true").parquet(*files).schema.fields if f.name.lower() not in known]
+            schema = self.spark.read.option("mergeSchema", "true").parquet(*files).schema
+            fields = [f for f in self._row_fields(schema) if f.name.lower() not in known]
         seen: dict[str, str] = {}
         for field in fields:
             seen.setdefault(field.name, field.dataType.simpleString())

@@ -152,7 +152,6 @@ class ViewPipeline:
         properties.update(sql_properties(self.config.sql, self.config.dialect))
         m = self.maintainer
         self.writer.ensure_table(self.output_schema(), m.view_key, properties)
-        self._add_view_columns()  # a restart after the source evolved
         owned = {"lakeview.state-of": self.view}
         if isinstance(self.plan, KeyedAggregatePlan) and not m.view_is_state:
             plan = self.plan
@@ -168,6 +167,7 @@ class ViewPipeline:
             m.mirror = self._state_writer(mirror_table_name(self.view))
             m.mirror.ensure_table(source_schema, tuple(self.feed.key), owned)
             m.source_columns = source_schema.names
+        self._add_source_columns()  # a restart after the source evolved
         if self.watermark is not None:  # resume the rule where the last commit left it
             from lakeview.watermark import Watermark
 
@@ -231,12 +231,32 @@ class ViewPipeline:
             self._reread.unpersist()
             self._reread = None
 
-    def _add_view_columns(self) -> None:
-        """A ``SELECT *`` view over an evolving source gains the source's new columns."""
-        if isinstance(self.plan, AppendPlan) and self.plan.star and self.source_config.new_columns is NewColumns.EVOLVE:
+    def _add_source_columns(self) -> None:
+        """An evolving source's new columns reach the tables holding its rows: a ``SELECT *``
+        view's table and a change feed's mirror (whose old images then read NULL for them)."""
+        if self.source_config.new_columns is not NewColumns.EVOLVE:
+            return
+        if isinstance(self.plan, AppendPlan) and self.plan.star:
             added = self.writer.add_columns(self.output_schema())
             if added:
                 log.warning("%s: columns %s added to the view (its SQL selects *)", self.view, ", ".join(added))
+        m = self.maintainer
+        if m.mirror is not None:
+            source_schema = self._schema_of(lambda rel: f"SELECT * FROM {rel}")
+            m.mirror.add_columns(source_schema)
+            m.source_columns = source_schema.names
+
+    def _stream_lacks_columns(self, batch: DataFrame) -> bool:
+        """Whether the stream's schema (fixed when the query started) lacks source columns: the
+        batch's top-level columns, or for a before/after-image feed the fields of its images."""
+        if self.images is not None:
+            from pyspark.sql.types import StructType
+
+            image = batch.schema[self.images.after].dataType
+            have = {n.lower() for n in image.fieldNames()} if isinstance(image, StructType) else set()
+        else:
+            have = {c.lower() for c in batch.columns}
+        return any(c.name.lower() not in have for c in parse_ddl(self.source_config.schema_))
 
     def _evolve(self, batch: DataFrame, epoch_id: int) -> DataFrame:
         """``new_columns = "evolve"``: add the batch's new input columns to the source schema
@@ -253,9 +273,8 @@ class ViewPipeline:
         if project is not self.project:
             self.project, self.source_config = project, project.sources[self.source]
             self.quarantine = Quarantine(project, self.source, self.view)
-            self._add_view_columns()
-        stream_columns = {c.lower() for c in batch.columns}
-        if not files or all(c.name.lower() in stream_columns for c in parse_ddl(self.source_config.schema_)):
+            self._add_source_columns()
+        if not files or not self._stream_lacks_columns(batch):
             return batch
         # Persisted (Spark refuses queries over raw JSON/CSV that only use the corrupt-record
         # column) and released with the batch in _process.

@@ -122,3 +122,33 @@ def test_missing_file(tmp_path: Path) -> None:
 def test_bad_view_name(tmp_path: Path) -> None:
     message = error_for(tmp_path, GOOD.replace("[views.sales]", '[views."sales-by-product"]'))
     assert "views.sales-by-product" in message and "not a valid name" in message
+
+
+def test_change_feeds_may_evolve_their_schema(tmp_path: Path) -> None:
+    path = write(tmp_path, """
+[sources.cdc]
+format = "json"
+path = "landing/cdc"
+schema = "id BIGINT, op STRING, seq BIGINT"
+new_columns = "evolve"
+[sources.cdc.changes]
+operation = "op"
+key = ["id"]
+sequence = "seq"
+
+[sources.imgs]
+format = "json"
+path = "landing/imgs"
+schema = "id BIGINT, amount INT"
+new_columns = "evolve"
+[sources.imgs.images]
+key = ["id"]
+
+[views.current]
+sql = "SELECT * FROM cdc"
+[views.current_images]
+sql = "SELECT * FROM imgs"
+""")
+    project = load_project(path)
+    assert {s.new_columns.value for s in project.sources.values()} == {"evolve"}
+    assert project.sources["cdc"].changes is not None and project.sources["imgs"].images is not None

@@ -2,19 +2,17 @@
 appears in the input is added to the source's schema and to ``SELECT *`` views (Iceberg and
 Delta), earlier rows read NULL for it, the batch that brought it keeps its values, a restart
 reads with the evolved schema, and ``lakeview verify``'s recompute agrees; with the default
-``"ignore"`` the column is dropped."""
+``"ignore"`` the column is dropped. Change feeds (an operation column, or before/after images)
+evolve the same way, and their updates and deletes keep applying after the column appeared."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-import pytest
-
 from catalog_api.server import CatalogServer
 from lakeview import oracle
 from lakeview.duck import connect
-from lakeview.errors import ConfigError
 from lakeview.evolution import added_columns
 from tests.spark_jobs.test_changes import land
 from tests.spark_jobs.test_pipeline import read_view, start
@@ -111,9 +109,102 @@ def test_new_columns_are_ignored_by_default(spark, catalog_server: CatalogServer
     assert added_columns(project, source) == []
 
 
-def test_evolve_is_refused_for_change_feeds(make_project) -> None:
-    feed = {"operation": "op", "key": ["id"], "sequence": "id"}
-    with pytest.raises(ConfigError, match="new_columns = 'evolve' is offered for append-only sources"):
-        make_project(sources={"feed": {"format": "json", "path": "landing/feed", "schema": SCHEMA + ", op STRING",
-                                       "changes": feed, "new_columns": "evolve"}},
-                     views={"v": {"sql": "SELECT * FROM feed"}})
+FEED_SCHEMA = "order_id BIGINT, product_id BIGINT, quantity INT, op STRING, seq BIGINT"
+FEED = {"operation": "op", "key": ["order_id"], "sequence": "seq", "insert": ["c"], "update": ["u"], "delete": ["d"]}
+AGG_SQL = "SELECT product_id, SUM(quantity) AS total, COUNT(*) AS n, MAX(quantity) AS hi FROM {source} GROUP BY product_id"
+
+
+def feed_views(source: str) -> dict[str, dict]:
+    """A ``SELECT *`` projection (keyed by the feed key) and an aggregate over ``source``."""
+    return {
+        f"{source}_all": {"sql": f"SELECT * FROM {source}", "cadence": "1s", "namespace": "evolution_tests"},
+        f"{source}_agg": {"sql": AGG_SQL.format(source=source), "cadence": "1s", "namespace": "evolution_tests"},
+    }
+
+
+def run_epochs(spark, catalog_server: CatalogServer, project, source: str, epochs: list[list[str]], restart_before: int) -> None:
+    """Land each epoch's file, let every view catch up and check it against the recompute;
+    the queries are restarted before epoch ``restart_before`` (they then read the evolved schema)."""
+    landing = project.source_path(source)
+    running: dict = {}
+    try:
+        for number, batch in enumerate(epochs):
+            if number == restart_before:
+                for _, query in running.values():
+                    query.stop()
+                running = {}
+            running = running or {v: start(spark, project, v, catalog_server) for v in project.views}
+            land(landing, f"{number:03d}.json", batch)
+            for view, (_, query) in running.items():
+                query.processAllAvailable()
+                comparison = oracle.compare(read_view(catalog_server, "evolution_tests", view),
+                                            oracle.recompute(project, view, oracle.landed_files(landing)))
+                assert comparison.equal, f"{view} after epoch {number}: {comparison.describe()}"
+    finally:
+        for _, query in running.values():
+            query.stop()
+
+
+def test_change_feed_evolves_with_updates_and_deletes_after(spark, catalog_server: CatalogServer, make_project, unique_name: str) -> None:
+    source = f"cf_{unique_name}"[:40]
+    project = make_project(
+        sources={source: {"format": "json", "path": f"landing/{source}", "schema": FEED_SCHEMA, "changes": FEED, "new_columns": "evolve"}},
+        views=feed_views(source),
+    )
+    seq = iter(range(1, 1000))
+
+    def change(op: str, order_id: int, product_id: int | None = None, quantity: int | None = None, **extra: object) -> str:
+        row = {"order_id": order_id, "product_id": product_id, "quantity": quantity, "op": op, "seq": next(seq)}
+        return json.dumps({**row, **extra})
+
+    epochs = [
+        [change("c", 1, 1, 5), change("c", 2, 1, 9), change("c", 3, 2, 4), change("c", 6, 2, 1)],
+        # the column appears: an insert with it and an update of a row written before it existed
+        [change("c", 4, 3, 7, channel="web"), change("u", 1, 1, 6, channel="app")],
+        # after it: updates and deletes of rows written before and after it appeared
+        [change("u", 4, 3, 8, channel="store"), change("d", 2), change("d", 1), change("u", 3, 2, 2), change("c", 5, 3, 1, channel="web")],
+        # after a restart (the stream reads the evolved schema): more of both
+        [change("u", 5, 2, 3, channel="app"), change("d", 4), change("u", 6, 2, 2, channel="web")],
+    ]
+    run_epochs(spark, catalog_server, project, source, epochs, restart_before=3)
+    assert [c["name"] for c in added_columns(project, source)] == ["channel"]
+    view = read_view(catalog_server, "evolution_tests", f"{source}_all")
+    assert view.column_names == ["order_id", "product_id", "quantity", "op", "seq", "channel"]
+    rows = {r["order_id"]: (r["quantity"], r["channel"]) for r in view.to_pylist()}
+    assert rows == {3: (2, None), 5: (3, "app"), 6: (2, "web")}, "order 3 was written and updated without the column: NULL"
+    totals = {r["product_id"]: (r["total"], r["n"]) for r in read_view(catalog_server, "evolution_tests", f"{source}_agg").to_pylist()}
+    assert totals == {2: (7, 3)}
+
+
+def test_images_feed_evolves_with_updates_and_deletes_after(spark, catalog_server: CatalogServer, make_project, unique_name: str) -> None:
+    source = f"im_{unique_name}"[:40]
+    project = make_project(
+        sources={source: {"format": "json", "path": f"landing/{source}", "schema": "order_id BIGINT, product_id BIGINT, quantity INT",
+                          "images": {"key": ["order_id"]}, "new_columns": "evolve"}},
+        views=feed_views(source),
+    )
+
+    def o(i: int, p: int, q: int, **extra: object) -> dict:
+        return {"order_id": i, "product_id": p, "quantity": q, **extra}
+
+    def image(before: dict | None, after: dict | None, **outside: object) -> str:
+        return json.dumps({"before": before, "after": after, **outside})
+
+    epochs = [
+        [image(None, o(1, 1, 5)), image(None, o(2, 1, 9)), image(None, o(3, 2, 4)), image(None, o(6, 2, 1))],
+        # the column appears in after images (a key outside the images is no row column)
+        [image(None, o(4, 3, 7, channel="web"), ts_ms=1), image(o(1, 1, 5), o(1, 1, 6, channel="app"))],
+        # in both images now: updates and deletes of rows written before and after it appeared
+        [image(o(4, 3, 7, channel="web"), o(4, 3, 8, channel="store")), image(o(2, 1, 9), None),
+         image(o(1, 1, 6, channel="app"), None), image(o(3, 2, 4), o(3, 2, 2)), image(None, o(5, 3, 1, channel="web"))],
+        [image(o(5, 3, 1, channel="web"), o(5, 2, 3, channel="app")), image(o(4, 3, 8, channel="store"), None),
+         image(o(6, 2, 1), o(6, 2, 2, channel="web"))],
+    ]
+    run_epochs(spark, catalog_server, project, source, epochs, restart_before=3)
+    assert [c["name"] for c in added_columns(project, source)] == ["channel"], "ts_ms is outside the images"
+    view = read_view(catalog_server, "evolution_tests", f"{source}_all")
+    assert view.column_names == ["order_id", "product_id", "quantity", "channel"]
+    rows = {r["order_id"]: (r["quantity"], r["channel"]) for r in view.to_pylist()}
+    assert rows == {3: (2, None), 5: (3, "app"), 6: (2, "web")}
+    totals = {r["product_id"]: (r["total"], r["n"]) for r in read_view(catalog_server, "evolution_tests", f"{source}_agg").to_pylist()}
+    assert totals == {2: (7, 3)}
