@@ -82,8 +82,9 @@ class LiveTable:
 
 
 class LiveFiles:
-    def __init__(self, budget_bytes: int = DEFAULT_BUDGET_BYTES) -> None:
+    def __init__(self, budget_bytes: int = DEFAULT_BUDGET_BYTES, use_index: bool = True) -> None:
         self.budget_bytes = budget_bytes
+        self.use_index = use_index  # False: find keys by probing every live row (bench/lookup.py's baseline)
         # (data file, schema id) -> every row of the file, in file order (row i is position i)
         self._rows: OrderedDict[tuple[str, int], pa.Table] = OrderedDict()
         self._removed: dict[str, pa.Table] = {}  # delete file this writer committed -> the rows it deleted
@@ -229,7 +230,7 @@ class LiveFiles:
     def _key_index(self, table: Table, live: LiveTable, key: tuple[str, ...], keys: pa.Schema) -> KeyIndex | None:
         """The index of the current snapshot: kept, moved forward by the writer's last commit,
         or built from the live rows. None when the key cannot be indexed (see key_index)."""
-        if not indexable(table.schema().as_arrow(), keys, key):
+        if not self.use_index or not indexable(table.schema().as_arrow(), keys, key):
             return None
         index, pending, self._pending = self._index, self._pending, None
         if index is not None and (index.key, index.schema_id) == (key, live.schema_id):
@@ -242,6 +243,8 @@ class LiveFiles:
                                                     else self._every(table, live.schema_id, f)[0], key)) for f in pending.files]
                 if index.advance(live.snapshot_id, key_values(pending.replaced, key), pending.removed, written):
                     return index
+            log.info("%s: snapshot %s is not the writer's last commit on the indexed one (%s); indexing its keys again",
+                     table.name(), live.snapshot_id, index.snapshot_id)
         self._index = self._build_index(table, live, key)
         return self._index
 

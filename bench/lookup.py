@@ -1,0 +1,123 @@
+"""A keyed epoch's writer cost vs the size of the view: found through the key index, or by probing.
+
+For each ``--rows`` size, a keyed Iceberg view (``product_id`` key, ``total_sold``, ``orders``)
+is built through the real REST catalog (:class:`catalog_api.server.CatalogServer`, SQLite
+store, a temp warehouse) with :class:`writers.iceberg.IcebergWriter`: one epoch inserts every
+row, then each epoch upserts ``--batch`` random existing keys as a view pipeline does (the
+writer's ``lookup`` of the keys, then ``commit``: one data file and one position-delete file).
+
+Three ways to find the stored rows, same rows: ``int64`` keys through the writer's key index
+(:mod:`writers.key_index`: cost per key of the delta); the same keys by probing every live row
+(``LiveFiles(use_index=False)``: one pyarrow membership test over the table, what every epoch
+cost before the index); ``float64`` keys, which cannot be indexed (NaN and -0.0 do not hash as
+the writers compare) and are probed file by file. The first upsert epoch (which builds the index) and one
+more are warm-up; then the median of ``--repeats`` epochs of: lookup, commit (stage + catalog
+commit), and their sum. Every lookup must find every key. Prints one table; the last column is
+each row's cost over the smallest view's, same key type, same run.
+
+    .venv/bin/python bench/lookup.py [--rows 100000,1000000,5000000] [--batch 10000] [--repeats 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import random
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import pyarrow as pa  # noqa: E402
+from pyiceberg.catalog.rest import RestCatalog  # noqa: E402
+from rich.console import Console  # noqa: E402
+from rich.table import Table  # noqa: E402
+
+from catalog_api.server import CatalogServer  # noqa: E402
+from catalog_api.store import CatalogStore  # noqa: E402
+from writers.base import Change, Epoch  # noqa: E402
+from writers.iceberg import IcebergWriter  # noqa: E402
+from writers.live_files import LiveFiles  # noqa: E402
+
+NAMESPACE = "bench"
+KEY = ("product_id",)
+WAYS = {"int64 keys, index": (pa.int64(), True), "int64 keys, probe": (pa.int64(), False), "float64 keys, probe": (pa.float64(), True)}
+
+
+def schema_for(key_type: pa.DataType) -> pa.Schema:
+    return pa.schema([("product_id", key_type), ("total_sold", pa.int64()), ("orders", pa.int64())])
+
+
+def run(server: CatalogServer, name: str, rows: int, key_type: pa.DataType, use_index: bool, args: argparse.Namespace) -> dict[str, float]:
+    """Medians (seconds) of lookup, commit and epoch over the measured epochs of one table."""
+    schema = schema_for(key_type)
+    writer = IcebergWriter(RestCatalog(f"bench-{name}", uri=server.uri, warehouse="lakeview"), NAMESPACE, name)
+    writer.live = LiveFiles(use_index=use_index)
+    writer.ensure_table(schema, KEY, {})
+    rng = random.Random(args.seed)
+    totals = [1] * rows
+    everything = pa.table({"product_id": pa.array(range(rows), pa.int64()).cast(key_type),
+                          "total_sold": pa.array(totals, pa.int64()), "orders": pa.array(totals, pa.int64())}, schema=schema)
+    writer.commit(Epoch(name, 0, {"bench": 0}), Change(rows=everything, key=KEY))
+    lookups, commits, builds = [], [], 0
+    for epoch in range(1, args.repeats + 3):
+        keys = sorted(rng.sample(range(rows), args.batch))
+        for k in keys:
+            totals[k] += 1
+        delta = pa.table({"product_id": pa.array(keys, pa.int64()).cast(key_type), "total_sold": pa.array([totals[k] for k in keys], pa.int64()),
+                          "orders": pa.array([totals[k] for k in keys], pa.int64())}, schema=schema)
+        started = time.perf_counter()
+        stored = writer.lookup(delta.select(list(KEY)))
+        looked = time.perf_counter()
+        record = writer.commit(Epoch(name, epoch, {"bench": epoch}), Change(rows=delta, key=KEY))
+        committed = time.perf_counter()
+        if stored.num_rows != len(keys) or record is None:
+            raise SystemExit(f"{name}: epoch {epoch} found {stored.num_rows} of {len(keys)} keys (record {record})")
+        builds = writer.live.index_builds
+        if epoch > 2:  # epoch 1 builds the index (or reads the files), epoch 2 warms up
+            lookups.append(looked - started)
+            commits.append(committed - looked)
+    return {"lookup": statistics.median(lookups), "commit": statistics.median(commits),
+            "epoch": statistics.median(a + b for a, b in zip(lookups, commits)), "builds": builds}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", default="100000,1000000,5000000", help="comma-separated view sizes (rows = keys)")
+    parser.add_argument("--batch", type=int, default=10_000, help="keys upserted per epoch")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--seed", type=int, default=7)
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    console = Console(width=200)
+    load_start = os.getloadavg()
+    sizes = [int(r) for r in args.rows.split(",")]
+    root = Path(tempfile.mkdtemp(prefix="lakeview-bench-lookup-"))
+    results: dict[tuple[str, int], dict[str, float]] = {}
+    try:
+        store = CatalogStore(f"sqlite:///{root / 'catalog.db'}", root / "warehouse", "lakeview")
+        with CatalogServer(store, host="127.0.0.1", port=0) as server:
+            for n, (label, (key_type, use_index)) in enumerate(WAYS.items()):
+                for rows in sizes:
+                    results[(label, rows)] = run(server, f"v{rows}_{n}", rows, key_type, use_index, args)
+                    console.print(f"{label} @ {rows:,}: {results[(label, rows)]}")
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    table = Table(title=f"one keyed epoch ({args.batch:,} random keys upserted) vs view size; median of {args.repeats}; "
+                        f"load {load_start[0]:.1f} -> {os.getloadavg()[0]:.1f}")
+    for col in ("keys found by", "view rows", "lookup s", "commit s", "lookup + commit s", "index builds", f"vs {sizes[0]:,} rows"):
+        table.add_column(col, justify="right")
+    for (label, rows), r in results.items():
+        base = results[(label, sizes[0])]["epoch"]
+        table.add_row(label, f"{rows:,}", f"{r['lookup']:.3f}", f"{r['commit']:.3f}", f"{r['epoch']:.3f}", str(r["builds"]),
+                      f"{r['epoch'] / base:.2f}×")
+    console.print(table)
+
+
+if __name__ == "__main__":
+    main()
