@@ -400,8 +400,7 @@ def _check_views(config: ProjectConfig) -> None:
         from lakeview.watermark import check as check_watermark
 
         source = config.sources.get(plan.sources[0]) if plan.sources else None
-        append_only = source is None or (source.changes is None and source.images is None)
-        if problem := check_watermark(plan, view.watermark, view.event_time, append_only):
+        if problem := check_watermark(plan, view.watermark, view.event_time, source):
             raise ConfigError(config.file, f"views.{name}.watermark", problem)
         if view.watermark and source is None:  # an upstream view's changes may retract rows of closed windows
             raise ConfigError(config.file, f"views.{name}.watermark", "a watermark applies to a view over a source, not over another view")

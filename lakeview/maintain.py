@@ -8,7 +8,9 @@ DuckDB standing in for Spark's part.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 import duckdb
 import pyarrow as pa
@@ -16,8 +18,11 @@ import pyarrow as pa
 from lakeview.changefeed import normalize
 from lakeview.config import ChangeFeedConfig
 from lakeview.ivm import ViewStores, apply_epoch, change_for, keyed_append_change
-from lakeview.plan import AppendPlan, KeyedAggregatePlan
+from lakeview.plan import WEIGHT, AppendPlan, KeyedAggregatePlan
 from writers.base import CommitRecord, Epoch, SnapshotWriter
+
+if TYPE_CHECKING:
+    from lakeview.watermark import Watermark
 
 
 @dataclass
@@ -33,6 +38,8 @@ class ViewMaintainer:
     state_schemas: list[pa.Schema] | None = None  # to cast DuckDB-computed deltas to (Spark's types)
     feed_key: tuple[str, ...] | None = None  # the input has deletes (a change feed) keyed by these
     closed_before_us: int | None = None  # the watermark applied to the current epoch (lakeview.watermark)
+    watermark: Watermark | None = None  # over a change feed: late images are left out here (lakeview.watermark)
+    set_aside: Callable[[int, pa.Table, str], None] | None = None  # where late images go: (epoch, images, reason)
 
     def __post_init__(self) -> None:
         if self.feed is not None and self.feed_key is None:
@@ -90,15 +97,34 @@ class ViewMaintainer:
         the view with it, then commit the mirror (last, so a replay still finds old images)."""
         assert self.feed is not None and self.mirror is not None
         if latest.num_rows == 0:
-            return None
+            if self.watermark is None or self.closed_before_us is None:
+                return None
+            # no change, yet the watermark may have closed windows: drop their state, as an append batch does
+            empty = latest.select(self.source_columns).append_column(WEIGHT, pa.array([], pa.int32()))
+            zset, epoch = self._leave_out_late(epoch, empty)
+            return self.apply_zset(epoch, zset)
         keys = latest.select(list(self.feed.key))
         mirror_done = (last := self.mirror.last_commit()) is not None and last.epoch >= epoch.number
         if mirror_done:
             return None  # the mirror is committed last: the epoch is complete
         zset, mirror_change = normalize(latest, self.mirror.lookup(keys), self.feed, self.source_columns)
+        if self.watermark is not None:
+            zset, epoch = self._leave_out_late(epoch, zset)
         record = self.apply_zset(epoch, zset)
         self.mirror.commit(epoch, mirror_change)
         return record
+
+    def _leave_out_late(self, epoch: Epoch, zset: pa.Table) -> tuple[pa.Table, Epoch]:
+        """The Z-set without its late images (set aside, counted as quarantined and late) and the
+        epoch stamped with the watermark; the mirror still takes every change."""
+        from lakeview.watermark import apply_to_changes
+
+        assert self.watermark is not None
+        applied = self.closed_before_us
+        on_time, late, stamps = apply_to_changes(self.watermark, epoch.number, applied, zset, self.plan)
+        if late.num_rows and self.set_aside is not None and applied is not None:
+            self.set_aside(epoch.number, late, self.watermark.reason(applied))
+        return on_time, replace(epoch, rows_quarantined=epoch.rows_quarantined + late.num_rows, stamps={**epoch.stamps, **stamps})
 
     def apply_zset(self, epoch: Epoch, zset: pa.Table, closed_before_us: int | None = None) -> CommitRecord | None:
         con = duckdb.connect()

@@ -50,7 +50,9 @@ def recompute(project: ProjectConfig, view: str, files: list[Path] | dict[str, l
             found = files.get(source_name)
             chosen = landed_files(project.source_path(source_name)) if found is None else found
             relation = _source_relation(project, source_name, chosen)
-            if config.watermark:  # late rows left out: the rule replayed batch by batch (lakeview.watermark)
+            if config.watermark and project.sources[source_name].changes is not None:  # late images left out (lakeview.watermark)
+                relation = _applied_changes(con, project, view, plan, chosen, source_name)
+            elif config.watermark:  # late rows left out: the rule replayed batch by batch (lakeview.watermark)
                 relation = _on_time(con, project, view, plan, chosen, lambda fs, s=source_name: _source_relation(project, s, fs))
             con.execute(f'CREATE TEMP VIEW "{source_name}" AS {relation}')
         # a windowed view's SQL reads its source expanded to windows (lakeview.windows)
@@ -67,6 +69,16 @@ def _on_time(con, project: ProjectConfig, view: str, plan, files: list[Path], re
     wm = Watermark(delay_us(config.watermark), event_column(plan, config.event_time) or "")
     where = _duck(f"SELECT 1 WHERE {plan.where}").split(" WHERE ", 1)[1] if plan.where else None
     return on_time_relation(con, project.checkpoint_path(view), files, relation_of, wm, plan.alias, where)
+
+
+def _applied_changes(con, project: ProjectConfig, view: str, plan, files: list[Path], source_name: str) -> str:
+    from lakeview.watermark import Watermark, applied_changes, delay_us, duckdb_where, event_column
+
+    config = project.views[view]
+    wm = Watermark(delay_us(config.watermark), event_column(plan, config.event_time) or "")
+    feed = project.sources[source_name].changes
+    return applied_changes(con, project.checkpoint_path(view), files, lambda fs: _latest_changes(project, source_name, fs), wm,
+                           list(feed.key), plan.alias, duckdb_where(plan))
 
 
 def frontier_files(project: ProjectConfig, view: str, frontier: dict) -> dict[str, list[Path]]:
@@ -88,29 +100,45 @@ def frontier_files(project: ProjectConfig, view: str, frontier: dict) -> dict[st
 def _source_relation(project: ProjectConfig, source_name: str, files: list[Path]) -> str:
     """DuckDB SQL: a source's current rows over ``files``, as the pipeline sees them."""
     source = project.sources[source_name]
+    if source.changes is not None:
+        names = ", ".join(f'"{n}"' for n in duckdb_columns(source.schema_))
+        return f"SELECT {names} FROM ({_latest_changes(project, source_name, files)}) WHERE __lv_op <> 'delete'"
+    relation = _parsed(project, source_name, files)
+    good = [f'"{c}" IS NOT NULL' for c in source.required]
+    return f"SELECT * FROM ({relation}) WHERE {' AND '.join(good)}" if good else relation
+
+
+def _latest_changes(project: ProjectConfig, source_name: str, files: list[Path]) -> str:
+    """DuckDB SQL: a change feed's newest change per key over ``files`` (deletes included), its
+    columns and ``__lv_op``, without the rows the pipeline quarantines."""
+    source = project.sources[source_name]
+    assert source.changes is not None
+    names = ", ".join(f'"{n}"' for n in duckdb_columns(source.schema_))
+    good = [f'"{c}" IS NOT NULL' for c in source.required]
+    return _newest_change(source.changes, _parsed(project, source_name, files), names, good)
+
+
+def _parsed(project: ProjectConfig, source_name: str, files: list[Path]) -> str:
+    """DuckDB SQL: a source's rows over ``files`` that parse into its schema."""
+    source = project.sources[source_name]
     columns = duckdb_columns(source.schema_)
     if not files:
         cols = ", ".join(f'NULL::{t} AS "{n}"' for n, t in columns.items())
-        relation = f"SELECT {cols} WHERE FALSE"
-    elif source.images is not None:
-        relation = _read_images(files, columns, source.images.before, source.images.after)
-    else:
-        relation = _read(SourceFormat(source.format.reader_format), files, columns)
-    good = [f'"{c}" IS NOT NULL' for c in source.required]
-    if source.changes is not None:
-        feed = source.changes
-        op = _duck(operation_sql(feed))
-        good.append(f"({op}) IS NOT NULL")
-        keys = ", ".join(f'"{k}"' for k in feed.key)
-        names = ", ".join(f'"{n}"' for n in columns)
-        relation = (
-            f"SELECT {names} FROM (SELECT *, {op} AS __lv_op, ROW_NUMBER() OVER (PARTITION BY {keys} ORDER BY "
-            f'"{feed.sequence}" DESC) AS __lv_rn FROM ({relation}) WHERE {" AND ".join(good)}) '
-            f"WHERE __lv_rn = 1 AND __lv_op <> 'delete'"
-        )
-    elif good:
-        relation = f"SELECT * FROM ({relation}) WHERE {' AND '.join(good)}"
-    return relation
+        return f"SELECT {cols} WHERE FALSE"
+    if source.images is not None:
+        return _read_images(files, columns, source.images.before, source.images.after)
+    return _read(SourceFormat(source.format.reader_format), files, columns)
+
+
+def _newest_change(feed, relation: str, names: str, good: list[str]) -> str:
+    """DuckDB SQL: per key the newest change of ``relation`` (by the sequence), with ``__lv_op``."""
+    op = _duck(operation_sql(feed))
+    keys = ", ".join(f'"{k}"' for k in feed.key)
+    return (
+        f"SELECT {names}, __lv_op FROM (SELECT *, {op} AS __lv_op, ROW_NUMBER() OVER (PARTITION BY {keys} ORDER BY "
+        f'"{feed.sequence}" DESC) AS __lv_rn FROM ({relation}) WHERE {" AND ".join([*good, f"({op}) IS NOT NULL"])}) '
+        f"WHERE __lv_rn = 1"
+    )
 
 
 def _duck(spark_sql: str) -> str:

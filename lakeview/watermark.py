@@ -13,6 +13,15 @@ resumes the rule, a replayed epoch applies the same watermark as its first run, 
 ``lakeview verify`` replays it batch by batch over the same files. A window whose end is at
 or before the watermark can get no more rows: its state rows are deleted from the state
 tables in the next epoch's commit (bounded state); its view row stays.
+
+Over a change feed (an operation column) the rule applies to a change's *images*, after the
+mirror lookup (:meth:`lakeview.maintain.ViewMaintainer.apply_changes`): the new image of an
+insert or update and the old image an update or delete retracts. An image older than the
+watermark is late: left out of the Z-set (never applied to a closed window's state), set
+aside and counted like a late append row; the others are applied exactly. The mirror still
+follows the source, so a later change of that key retracts what the source holds. Only new
+images consumed move the watermark: an old image applied was consumed as a new image when it
+arrived, so a delete can never move it.
 """
 
 from __future__ import annotations
@@ -42,8 +51,9 @@ def event_column(plan, declared: str | None) -> str | None:
     return window.time_column.split(".")[-1].strip("`") if window is not None else None
 
 
-def check(plan, watermark: str | None, event_time: str | None, append_only: bool) -> str | None:
-    """What is wrong with a view's watermark settings, or None."""
+def check(plan, watermark: str | None, event_time: str | None, source=None) -> str | None:
+    """What is wrong with a view's watermark settings (``source``: its one source's config, None
+    over another view), or None."""
     if watermark is None:
         return "event_time is set without a watermark; add watermark = \"10 minutes\"" if event_time else None
     try:
@@ -52,8 +62,12 @@ def check(plan, watermark: str | None, event_time: str | None, append_only: bool
         return str(exc)
     if event_column(plan, event_time) is None:
         return "a watermark needs an event-time column: GROUP BY window(ts, ...) or event_time = \"ts\""
-    if not append_only:
-        return "a watermark needs an append-only source (a change feed may retract rows of windows already closed)"
+    if source is not None and source.images is not None:
+        return ("a watermark over a before/after-image feed ([images]) is not supported; "
+                "nearest supported form: a change feed with an operation column ([changes])")
+    if source is not None and source.changes is not None and not getattr(plan, "is_keyed_aggregate", False):
+        return ("a watermark over a change feed needs an aggregate (GROUP BY window(ts, ...) or GROUP BY keys): "
+                "a projection keeps one row per feed key, so a late change could not be left out of it")
     if not getattr(plan, "is_keyed_aggregate", False) and not getattr(plan, "is_append", False):
         return "a watermark applies to a view over one source"
     return None
@@ -131,23 +145,108 @@ def _iso(micros: int) -> str:
     return (dt.datetime(1970, 1, 1) + dt.timedelta(microseconds=micros)).isoformat(sep=" ") + " UTC"
 
 
+def split_late(zset: pa.Table, column: str, applied: int | None) -> tuple[pa.Table, pa.Table]:
+    """A change feed's Z-set (old images -1, new images +1) as (on time, late): an image whose
+    event time is older than the watermark ``applied`` is late, whichever its weight."""
+    if applied is None or zset.num_rows == 0:
+        return zset, zset.slice(0, 0)
+    late = f'coalesce(epoch_us("{column}") < {applied}, false)'
+    return (_duck(f"SELECT * FROM z WHERE NOT {late}", z=zset).cast(zset.schema),
+            _duck(f"SELECT * FROM z WHERE {late}", z=zset).cast(zset.schema))
+
+
+def duckdb_where(plan) -> str | None:
+    """The view's WHERE in DuckDB SQL (None: no WHERE)."""
+    import sqlglot
+
+    if not plan.where:
+        return None
+    return sqlglot.transpile(f"SELECT 1 WHERE {plan.where}", read="spark", write="duckdb")[0].split(" WHERE ", 1)[1]
+
+
+def apply_to_changes(wm: Watermark, epoch: int, applied: int | None, zset: pa.Table, plan) -> tuple[pa.Table, pa.Table, dict[str, str]]:
+    """A change feed's epoch under the rule: the Z-set's on-time images, its late ones, and the
+    summary keys of the epoch's commits (the watermark moves by the new images consumed)."""
+    on_time, late = split_late(zset, wm.column, applied)
+    where = duckdb_where(plan) or "TRUE"
+    consumed = _duck(f'SELECT max(epoch_us("{wm.column}")) AS t FROM z AS {plan.alias} WHERE __lv_w > 0 AND ({where})', z=on_time)
+    return on_time, late, {**wm.advance(epoch, applied, consumed.column("t")[0].as_py()), LATE: str(late.num_rows)}
+
+
+def _duck(sql: str, **tables: pa.Table) -> pa.Table:
+    import duckdb
+
+    con = duckdb.connect()
+    try:
+        for name, table in tables.items():
+            con.register(name, table)
+        return con.execute(sql).to_arrow_table()
+    finally:
+        con.close()
+
+
+def _batches(checkpoint, files: list) -> list[list]:
+    """``files`` grouped by the Spark batch that took them (its file-source log in the view's
+    checkpoint), in batch order; files not logged come after every batch."""
+    from lakeview.source_log import logged_files
+
+    batch_of = {str(f.path): f.batch for f in logged_files(checkpoint)}
+    batches: dict[int, list] = {}
+    for path in files:
+        batches.setdefault(batch_of.get(str(path), 1 << 62), []).append(path)
+    return [batches[number] for number in sorted(batches)]
+
+
+def applied_changes(con, checkpoint, files: list, changes_of: Callable[[list], str], wm: Watermark, key: list[str], alias: str,
+                    where: str | None) -> str:
+    """DuckDB SQL: the rows a watermarked view over a change feed holds, for the oracle. The rule
+    is replayed batch by batch in the order Spark took the files in, on each key's newest change
+    per batch (``changes_of(files)``: DuckDB SQL of those, with ``__lv_op``): a new image older
+    than the watermark is never held; a held row whose retraction (update or delete) is late
+    stays held although the source no longer has it."""
+    column = f'"{wm.column}"'
+    current: dict[tuple, tuple[dict, bool]] = {}  # per key: the source's row, whether the view holds it
+    kept: list[dict] = []  # rows whose retraction was late
+    high: int | None = None
+    empty = con.execute(f"SELECT * EXCLUDE (__lv_op), epoch_us({column}) AS __lv_t FROM ({changes_of([])}) LIMIT 0").to_arrow_table()
+    for batch in _batches(checkpoint, files):
+        mark = None if high is None else high - wm.delay_us
+
+        def late(row: dict) -> bool:
+            return mark is not None and row["__lv_t"] is not None and row["__lv_t"] < mark
+
+        consumed = []
+        for row in con.execute(f"SELECT *, epoch_us({column}) AS __lv_t FROM ({changes_of(batch)})").to_arrow_table().to_pylist():
+            op = row.pop("__lv_op")
+            old = current.pop(tuple(row[k] for k in key), None)
+            if old is not None and old[1] and late(old[0]):
+                kept.append(old[0])
+            if op != "delete":
+                current[tuple(row[k] for k in key)] = (row, not late(row))
+                if not late(row):
+                    consumed.append(row)
+        con.register("__lv_consumed", pa.Table.from_pylist(consumed, schema=empty.schema))
+        newest = con.execute(f"SELECT max(__lv_t) FROM __lv_consumed AS {alias} WHERE {where or 'TRUE'}").fetchone()[0]
+        con.unregister("__lv_consumed")
+        if newest is not None:
+            high = newest if high is None else max(high, newest)
+    held = pa.Table.from_pylist(kept + [row for row, in_view in current.values() if in_view], schema=empty.schema)
+    name = f"__lv_held_{abs(hash(str(checkpoint)))}"
+    con.register(name, held.drop(["__lv_t"]))
+    return f"SELECT * FROM {name}"
+
+
 def on_time_relation(con, checkpoint, files: list, relation_of: Callable[[list], str], wm: Watermark, alias: str, where: str | None) -> str:
     """DuckDB SQL: the rows of ``files`` that were on time, for the oracle. The rule is replayed
     batch by batch in the order Spark took the files in (its file-source log in the view's
     checkpoint): independent of what the pipeline quarantined, so a wrong late decision shows
     up as a difference. ``relation_of(files)`` reads files as the pipeline does; ``where`` is
     the view's WHERE in DuckDB SQL."""
-    from lakeview.source_log import logged_files
-
-    batch_of = {str(f.path): f.batch for f in logged_files(checkpoint)}
-    batches: dict[int, list] = {}
-    for path in files:
-        batches.setdefault(batch_of.get(str(path), 1 << 62), []).append(path)  # unlogged files: after every batch
     column = f'"{wm.column}"'
     high: int | None = None
     parts = []
-    for number in sorted(batches):
-        relation = relation_of(batches[number])
+    for batch in _batches(checkpoint, files):
+        relation = relation_of(batch)
         if high is not None:
             relation = f"SELECT * FROM ({relation}) WHERE NOT coalesce(epoch_us({column}) < {high - wm.delay_us}, false)"
         consumed = con.execute(f"SELECT max(epoch_us({column})) FROM ({relation}) AS {alias} WHERE {where or 'TRUE'}").fetchone()[0]

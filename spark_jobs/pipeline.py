@@ -338,15 +338,19 @@ class ViewPipeline:
         if self.watermark is None:
             return None
         applied = self.watermark.for_epoch(epoch_id)
+        self.maintainer.closed_before_us = applied
+        if self.feed is not None:  # a change's images are judged after the mirror lookup (ViewMaintainer.apply_changes)
+            self.maintainer.watermark, self.maintainer.set_aside = self.watermark, self.quarantine.set_aside_late
+            return applied
         late = self.watermark.late_sql(applied)
         self.quarantine.late = (late, self.watermark.reason(applied)) if late is not None and applied is not None else None
-        self.maintainer.closed_before_us = applied
         return applied
 
     def _advance_watermark(self, epoch_id: int, applied: int | None, good: DataFrame, late: int) -> dict[str, str]:
         """The summary keys of this epoch's commits: the watermark applied, the max event time
-        of the rows the view consumes (on time, passing WHERE), the late row count."""
-        if self.watermark is None:
+        of the rows the view consumes (on time, passing WHERE), the late row count (a change
+        feed's: stamped by the maintainer)."""
+        if self.watermark is None or self.feed is not None:
             return {}
         from lakeview.watermark import LATE
 

@@ -125,9 +125,18 @@ class Quarantine:
         return Split(tagged.where(F.col(REASON).isNull()).drop(REASON), (int(counts["rows"]) if counts else 0) - bad, bad,
                      int(counts["late"]) if counts else 0)
 
-    def _write(self, epoch: int, rows: list[dict]) -> None:
+    def set_aside_late(self, epoch: int, images, reason: str) -> None:
+        """A change feed's late images (decided after the mirror lookup: lakeview.watermark), in
+        their own file so the epoch's malformed rows stay and a replay rewrites it."""
+        from lakeview.plan import WEIGHT
+
+        rows = [{"file": None, "reason": f"{reason}; {'retracted old' if row.pop(WEIGHT) < 0 else 'new'} image left out",
+                 "record": json.dumps(row, default=str)} for row in images.to_pylist()]
+        self._write(epoch, rows, suffix="-late")
+
+    def _write(self, epoch: int, rows: list[dict], suffix: str = "") -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
-        target = self.directory / f"epoch-{epoch}.jsonl"
-        tmp = self.directory / f".epoch-{epoch}.jsonl.tmp"
+        target = self.directory / f"epoch-{epoch}{suffix}.jsonl"
+        tmp = self.directory / f".epoch-{epoch}{suffix}.jsonl.tmp"
         tmp.write_text("".join(json.dumps({**r, "epoch": epoch}) + "\n" for r in rows))
         os.replace(tmp, target)  # a replayed epoch rewrites the same file: each bad row once

@@ -17,7 +17,7 @@ from lakeview.oracle import compare
 from lakeview.plan import KeyedAggregatePlan, plan_view
 from lakeview.watermark import LATE, Watermark, delay_us
 from lakeview.windows import parse_interval
-from tests.lakeview.duck_batch import duck
+from tests.lakeview.duck_batch import duck, latest_changes
 from tests.lakeview.memory_writer import MemoryWriter
 from tests.lakeview.test_ivm_changes import FEED, apply_python, run_epoch
 from writers.base import Epoch
@@ -284,9 +284,11 @@ WINDOWED = "SELECT window(ts, '10 minutes').start AS ws, COUNT(*) AS n FROM even
         ({"sql": "SELECT k, COUNT(*) AS n FROM events GROUP BY k", "watermark": "1 minute"}, {},
          "views.v.watermark: a watermark needs an event-time column: GROUP BY window(ts, ...) or event_time = \"ts\""),
         ({"sql": WINDOWED, "event_time": "ts"}, {}, "views.v.watermark: event_time is set without a watermark"),
-        ({"sql": WINDOWED, "watermark": "1 minute"},
+        ({"sql": "SELECT id, ts FROM events", "watermark": "1 minute", "event_time": "ts"},
          {"events": {**EVENTS, "changes": {"operation": "op", "key": ["id"], "sequence": "id"}}},
-         "views.v.watermark: a watermark needs an append-only source"),
+         "views.v.watermark: a watermark over a change feed needs an aggregate (GROUP BY window(ts, ...) or GROUP BY keys)"),
+        ({"sql": WINDOWED, "watermark": "1 minute"}, {"events": {**EVENTS, "images": {"key": ["id"]}}},
+         "views.v.watermark: a watermark over a before/after-image feed"),
     ],
 )
 def test_watermark_settings_are_checked_when_the_project_loads(tmp_path, view: dict, sources: dict, message: str) -> None:
@@ -298,6 +300,14 @@ def test_watermark_settings_are_checked_when_the_project_loads(tmp_path, view: d
     data = {"sources": sources or {"events": EVENTS}, "views": {"v": view}}
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)").replace(".", r"\.")):
         parse_project(data, file=str(tmp_path / "lakeview.toml"), root=tmp_path)
+
+
+def test_a_watermarked_window_over_a_change_feed_is_accepted(tmp_path) -> None:
+    from lakeview.config import parse_project
+
+    feed = {**EVENTS, "schema": EVENTS["schema"] + ", op STRING", "changes": {"operation": "op", "key": ["id"], "sequence": "id"}}
+    data = {"sources": {"events": feed}, "views": {"v": {"sql": WINDOWED, "watermark": "10 minutes"}}}
+    assert parse_project(data, file=str(tmp_path / "lakeview.toml"), root=tmp_path).views["v"].watermark == "10 minutes"
 
 
 def test_a_declared_event_time_gives_a_plain_aggregate_a_watermark(tmp_path) -> None:
@@ -334,3 +344,119 @@ def test_epoch_replayed_after_a_crash_between_commits_applies_its_own_watermark(
     assert [r["ts"] for r in late] == [T0 + dt.timedelta(minutes=25)]
     assert compare(crashed.view.rows, clean.view.rows).equal
     assert compare(crashed.state[0].rows, clean.state[0].rows).equal
+
+
+# --- a change feed with a watermark ---------------------------------------------------------
+
+
+def run_watermarked_changes(m: ViewMaintainer, wm: Watermark, number: int, rows: list[dict]) -> list[tuple[dict, str]]:
+    """What the pipeline does per change-feed batch with a watermark (DuckDB in place of
+    Spark): the newest change per key to the maintainer, which judges each image against the
+    epoch's watermark. Returns the late images set aside, with their reasons."""
+    late: list[tuple[dict, str]] = []
+    m.watermark, m.closed_before_us = wm, wm.for_epoch(number)
+    m.set_aside = lambda epoch, images, reason: late.extend((r, reason) for r in images.to_pylist())
+    m.apply_changes(Epoch(view="v", number=number, frontier={}), latest_changes(FEED, pa.Table.from_pylist(rows, schema=SCHEMA)))
+    return late
+
+
+def held_rows(batches: list[list[dict]], delay: int, passes) -> tuple[list[dict], int]:
+    """The rule over a change feed replayed independently: per batch each key's newest change;
+    an image (the new one, or the old one an update or delete retracts) older than the greatest
+    event time of the new images consumed (on time, ``passes``) in earlier batches minus the
+    delay is late; a row is held from its on-time new image until an on-time retraction.
+    Returns the rows held and the count of late images."""
+    current: dict[int, tuple[dict, bool]] = {}
+    kept: list[dict] = []
+    high, late = None, 0
+    for rows in batches:
+        mark = None if high is None else high - delay
+
+        def is_late(row: dict) -> bool:
+            return mark is not None and row["ts"] is not None and _us(row["ts"]) < mark
+
+        newest = {r["id"]: r for r in sorted(rows, key=lambda r: r["seq"])}
+        consumed = []
+        for id_, row in newest.items():
+            if id_ in current:
+                old, held = current.pop(id_)
+                if is_late(old):
+                    late += 1
+                    kept += [old] if held else []
+            if row["op"] != "D":
+                current[id_] = (row, not is_late(row))
+                late += is_late(row)
+                consumed += [] if is_late(row) else [row]
+        seen = [_us(r["ts"]) for r in consumed if r["ts"] is not None and passes(r)]
+        high = max([*seen, *([high] if high is not None else [])], default=None)
+    return kept + [r for r, held in current.values() if held], late
+
+
+PASSES = {"tumbling": lambda r: True, "hopping": lambda r: r["x"] is not None and r["x"] > -20}
+feed_change = st.tuples(
+    st.sampled_from(["I", "I", "U", "U", "D"]),
+    st.integers(0, 5),  # id
+    st.integers(0, 2),  # k
+    st.one_of(st.none(), st.integers(-30, 30)),  # x
+    st.one_of(st.none(), st.integers(0, 90)),  # ts: minutes after T0
+)
+
+
+@pytest.mark.parametrize("name", list(PASSES))
+@settings(max_examples=8, deadline=None)
+@given(history=st.lists(st.lists(feed_change, max_size=8), min_size=1, max_size=5))
+def test_watermarked_window_over_a_change_feed_equals_recompute_of_the_rule_after_every_epoch(name: str, history) -> None:
+    m = maintainer(VIEWS[name][0])
+    wm = Watermark(delay_us(DELAY), "ts")
+    batches: list[list[dict]] = []
+    late_total, seq = 0, 0
+    for number, changes in enumerate(history):
+        rows = []
+        for op, id_, k, x, minutes in changes:
+            seq += 1
+            ts = None if minutes is None else T0 + dt.timedelta(minutes=minutes, seconds=id_)
+            rows.append({"id": id_, "k": k, "x": x, "ts": ts, "op": op, "seq": seq})
+        batches.append(rows)
+        applied = wm.for_epoch(number)
+        late_total += len(run_watermarked_changes(m, wm, number, rows))
+        held, late = held_rows(batches, delay_us(DELAY), PASSES[name])
+        expected = reference(name, held)
+        view = m.view.rows if m.view.rows is not None and m.view.rows.num_columns else expected.schema.empty_table()
+        result = compare(view, expected)
+        assert result.equal, f"epoch {number}: {result.describe()}"
+        assert late_total == late
+        for state in m.state:
+            if applied is not None and state.rows is not None and state.rows.num_rows:
+                assert min(_us(r["ws"]) + 10 * MINUTE for r in state.rows.to_pylist()) > applied, "state of a closed window was kept"
+
+
+def test_late_delete_and_update_of_a_closed_window_leave_its_row_while_open_windows_change_exactly() -> None:
+    m = maintainer(VIEWS["tumbling"][0])
+    wm = Watermark(delay_us(DELAY), "ts")
+
+    def at(minute: int) -> dt.datetime:
+        return T0 + dt.timedelta(minutes=minute)
+
+    seqs = iter(range(1, 100))
+
+    def row(op: str, id_: int, k: int | None = None, x: int | None = None, minute: int | None = None) -> dict:
+        return {"id": id_, "k": k, "x": x, "ts": None if minute is None else at(minute), "op": op, "seq": next(seqs)}
+
+    def view() -> dict:
+        return {(r["ws"].strftime("%H:%M"), r["k"]): (r["n"], r["s"]) for r in m.view.rows.to_pylist()}
+
+    run_watermarked_changes(m, wm, 0, [row("I", 1, 1, 5, 1), row("I", 2, 1, 7, 4), row("I", 3, 2, 1, 18), row("I", 4, 1, 2, 22)])
+    assert view() == {("00:00", 1): (2, 12), ("00:10", 2): (1, 1), ("00:20", 1): (1, 2)}
+    # watermark 00:12: [00:00, 00:10) is closed
+    late = run_watermarked_changes(m, wm, 1, [row("U", 3, 2, 10, 19), row("D", 4), row("D", 1), row("I", 5, 1, 3, 35)])
+    assert [(r["id"], r["__lv_w"]) for r, _ in late] == [(1, -1)]  # the delete of a closed window's row
+    assert late[0][1].startswith("late: ts older than the watermark 2026-01-01 00:12:00 UTC")
+    assert view() == {("00:00", 1): (2, 12), ("00:10", 2): (1, 10), ("00:30", 1): (1, 3)}
+    assert m.view.last_commit().extra[LATE] == "1" and m.mirror.last_commit().extra[LATE] == "1"
+    # watermark 00:25: order 2 moves out of the closed window: its old image is late, its new one applied
+    late = run_watermarked_changes(m, wm, 2, [row("U", 2, 1, 9, 40)])
+    assert [(r["id"], r["__lv_w"]) for r, _ in late] == [(2, -1)]
+    assert view() == {("00:00", 1): (2, 12), ("00:10", 2): (1, 10), ("00:30", 1): (1, 3), ("00:40", 1): (1, 9)}
+    assert sorted(r["id"] for r in m.mirror.rows.to_pylist()) == [2, 3, 5]  # the mirror follows the source
+    assert {r["ws"].strftime("%H:%M") for r in m.state[0].rows.to_pylist()} == {"00:30", "00:40"}
+    assert int(m.view.last_commit().extra["lakeview.watermark-us"]) == _us(at(25))

@@ -168,3 +168,66 @@ def test_global_aggregate_under_a_change_feed(spark, catalog_server: CatalogServ
         [{"n": 3, "total": 57, "hi": 50, "products": 2}],
         [{"n": 0, "total": None, "hi": None, "products": 0}],
     ]
+
+
+CHANGES_SCHEMA = "order_id BIGINT, product_id BIGINT, amount DOUBLE, ts TIMESTAMP, op STRING, seq BIGINT"
+WINDOW_OVER_CHANGES = """
+SELECT window(ts, '10 minutes').start AS window_start, window(ts, '10 minutes').end AS window_end, product_id,
+       SUM(amount) AS total, COUNT(*) AS n, AVG(amount) AS avg_amount, MIN(amount) AS lo, MAX(amount) AS hi
+FROM order_changes
+GROUP BY window(ts, '10 minutes'), product_id
+"""
+seqs = iter(range(1, 10_000))
+
+
+def timed_change(op: str, order_id: int, product: int | None = None, amount: float | None = None, minute: int | None = None) -> str:
+    """A change row; a delete carries only its key (its event time is the mirror's old image's)."""
+    row = {"order_id": order_id, "op": op, "seq": next(seqs)}
+    if op != "d":
+        row.update(product_id=product, amount=amount, ts=(T0 + timedelta(minutes=minute)).isoformat())
+    return json.dumps(row)
+
+
+# minutes after T0; the watermark is 10 minutes
+CHANGE_EPOCHS = [
+    [timed_change("c", 1, 1, 5.0, 1), timed_change("c", 2, 1, 7.0, 4), timed_change("c", 3, 2, 1.0, 18), timed_change("c", 4, 1, 2.0, 22)],
+    # watermark 00:12: an update and a delete in open windows, a late delete of a closed window's row
+    [timed_change("u", 3, 2, 10.0, 19), timed_change("d", 4), timed_change("d", 1), timed_change("c", 5, 1, 3.0, 35)],
+    # watermark 00:25: order 2 leaves the closed window (old image late, new applied), a delete
+    # empties an open window, a late insert
+    [timed_change("u", 2, 1, 9.0, 40), timed_change("d", 5), timed_change("c", 6, 2, 4.0, 20)],
+]
+
+
+def test_watermarked_tumbling_window_over_a_change_feed(spark, catalog_server: CatalogServer, make_project, unique_name: str) -> None:
+    sources = {"order_changes": {"format": "json", "path": "landing/order_changes", "schema": CHANGES_SCHEMA, "changes": FEED}}
+    views = {unique_name: {"sql": WINDOW_OVER_CHANGES, "cadence": "1s", "namespace": "window_tests", "watermark": "10 minutes"}}
+    project = make_project(views=views, sources=sources)
+    landing = project.source_path("order_changes")
+    pipeline, query = start(spark, project, unique_name, catalog_server)
+    seen = []
+    try:
+        for number, lines in enumerate(CHANGE_EPOCHS):
+            land(landing, f"{number:03d}.json", lines)
+            query.processAllAvailable()
+            comparison = verify(project, unique_name)
+            assert comparison.equal, f"after epoch {number}: {comparison.describe()}"
+            seen.append({(r["window_start"].strftime("%H:%M"), r["product_id"]): (r["n"], r["total"], r["lo"], r["hi"])
+                         for r in read_view(catalog_server, "window_tests", unique_name).to_pylist()})
+    finally:
+        query.stop()
+    assert seen == [
+        {("00:00", 1): (2, 12.0, 5.0, 7.0), ("00:10", 2): (1, 1.0, 1.0, 1.0), ("00:20", 1): (1, 2.0, 2.0, 2.0)},
+        {("00:00", 1): (2, 12.0, 5.0, 7.0), ("00:10", 2): (1, 10.0, 10.0, 10.0), ("00:30", 1): (1, 3.0, 3.0, 3.0)},
+        {("00:00", 1): (2, 12.0, 5.0, 7.0), ("00:10", 2): (1, 10.0, 10.0, 10.0), ("00:40", 1): (1, 9.0, 9.0, 9.0)},
+    ]
+    late = sorted((json.loads(r["record"])["order_id"], r["reason"].rsplit("; ", 1)[1])
+                  for r in quarantined_rows(project, "order_changes", unique_name))
+    assert late == [(1, "retracted old image left out"), (2, "retracted old image left out"), (6, "new image left out")]
+    summary = tables.last_commit(project, unique_name)
+    assert summary is not None and summary.extra["lakeview.rows-late"] == "2"
+    assert summary.extra["lakeview.watermark-us"] == str(int((T0 + timedelta(minutes=25)).timestamp() * 1_000_000))
+    status = {s.view: s for s in view_statuses(project)}[unique_name]
+    assert (status.rows_late, status.rows_quarantined) == (3, 3)
+    state = pipeline.maintainer.state[0].table().scan().to_arrow().to_pylist()
+    assert {r["window_start"].strftime("%H:%M") for r in state} == {"00:40"}  # closed windows' state is gone
