@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import importlib.util
+import threading
 from pathlib import Path
 
 import duckdb
+import pyarrow as pa
 
 from lakeview.errors import SetupError
 
@@ -30,6 +32,25 @@ def connect(*extensions: str) -> duckdb.DuckDBPyConnection:
     for name in extensions:
         con.execute(f"LOAD '{extension_path(name)}'")
     return con
+
+
+_local = threading.local()
+
+
+def arrow_sql(sql: str, **tables: pa.Table) -> pa.Table:
+    """DuckDB over Arrow tables (registered under their keyword names) on one connection per
+    thread: an epoch runs a dozen small queries, and opening a database per query cost more
+    than the queries."""
+    con = getattr(_local, "con", None)
+    if con is None:
+        con = _local.con = duckdb.connect()
+    try:
+        for name, table in tables.items():
+            con.register(name, table)
+        return con.execute(sql).to_arrow_table()
+    finally:
+        for name in tables:
+            con.unregister(name)
 
 
 def attach_sql(catalog_uri: str, warehouse: str, alias: str = "lake") -> str:

@@ -23,9 +23,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import duckdb
 import pyarrow as pa
 
+from lakeview.duck import arrow_sql as _sql
 from lakeview.plan import COUNT, ROWS, VALUE, AppendPlan, KeyedAggregatePlan
 from writers.base import Change, CommitRecord, Epoch, SnapshotWriter
 
@@ -199,13 +199,3 @@ def _state_schema(delta: pa.Table, old: pa.Table) -> pa.Schema:
     """The state table's schema when known (the stored rows), else the delta's."""
     schema = old.schema if set(delta.column_names) <= set(old.column_names) and old.num_columns else delta.schema
     return pa.schema([schema.field(n) for n in delta.column_names])
-
-
-def _sql(sql: str, **tables: pa.Table) -> pa.Table:
-    con = duckdb.connect()
-    try:
-        for name, table in tables.items():
-            con.register(name, table)
-        return con.execute(sql).to_arrow_table()
-    finally:
-        con.close()

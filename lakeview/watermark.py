@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
+from lakeview.duck import arrow_sql
 from lakeview.windows import END, START, parse_interval
 
 APPLIED = "lakeview.watermark-us"
@@ -151,8 +152,8 @@ def split_late(zset: pa.Table, column: str, applied: int | None) -> tuple[pa.Tab
     if applied is None or zset.num_rows == 0:
         return zset, zset.slice(0, 0)
     late = f'coalesce(epoch_us("{column}") < {applied}, false)'
-    return (_duck(f"SELECT * FROM z WHERE NOT {late}", z=zset).cast(zset.schema),
-            _duck(f"SELECT * FROM z WHERE {late}", z=zset).cast(zset.schema))
+    return (arrow_sql(f"SELECT * FROM z WHERE NOT {late}", z=zset).cast(zset.schema),
+            arrow_sql(f"SELECT * FROM z WHERE {late}", z=zset).cast(zset.schema))
 
 
 def duckdb_where(plan) -> str | None:
@@ -169,20 +170,8 @@ def apply_to_changes(wm: Watermark, epoch: int, applied: int | None, zset: pa.Ta
     summary keys of the epoch's commits (the watermark moves by the new images consumed)."""
     on_time, late = split_late(zset, wm.column, applied)
     where = duckdb_where(plan) or "TRUE"
-    consumed = _duck(f'SELECT max(epoch_us("{wm.column}")) AS t FROM z AS {plan.alias} WHERE __lv_w > 0 AND ({where})', z=on_time)
+    consumed = arrow_sql(f'SELECT max(epoch_us("{wm.column}")) AS t FROM z AS {plan.alias} WHERE __lv_w > 0 AND ({where})', z=on_time)
     return on_time, late, {**wm.advance(epoch, applied, consumed.column("t")[0].as_py()), LATE: str(late.num_rows)}
-
-
-def _duck(sql: str, **tables: pa.Table) -> pa.Table:
-    import duckdb
-
-    con = duckdb.connect()
-    try:
-        for name, table in tables.items():
-            con.register(name, table)
-        return con.execute(sql).to_arrow_table()
-    finally:
-        con.close()
 
 
 def _batches(checkpoint, files: list) -> list[list]:
