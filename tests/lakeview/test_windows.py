@@ -58,6 +58,14 @@ VIEWS = {
 }
 
 
+
+def change_rows(changes: list[tuple], seq: int) -> list[dict]:
+    """Feed rows of ``(op, id, k, x, minutes past T0 or None)`` changes, sequenced after ``seq``."""
+    return [
+        {"id": id_, "k": k, "x": x, "ts": None if minutes is None else T0 + dt.timedelta(minutes=minutes, seconds=id_), "op": op, "seq": seq + i}
+        for i, (op, id_, k, x, minutes) in enumerate(changes, start=1)
+    ]
+
 def expanded(rows: list[dict], window: tuple[int, int] | None) -> pa.Table:
     """Each row once per window it is in (start <= ts < end, epoch-aligned), by plain arithmetic."""
     fields = [*SCHEMA, pa.field("ws", pa.timestamp("us", tz="UTC")), pa.field("we", pa.timestamp("us", tz="UTC"))]
@@ -161,11 +169,8 @@ def test_windowed_and_global_views_over_a_change_feed_equal_recompute_after_ever
     current: dict[int, dict] = {}
     seq = 0
     for number, changes in enumerate(history):
-        rows = []
-        for op, id_, k, x, minutes in changes:
-            seq += 1
-            ts = None if minutes is None else T0 + dt.timedelta(minutes=minutes, seconds=id_)
-            rows.append({"id": id_, "k": k, "x": x, "ts": ts, "op": op, "seq": seq})
+        rows = change_rows(changes, seq)
+        seq += len(rows)
         for row in rows:
             apply_python(current, row)
         run_epoch(m, number, pa.Table.from_pylist(rows, schema=SCHEMA))
@@ -411,11 +416,8 @@ def test_watermarked_window_over_a_change_feed_equals_recompute_of_the_rule_afte
     batches: list[list[dict]] = []
     late_total, seq = 0, 0
     for number, changes in enumerate(history):
-        rows = []
-        for op, id_, k, x, minutes in changes:
-            seq += 1
-            ts = None if minutes is None else T0 + dt.timedelta(minutes=minutes, seconds=id_)
-            rows.append({"id": id_, "k": k, "x": x, "ts": ts, "op": op, "seq": seq})
+        rows = change_rows(changes, seq)
+        seq += len(rows)
         batches.append(rows)
         applied = wm.for_epoch(number)
         late_total += len(run_watermarked_changes(m, wm, number, rows))
