@@ -58,7 +58,6 @@ VIEWS = {
 }
 
 
-
 def change_rows(changes: list[tuple], seq: int) -> list[dict]:
     """Feed rows of ``(op, id, k, x, minutes past T0 or None)`` changes, sequenced after ``seq``."""
     return [
