@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import sqlglot
 
-from lakeview.dag import upstream_of
+from lakeview.dag import is_combined, upstream_of, upstreams_of
 from lakeview.errors import LakeviewError
 from lakeview.plan import plan_view
 
@@ -43,6 +43,8 @@ def expected_rows(project: ProjectConfig, view: str, record: CommitRecord) -> tu
 
     config = project.views[view]
     plan = plan_view(view, config.sql, config.dialect)
+    if is_combined(project, view) and upstreams_of(project, view):
+        return _combined_expected(project, view, record)
     upstream = upstream_of(project, view)
     if upstream is None:
         source = plan.sources[0]
@@ -56,13 +58,57 @@ def expected_rows(project: ProjectConfig, view: str, record: CommitRecord) -> tu
     return over_rows(plan.sql, upstream, below), f"{how} -> {view}@epoch {record.epoch}"
 
 
+def _combined_expected(project: ProjectConfig, view: str, record: CommitRecord) -> tuple[pa.Table, str]:
+    """A join or UNION ALL reading views: each upstream view recomputed at the snapshot this
+    commit reached, each declared source from the files it had read, then the view's SQL."""
+    from lakeview import oracle, tables
+
+    config = project.views[view]
+    plan = plan_view(view, config.sql, config.dialect)
+    files = oracle.frontier_files(project, view, record.frontier)
+    relations: dict[str, pa.Table] = {}
+    hows: list[str] = []
+    for source in plan.sources:
+        if source not in upstreams_of(project, view):
+            relations[source] = source_rows(project, source, files[source])
+            hows.append(f"{len(files[source])} files of {source}")
+            continue
+        snapshot = record.frontier.get(source, {}).get("upstream_snapshot")
+        if snapshot is None:  # nothing read from the upstream yet: it stands for no rows
+            relations[source] = tables.read_rows(project, source).slice(0, 0)
+            hows.append(f"{source}@nothing yet")
+            continue
+        relations[source], how = expected_rows(project, source, record_at(project, source, int(snapshot)))
+        hows.append(how)
+    return over_relations(plan.sql, relations), f"({' + '.join(hows)}) -> {view}@epoch {record.epoch}"
+
+
+def source_rows(project: ProjectConfig, source: str, files: list) -> pa.Table:
+    """A declared source's current rows over ``files``, as the pipeline sees them (DuckDB)."""
+    from lakeview.duck import connect
+    from lakeview.oracle import _source_relation
+
+    con = connect()
+    try:
+        return con.execute(_source_relation(project, source, files)).to_arrow_table()
+    finally:
+        con.close()
+
+
 def over_rows(spark_sql: str, relation: str, rows: pa.Table) -> pa.Table:
     """A view's (Spark) SQL run in DuckDB over ``rows`` standing in for ``relation``."""
+    return over_relations(spark_sql, {relation: rows})
+
+
+def over_relations(spark_sql: str, relations: dict[str, pa.Table]) -> pa.Table:
+    """A view's (Spark) SQL run in DuckDB over tables standing in for the relations it reads
+    (a join or UNION ALL reads two)."""
     from lakeview.duck import connect
 
     con = connect()
     try:
-        con.register(relation, rows)
+        for name, rows in relations.items():
+            con.register(name, rows)
         return con.execute(sqlglot.transpile(spark_sql, read="spark", write="duckdb")[0]).to_arrow_table()
     finally:
         con.close()

@@ -31,9 +31,19 @@ def upstream_of(project: ProjectConfig, view: str) -> str | None:
     return read[0] if read else None
 
 
+def upstreams_of(project: ProjectConfig, view: str) -> list[str]:
+    """Every view ``view`` reads (a join or UNION ALL may read two), in the order its SQL names them."""
+    return _views_read(project, view)
+
+
+def is_combined(project: ProjectConfig, view: str) -> bool:
+    """Whether ``view`` is a join or a UNION ALL (several sources, kept by spark_jobs.multi_source)."""
+    return _plan(project, view).kind in ("join", "union")
+
+
 def downstreams_of(project: ProjectConfig, view: str) -> list[str]:
     """The views reading ``view`` directly."""
-    return [name for name in project.views if upstream_of(project, name) == view]
+    return [name for name in project.views if view in _views_read(project, name)]
 
 
 def chain_of(project: ProjectConfig, view: str) -> list[str]:
@@ -45,12 +55,18 @@ def chain_of(project: ProjectConfig, view: str) -> list[str]:
 
 
 def topological_order(project: ProjectConfig, names: list[str]) -> list[str]:
-    """``names`` with every upstream before the views reading it (otherwise in the given order)."""
+    """``names`` with every upstream (of every branch of a join or union) before the views
+    reading it (otherwise in the given order)."""
     ordered: list[str] = []
+
+    def visit(view: str) -> None:
+        for upstream in _views_read(project, view):
+            visit(upstream)
+        if view in names and view not in ordered:
+            ordered.append(view)
+
     for name in names:
-        for view in reversed(chain_of(project, name)):
-            if view in names and view not in ordered:
-                ordered.append(view)
+        visit(name)
     return ordered
 
 
@@ -69,8 +85,10 @@ def view_key(project: ProjectConfig, view: str) -> tuple[str, ...] | None:
 
 
 def check_dag(project: ProjectConfig) -> None:
-    """Refuse cycles, views over inline views, ``SELECT *`` over a view, and projections over a
-    keyed view that drop its key. Raises :class:`ConfigError` naming the view and the problem."""
+    """Refuse cycles, views over inline views or over join/UNION ALL views, ``SELECT *`` over a
+    view, and projections over a keyed view that drop its key (a join or UNION ALL may read
+    views: a view's published changes are a weighted input like a before/after-image feed).
+    Raises :class:`ConfigError` naming the view and the problem."""
     for name in project.views:
         cycle = _cycle_from(project, name)
         if cycle:
@@ -81,22 +99,20 @@ def check_dag(project: ProjectConfig) -> None:
                 "read it back (directly or through other views)",
             )
     for name in project.views:
-        upstream = upstream_of(project, name)
-        if upstream is None:
-            continue
-        if not project.views[upstream].materialize:
-            raise ConfigError(project.file, f"views.{name}.sql",
-                              f"reads the inline view {upstream!r} (materialize = false), which keeps no changes to read; "
-                              f"set materialize = true on {upstream!r} or read its sources")
+        upstreams = upstreams_of(project, name)
+        for upstream in upstreams:
+            if not project.views[upstream].materialize:
+                raise ConfigError(project.file, f"views.{name}.sql",
+                                  f"reads the inline view {upstream!r} (materialize = false), which keeps no changes to read; "
+                                  f"set materialize = true on {upstream!r} or read its sources")
+            if is_combined(project, upstream):
+                raise ConfigError(project.file, f"views.{name}.sql",
+                                  f"reading the JOIN or UNION ALL view {upstream!r} is not supported yet; nearest supported "
+                                  "form: read the base sources directly")
+        if not upstreams or is_combined(project, name):
+            continue  # a join or UNION ALL reads its upstreams' Z-sets as weighted inputs: any key, any columns
+        upstream = upstreams[0]
         plan = _plan(project, name)
-        if len(plan.sources) > 1:
-            raise ConfigError(project.file, f"views.{name}.sql",
-                              f"a JOIN or UNION ALL reading the view {upstream!r} is not supported yet; nearest supported "
-                              "form: join or union the base sources, then read that view")
-        if len(_plan(project, upstream).sources) > 1:
-            raise ConfigError(project.file, f"views.{name}.sql",
-                              f"reading the JOIN or UNION ALL view {upstream!r} is not supported yet; nearest supported "
-                              "form: read the base sources directly")
         if plan.is_append and getattr(plan, "star", False):
             raise ConfigError(project.file, f"views.{name}.sql",
                               f"SELECT * over the view {upstream!r} is not supported; name the columns")

@@ -142,7 +142,7 @@ class ChangePublisher:
             files = [p for p in directory.iterdir() if parse_change_file(p.name)] if directory.exists() else []
             if not files:
                 continue
-            consumed = consumed_files(self.project, reader)
+            consumed = consumed_files(self.project, reader, self.view)
             for path in files:
                 if os.path.realpath(path) in consumed:
                     path.unlink(missing_ok=True)
@@ -150,18 +150,28 @@ class ChangePublisher:
         return gone
 
 
-def consumed_files(project: ProjectConfig, view: str) -> set[str]:
-    """Real paths of the input files ``view``'s query has read in batches Spark committed."""
+def consumed_files(project: ProjectConfig, view: str, upstream: str | None = None) -> set[str]:
+    """Real paths of the input files ``view``'s query has read in batches Spark committed (of
+    ``upstream``'s change files: a join or UNION ALL reads several sources, one offset-log line
+    and one file log each, in the order its SQL names them)."""
     from lakeview.source_log import logged_files
 
+    index = 0
+    if upstream is not None:
+        from lakeview.plan import plan_view
+
+        config = project.views[view]
+        sources = list(plan_view(view, config.sql, config.dialect).sources)
+        index = sources.index(upstream) if upstream in sources else 0
     checkpoint = project.checkpoint_path(view)
     commits = [int(p.name) for p in (checkpoint / "commits").glob("*") if p.name.isdigit()] if (checkpoint / "commits").exists() else []
     if not commits:
         return set()
     offsets = checkpoint / "offsets" / str(max(commits))
     lines = offsets.read_text().splitlines() if offsets.exists() else []
-    position = json.loads(lines[2]) if len(lines) >= 3 else {}
+    line = lines[2 + index].strip() if len(lines) > 2 + index else ""
+    position = json.loads(line) if line not in ("", "-") else {}
     log_offset = position.get("logOffset") if isinstance(position, dict) else None
     if log_offset is None:
         return set()
-    return {os.path.realpath(unquote(str(f.path))) for f in logged_files(checkpoint) if f.batch <= log_offset}
+    return {os.path.realpath(unquote(str(f.path))) for f in logged_files(checkpoint, index) if f.batch <= log_offset}

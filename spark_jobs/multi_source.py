@@ -29,6 +29,7 @@ from lakeview.plan import WEIGHT, KeyedAggregatePlan, plan_view
 from lakeview.schema import parse_ddl
 from lakeview.source_log import logged_files
 from lakeview.union import UnionPlan
+from lakeview.view_changes import upstream_position
 from spark_jobs import faults
 from spark_jobs.quarantine import CORRUPT, FILE, Quarantine
 from writers.base import CommitRecord, Epoch, SnapshotWriter
@@ -63,7 +64,12 @@ class CombinedPipeline:
         on_commit: Callable[[CommitRecord], None] | None = None,
         state_writer: Callable[[str], SnapshotWriter] | None = None,
     ) -> None:
+        from lakeview.dag import upstreams_of
+        from spark_jobs.upstream import with_upstream_source
+
         self.spark = spark
+        self.upstreams = set(upstreams_of(project, view))  # upstream views: their change files, Z-sets with weights
+        project = with_upstream_source(spark, project, view)
         self.project = project
         self.view = view
         self.config = project.views[view]
@@ -76,7 +82,7 @@ class CombinedPipeline:
         self._state_writer = state_writer or self._iceberg_state_writer
         self.configs = {s: project.sources[s] for s in plan.sources}
         feeds = {s: c.changes for s, c in self.configs.items() if c.changes is not None}
-        deleting = {s for s, c in self.configs.items() if c.changes is not None or c.images is not None}
+        deleting = {s for s, c in self.configs.items() if c.changes is not None or c.images is not None} | self.upstreams
         self.maintainer = CombinedMaintainer(plan=plan, view=writer, feeds=feeds, deleting=deleting)  # type: ignore[arg-type]
         self.quarantines = {s: Quarantine(project, s, view) for s in plan.sources}
         self._last_epoch: int | None = None
@@ -104,6 +110,8 @@ class CombinedPipeline:
         from pyspark.sql import functions as F
 
         empty = self.spark.createDataFrame([], schema=self.configs[source].schema_)
+        if source in self.upstreams:
+            empty = empty.drop(WEIGHT)  # the upstream view's columns (its change files add the weight)
         return empty.withColumn(WEIGHT, F.lit(1).cast("int")) if weighted else empty
 
     def _relations(self, weighted: bool = False) -> dict[str, str]:
@@ -165,7 +173,7 @@ class CombinedPipeline:
             schema = self._arrow_schema(self._empty(source))
             m.mirrors[source] = self._state_writer(source_mirror_name(self.view, source))
             m.mirrors[source].ensure_table(schema, tuple(feed.key), owned)
-        m.source_columns = {s: [c.name for c in parse_ddl(self.configs[s].schema_)] for s in self.sources}
+        m.source_columns = {s: [c.name for c in parse_ddl(self.configs[s].schema_) if c.name != WEIGHT] for s in self.sources}
         ViewPipeline.reconcile_checkpoint(self)  # type: ignore[arg-type]
 
     # --- streaming ----------------------------------------------------------------------
@@ -230,14 +238,16 @@ class CombinedPipeline:
             good = split.good.drop(CORRUPT, FILE)
             name = f"__lv_{self.view}_{source}_batch"
             good.createOrReplaceTempView(name)
-            columns = [c.name for c in parse_ddl(config.schema_)]
-            if config.changes is not None:
+            columns = [c.name for c in parse_ddl(config.schema_) if c.name != WEIGHT]
+            if isinstance(self.plan, JoinPlan) and (config.changes is None and config.images is None):
+                columns = [c for side in self.plan.sides if side.source == source for c in side.columns]  # only what the join reads
+            if source in self.upstreams:  # an upstream view's change: its rows already carry their weights
+                inputs[source] = collect_arrow(good.select(*[F.col(f"`{c}`") for c in columns], F.col(WEIGHT).cast("int")))
+            elif config.changes is not None:
                 inputs[source] = collect_arrow(spark.sql(latest_sql(config.changes, name)).drop("__lv_rn"))
             elif config.images is not None:
                 inputs[source] = collect_arrow(spark.sql(images_sql(config.images, columns, name)))
             else:  # an append stream: its rows with weight +1, only the columns a join reads
-                if isinstance(self.plan, JoinPlan):
-                    columns = [c for side in self.plan.sides if side.source == source for c in side.columns]
                 inputs[source] = collect_arrow(good.select(*[F.col(f"`{c}`") for c in columns]).withColumn(WEIGHT, F.lit(1).cast("int")))
         self.timings = {"spark_read_quarantine_s": time.perf_counter() - started}
         epoch = Epoch(view=self.view, number=epoch_id, frontier=frontier, rows_in=rows_in, newest_input_ms=newest_ms,
@@ -262,6 +272,9 @@ class CombinedPipeline:
             arrived += [f.modified_ms for f in files]
             self._batch_paths[source] = [f.path for f in files]  # Parquet: rows counted by footers (Quarantine.split)
             frontier[source] = {"log_offset": log_offset, "files": len(files), "index": index}
+            if source in self.upstreams and log_offset is not None:  # the upstream epoch/snapshot reached (chain oracle)
+                read = [f.path for f in logged_files(self.checkpoint, index) if f.batch <= log_offset]
+                frontier[source].update(upstream_position(read))
         return frontier, max(arrived, default=None)
 
 

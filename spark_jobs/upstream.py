@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from lakeview.config import ProjectConfig, SourceConfig
-from lakeview.dag import upstream_of, view_key
+from lakeview.dag import upstream_of, upstreams_of, view_key
 from lakeview.plan import WEIGHT, plan_view
 from lakeview.view_changes import reader_path
 
@@ -29,15 +29,15 @@ def upstream_key(project: ProjectConfig, view: str) -> tuple[str, ...] | None:
 
 
 def with_upstream_source(spark: SparkSession, project: ProjectConfig, view: str) -> ProjectConfig:
-    """``project`` with ``view``'s upstream view declared as a Parquet source over its change
-    files (unchanged when ``view`` reads a declared source)."""
-    upstream = upstream_of(project, view)
-    if upstream is None:
-        return project
-    columns = view_schema(spark, project, upstream)
-    ddl = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in columns.fields) + f", `{WEIGHT}` INT"
-    source = SourceConfig.model_validate({"format": "parquet", "path": str(reader_path(project, upstream, view)), "schema": ddl})
-    return project.model_copy(update={"sources": {**project.sources, upstream: source}})
+    """``project`` with each view ``view`` reads (a join or UNION ALL may read two) declared as
+    a Parquet source over its change files for ``view`` (unchanged when ``view`` reads only
+    declared sources)."""
+    added = {}
+    for upstream in upstreams_of(project, view):
+        columns = view_schema(spark, project, upstream)
+        ddl = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in columns.fields) + f", `{WEIGHT}` INT"
+        added[upstream] = SourceConfig.model_validate({"format": "parquet", "path": str(reader_path(project, upstream, view)), "schema": ddl})
+    return project.model_copy(update={"sources": {**project.sources, **added}}) if added else project
 
 
 def view_schema(spark: SparkSession, project: ProjectConfig, view: str) -> StructType:

@@ -139,12 +139,42 @@ def test_check_dag_accepts_a_project_without_views_over_views(tmp_path: Path) ->
     check_dag(load_project(write(tmp_path, text)))
 
 
-def test_a_join_reading_a_view_is_refused(tmp_path: Path) -> None:
+def test_a_join_or_union_reading_views_loads_and_starts_after_every_upstream(tmp_path: Path) -> None:
+    text = CHAIN + (
+        '\n[views.joined]\nsql = "SELECT s.product_id, s.revenue, l.amount FROM product_sales s LEFT JOIN order_lines l '
+        'ON s.product_id = l.product_id"\n'
+        '\n[views.both]\nsql = "SELECT product_id, revenue FROM big_products UNION ALL SELECT product_id, amount FROM order_lines"\n'
+    )
+    project = load_project(write(tmp_path, text))
+    assert "joined" in downstreams_of(project, "order_lines") and "joined" in downstreams_of(project, "product_sales")
+    assert "both" in downstreams_of(project, "order_lines") and downstreams_of(project, "big_products") == ["both"]
+    order = topological_order(project, ["both", "joined", "order_lines", "product_sales", "big_products"])
+    for view, upstreams in {"joined": ("product_sales", "order_lines"), "both": ("big_products", "order_lines")}.items():
+        assert all(order.index(u) < order.index(view) for u in upstreams), order
+    check_dag(project)
+
+
+def test_a_join_mixing_a_view_and_a_source_loads(tmp_path: Path) -> None:
     text = CHAIN + (
         '\n[views.joined]\nsql = "SELECT o.order_id, o.quantity, l.amount FROM orders o JOIN order_lines l ON o.order_id = l.order_id"\n'
     )
-    message = error_for(tmp_path, text)
-    assert "views.joined.sql" in message and "the view 'order_lines' is not supported yet" in message and "JOIN" in message
+    project = load_project(write(tmp_path, text))
+    assert topological_order(project, ["joined", "order_lines"]) == ["order_lines", "joined"]
+
+
+def test_still_refused_over_views_names_the_construct_and_the_nearest_form(tmp_path: Path) -> None:
+    three = CHAIN + (
+        '\n[views.joined]\nsql = "SELECT s.product_id, l.amount, b.revenue FROM product_sales s JOIN order_lines l '
+        'ON s.product_id = l.product_id JOIN big_products b ON b.product_id = s.product_id"\n'
+    )
+    message = error_for(tmp_path, three)
+    assert "views.joined.sql" in message and "more than two sources is not supported yet" in message and "nearest supported form" in message
+    over_join = CHAIN + (
+        '\n[views.joined]\nsql = "SELECT s.product_id, l.amount FROM product_sales s JOIN order_lines l ON s.product_id = l.product_id"\n'
+        '\n[views.top]\nsql = "SELECT product_id, SUM(amount) AS total FROM joined GROUP BY product_id"\n'
+    )
+    message = error_for(tmp_path, over_join)
+    assert "views.top.sql" in message and "join/UNION ALL view 'joined' is not supported yet" in message and "nearest supported form" in message
 
 
 def _integrated(directory: Path) -> Counter:
