@@ -217,17 +217,11 @@ def _has(writer: SnapshotWriter, epoch: Epoch) -> bool:
 
 
 def check_combined_view(plan, project) -> str | None:  # type: ignore[no-untyped-def]
-    """What is wrong with a join or UNION ALL view over its declared sources, or with a view
-    reading such a view (not supported yet), or None. An upstream view among the sources is
-    fine: its published changes are a weighted input (spark_jobs.multi_source)."""
-    from lakeview.plan import plan_view
+    """What is wrong with a join or UNION ALL view over its declared sources, or None. An
+    upstream view among the sources is fine: its published changes are a weighted input
+    (spark_jobs.multi_source); what a view may read of another is checked by lakeview.dag."""
     from lakeview.schema import parse_ddl
 
-    for source in plan.sources:
-        upstream = project.views.get(source)
-        if upstream is not None and plan_view(source, upstream.sql, upstream.dialect).kind in ("join", "union"):
-            return (f"a view over the join/UNION ALL view {source!r} is not supported yet; "
-                    "nearest supported form: put this view's SQL over the sources into one view")
     if plan.kind not in ("join", "union"):
         return None
     for source in plan.sources:

@@ -15,10 +15,12 @@ from lakeview.errors import ConfigError
 
 if TYPE_CHECKING:
     from lakeview.config import ProjectConfig
+    from lakeview.joins import JoinPlan
     from lakeview.plan import AppendPlan, KeyedAggregatePlan
+    from lakeview.union import UnionPlan
 
 
-def _plan(project: ProjectConfig, view: str) -> AppendPlan | KeyedAggregatePlan:
+def _plan(project: ProjectConfig, view: str) -> AppendPlan | KeyedAggregatePlan | JoinPlan | UnionPlan:
     from lakeview.plan import plan_view
 
     config = project.views[view]
@@ -72,10 +74,16 @@ def topological_order(project: ProjectConfig, names: list[str]) -> list[str]:
 
 def view_key(project: ProjectConfig, view: str) -> tuple[str, ...] | None:
     """The key of a view's rows (None: append-only): a keyed aggregate's GROUP BY names; a
-    projection over a change feed, the feed's key; a projection over a keyed view, that key."""
+    projection over a change feed, the feed's key; a projection over a keyed view, that key; a
+    join or UNION ALL, its output key (:func:`lakeview.combine.output_key`: every column when
+    its rows may repeat and be retracted)."""
     from lakeview.changefeed import feed_key
 
     plan = _plan(project, view)
+    if plan.kind in ("join", "union"):
+        from lakeview.combine import output_key
+
+        return output_key(plan, _deleting_sources(project, view))  # type: ignore[arg-type]
     if plan.is_keyed_aggregate:
         return plan.key  # type: ignore[return-value]
     source = plan.sources[0]
@@ -105,10 +113,11 @@ def check_dag(project: ProjectConfig) -> None:
                 raise ConfigError(project.file, f"views.{name}.sql",
                                   f"reads the inline view {upstream!r} (materialize = false), which keeps no changes to read; "
                                   f"set materialize = true on {upstream!r} or read its sources")
-            if is_combined(project, upstream):
+            if is_combined(project, upstream) and _plan(project, name).is_append and _is_multiset(project, upstream):
                 raise ConfigError(project.file, f"views.{name}.sql",
-                                  f"reading the JOIN or UNION ALL view {upstream!r} is not supported yet; nearest supported "
-                                  "form: read the base sources directly")
+                                  f"a projection over the JOIN or UNION ALL view {upstream!r}, whose rows may repeat and be "
+                                  "retracted (it has no key but the whole row), is not supported yet; nearest supported form: "
+                                  f"aggregate it with GROUP BY, or put the projection into {upstream!r}'s SQL")
         if not upstreams or is_combined(project, name):
             continue  # a join or UNION ALL reads its upstreams' Z-sets as weighted inputs: any key, any columns
         upstream = upstreams[0]
@@ -132,6 +141,23 @@ def check_dag(project: ProjectConfig) -> None:
                     "unchanged, so its updates and deletes apply by key; nearest supported form: add them to the "
                     "SELECT list (or aggregate with GROUP BY)",
                 )
+
+
+def _deleting_sources(project: ProjectConfig, view: str) -> set[str]:
+    """The sources of a join or UNION ALL whose rows can be retracted: change feeds, image
+    feeds and upstream views (their published changes carry −1 rows)."""
+    found = set()
+    for source in _plan(project, view).sources:
+        config = project.sources.get(source)
+        if config is None or config.changes is not None or config.images is not None:
+            found.add(source)
+    return found
+
+
+def _is_multiset(project: ProjectConfig, view: str) -> bool:
+    """A join or UNION ALL view kept as a multiset keyed by the whole row (rows may repeat)."""
+    plan = _plan(project, view)
+    return not (plan.top is not None and plan.top.is_keyed_aggregate) and plan.retracts(_deleting_sources(project, view))  # type: ignore[union-attr]
 
 
 def _cycle_from(project: ProjectConfig, view: str, path: tuple[str, ...] = ()) -> list[str] | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from lakeview.combine import output_key, side_table_names, source_mirror_name
 from lakeview.config import ProjectConfig
+from lakeview.dag import view_key
 from lakeview.ivm import state_table_names
 from lakeview.joins import JoinPlan
 from lakeview.plan import AppendPlan, KeyedAggregatePlan
@@ -21,7 +22,13 @@ def explain_combined(project: ProjectConfig, view: str, plan: JoinPlan | UnionPl
     reads = []
     feeds, deleting = set(), set()
     for source in plan.sources:
-        cfg = project.sources[source]
+        cfg = project.sources.get(source)
+        if cfg is None:  # an upstream view (lakeview.dag): its published changes, rows weighted -1/+1
+            key = view_key(project, source)
+            reads.append(f"the view {source} (its change per epoch, Z-set files with weights -1/+1"
+                         f"{', key ' + ', '.join(key) if key else ''}, in _lakeview/changes/{source}/{view}/)")
+            deleting.add(source)
+            continue
         kind = "append-only"
         if cfg.changes is not None:
             kind = f"change feed: operation {cfg.changes.operation}, key {', '.join(cfg.changes.key)}"
@@ -76,7 +83,10 @@ def explain_combined(project: ProjectConfig, view: str, plan: JoinPlan | UnionPl
         how = "multiset upsert/delete keyed by the whole row (rows can be retracted)"
     lines.append(f"  {next(step)}. write: {how}, one snapshot per epoch (the view and its state, then the join state, then mirrors)")
     lines = [_original(plan, line) for line in lines]
-    return "\n".join(lines + [f"key: {', '.join(key) if key else 'none (append-only)'}", f"state: {'; '.join(state) or 'none'}"])
+    from lakeview.explain import _published
+
+    return "\n".join(lines + [f"key: {', '.join(key) if key else 'none (append-only)'}", f"state: {'; '.join(state) or 'none'}"]
+                     + _published(project, view))
 
 
 def _original(plan: JoinPlan | UnionPlan, line: str) -> str:

@@ -68,7 +68,10 @@ class CombinedPipeline:
         from spark_jobs.upstream import with_upstream_source
 
         self.spark = spark
+        from lakeview.view_changes import ChangePublisher
+
         self.upstreams = set(upstreams_of(project, view))  # upstream views: their change files, Z-sets with weights
+        self.publisher = ChangePublisher.for_view(project, view, writer)  # None unless other views read this one
         project = with_upstream_source(spark, project, view)
         self.project = project
         self.view = view
@@ -175,6 +178,12 @@ class CombinedPipeline:
             m.mirrors[source].ensure_table(schema, tuple(feed.key), owned)
         m.source_columns = {s: [c.name for c in parse_ddl(self.configs[s].schema_) if c.name != WEIGHT] for s in self.sources}
         ViewPipeline.reconcile_checkpoint(self)  # type: ignore[arg-type]
+        self.publish_changes()  # epochs committed before a crash, not yet published
+
+    def publish_changes(self) -> None:
+        """Publish the committed epochs' changes for the views reading this one (lakeview.view_changes)."""
+        if self.publisher is not None:
+            self.publisher.publish()
 
     # --- streaming ----------------------------------------------------------------------
     def source_stream(self) -> DataFrame:
@@ -209,6 +218,8 @@ class CombinedPipeline:
         finally:
             batch.unpersist()
         self.timings["total_s"] = time.perf_counter() - started
+        faults.point("before_publish", epoch_id)
+        self.publish_changes()
         faults.point("after_commit", epoch_id)
         if record is not None:
             log.info("%s: committed epoch %s as snapshot %s", self.view, epoch_id, record.snapshot_id)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from lakeview.config import ProjectConfig, SourceConfig
 from lakeview.dag import upstream_of, upstreams_of, view_key
-from lakeview.plan import WEIGHT, plan_view
+from lakeview.plan import WEIGHT, plan_view, sql_over_sources
 from lakeview.view_changes import reader_path
 
 if TYPE_CHECKING:
@@ -44,11 +44,14 @@ def view_schema(spark: SparkSession, project: ProjectConfig, view: str) -> Struc
     """The columns of ``view`` as Spark analyses its SQL (through its upstreams, down to the source)."""
     config = project.views[view]
     plan = plan_view(view, config.sql, config.dialect)
-    source = plan.sources[0]
-    if source in project.sources:
-        below = spark.createDataFrame([], schema=project.sources[source].schema_).schema
-    else:
-        below = view_schema(spark, project, source)
-    relation = f"__lv_schema_{view}"
-    spark.createDataFrame([], schema=below).createOrReplaceTempView(relation)
-    return spark.sql(plan.batch_sql({source: relation})).schema
+    relations = {}
+    for index, source in enumerate(plan.sources):  # a join or UNION ALL reads two
+        if source in project.sources:
+            below = spark.createDataFrame([], schema=project.sources[source].schema_).schema
+        else:
+            below = view_schema(spark, project, source)
+        relations[source] = f"__lv_schema_{view}_{index}"
+        spark.createDataFrame([], schema=below).createOrReplaceTempView(relations[source])
+    if plan.kind in ("join", "union"):
+        return spark.sql(sql_over_sources(plan.sql, relations)).schema
+    return spark.sql(plan.batch_sql(relations)).schema

@@ -171,10 +171,27 @@ def test_still_refused_over_views_names_the_construct_and_the_nearest_form(tmp_p
     assert "views.joined.sql" in message and "more than two sources is not supported yet" in message and "nearest supported form" in message
     over_join = CHAIN + (
         '\n[views.joined]\nsql = "SELECT s.product_id, l.amount FROM product_sales s JOIN order_lines l ON s.product_id = l.product_id"\n'
-        '\n[views.top]\nsql = "SELECT product_id, SUM(amount) AS total FROM joined GROUP BY product_id"\n'
+        '\n[views.top]\nsql = "SELECT product_id, amount FROM joined WHERE amount > 1"\n'
     )
     message = error_for(tmp_path, over_join)
-    assert "views.top.sql" in message and "join/UNION ALL view 'joined' is not supported yet" in message and "nearest supported form" in message
+    assert "views.top.sql" in message and "a projection over the JOIN or UNION ALL view 'joined', whose rows may repeat" in message
+    assert "nearest supported form: aggregate it with GROUP BY" in message
+
+
+def test_a_view_over_a_join_view_loads_keyed_by_the_join_views_key(tmp_path: Path) -> None:
+    text = CHAIN + (
+        '\n[views.joined]\nsql = "SELECT s.product_id, l.amount FROM product_sales s JOIN order_lines l ON s.product_id = l.product_id"\n'
+        '\n[views.top]\nsql = "SELECT product_id, SUM(amount) AS total FROM joined GROUP BY product_id"\n'
+        '\n[views.per_product]\nsql = "SELECT l.product_id, COUNT(*) AS n FROM order_lines l JOIN orders o ON l.order_id = o.order_id '
+        'GROUP BY l.product_id"\n'
+        '\n[views.busy]\nsql = "SELECT product_id, n FROM per_product WHERE n > 2"\n'
+    )
+    project = load_project(write(tmp_path, text))
+    assert view_key(project, "joined") == ("product_id", "amount"), "a retracting join without a key: the whole row"
+    assert view_key(project, "per_product") == ("product_id",)
+    order = topological_order(project, ["top", "busy", "joined", "per_product", "order_lines", "product_sales"])
+    assert order.index("joined") < order.index("top") and order.index("per_product") < order.index("busy")
+    assert downstreams_of(project, "joined") == ["top"]
 
 
 def _integrated(directory: Path) -> Counter:

@@ -285,7 +285,7 @@ def test_config_names_a_join_column_missing_from_its_source(tmp_path) -> None:
     assert str(info.value) == "lakeview.toml: views.v.sql: p.categry: not in the schema of source 'products'"
 
 
-def test_config_refuses_a_view_over_a_join_view(tmp_path) -> None:
+def test_config_accepts_an_aggregate_over_a_join_view(tmp_path) -> None:
     from lakeview.config import parse_project
     from lakeview.errors import ConfigError
 
@@ -299,5 +299,13 @@ def test_config_refuses_a_view_over_a_join_view(tmp_path) -> None:
             "per_category": {"sql": "SELECT category, COUNT(*) AS n FROM enriched GROUP BY category"},
         },
     }
-    with pytest.raises(ConfigError, match="views.per_category.sql: a view over the join/UNION ALL view 'enriched' is not supported yet"):
+    project = parse_project(data, file="lakeview.toml", root=tmp_path)
+    from lakeview.dag import downstreams_of, view_key
+
+    assert downstreams_of(project, "enriched") == ["per_category"]
+    assert view_key(project, "enriched") is None, "an inner join of append-only sources is append-only"
+    data["sources"]["orders"]["changes"] = {"operation": "op", "key": ["order_id"], "sequence": "seq"}
+    data["sources"]["orders"]["schema"] += ", op STRING, seq BIGINT"
+    data["views"]["per_category"] = {"sql": "SELECT order_id, category FROM enriched"}
+    with pytest.raises(ConfigError, match="views.per_category.sql: a projection over the JOIN or UNION ALL view 'enriched', whose rows may repeat"):
         parse_project(data, file="lakeview.toml", root=tmp_path)
