@@ -230,8 +230,8 @@ class LiveFiles:
     def _key_index(self, table: Table, live: LiveTable, key: tuple[str, ...], keys: pa.Schema) -> KeyIndex | None:
         """The index of the current snapshot: kept, moved forward by the writer's last commit,
         or built from the live rows. None when the key cannot be indexed (see key_index)."""
-        if not self.use_index or not indexable(table.schema().as_arrow(), keys, key):
-            return None
+        if live.snapshot_id is None or not self.use_index or not indexable(table.schema().as_arrow(), keys, key):
+            return None  # (an empty table has nothing to index; its first commit is an append)
         index, pending, self._pending = self._index, self._pending, None
         if index is not None and (index.key, index.schema_id) == (key, live.schema_id):
             if index.snapshot_id == live.snapshot_id:
