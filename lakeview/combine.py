@@ -14,13 +14,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import threading
-
-import duckdb
 import pyarrow as pa
 
 from lakeview.changefeed import normalize
 from lakeview.config import ChangeFeedConfig
+from lakeview.duck import arrow_sql as _sql
 from lakeview.joins import JoinPlan, join_delta_sql, side_delta_sql, touched_keys_sql
 from lakeview.maintain import ViewMaintainer
 from lakeview.plan import COUNT, WEIGHT, AppendPlan, KeyedAggregatePlan
@@ -190,24 +188,6 @@ def _stored(writer: SnapshotWriter, keys: pa.Table, like: pa.Table) -> pa.Table:
     if stored.num_rows == 0:
         return like.slice(0, 0)
     return stored.select([*columns, COUNT]).rename_columns([*columns, "w"]).cast(like.schema)
-
-
-_local = threading.local()
-
-
-def _sql(sql: str, **tables: pa.Table) -> pa.Table:
-    """DuckDB over Arrow tables on one connection per thread: an epoch runs a dozen small
-    queries here, and opening a database per query cost more than the queries."""
-    con = getattr(_local, "con", None)
-    if con is None:
-        con = _local.con = duckdb.connect()
-    try:
-        for name, table in tables.items():
-            con.register(name, table)
-        return con.execute(sql).to_arrow_table()
-    finally:
-        for name in tables:
-            con.unregister(name)
 
 
 def _has(writer: SnapshotWriter, epoch: Epoch) -> bool:
