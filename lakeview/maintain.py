@@ -114,6 +114,17 @@ class ViewMaintainer:
         self.mirror.commit(epoch, mirror_change)
         return record
 
+    def apply_images(self, epoch: Epoch, zset: pa.Table) -> CommitRecord | None:
+        """A before/after-image feed's batch under the watermark: its Z-set (before image -1, after
+        +1) consolidated, so an image a later change of the batch retracts again cancels (as only
+        the newest change per key counts over an operation column), its late images left out,
+        the rest applied. An empty batch still drops closed windows' state."""
+        from lakeview.watermark import consolidated
+
+        assert self.watermark is not None
+        zset, epoch = self._leave_out_late(epoch, consolidated(zset))
+        return self.apply_zset(epoch, zset)
+
     def _leave_out_late(self, epoch: Epoch, zset: pa.Table) -> tuple[pa.Table, Epoch]:
         """The Z-set without its late images (set aside, counted as quarantined and late) and the
         epoch stamped with the watermark; the mirror still takes every change."""

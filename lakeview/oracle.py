@@ -52,6 +52,8 @@ def recompute(project: ProjectConfig, view: str, files: list[Path] | dict[str, l
             relation = _source_relation(project, source_name, chosen)
             if config.watermark and project.sources[source_name].changes is not None:  # late images left out (lakeview.watermark)
                 relation = _applied_changes(con, project, view, plan, chosen, source_name)
+            elif config.watermark and project.sources[source_name].images is not None:  # late images left out (lakeview.watermark)
+                relation = _applied_images(con, project, view, plan, chosen, source_name)
             elif config.watermark:  # late rows left out: the rule replayed batch by batch (lakeview.watermark)
                 relation = _on_time(con, project, view, plan, chosen, lambda fs, s=source_name: _source_relation(project, s, fs))
             con.execute(f'CREATE TEMP VIEW "{source_name}" AS {relation}')
@@ -79,6 +81,26 @@ def _applied_changes(con, project: ProjectConfig, view: str, plan, files: list[P
     feed = project.sources[source_name].changes
     return applied_changes(con, project.checkpoint_path(view), files, lambda fs: _latest_changes(project, source_name, fs), wm,
                            list(feed.key), plan.alias, duckdb_where(plan))
+
+
+def _applied_images(con, project: ProjectConfig, view: str, plan, files: list[Path], source_name: str) -> str:
+    from lakeview.watermark import Watermark, applied_images, delay_us, duckdb_where, event_column
+
+    config = project.views[view]
+    source = project.sources[source_name]
+    assert source.images is not None
+    wm = Watermark(delay_us(config.watermark), event_column(plan, config.event_time) or "")
+    columns = duckdb_columns(source.schema_)
+
+    def zset_of(batch: list[Path]) -> str:
+        if not batch:
+            cols = ", ".join(f'NULL::{t} AS "{n}"' for n, t in columns.items())
+            return f"SELECT {cols}, 1 AS __lv_w WHERE FALSE"
+        return _image_zset(batch, columns, source.images.before, source.images.after)
+
+    held = applied_images(con, project.checkpoint_path(view), files, zset_of, wm, list(columns), plan.alias, duckdb_where(plan))
+    good = [f'"{c}" IS NOT NULL' for c in source.required]
+    return f"SELECT * FROM ({held}) WHERE {' AND '.join(good)}" if good else held
 
 
 def frontier_files(project: ProjectConfig, view: str, frontier: dict) -> dict[str, list[Path]]:
@@ -158,6 +180,14 @@ def _read_images(files: list[Path], columns: dict[str, str], before: str, after:
     """DuckDB SQL: the current rows of a before/after-image feed (the Z-set integrated:
     before −1, after +1, rows with a positive total, repeated by it)."""
     names = ", ".join(f'"{n}"' for n in columns)
+    total = f"SELECT {names}, SUM(__lv_w) AS w FROM ({_image_zset(files, columns, before, after)}) GROUP BY ALL"
+    repeated = f"SELECT {names}, unnest(range(CAST(w AS BIGINT))) AS copy FROM ({total}) WHERE w > 0"
+    return f"SELECT {names} FROM ({repeated})"
+
+
+def _image_zset(files: list[Path], columns: dict[str, str], before: str, after: str) -> str:
+    """DuckDB SQL: a before/after-image feed's images over ``files`` as a Z-set (``__lv_w``:
+    before −1, after +1), without the rows the pipeline quarantines."""
     bad = " OR ".join(
         f"(j->'{side}'->>'{n}' IS NOT NULL AND TRY_CAST(j->'{side}'->>'{n}' AS {t}) IS NULL)"
         for side in (before, after) for n, t in columns.items()
@@ -166,11 +196,9 @@ def _read_images(files: list[Path], columns: dict[str, str], before: str, after:
 
     def side(name: str, weight: int) -> str:
         values = ", ".join(f"TRY_CAST(j->'{name}'->>'{n}' AS {t}) AS \"{n}\"" for n, t in columns.items())
-        return f"SELECT {values}, {weight} AS w FROM ({good}) WHERE json_type(j->'{name}') = 'OBJECT'"
+        return f"SELECT {values}, {weight} AS __lv_w FROM ({good}) WHERE json_type(j->'{name}') = 'OBJECT'"
 
-    total = f"SELECT {names}, SUM(w) AS w FROM ({side(before, -1)} UNION ALL {side(after, 1)}) GROUP BY ALL"
-    repeated = f"SELECT {names}, unnest(range(CAST(w AS BIGINT))) AS copy FROM ({total}) WHERE w > 0"
-    return f"SELECT {names} FROM ({repeated})"
+    return f"{side(before, -1)} UNION ALL {side(after, 1)}"
 
 
 def _read(fmt: SourceFormat, files: list[Path], columns: dict[str, str]) -> str:

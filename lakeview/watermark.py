@@ -22,6 +22,11 @@ aside and counted like a late append row; the others are applied exactly. The mi
 follows the source, so a later change of that key retracts what the source holds. Only new
 images consumed move the watermark: an old image applied was consumed as a new image when it
 arrived, so a delete can never move it.
+
+A before/after-image feed ([images]) carries the old image in the row (no mirror): its batch's
+Z-set (before -1, after +1) is first consolidated, so an image that a later change of the same
+batch retracts again cancels, as only the newest change per key counts over an operation
+column; then each image is judged by the same rule (:meth:`ViewMaintainer.apply_images`).
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from lakeview.duck import arrow_sql
+from lakeview.plan import WEIGHT
 from lakeview.windows import END, START, parse_interval
 
 APPLIED = "lakeview.watermark-us"
@@ -63,10 +69,8 @@ def check(plan, watermark: str | None, event_time: str | None, source=None) -> s
         return str(exc)
     if event_column(plan, event_time) is None:
         return "a watermark needs an event-time column: GROUP BY window(ts, ...) or event_time = \"ts\""
-    if source is not None and source.images is not None:
-        return ("a watermark over a before/after-image feed ([images]) is not supported; "
-                "nearest supported form: a change feed with an operation column ([changes])")
-    if source is not None and source.changes is not None and not getattr(plan, "is_keyed_aggregate", False):
+    feed = source is not None and (source.changes is not None or source.images is not None)
+    if feed and not getattr(plan, "is_keyed_aggregate", False):
         return ("a watermark over a change feed needs an aggregate (GROUP BY window(ts, ...) or GROUP BY keys): "
                 "a projection keeps one row per feed key, so a late change could not be left out of it")
     if not getattr(plan, "is_keyed_aggregate", False) and not getattr(plan, "is_append", False):
@@ -174,6 +178,15 @@ def apply_to_changes(wm: Watermark, epoch: int, applied: int | None, zset: pa.Ta
     return on_time, late, {**wm.advance(epoch, applied, consumed.column("t")[0].as_py()), LATE: str(late.num_rows)}
 
 
+def consolidated(zset: pa.Table) -> pa.Table:
+    """A Z-set with equal rows summed and rows whose weights cancel dropped (NULLs equal)."""
+    if zset.num_rows == 0:
+        return zset
+    names = ", ".join(f'"{n}"' for n in zset.column_names if n != WEIGHT)
+    sql = f"SELECT {names}, CAST(SUM({WEIGHT}) AS INTEGER) AS {WEIGHT} FROM z GROUP BY ALL HAVING SUM({WEIGHT}) <> 0"
+    return arrow_sql(sql, z=zset).select(zset.column_names).cast(zset.schema)
+
+
 def _batches(checkpoint, files: list) -> list[list]:
     """``files`` grouped by the Spark batch that took them (its file-source log in the view's
     checkpoint), in batch order; files not logged come after every batch."""
@@ -223,6 +236,32 @@ def applied_changes(con, checkpoint, files: list, changes_of: Callable[[list], s
     name = f"__lv_held_{abs(hash(str(checkpoint)))}"
     con.register(name, held.drop(["__lv_t"]))
     return f"SELECT * FROM {name}"
+
+
+def applied_images(con, checkpoint, files: list, zset_of: Callable[[list], str], wm: Watermark, names: list[str], alias: str,
+                   where: str | None) -> str:
+    """DuckDB SQL: the rows a watermarked view over a before/after-image feed holds, for the
+    oracle. The rule is replayed batch by batch in the order Spark took the files in, on each
+    batch's consolidated Z-set (``zset_of(files)``: DuckDB SQL of the images, ``names`` and the
+    weight ``__lv_w``): an image older than the watermark is left out, the on-time ones are
+    summed; a row is held as often as its total is positive."""
+    column = f'"{wm.column}"'
+    cols = ", ".join(f'"{n}"' for n in names)
+    high: int | None = None
+    parts = []
+    for batch in _batches(checkpoint, files):
+        relation = f"SELECT {cols}, SUM({WEIGHT}) AS {WEIGHT} FROM ({zset_of(batch)}) GROUP BY ALL HAVING SUM({WEIGHT}) <> 0"
+        if high is not None:
+            relation = f"SELECT * FROM ({relation}) WHERE NOT coalesce(epoch_us({column}) < {high - wm.delay_us}, false)"
+        consumed = con.execute(f"SELECT max(epoch_us({column})) FROM ({relation}) AS {alias} WHERE {WEIGHT} > 0 AND ({where or 'TRUE'})").fetchone()[0]
+        if consumed is not None:
+            high = consumed if high is None else max(high, consumed)
+        parts.append(relation)
+    if not parts:
+        parts.append(f"SELECT * FROM ({zset_of([])}) WHERE FALSE")
+    union = " UNION ALL ".join(f"SELECT {cols}, {WEIGHT} FROM ({p})" for p in parts)
+    total = f"SELECT {cols}, SUM({WEIGHT}) AS {WEIGHT} FROM ({union}) GROUP BY ALL"
+    return f"SELECT {cols} FROM (SELECT {cols}, unnest(range(CAST({WEIGHT} AS BIGINT))) AS __lv_copy FROM ({total}) WHERE {WEIGHT} > 0)"
 
 
 def on_time_relation(con, checkpoint, files: list, relation_of: Callable[[list], str], wm: Watermark, alias: str, where: str | None) -> str:

@@ -324,6 +324,9 @@ class ViewPipeline:
         else:
             weighted = good.withColumn(WEIGHT, F.lit(1).cast("int"))
         weighted.createOrReplaceTempView(self._temp_name())
+        if self.images is not None and m.watermark is not None:  # each image judged in the driver (ViewMaintainer.apply_images)
+            zset = self._spark_part(lambda: collect_arrow(weighted))
+            return self._maintain_part(lambda: m.apply_images(epoch, zset))
         if isinstance(self.plan, AppendPlan):  # a projection over before/after images
             rows = self._spark_part(lambda: collect_arrow(spark.sql(self.plan.weighted_sql(self._temp_name()))))
             return self._maintain_part(lambda: m.apply_weighted_rows(epoch, rows))
@@ -339,7 +342,7 @@ class ViewPipeline:
             return None
         applied = self.watermark.for_epoch(epoch_id)
         self.maintainer.closed_before_us = applied
-        if self.feed is not None:  # a change's images are judged after the mirror lookup (ViewMaintainer.apply_changes)
+        if self.feed is not None or self.images is not None:  # each image is judged (ViewMaintainer.apply_changes/apply_images)
             self.maintainer.watermark, self.maintainer.set_aside = self.watermark, self.quarantine.set_aside_late
             return applied
         late = self.watermark.late_sql(applied)
@@ -350,7 +353,7 @@ class ViewPipeline:
         """The summary keys of this epoch's commits: the watermark applied, the max event time
         of the rows the view consumes (on time, passing WHERE), the late row count (a change
         feed's: stamped by the maintainer)."""
-        if self.watermark is None or self.feed is not None:
+        if self.watermark is None or self.feed is not None or self.images is not None:
             return {}
         from lakeview.watermark import LATE
 

@@ -291,8 +291,8 @@ WINDOWED = "SELECT window(ts, '10 minutes').start AS ws, COUNT(*) AS n FROM even
         ({"sql": "SELECT id, ts FROM events", "watermark": "1 minute", "event_time": "ts"},
          {"events": {**EVENTS, "changes": {"operation": "op", "key": ["id"], "sequence": "id"}}},
          "views.v.watermark: a watermark over a change feed needs an aggregate (GROUP BY window(ts, ...) or GROUP BY keys)"),
-        ({"sql": WINDOWED, "watermark": "1 minute"}, {"events": {**EVENTS, "images": {"key": ["id"]}}},
-         "views.v.watermark: a watermark over a before/after-image feed"),
+        ({"sql": "SELECT id, ts FROM events", "watermark": "1 minute", "event_time": "ts"}, {"events": {**EVENTS, "images": {"key": ["id"]}}},
+         "views.v.watermark: a watermark over a change feed needs an aggregate (GROUP BY window(ts, ...) or GROUP BY keys)"),
     ],
 )
 def test_watermark_settings_are_checked_when_the_project_loads(tmp_path, view: dict, sources: dict, message: str) -> None:
@@ -311,6 +311,13 @@ def test_a_watermarked_window_over_a_change_feed_is_accepted(tmp_path) -> None:
 
     feed = {**EVENTS, "schema": EVENTS["schema"] + ", op STRING", "changes": {"operation": "op", "key": ["id"], "sequence": "id"}}
     data = {"sources": {"events": feed}, "views": {"v": {"sql": WINDOWED, "watermark": "10 minutes"}}}
+    assert parse_project(data, file=str(tmp_path / "lakeview.toml"), root=tmp_path).views["v"].watermark == "10 minutes"
+
+
+def test_a_watermarked_window_over_a_before_after_image_feed_is_accepted(tmp_path) -> None:
+    from lakeview.config import parse_project
+
+    data = {"sources": {"events": {**EVENTS, "images": {"key": ["id"]}}}, "views": {"v": {"sql": WINDOWED, "watermark": "10 minutes"}}}
     assert parse_project(data, file=str(tmp_path / "lakeview.toml"), root=tmp_path).views["v"].watermark == "10 minutes"
 
 
@@ -491,3 +498,143 @@ def test_change_feed_epoch_replayed_after_a_crash_before_the_mirror_commit_judge
     assert sorted((r["id"], r["__lv_w"]) for r, _ in late) == [(1, -1), (3, -1), (5, 1)]  # 00:01 and 00:18 retracted, 00:09 inserted
     assert compare(crashed.view.rows, clean.view.rows).equal and compare(crashed.mirror.rows, clean.mirror.rows).equal
     assert crashed.mirror.last_commit().extra == clean.mirror.last_commit().extra
+
+
+# --- a before/after-image feed with a watermark -----------------------------------------------
+
+IMAGE_COLUMNS = ["id", "k", "x", "ts"]
+IMAGE_ZSET = pa.schema([*(SCHEMA.field(c) for c in IMAGE_COLUMNS), pa.field("__lv_w", pa.int32())])
+
+
+def image_maintainer(sql: str) -> ViewMaintainer:
+    """A view over a before/after-image feed keyed by ``id``: state tables, no mirror."""
+    plan = plan_view("v", sql)
+    assert isinstance(plan, KeyedAggregatePlan)
+    return ViewMaintainer(plan=plan, view=MemoryWriter(), state=[MemoryWriter() for _ in range(1 + len(plan.multisets))], feed_key=("id",))
+
+
+def run_watermarked_images(m: ViewMaintainer, wm: Watermark, number: int, images: list[tuple[dict | None, dict | None]]) -> list[tuple[dict, str]]:
+    """What the pipeline does per image-feed batch with a watermark (DuckDB in place of Spark):
+    the batch's images as a Z-set (before -1, after +1) to the maintainer, which judges each
+    image against the epoch's watermark. Returns the late images set aside, with their reasons."""
+    late: list[tuple[dict, str]] = []
+    m.watermark, m.closed_before_us = wm, wm.for_epoch(number)
+    m.set_aside = lambda epoch, table, reason: late.extend((r, reason) for r in table.to_pylist())
+    weighted = [{**{c: row[c] for c in IMAGE_COLUMNS}, "__lv_w": w} for before, after in images for row, w in ((before, -1), (after, 1)) if row]
+    m.apply_images(Epoch(view="v", number=number, frontier={}), pa.Table.from_pylist(weighted, schema=IMAGE_ZSET))
+    return late
+
+
+def as_images(changes: list[tuple], source: dict[int, dict], seq: int) -> tuple[list[tuple[dict | None, dict | None]], list[dict]]:
+    """``(op, id, k, x, minutes)`` changes as a before/after-image batch against ``source`` (the
+    current row per id, moved forward), and the same batch as an operation-column feed: per key
+    its net change (none when the batch leaves the key's row as it was)."""
+    start = dict(source)
+    images = []
+    for row in change_rows(changes, seq):
+        before = source.get(row["id"])
+        if row["op"] == "D":
+            if before is None:
+                continue
+            del source[row["id"]]
+            images.append((before, None))
+        else:
+            source[row["id"]] = {**row, "op": "U"}
+            images.append((before, source[row["id"]]))
+    ops = []
+    for id_ in sorted({before["id"] if before else after["id"] for before, after in images}):
+        old, new = start.get(id_), source.get(id_)
+        if old != new:
+            ops.append(new if new is not None else {"id": id_, "k": None, "x": None, "ts": None, "op": "D", "seq": old["seq"]})
+    return images, ops
+
+
+@pytest.mark.parametrize("name", list(PASSES))
+@settings(max_examples=8, deadline=None)
+@given(history=st.lists(st.lists(feed_change, max_size=8), min_size=1, max_size=5))
+def test_watermarked_window_over_an_image_feed_equals_the_same_rule_over_an_operation_column_feed(name: str, history) -> None:
+    """The images feed's view, late count and watermark equal what the rule gives over the same
+    changes as an operation-column feed, after every epoch; closed windows keep no state."""
+    m = image_maintainer(VIEWS[name][0])
+    wm = Watermark(delay_us(DELAY), "ts")
+    source: dict[int, dict] = {}
+    op_batches: list[list[dict]] = []
+    late_total, seq = 0, 0
+    for number, changes in enumerate(history):
+        images, ops = as_images(changes, source, seq)
+        seq += len(changes)
+        op_batches.append(ops)
+        applied = wm.for_epoch(number)
+        late_total += len(run_watermarked_images(m, wm, number, images))
+        held, late = held_rows(op_batches, delay_us(DELAY), PASSES[name])
+        expected = reference(name, held)
+        view = m.view.rows if m.view.rows is not None and m.view.rows.num_columns else expected.schema.empty_table()
+        result = compare(view, expected)
+        assert result.equal, f"epoch {number}: {result.describe()}"
+        assert late_total == late
+        for state in m.state:
+            if applied is not None and state.rows is not None and state.rows.num_rows:
+                assert min(_us(r["ws"]) + 10 * MINUTE for r in state.rows.to_pylist()) > applied, "state of a closed window was kept"
+
+
+def test_late_images_of_a_closed_window_are_left_out_while_open_windows_change_exactly() -> None:
+    m = image_maintainer(VIEWS["tumbling"][0])
+    wm = Watermark(delay_us(DELAY), "ts")
+
+    def o(id_: int, k: int, x: int, minute: int) -> dict:
+        return {"id": id_, "k": k, "x": x, "ts": T0 + dt.timedelta(minutes=minute)}
+
+    def view() -> dict:
+        return {(r["ws"].strftime("%H:%M"), r["k"]): (r["n"], r["s"]) for r in m.view.rows.to_pylist()}
+
+    run_watermarked_images(m, wm, 0, [(None, o(1, 1, 5, 1)), (None, o(2, 1, 7, 4)), (None, o(3, 2, 1, 18)), (None, o(4, 1, 2, 22))])
+    assert view() == {("00:00", 1): (2, 12), ("00:10", 2): (1, 1), ("00:20", 1): (1, 2)}
+    # watermark 00:12: [00:00, 00:10) is closed; order 6 is updated twice in the batch (its middle image cancels)
+    late = run_watermarked_images(m, wm, 1, [(o(3, 2, 1, 18), o(3, 2, 10, 19)), (o(4, 1, 2, 22), None), (o(1, 1, 5, 1), None),
+                                             (None, o(5, 1, 3, 35)), (None, o(6, 2, 4, 36)), (o(6, 2, 4, 36), o(6, 2, 8, 37))])
+    assert [(r["id"], r["__lv_w"]) for r, _ in late] == [(1, -1)]  # the delete of a closed window's row
+    assert late[0][1].startswith("late: ts older than the watermark 2026-01-01 00:12:00 UTC")
+    assert view() == {("00:00", 1): (2, 12), ("00:10", 2): (1, 10), ("00:30", 1): (1, 3), ("00:30", 2): (1, 8)}
+    assert m.view.last_commit().extra[LATE] == "1"
+    # watermark 00:27: order 2 moves out of the closed window (old image late, new applied), a late insert
+    late = run_watermarked_images(m, wm, 2, [(o(2, 1, 7, 4), o(2, 1, 9, 40)), (None, o(7, 2, 6, 20))])
+    assert sorted((r["id"], r["__lv_w"]) for r, _ in late) == [(2, -1), (7, 1)]
+    assert view() == {("00:00", 1): (2, 12), ("00:10", 2): (1, 10), ("00:30", 1): (1, 3), ("00:30", 2): (1, 8), ("00:40", 1): (1, 9)}
+    assert {r["ws"].strftime("%H:%M") for r in m.state[0].rows.to_pylist()} == {"00:30", "00:40"}
+    assert int(m.view.last_commit().extra["lakeview.watermark-us"]) == _us(T0 + dt.timedelta(minutes=27))
+    # no change: the watermark (00:30) still drops the state of the windows it closed
+    assert run_watermarked_images(m, wm, 3, []) == []
+    assert {r["ws"].strftime("%H:%M") for r in m.state[0].rows.to_pylist()} == {"00:30", "00:40"}
+    run_watermarked_images(m, wm, 4, [(None, o(8, 1, 1, 55))])
+    run_watermarked_images(m, wm, 5, [])  # watermark 00:45
+    assert {r["ws"].strftime("%H:%M") for r in m.state[0].rows.to_pylist()} == {"00:40", "00:50"}
+
+
+def test_image_feed_epoch_replayed_after_a_crash_between_commits_judges_the_same_images() -> None:
+    """Crash after the state tables committed epoch 2 but before the view did: the restarted
+    pipeline recovers the watermark from the tables, sets the same images aside and ends equal
+    to a clean run."""
+
+    def o(id_: int, minute: int) -> dict:
+        return {"id": id_, "k": 1, "x": id_, "ts": T0 + dt.timedelta(minutes=minute)}
+
+    batches = [[(None, o(1, 1)), (None, o(2, 12)), (None, o(3, 18))], [(None, o(4, 33)), (o(2, 12), o(2, 30))],
+               [(o(1, 1), None), (o(3, 18), o(3, 40)), (None, o(5, 9))]]
+    clean = image_maintainer(VIEWS[WATERMARKED][0])
+    wm = Watermark(delay_us(DELAY), "ts")
+    clean_late = [run_watermarked_images(clean, wm, number, batch) for number, batch in enumerate(batches)]
+
+    crashed = image_maintainer(VIEWS[WATERMARKED][0])
+    wm = Watermark(delay_us(DELAY), "ts")
+    for number, batch in enumerate(batches[:2]):
+        run_watermarked_images(crashed, wm, number, batch)
+    view_before = (crashed.view.rows, crashed.view.epoch, crashed.view.stamps)
+    run_watermarked_images(crashed, wm, 2, batches[2])
+    crashed.view.rows, crashed.view.epoch, crashed.view.stamps = view_before  # the view's commit never happened
+    recovered = Watermark.recover(delay_us(DELAY), "ts", [w.last_commit() for w in crashed.tables()])
+    assert recovered.for_epoch(2) == _us(T0 + dt.timedelta(minutes=23))
+    late = run_watermarked_images(crashed, recovered, 2, batches[2])
+    assert late == clean_late[2]
+    assert sorted((r["id"], r["__lv_w"]) for r, _ in late) == [(1, -1), (3, -1), (5, 1)]
+    assert compare(crashed.view.rows, clean.view.rows).equal and compare(crashed.state[0].rows, clean.state[0].rows).equal
+    assert crashed.view.last_commit().extra == clean.view.last_commit().extra

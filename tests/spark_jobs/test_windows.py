@@ -231,3 +231,65 @@ def test_watermarked_tumbling_window_over_a_change_feed(spark, catalog_server: C
     assert (status.rows_late, status.rows_quarantined) == (3, 3)
     state = pipeline.maintainer.state[0].table().scan().to_arrow().to_pylist()
     assert {r["window_start"].strftime("%H:%M") for r in state} == {"00:40"}  # closed windows' state is gone
+
+
+IMAGE_ROW = "order_id BIGINT, product_id BIGINT, amount DOUBLE, ts TIMESTAMP"
+WINDOW_OVER_IMAGES = WINDOW_OVER_CHANGES.replace("order_changes", "order_images")
+
+
+def o(order_id: int, product: int, amount: float, minute: int) -> dict:
+    return {"order_id": order_id, "product_id": product, "amount": amount, "ts": (T0 + timedelta(minutes=minute)).isoformat()}
+
+
+def image(before: dict | None, after: dict | None) -> str:
+    return json.dumps({"before": before, "after": after})
+
+
+# minutes after T0; the watermark is 10 minutes
+IMAGE_EPOCHS = [
+    [image(None, o(1, 1, 5.0, 1)), image(None, o(2, 1, 7.0, 4)), image(None, o(3, 2, 1.0, 18)), image(None, o(4, 1, 2.0, 22))],
+    # watermark 00:12: an update and a delete in open windows, a late delete of a closed window's
+    # row, order 7 inserted and updated in one batch (its first image cancels), a malformed line
+    [image(o(3, 2, 1.0, 18), o(3, 2, 10.0, 19)), image(o(4, 1, 2.0, 22), None), image(o(1, 1, 5.0, 1), None),
+     image(None, o(5, 1, 3.0, 35)), image(None, o(7, 2, 4.0, 36)), image(o(7, 2, 4.0, 36), o(7, 2, 8.0, 37)), "{not json"],
+    # watermark 00:27: order 2 leaves the closed window (old image late, new applied), a delete
+    # empties an open window, a late insert
+    [image(o(2, 1, 7.0, 4), o(2, 1, 9.0, 40)), image(o(5, 1, 3.0, 35), None), image(None, o(6, 2, 4.0, 20))],
+]
+
+
+def test_watermarked_tumbling_window_over_a_before_after_image_feed(spark, catalog_server: CatalogServer, make_project, unique_name: str) -> None:
+    sources = {"order_images": {"format": "json", "path": "landing/order_images", "schema": IMAGE_ROW, "images": {"key": ["order_id"]}}}
+    views = {unique_name: {"sql": WINDOW_OVER_IMAGES, "cadence": "1s", "namespace": "window_tests", "watermark": "10 minutes"}}
+    project = make_project(views=views, sources=sources)
+    landing = project.source_path("order_images")
+    pipeline, query = start(spark, project, unique_name, catalog_server)
+    seen = []
+    try:
+        for number, lines in enumerate(IMAGE_EPOCHS):
+            land(landing, f"{number:03d}.json", lines)
+            query.processAllAvailable()
+            comparison = verify(project, unique_name)
+            assert comparison.equal, f"after epoch {number}: {comparison.describe()}"
+            seen.append({(r["window_start"].strftime("%H:%M"), r["product_id"]): (r["n"], r["total"], r["lo"], r["hi"])
+                         for r in read_view(catalog_server, "window_tests", unique_name).to_pylist()})
+    finally:
+        query.stop()
+    assert seen == [
+        {("00:00", 1): (2, 12.0, 5.0, 7.0), ("00:10", 2): (1, 1.0, 1.0, 1.0), ("00:20", 1): (1, 2.0, 2.0, 2.0)},
+        {("00:00", 1): (2, 12.0, 5.0, 7.0), ("00:10", 2): (1, 10.0, 10.0, 10.0), ("00:30", 1): (1, 3.0, 3.0, 3.0), ("00:30", 2): (1, 8.0, 8.0, 8.0)},
+        {("00:00", 1): (2, 12.0, 5.0, 7.0), ("00:10", 2): (1, 10.0, 10.0, 10.0), ("00:30", 2): (1, 8.0, 8.0, 8.0), ("00:40", 1): (1, 9.0, 9.0, 9.0)},
+    ]
+    quarantined = quarantined_rows(project, "order_images", unique_name)
+    late = sorted((json.loads(r["record"])["order_id"], json.loads(r["record"])["ts"][11:16], r["reason"].rsplit("; ", 1)[1])
+                  for r in quarantined if r["reason"].startswith("late:"))
+    assert late == [(1, "00:01", "retracted old image left out"), (2, "00:04", "retracted old image left out"), (6, "00:20", "new image left out")]
+    assert [r["reason"][:9] for r in quarantined if not r["reason"].startswith("late:")] == ["malformed"]
+    summary = tables.last_commit(project, unique_name)
+    assert summary is not None and summary.extra["lakeview.rows-late"] == "2"
+    assert summary.extra["lakeview.watermark-us"] == str(int((T0 + timedelta(minutes=27)).timestamp() * 1_000_000))
+    status = {s.view: s for s in view_statuses(project)}[unique_name]
+    assert (status.rows_late, status.rows_quarantined) == (3, 4)
+    state = pipeline.maintainer.state[0].table().scan().to_arrow().to_pylist()
+    assert {r["window_start"].strftime("%H:%M") for r in state} == {"00:30", "00:40"}  # closed windows' state is gone
+    assert pipeline.maintainer.mirror is None  # the images carry the old rows
