@@ -126,8 +126,9 @@ class Quarantine:
                      int(counts["late"]) if counts else 0)
 
     def set_aside_late(self, epoch: int, images, reason: str) -> None:
-        """A change feed's late images (decided after the mirror lookup: lakeview.watermark), in
-        their own file so the epoch's malformed rows stay and a replay rewrites it."""
+        """A change feed's late images (decided in the driver, after the mirror lookup or from a
+        row's before/after images: lakeview.watermark), in their own file so the epoch's
+        malformed rows stay and a replay rewrites it."""
         from lakeview.plan import WEIGHT
 
         rows = [{"file": None, "reason": f"{reason}; {'retracted old' if row.pop(WEIGHT) < 0 else 'new'} image left out",
