@@ -1,0 +1,144 @@
+"""Exactly once under SIGKILL for the newer view kinds: a JOIN reading two materialized views
+(with a view reading the join view, so it publishes its changes), and a watermarked tumbling
+window over a change feed. Steps without a fault run in this process on the shared Spark
+session; each fault is a `lakeview refresh VIEW` subprocess that kills itself through the
+LAKEVIEW_FAULT hook (spark_jobs.faults). After the restarts each view equals its recompute,
+every table holds each epoch at most once, and the view holds every epoch that changed it."""
+
+from __future__ import annotations
+
+import json
+import signal
+from collections import Counter
+from datetime import timedelta
+from pathlib import Path
+
+from lakeview import oracle, tables
+from lakeview.chain_oracle import expected_rows, over_relations
+from lakeview.config import ProjectConfig, parse_project
+from lakeview.embedded import open_store
+from lakeview.view_changes import reader_path
+from spark_jobs.quarantine import quarantined_rows
+from tests.spark_jobs.test_changes import land
+from tests.spark_jobs.test_crash import _toml
+from tests.spark_jobs.test_view_dag import BATCHES, FEED, SCHEMA, refresh_in_process, refresh_in_subprocess
+from tests.spark_jobs.test_windows import CHANGE_EPOCHS, CHANGES_SCHEMA, T0, WINDOW_OVER_CHANGES
+
+NAMESPACE = "crash"
+
+
+def write_project(tmp_path: Path, sources: dict, views: dict) -> ProjectConfig:
+    for view in views.values():
+        view.update({"cadence": "manual", "namespace": NAMESPACE})
+    data = {"lake": {"warehouse": "lake"}, "server": {"port": 0}, "sources": sources, "views": views}
+    (tmp_path / "lakeview.toml").write_text(_toml(data))
+    return parse_project(data, file=str(tmp_path / "lakeview.toml"), root=tmp_path)
+
+
+def epochs_per_table(project: ProjectConfig, view: str) -> dict[str, Counter]:
+    """Snapshots per epoch of the view's table and of each of its state tables."""
+    store = open_store(project)
+    names = [view] + [n for _, n in store.list_tables((NAMESPACE,)) if n.startswith(f"__lv_state_{view}_")]
+    counts = {}
+    for name in names:
+        table = store.load_table((NAMESPACE, name))
+        epochs = Counter(s.summary.additional_properties.get("lakeview.epoch") for s in table.snapshots() if s.summary)
+        epochs.pop(None, None)
+        counts[name] = epochs
+    return counts
+
+
+def assert_each_epoch_once(project: ProjectConfig, view: str, view_epochs: set[str] | None, state_tables: int) -> None:
+    """No table of the view holds an epoch twice; the view holds ``view_epochs`` (every epoch that changed it)."""
+    counts = epochs_per_table(project, view)
+    assert len(counts) == 1 + state_tables, sorted(counts)
+    for name, epochs in counts.items():
+        assert set(epochs.values()) <= {1}, f"{name}: an epoch committed twice: {epochs}"
+    assert view_epochs is None or set(counts[view]) == view_epochs, f"{view}: epochs {sorted(counts[view])}, expected {sorted(view_epochs)}"
+
+
+def test_sigkill_join_over_views_and_its_publication(spark, tmp_path: Path) -> None:
+    """An aggregate over a JOIN of two views (lines x sales), read by an aggregate (per_n).
+    Killed: between the join view's state commits and its view commit (epoch 0), between its
+    commits and the publication of its change for per_n (epoch 1), after the publication but
+    before Spark's checkpoint (epoch 2)."""
+    lines, sales, joined, per_n = "lines", "sales", "joined", "per_n"
+    views = {
+        lines: {"sql": "SELECT order_id, product_id, quantity * price AS amount FROM orders"},
+        sales: {"sql": f"SELECT product_id, SUM(amount) AS revenue, COUNT(*) AS n FROM {lines} GROUP BY product_id"},
+        joined: {"sql": f"SELECT s.product_id, COUNT(*) AS n, SUM(l.amount) AS amount, MIN(l.amount) AS lo, MAX(s.revenue) AS revenue "
+                        f"FROM {lines} l JOIN {sales} s ON l.product_id = s.product_id GROUP BY s.product_id"},
+        per_n: {"sql": f"SELECT n, COUNT(*) AS k, SUM(amount) AS total FROM {joined} GROUP BY n"},
+    }
+    sources = {"orders": {"format": "json", "path": "landing", "schema": SCHEMA, "changes": FEED}}
+    project = write_project(tmp_path, sources, views)
+    landing = project.source_path("orders")
+    upstreams = [lines, sales]
+
+    land(landing, "000.json", BATCHES[0])
+    refresh_in_process(spark, project, upstreams)
+    assert refresh_in_subprocess(tmp_path, joined, "before_view_commit:0") == -signal.SIGKILL
+    counts = epochs_per_table(project, joined)
+    assert "0" in counts[f"__lv_state_{joined}_0"] and not counts[joined], f"killed between the state and view commits: {counts}"
+    refresh_in_process(spark, project, [joined, per_n])  # the replay skips the committed state tables
+
+    land(landing, "001.json", BATCHES[1])
+    refresh_in_process(spark, project, upstreams)
+    assert refresh_in_subprocess(tmp_path, joined, "before_publish:1") == -signal.SIGKILL
+    assert tables.last_commit(project, joined).epoch == 1
+    assert json.loads((reader_path(project, joined, per_n) / "_published.json").read_text())["epoch"] == 0, "killed before publishing"
+
+    land(landing, "002.json", BATCHES[2])
+    refresh_in_process(spark, project, upstreams)
+    # The restart publishes epoch 1 (prepare), skips its replay, commits and publishes epoch 2, dies.
+    assert refresh_in_subprocess(tmp_path, joined, "after_commit:2") == -signal.SIGKILL
+    assert json.loads((reader_path(project, joined, per_n) / "_published.json").read_text())["epoch"] == 2
+    refresh_in_process(spark, project, [joined, per_n])  # the replay of epoch 2 publishes nothing new
+
+    current = {view: tables.read_rows(project, view) for view in (lines, sales, joined)}
+    for view in (joined, per_n):
+        comparison = oracle.compare(tables.read_rows(project, view), over_relations(project.views[view].sql, current))
+        assert comparison.equal, f"{view}: {comparison.describe()}"
+        record = tables.last_commit(project, view)
+        at_frontier, how = expected_rows(project, view, record)  # what `lakeview verify` checks
+        comparison = oracle.compare(tables.read_rows(project, view, record.snapshot_id), at_frontier)
+        assert comparison.equal, f"{view} at its frontier ({how}): {comparison.describe()}"
+    # the join view: its view, group state, two multisets (MIN, MAX) and one side table per side
+    assert_each_epoch_once(project, joined, {"0", "1", "2"}, state_tables=5)
+    assert_each_epoch_once(project, per_n, None, state_tables=1)
+    assert tables.last_commit(project, per_n).frontier[joined]["upstream_epoch"] == 2, "per_n read every published epoch"
+
+
+def test_sigkill_watermarked_window_over_a_change_feed(spark, tmp_path: Path) -> None:
+    """A tumbling window with a 10-minute watermark over a change feed (updates, deletes, late
+    images). Killed after its state commits, before its view commit (epoch 1); the restart
+    replays epoch 1 under the watermark it had, then applies epoch 2. (A kill after the commits,
+    before Spark's checkpoint, takes the same path as for the views of test_crash.py: the
+    mirror, committed last, has the epoch, so the replay changes nothing.)"""
+    view = "windowed"
+    sources = {"order_changes": {"format": "json", "path": "landing", "schema": CHANGES_SCHEMA, "changes": FEED}}
+    project = write_project(tmp_path, sources, {view: {"sql": WINDOW_OVER_CHANGES, "watermark": "10 minutes"}})
+    landing = project.source_path("order_changes")
+
+    land(landing, "000.json", CHANGE_EPOCHS[0])
+    refresh_in_process(spark, project, [view])
+    land(landing, "001.json", CHANGE_EPOCHS[1])
+    assert refresh_in_subprocess(tmp_path, view, "before_view_commit:1") == -signal.SIGKILL
+    counts = epochs_per_table(project, view)
+    assert "1" in counts[f"__lv_state_{view}_0"] and "1" not in counts[view], f"killed between the state and view commits: {counts}"
+    assert "1" not in counts[f"__lv_state_{view}_src"], "the mirror commits last"
+    land(landing, "002.json", CHANGE_EPOCHS[2])
+    refresh_in_process(spark, project, [view])  # replays epoch 1 (the watermark it had), then epoch 2
+
+    record = tables.last_commit(project, view)
+    files = oracle.frontier_files(project, view, record.frontier)
+    comparison = oracle.compare(tables.read_rows(project, view), oracle.recompute(project, view, files))
+    assert comparison.equal, comparison.describe()
+    assert len(files["order_changes"]) == 3, "every landed file is in the frontier"
+    rows = {(r["window_start"].strftime("%H:%M"), r["product_id"]): (r["n"], r["total"], r["lo"], r["hi"])
+            for r in tables.read_rows(project, view).to_pylist()}
+    assert rows == {("00:00", 1): (2, 12.0, 5.0, 7.0), ("00:10", 2): (1, 10.0, 10.0, 10.0), ("00:40", 1): (1, 9.0, 9.0, 9.0)}
+    late = sorted(json.loads(r["record"])["order_id"] for r in quarantined_rows(project, "order_changes", view))
+    assert late == [1, 2, 6], "each late image set aside once"
+    assert record.extra["lakeview.watermark-us"] == str(int((T0 + timedelta(minutes=25)).timestamp() * 1_000_000)), "as without a crash"
+    assert_each_epoch_once(project, view, {"0", "1", "2"}, state_tables=3)  # group state, one multiset (MIN/MAX), mirror
