@@ -245,18 +245,12 @@ def applied_images(con, checkpoint, files: list, zset_of: Callable[[list], str],
     batch's consolidated Z-set (``zset_of(files)``: DuckDB SQL of the images, ``names`` and the
     weight ``__lv_w``): an image older than the watermark is left out, the on-time ones are
     summed; a row is held as often as its total is positive."""
-    column = f'"{wm.column}"'
     cols = ", ".join(f'"{n}"' for n in names)
-    high: int | None = None
-    parts = []
-    for batch in _batches(checkpoint, files):
-        relation = f"SELECT {cols}, SUM({WEIGHT}) AS {WEIGHT} FROM ({zset_of(batch)}) GROUP BY ALL HAVING SUM({WEIGHT}) <> 0"
-        if high is not None:
-            relation = f"SELECT * FROM ({relation}) WHERE NOT coalesce(epoch_us({column}) < {high - wm.delay_us}, false)"
-        consumed = con.execute(f"SELECT max(epoch_us({column})) FROM ({relation}) AS {alias} WHERE {WEIGHT} > 0 AND ({where or 'TRUE'})").fetchone()[0]
-        if consumed is not None:
-            high = consumed if high is None else max(high, consumed)
-        parts.append(relation)
+
+    def consolidated(batch: list) -> str:
+        return f"SELECT {cols}, SUM({WEIGHT}) AS {WEIGHT} FROM ({zset_of(batch)}) GROUP BY ALL HAVING SUM({WEIGHT}) <> 0"
+
+    parts = _replay(con, checkpoint, files, consolidated, wm, alias, f"{WEIGHT} > 0 AND ({where or 'TRUE'})")
     if not parts:
         parts.append(f"SELECT * FROM ({zset_of([])}) WHERE FALSE")
     union = " UNION ALL ".join(f"SELECT {cols}, {WEIGHT} FROM ({p})" for p in parts)
@@ -270,6 +264,15 @@ def on_time_relation(con, checkpoint, files: list, relation_of: Callable[[list],
     checkpoint): independent of what the pipeline quarantined, so a wrong late decision shows
     up as a difference. ``relation_of(files)`` reads files as the pipeline does; ``where`` is
     the view's WHERE in DuckDB SQL."""
+    parts = _replay(con, checkpoint, files, relation_of, wm, alias, where or "TRUE")
+    return " UNION ALL ".join(f"SELECT * FROM ({p})" for p in parts) if parts else relation_of([])
+
+
+def _replay(con, checkpoint, files: list, relation_of: Callable[[list], str], wm: Watermark, alias: str, consumed_where: str) -> list[str]:
+    """Per Spark batch (in the order its file-source log took the files), DuckDB SQL of the
+    batch's rows that were on time: ``relation_of(batch)`` without the rows older than the
+    watermark the earlier batches reached; the newest event time among the rows passing
+    ``consumed_where`` moves it."""
     column = f'"{wm.column}"'
     high: int | None = None
     parts = []
@@ -277,8 +280,8 @@ def on_time_relation(con, checkpoint, files: list, relation_of: Callable[[list],
         relation = relation_of(batch)
         if high is not None:
             relation = f"SELECT * FROM ({relation}) WHERE NOT coalesce(epoch_us({column}) < {high - wm.delay_us}, false)"
-        consumed = con.execute(f"SELECT max(epoch_us({column})) FROM ({relation}) AS {alias} WHERE {where or 'TRUE'}").fetchone()[0]
+        consumed = con.execute(f"SELECT max(epoch_us({column})) FROM ({relation}) AS {alias} WHERE {consumed_where}").fetchone()[0]
         if consumed is not None:
             high = consumed if high is None else max(high, consumed)
         parts.append(relation)
-    return " UNION ALL ".join(f"SELECT * FROM ({p})" for p in parts) if parts else relation_of([])
+    return parts

@@ -65,6 +65,20 @@ def change_rows(changes: list[tuple], seq: int) -> list[dict]:
         for i, (op, id_, k, x, minutes) in enumerate(changes, start=1)
     ]
 
+
+def assert_epoch_held(m, name: str, batches: list[list[dict]], number: int, applied: int | None, late_total: int) -> None:  # noqa: ANN001
+    """After epoch ``number``: the view equals the reference over the rows the watermark rule
+    holds, the late count agrees, and no closed window (end <= ``applied``) keeps state."""
+    held, late = held_rows(batches, delay_us(DELAY), PASSES[name])
+    expected = reference(name, held)
+    view = m.view.rows if m.view.rows is not None and m.view.rows.num_columns else expected.schema.empty_table()
+    result = compare(view, expected)
+    assert result.equal, f"epoch {number}: {result.describe()}"
+    assert late_total == late
+    for state in m.state:
+        if applied is not None and state.rows is not None and state.rows.num_rows:
+            assert min(_us(r["ws"]) + 10 * MINUTE for r in state.rows.to_pylist()) > applied, "state of a closed window was kept"
+
 def expanded(rows: list[dict], window: tuple[int, int] | None) -> pa.Table:
     """Each row once per window it is in (start <= ts < end, epoch-aligned), by plain arithmetic."""
     fields = [*SCHEMA, pa.field("ws", pa.timestamp("us", tz="UTC")), pa.field("we", pa.timestamp("us", tz="UTC"))]
@@ -427,15 +441,7 @@ def test_watermarked_window_over_a_change_feed_equals_recompute_of_the_rule_afte
         batches.append(rows)
         applied = wm.for_epoch(number)
         late_total += len(run_watermarked_changes(m, wm, number, rows))
-        held, late = held_rows(batches, delay_us(DELAY), PASSES[name])
-        expected = reference(name, held)
-        view = m.view.rows if m.view.rows is not None and m.view.rows.num_columns else expected.schema.empty_table()
-        result = compare(view, expected)
-        assert result.equal, f"epoch {number}: {result.describe()}"
-        assert late_total == late
-        for state in m.state:
-            if applied is not None and state.rows is not None and state.rows.num_rows:
-                assert min(_us(r["ws"]) + 10 * MINUTE for r in state.rows.to_pylist()) > applied, "state of a closed window was kept"
+        assert_epoch_held(m, name, batches, number, applied, late_total)
 
 
 def test_late_delete_and_update_of_a_closed_window_leave_its_row_while_open_windows_change_exactly() -> None:
@@ -566,15 +572,7 @@ def test_watermarked_window_over_an_image_feed_equals_the_same_rule_over_an_oper
         op_batches.append(ops)
         applied = wm.for_epoch(number)
         late_total += len(run_watermarked_images(m, wm, number, images))
-        held, late = held_rows(op_batches, delay_us(DELAY), PASSES[name])
-        expected = reference(name, held)
-        view = m.view.rows if m.view.rows is not None and m.view.rows.num_columns else expected.schema.empty_table()
-        result = compare(view, expected)
-        assert result.equal, f"epoch {number}: {result.describe()}"
-        assert late_total == late
-        for state in m.state:
-            if applied is not None and state.rows is not None and state.rows.num_rows:
-                assert min(_us(r["ws"]) + 10 * MINUTE for r in state.rows.to_pylist()) > applied, "state of a closed window was kept"
+        assert_epoch_held(m, name, op_batches, number, applied, late_total)
 
 
 def test_late_images_of_a_closed_window_are_left_out_while_open_windows_change_exactly() -> None:

@@ -199,23 +199,30 @@ CHANGE_EPOCHS = [
 ]
 
 
+def run_window_epochs(spark, catalog_server: CatalogServer, project, view: str, source: str, epochs: list[list[str]]):  # noqa: ANN001, ANN201
+    """Land each epoch's lines into ``source``, let the view's query take them, check the view
+    against ``verify`` after every epoch; (the pipeline, the view's windows after each epoch)."""
+    landing = project.source_path(source)
+    pipeline, query = start(spark, project, view, catalog_server)
+    seen = []
+    try:
+        for number, lines in enumerate(epochs):
+            land(landing, f"{number:03d}.json", lines)
+            query.processAllAvailable()
+            comparison = verify(project, view)
+            assert comparison.equal, f"after epoch {number}: {comparison.describe()}"
+            seen.append({(r["window_start"].strftime("%H:%M"), r["product_id"]): (r["n"], r["total"], r["lo"], r["hi"])
+                         for r in read_view(catalog_server, "window_tests", view).to_pylist()})
+    finally:
+        query.stop()
+    return pipeline, seen
+
+
 def test_watermarked_tumbling_window_over_a_change_feed(spark, catalog_server: CatalogServer, make_project, unique_name: str) -> None:
     sources = {"order_changes": {"format": "json", "path": "landing/order_changes", "schema": CHANGES_SCHEMA, "changes": FEED}}
     views = {unique_name: {"sql": WINDOW_OVER_CHANGES, "cadence": "1s", "namespace": "window_tests", "watermark": "10 minutes"}}
     project = make_project(views=views, sources=sources)
-    landing = project.source_path("order_changes")
-    pipeline, query = start(spark, project, unique_name, catalog_server)
-    seen = []
-    try:
-        for number, lines in enumerate(CHANGE_EPOCHS):
-            land(landing, f"{number:03d}.json", lines)
-            query.processAllAvailable()
-            comparison = verify(project, unique_name)
-            assert comparison.equal, f"after epoch {number}: {comparison.describe()}"
-            seen.append({(r["window_start"].strftime("%H:%M"), r["product_id"]): (r["n"], r["total"], r["lo"], r["hi"])
-                         for r in read_view(catalog_server, "window_tests", unique_name).to_pylist()})
-    finally:
-        query.stop()
+    pipeline, seen = run_window_epochs(spark, catalog_server, project, unique_name, "order_changes", CHANGE_EPOCHS)
     assert seen == [
         {("00:00", 1): (2, 12.0, 5.0, 7.0), ("00:10", 2): (1, 1.0, 1.0, 1.0), ("00:20", 1): (1, 2.0, 2.0, 2.0)},
         {("00:00", 1): (2, 12.0, 5.0, 7.0), ("00:10", 2): (1, 10.0, 10.0, 10.0), ("00:30", 1): (1, 3.0, 3.0, 3.0)},
@@ -262,19 +269,7 @@ def test_watermarked_tumbling_window_over_a_before_after_image_feed(spark, catal
     sources = {"order_images": {"format": "json", "path": "landing/order_images", "schema": IMAGE_ROW, "images": {"key": ["order_id"]}}}
     views = {unique_name: {"sql": WINDOW_OVER_IMAGES, "cadence": "1s", "namespace": "window_tests", "watermark": "10 minutes"}}
     project = make_project(views=views, sources=sources)
-    landing = project.source_path("order_images")
-    pipeline, query = start(spark, project, unique_name, catalog_server)
-    seen = []
-    try:
-        for number, lines in enumerate(IMAGE_EPOCHS):
-            land(landing, f"{number:03d}.json", lines)
-            query.processAllAvailable()
-            comparison = verify(project, unique_name)
-            assert comparison.equal, f"after epoch {number}: {comparison.describe()}"
-            seen.append({(r["window_start"].strftime("%H:%M"), r["product_id"]): (r["n"], r["total"], r["lo"], r["hi"])
-                         for r in read_view(catalog_server, "window_tests", unique_name).to_pylist()})
-    finally:
-        query.stop()
+    pipeline, seen = run_window_epochs(spark, catalog_server, project, unique_name, "order_images", IMAGE_EPOCHS)
     assert seen == [
         {("00:00", 1): (2, 12.0, 5.0, 7.0), ("00:10", 2): (1, 1.0, 1.0, 1.0), ("00:20", 1): (1, 2.0, 2.0, 2.0)},
         {("00:00", 1): (2, 12.0, 5.0, 7.0), ("00:10", 2): (1, 10.0, 10.0, 10.0), ("00:30", 1): (1, 3.0, 3.0, 3.0), ("00:30", 2): (1, 8.0, 8.0, 8.0)},
