@@ -3,7 +3,7 @@ when the pipeline reaches that point of that epoch. Unset (always, outside tests
 
 Points: ``reading`` (the batch is planned, nothing committed), ``before_view_commit`` (state
 tables committed and the view's data files written, before the catalog commit of the view's
-snapshot), ``files_written`` (a large append's data files written by the executors, before
+snapshot; Delta: state tables committed, before the view writer's commit), ``files_written`` (a large append's data files written by the executors, before
 their commit), ``before_publish`` (every table committed, before the epoch's change is published for
 the views reading this one), ``after_commit`` (every table committed, before Spark records the batch as done).
 """
@@ -36,10 +36,16 @@ def point(name: str, epoch: int | None) -> None:
 
 
 def install(pipeline: ViewPipeline) -> None:
-    """Hook ``before_view_commit`` into the catalog commit of the view's table."""
+    """Hook ``before_view_commit`` into the commit of the view's table: the catalog's commit for
+    Iceberg; for a writer without a catalog (Delta), the writer's own ``commit``/``commit_files``."""
     configured = _configured()
-    catalog = getattr(pipeline.writer, "catalog", None)
-    if configured is None or configured[0] != "before_view_commit" or catalog is None:
+    if configured is None or configured[0] != "before_view_commit":
+        return
+    writer = pipeline.writer
+    catalog = getattr(writer, "catalog", None)
+    if catalog is None:
+        for name in ("commit", "commit_files"):
+            _before(writer, name)
         return
     original = catalog.commit_table
 
@@ -49,3 +55,14 @@ def install(pipeline: ViewPipeline) -> None:
         return original(table, *args, **kwargs)
 
     catalog.commit_table = commit_table
+
+
+def _before(writer: Any, name: str) -> None:
+    """Run the ``before_view_commit`` point before ``writer.<name>`` (this instance only: the view's, not its state tables')."""
+    original = getattr(writer, name)
+
+    def hooked(*args: Any, **kwargs: Any) -> Any:
+        point("before_view_commit", current_epoch)
+        return original(*args, **kwargs)
+
+    setattr(writer, name, hooked)

@@ -27,7 +27,7 @@ from writers.staged_files import WrittenFile, append_delta_files
 
 log = logging.getLogger("lakeview.writers.delta")
 MAX_ATTEMPTS = 8
-OP = "__lakeview_op"  # the operation column of a merge source: 'u' upsert, 'd' delete
+OP = "__lakeview_op"  # the operation column of a merge source: 'u' upsert, 'd' delete, 'i' insert
 KEY_PROPERTY = "lakeview.key"
 HISTORY_PAGE = 100
 
@@ -182,22 +182,30 @@ class DeltaWriter(SnapshotWriter):
             props, commit = stamp(table.to_pyarrow_dataset().count_rows() if table.version() > 0 else 0)
             write_deltalake(table, rows, mode="overwrite", storage_options=self.storage_options, commit_properties=commit)
             return self._record(props)
-        source = _merge_source(rows, change, schema)
         # The deleted row count is only known after the merge, and commit info is written by it:
         # stamp with the count of stored rows the touched keys match (what the merge removes).
-        deleted = self.lookup(change.touched_keys()).num_rows if table.version() > 0 else 0
+        stored = self.lookup(change.touched_keys()) if table.version() > 0 else rows.slice(0, 0)
+        deleted = stored.num_rows
         props, commit = stamp(deleted)
         # Each term parenthesized: delta-rs's parser binds `x IS NOT DISTINCT FROM y AND ...` wrongly
         # ("Int64 AND Boolean"), which broke every key of two or more columns.
         predicate = " AND ".join(f'(t."{k}" IS NOT DISTINCT FROM s."{k}")' for k in change.key)
         columns = {f'"{name}"': f's."{name}"' for name in schema.names}
-        metrics = (
-            table.merge(source, predicate=predicate, source_alias="s", target_alias="t", commit_properties=commit)
-            .when_matched_delete(predicate=f"s.{OP} = 'd'")
-            .when_matched_update(updates=columns, predicate=f"s.{OP} = 'u'")
-            .when_not_matched_insert(updates=columns, predicate=f"s.{OP} = 'u'")
-            .execute()
-        )
+        if _repeats_keys(rows, change.key) or _repeats_keys(stored, change.key):
+            # A multiset (keyed by the whole row, with copies): a MERGE may not match one stored row
+            # to several source rows, and an update would keep every stored copy; so, as the Iceberg
+            # writer does, every stored row of a touched key is deleted and the rows are inserted.
+            merge = table.merge(_replace_source(rows, change, schema), predicate=f"(s.{OP} = 'd') AND {predicate}",
+                                source_alias="s", target_alias="t", commit_properties=commit)
+            metrics = merge.when_matched_delete().when_not_matched_insert(updates=columns, predicate=f"s.{OP} = 'i'").execute()
+        else:
+            metrics = (
+                table.merge(_merge_source(rows, change, schema), predicate=predicate, source_alias="s", target_alias="t", commit_properties=commit)
+                .when_matched_delete(predicate=f"s.{OP} = 'd'")
+                .when_matched_update(updates=columns, predicate=f"s.{OP} = 'u'")
+                .when_not_matched_insert(updates=columns, predicate=f"s.{OP} = 'u'")
+                .execute()
+            )
         actual = int(metrics.get("num_target_rows_updated", 0)) + int(metrics.get("num_target_rows_deleted", 0))
         if actual != deleted:  # a concurrent writer changed the rows between lookup and merge
             log.warning("%s: epoch %s merge removed %s rows, %s expected", epoch.view, epoch.number, actual, deleted)
@@ -225,6 +233,21 @@ def _merge_source(rows: pa.Table, change: Change, schema: pa.Schema) -> pa.Table
         deletes = pa.table(full, schema=schema)
         parts.append(deletes.append_column(OP, pa.array(["d"] * deletes.num_rows, pa.string())))
     return pa.concat_tables(parts)
+
+
+def _repeats_keys(rows: pa.Table, key: tuple[str, ...]) -> bool:
+    """Whether two of ``rows`` share a key (null keys equal)."""
+    return rows.num_rows > 1 and rows.select(list(key)).group_by(list(key)).aggregate([]).num_rows < rows.num_rows
+
+
+def _replace_source(rows: pa.Table, change: Change, schema: pa.Schema) -> pa.Table:
+    """Each touched key once (op 'd', other columns null), then the rows to insert (op 'i')."""
+    assert change.key is not None
+    key = list(change.key)
+    keys = change.touched_keys().cast(pa.schema([schema.field(k) for k in key])).group_by(key).aggregate([]).select(key)
+    full = {name: keys.column(name) if name in change.key else pa.nulls(keys.num_rows, schema.field(name).type) for name in schema.names}
+    deletes = pa.table(full, schema=schema).append_column(OP, pa.array(["d"] * keys.num_rows, pa.string()))
+    return pa.concat_tables([deletes, rows.append_column(OP, pa.array(["i"] * rows.num_rows, pa.string()))])
 
 
 def _key_filter(keys: pa.Table, key: tuple[str, ...]) -> pc.Expression:

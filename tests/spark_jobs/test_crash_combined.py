@@ -1,6 +1,6 @@
 """Exactly once under SIGKILL for the newer view kinds: a JOIN reading two materialized views
-(with a view reading the join view, so it publishes its changes), and a watermarked tumbling
-window over a change feed. Steps without a fault run in this process on the shared Spark
+(with a view reading the join view, so it publishes its changes), a UNION ALL of two Delta
+views (itself Delta), and a watermarked tumbling window over a change feed. Steps without a fault run in this process on the shared Spark
 session; each fault is a `lakeview refresh VIEW` subprocess that kills itself through the
 LAKEVIEW_FAULT hook (spark_jobs.faults). After the restarts each view equals its recompute,
 every table holds each epoch at most once, and the view holds every epoch that changed it."""
@@ -12,6 +12,8 @@ import signal
 from collections import Counter
 from datetime import timedelta
 from pathlib import Path
+
+from deltalake import DeltaTable
 
 from lakeview import oracle, tables
 from lakeview.chain_oracle import expected_rows, over_relations
@@ -107,6 +109,64 @@ def test_sigkill_join_over_views_and_its_publication(spark, tmp_path: Path) -> N
     assert_each_epoch_once(project, joined, {"0", "1", "2"}, state_tables=5)
     assert_each_epoch_once(project, per_n, None, state_tables=1)
     assert tables.last_commit(project, per_n).frontier[joined]["upstream_epoch"] == 2, "per_n read every published epoch"
+
+
+def delta_epochs_per_table(project: ProjectConfig, view: str) -> dict[str, Counter]:
+    """Commits per epoch (the commit info's ``lakeview.epoch``) of a Delta view's table and of
+    each of its state tables (Delta tables next to it)."""
+    base = Path(project.table_location(view)).parent
+    counts = {}
+    for path in sorted(base.iterdir()):
+        if path.name == view or path.name.startswith(f"__lv_state_{view}_"):
+            epochs = Counter(e.get("lakeview.epoch") for e in DeltaTable(str(path)).history())
+            epochs.pop(None, None)
+            counts[path.name] = epochs
+    return counts
+
+
+def test_sigkill_union_of_delta_views(spark, tmp_path: Path) -> None:
+    """A UNION ALL of two Delta views (lines, sales), itself Delta: a multiset keyed by the
+    whole row, since the upstreams retract rows. Killed before its view commit (epoch 0: the
+    Delta writer's commit, nothing of the epoch in its table) and after its commit, before
+    Spark's checkpoint (epoch 1: the replay finds the epoch in the Delta log's app transaction).
+    Epoch 1 retracts rows the union holds several copies of (a Delta MERGE upserting them failed)."""
+    lines, sales, both = "lines", "sales", "both"
+    views = {
+        lines: {"sql": "SELECT order_id, product_id, quantity * price AS amount FROM orders"},
+        sales: {"sql": f"SELECT product_id, SUM(amount) AS revenue, COUNT(*) AS n FROM {lines} GROUP BY product_id"},
+        both: {"sql": f"SELECT product_id, amount FROM {lines} UNION ALL SELECT product_id, revenue FROM {sales}"},
+    }
+    for view in views.values():
+        view["format"] = "delta"
+    sources = {"orders": {"format": "json", "path": "landing", "schema": SCHEMA, "changes": FEED}}
+    project = write_project(tmp_path, sources, views)
+    landing = project.source_path("orders")
+    upstreams = [lines, sales]
+
+    land(landing, "000.json", BATCHES[0])
+    refresh_in_process(spark, project, upstreams)
+    assert refresh_in_subprocess(tmp_path, both, "before_view_commit:0") == -signal.SIGKILL
+    assert not delta_epochs_per_table(project, both).get(both), "killed before the view's commit"
+    land(landing, "001.json", BATCHES[1])
+    refresh_in_process(spark, project, upstreams)
+    # The restart replays epoch 0, applies epoch 1 (the new upstream changes), commits and dies.
+    assert refresh_in_subprocess(tmp_path, both, "after_commit:1") == -signal.SIGKILL
+    assert tables.last_commit(project, both).epoch == 1
+    refresh_in_process(spark, project, [both])  # Spark replays epoch 1: the Delta log has it, nothing commits
+
+    current = {view: tables.read_rows(project, view) for view in upstreams}
+    comparison = oracle.compare(tables.read_rows(project, both), over_relations(project.views[both].sql, current))
+    assert comparison.equal, comparison.describe()
+    record = tables.last_commit(project, both)
+    at_frontier, how = expected_rows(project, both, record)  # what `lakeview verify` checks
+    comparison = oracle.compare(tables.read_rows(project, both, record.snapshot_id), at_frontier)
+    assert comparison.equal, f"at its frontier ({how}): {comparison.describe()}"
+    for view in views:
+        for name, epochs in delta_epochs_per_table(project, view).items():
+            assert set(epochs.values()) <= {1}, f"{name}: an epoch committed twice: {epochs}"
+    counts = delta_epochs_per_table(project, both)
+    assert set(counts[both]) == {"0", "1"}, f"every epoch changed the union: {counts}"
+    assert tables.last_commit(project, both).frontier[sales]["upstream_epoch"] == 1, "read every published epoch of sales"
 
 
 def test_sigkill_watermarked_window_over_a_change_feed(spark, tmp_path: Path) -> None:
