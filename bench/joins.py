@@ -1,0 +1,148 @@
+"""A join view's incremental epoch vs its full recompute, measured in one run.
+
+``orders`` (``--orders`` rows of history, Parquet, append-only) JOIN ``products`` (``--products``
+rows, a JSON change feed keyed by ``product_id``) with a ``GROUP BY category`` on top, kept by
+the embedded stack (:class:`lakeview.embedded.EmbeddedStack`: the REST catalog, one streaming
+query over both sources, Iceberg tables for the view, its state, the join sides and the
+products mirror). After the backfill, each epoch lands ``--batch`` new orders and
+``--updates`` product updates (category changes, which move every order of those products)
+and is timed from landing to the view's snapshot committed; median of ``--repeats`` after one
+warm-up epoch. In the same run: a DuckDB full recompute of the view's SQL over the same files
+(products replayed to their current rows). Prints a table; the epoch's phases come from the
+pipeline's own timings.
+
+    .venv/bin/python bench/joins.py [--orders 200000] [--products 10000] [--batch 10000] [--updates 20] [--repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from rich.console import Console  # noqa: E402
+from rich.table import Table  # noqa: E402
+
+from bench.history import SCHEMA as ORDERS, land_parquet  # noqa: E402
+from lakeview.config import parse_project  # noqa: E402
+from lakeview.duck import connect  # noqa: E402
+from lakeview.embedded import EmbeddedStack  # noqa: E402
+
+PRODUCTS = "product_id BIGINT, category STRING, op STRING, seq BIGINT"
+FEED = {"operation": "op", "key": ["product_id"], "sequence": "seq", "insert": ["c"], "update": ["u"], "delete": ["d"]}
+SQL = """SELECT p.category AS category, SUM(o.quantity) AS sold, COUNT(*) AS orders
+FROM orders AS o JOIN products AS p ON o.product_id = p.product_id
+GROUP BY p.category"""
+CATEGORIES = 50
+BATCH_IDS = 10_000_000_000
+
+
+class Feed:
+    """The products change feed: JSON files of insert/update rows, sequenced."""
+
+    def __init__(self, landing: Path, rng: random.Random) -> None:
+        self.landing = landing
+        self.rng = rng
+        self.seq = 0
+        self.files = 0
+        landing.mkdir(parents=True, exist_ok=True)
+
+    def land(self, rows: list[tuple[str, int, str]]) -> None:
+        lines = []
+        for op, product_id, category in rows:
+            self.seq += 1
+            lines.append(json.dumps({"product_id": product_id, "category": category, "op": op, "seq": self.seq}))
+        tmp = self.landing / f".p-{self.files:06d}.json.tmp"
+        tmp.write_text("\n".join(lines) + "\n")
+        tmp.rename(self.landing / f"p-{self.files:06d}.json")  # appear whole
+        self.files += 1
+
+    def updates(self, products: int, count: int) -> None:
+        self.land([("u", 1 + self.rng.randrange(products), f"c{self.rng.randrange(CATEGORIES)}") for _ in range(count)])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--orders", type=int, default=200_000, help="orders of history")
+    parser.add_argument("--products", type=int, default=10_000)
+    parser.add_argument("--batch", type=int, default=10_000, help="new orders per epoch")
+    parser.add_argument("--updates", type=int, default=20, help="product updates per epoch")
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    console = Console(width=200)
+    load_start = os.getloadavg()
+    root = Path(tempfile.mkdtemp(prefix="lakeview-bench-joins-"))
+    orders_dir, products_dir = root / "landing" / "orders", root / "landing" / "products"
+    rng = random.Random(7)
+    land_parquet(orders_dir, "history.parquet", args.orders, first_id=0, products=args.products)
+    feed = Feed(products_dir, rng)
+    feed.land([("c", p, f"c{rng.randrange(CATEGORIES)}") for p in range(1, args.products + 1)])  # product_id 1..products, as the orders
+    project = parse_project(
+        {
+            "server": {"port": 0},
+            "sources": {
+                "orders": {"format": "parquet", "path": str(orders_dir), "schema": ORDERS},
+                "products": {"format": "json", "path": str(products_dir), "schema": PRODUCTS, "changes": FEED},
+            },
+            "views": {"by_category": {"sql": SQL, "cadence": "100ms", "namespace": "bench"}},
+        },
+        root=root / "project",
+    )
+    committed: list[float] = []
+    epochs: list[tuple[float, dict]] = []
+    try:
+        with EmbeddedStack(project, port=0) as stack:
+            started = time.perf_counter()
+            stack.start_views(on_commit=lambda record: committed.append(time.perf_counter()))
+            query = stack.queries["by_category"]
+            query.processAllAvailable()
+            backfill = time.perf_counter() - started
+            for i in range(args.repeats + 1):
+                before = len(committed)
+                land_parquet(orders_dir, f"b-{i:06d}.parquet", args.batch, first_id=BATCH_IDS + i * args.batch, products=args.products)
+                feed.updates(args.products, args.updates)
+                landed = time.perf_counter()
+                query.processAllAvailable()
+                ended = committed[-1] if len(committed) > before else time.perf_counter()
+                if i:  # the first epoch after the backfill warms up
+                    epochs.append((ended - landed, dict(getattr(stack.pipelines["by_category"], "timings", {}))))
+            stack.stop_views()
+        duck = []
+        for _ in range(args.repeats):
+            con = connect()
+            started = time.perf_counter()
+            con.execute(f"CREATE TEMP VIEW orders AS SELECT * FROM read_parquet('{orders_dir}/*.parquet')")
+            con.execute(
+                f"CREATE TEMP VIEW products AS SELECT product_id, category FROM (SELECT *, row_number() OVER "
+                f"(PARTITION BY product_id ORDER BY seq DESC) AS r FROM read_json('{products_dir}/*.json', columns = "
+                "{'product_id': 'BIGINT', 'category': 'VARCHAR', 'op': 'VARCHAR', 'seq': 'BIGINT'})) WHERE r = 1 AND op <> 'd'"
+            )
+            con.execute(SQL).fetchall()
+            duck.append(time.perf_counter() - started)
+            con.close()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    incremental = statistics.median(s for s, _ in epochs)
+    phases = {k: round(statistics.median(p.get(k, 0.0) for _, p in epochs), 3) for k in epochs[-1][1]}
+    table = Table(title=f"orders ⋈ products (change feed) GROUP BY category: one epoch of {args.batch:,} orders + {args.updates} "
+                        f"product updates; median of {args.repeats}; load {load_start[0]:.1f} -> {os.getloadavg()[0]:.1f}")
+    for col in ("orders", "products", "backfill s", "incremental s", "DuckDB recompute s", "DuckDB/incr"):
+        table.add_column(col, justify="right")
+    recompute = statistics.median(duck)
+    table.add_row(f"{args.orders:,}", f"{args.products:,}", f"{backfill:.1f}", f"{incremental:.3f}", f"{recompute:.3f}",
+                  f"{recompute / incremental:.2f}×")
+    console.print(f"epochs (s): {[round(s, 3) for s, _ in epochs]}; phases (median): {phases}")
+    console.print(table)
+
+
+if __name__ == "__main__":
+    main()
