@@ -119,10 +119,10 @@ class ViewMaintainer:
         +1) consolidated, so an image a later change of the batch retracts again cancels (as only
         the newest change per key counts over an operation column), its late images left out,
         the rest applied. An empty batch still drops closed windows' state."""
-        from lakeview.watermark import consolidated
+        from writers.snapshot_diff import summed
 
         assert self.watermark is not None
-        zset, epoch = self._leave_out_late(epoch, consolidated(zset))
+        zset, epoch = self._leave_out_late(epoch, summed(zset))
         return self.apply_zset(epoch, zset)
 
     def _leave_out_late(self, epoch: Epoch, zset: pa.Table) -> tuple[pa.Table, Epoch]:

@@ -178,15 +178,6 @@ def apply_to_changes(wm: Watermark, epoch: int, applied: int | None, zset: pa.Ta
     return on_time, late, {**wm.advance(epoch, applied, consumed.column("t")[0].as_py()), LATE: str(late.num_rows)}
 
 
-def consolidated(zset: pa.Table) -> pa.Table:
-    """A Z-set with equal rows summed and rows whose weights cancel dropped (NULLs equal)."""
-    if zset.num_rows == 0:
-        return zset
-    names = ", ".join(f'"{n}"' for n in zset.column_names if n != WEIGHT)
-    sql = f"SELECT {names}, CAST(SUM({WEIGHT}) AS INTEGER) AS {WEIGHT} FROM z GROUP BY ALL HAVING SUM({WEIGHT}) <> 0"
-    return arrow_sql(sql, z=zset).select(zset.column_names).cast(zset.schema)
-
-
 def _batches(checkpoint, files: list) -> list[list]:
     """``files`` grouped by the Spark batch that took them (its file-source log in the view's
     checkpoint), in batch order; files not logged come after every batch."""

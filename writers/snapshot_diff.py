@@ -20,9 +20,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import duckdb
 import pyarrow as pa
 
+from lakeview.duck import arrow_sql
 from lakeview.errors import WriterError
 from writers.base import CommitRecord, SnapshotWriter
 
@@ -60,16 +60,15 @@ def consolidate(removed: pa.Table, added: pa.Table, schema: pa.Schema) -> pa.Tab
             added.append_column(WEIGHT, pa.array([1] * added.num_rows, pa.int32())),
         ]
     )
-    con = duckdb.connect()
-    try:
-        con.register("z", both)
-        cols = ", ".join(f'"{n}"' for n in schema.names)
-        result = con.execute(
-            f"SELECT {cols}, CAST(SUM({WEIGHT}) AS INTEGER) AS {WEIGHT} FROM z GROUP BY ALL HAVING SUM({WEIGHT}) <> 0"
-        ).to_arrow_table()
-    finally:
-        con.close()
-    return result.cast(pa.schema([*schema, pa.field(WEIGHT, pa.int32())]))
+    return summed(both)
+
+
+def summed(zset: pa.Table) -> pa.Table:
+    """A Z-set (columns plus ``__lv_w``) with identical rows summed (NULLs equal) and rows
+    whose weights cancel dropped; same columns and types."""
+    cols = ", ".join(f'"{n}"' for n in zset.column_names if n != WEIGHT)
+    sql = f"SELECT {cols}, CAST(SUM({WEIGHT}) AS INTEGER) AS {WEIGHT} FROM z GROUP BY ALL HAVING SUM({WEIGHT}) <> 0"
+    return arrow_sql(sql, z=zset).select(zset.column_names).cast(zset.schema)
 
 
 def _for(writer: SnapshotWriter, iceberg, delta):  # noqa: ANN001, ANN202 - one function per format
