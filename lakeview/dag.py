@@ -83,7 +83,7 @@ def view_key(project: ProjectConfig, view: str) -> tuple[str, ...] | None:
     if plan.kind in ("join", "union"):
         from lakeview.combine import output_key
 
-        return output_key(plan, _deleting_sources(project, view))  # type: ignore[arg-type]
+        return output_key(plan, deleting_sources(project, view))  # type: ignore[arg-type]
     if plan.is_keyed_aggregate:
         return plan.key  # type: ignore[return-value]
     source = plan.sources[0]
@@ -143,7 +143,7 @@ def check_dag(project: ProjectConfig) -> None:
                 )
 
 
-def _deleting_sources(project: ProjectConfig, view: str) -> set[str]:
+def deleting_sources(project: ProjectConfig, view: str) -> set[str]:
     """The sources of a join or UNION ALL whose rows can be retracted: change feeds, image
     feeds and upstream views (their published changes carry −1 rows)."""
     found = set()
@@ -157,7 +157,7 @@ def _deleting_sources(project: ProjectConfig, view: str) -> set[str]:
 def _is_multiset(project: ProjectConfig, view: str) -> bool:
     """A join or UNION ALL view kept as a multiset keyed by the whole row (rows may repeat)."""
     plan = _plan(project, view)
-    return not (plan.top is not None and plan.top.is_keyed_aggregate) and plan.retracts(_deleting_sources(project, view))  # type: ignore[union-attr]
+    return not (plan.top is not None and plan.top.is_keyed_aggregate) and plan.retracts(deleting_sources(project, view))  # type: ignore[union-attr]
 
 
 def _cycle_from(project: ProjectConfig, view: str, path: tuple[str, ...] = ()) -> list[str] | None:

@@ -64,14 +64,14 @@ class CombinedPipeline:
         on_commit: Callable[[CommitRecord], None] | None = None,
         state_writer: Callable[[str], SnapshotWriter] | None = None,
     ) -> None:
-        from lakeview.dag import upstreams_of
+        from lakeview.dag import deleting_sources, upstreams_of
+        from lakeview.view_changes import ChangePublisher
         from spark_jobs.upstream import with_upstream_source
 
         self.spark = spark
-        from lakeview.view_changes import ChangePublisher
-
         self.upstreams = set(upstreams_of(project, view))  # upstream views: their change files, Z-sets with weights
         self.publisher = ChangePublisher.for_view(project, view, writer)  # None unless other views read this one
+        deleting = deleting_sources(project, view)  # (before the upstream views become Parquet sources below)
         project = with_upstream_source(spark, project, view)
         self.project = project
         self.view = view
@@ -85,7 +85,6 @@ class CombinedPipeline:
         self._state_writer = state_writer or self._iceberg_state_writer
         self.configs = {s: project.sources[s] for s in plan.sources}
         feeds = {s: c.changes for s, c in self.configs.items() if c.changes is not None}
-        deleting = {s for s, c in self.configs.items() if c.changes is not None or c.images is not None} | self.upstreams
         self.maintainer = CombinedMaintainer(plan=plan, view=writer, feeds=feeds, deleting=deleting)  # type: ignore[arg-type]
         self.quarantines = {s: Quarantine(project, s, view) for s in plan.sources}
         self._last_epoch: int | None = None

@@ -264,8 +264,8 @@ class IcebergWriter(SnapshotWriter):
             for data_file in [*rewrite, *dropped]:
                 delta.remove(data_file)
         self.live.remember(table, files, written, deletes, named, found, rewrite)
-        self.timings.update(files_read=found.files_read, indexed=found.indexed, index_builds=self.live.index_builds, position_deletes=positions.num_rows, files_rewritten=len(rewrite),
-                            delete_files_folded=len(dropped))
+        self.timings.update(files_read=found.files_read, indexed=found.indexed, index_builds=self.live.index_builds,
+                            position_deletes=positions.num_rows, files_rewritten=len(rewrite), delete_files_folded=len(dropped))
         return txn, properties
 
 
