@@ -228,6 +228,11 @@ class SparkConfig(_Strict):
     driver_rows_max: int = Field(
         500_000, ge=0, description="append views: a batch with more input rows has its data files written by the executors"
     )
+    driver_keys_max: int = Field(
+        2_000_000, ge=0,
+        description="keyed tables (a view's, its state, a change feed's mirror) with more live rows are read only by the "
+        "executors: keys found, deletes folded and changes derived by Spark jobs; the driver keeps no index or rows of them",
+    )
     max_files_per_trigger: int | None = Field(
         None, ge=1, description="at most this many new files per batch (Spark's maxFilesPerTrigger); bounds every view's delta"
     )

@@ -118,15 +118,15 @@ def append_on_executors(writer: SnapshotWriter, rows: DataFrame, epoch: Epoch, p
     return writer.commit_files(epoch, files), files
 
 
-def _map_in_arrow(df: DataFrame, func: Any) -> DataFrame:
-    """``df.mapInArrow(func, RESULT_DDL)`` without its pandas check: pyspark 3.5 builds the UDF
+def _map_in_arrow(df: DataFrame, func: Any, ddl: Any = RESULT_DDL) -> DataFrame:
+    """``df.mapInArrow(func, ddl)`` without its pandas check: pyspark 3.5 builds the UDF
     through ``pandas_udf``, which refuses to run without pandas although an Arrow map never uses
     it (and pandas is not a Lakeview dependency)."""
     from pyspark.rdd import PythonEvalType
     from pyspark.sql import DataFrame as SparkDataFrame
     from pyspark.sql.udf import _create_udf
 
-    udf = _create_udf(func, RESULT_DDL, PythonEvalType.SQL_MAP_ARROW_ITER_UDF)
+    udf = _create_udf(func, ddl, PythonEvalType.SQL_MAP_ARROW_ITER_UDF)
     column = udf(*[df[name] for name in df.columns])
     return SparkDataFrame(df._jdf.pythonMapInArrow(column._jc.expr(), False), df.sparkSession)
 

@@ -31,6 +31,7 @@ from lakeview.source_log import logged_files
 from lakeview.union import UnionPlan
 from lakeview.view_changes import upstream_position
 from spark_jobs import faults
+from spark_jobs.executor_reads import on_executors
 from spark_jobs.quarantine import CORRUPT, FILE, Quarantine
 from writers.base import CommitRecord, Epoch, SnapshotWriter
 
@@ -79,10 +80,12 @@ class CombinedPipeline:
         plan = plan_view(view, self.config.sql, self.config.dialect)
         assert isinstance(plan, (JoinPlan, UnionPlan))
         self.plan = plan
-        self.writer = writer
+        self.writer = on_executors(writer, spark, project)
         self.on_commit = on_commit
         self.checkpoint = project.checkpoint_path(view)
-        self._state_writer = state_writer or self._iceberg_state_writer
+        made = state_writer or self._iceberg_state_writer
+        # every table the view keeps: past [spark] driver_keys_max rows, read only by the executors
+        self._state_writer = lambda name: on_executors(made(name), spark, project)
         self.configs = {s: project.sources[s] for s in plan.sources}
         feeds = {s: c.changes for s, c in self.configs.items() if c.changes is not None}
         self.maintainer = CombinedMaintainer(plan=plan, view=writer, feeds=feeds, deleting=deleting)  # type: ignore[arg-type]

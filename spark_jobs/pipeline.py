@@ -30,6 +30,7 @@ from lakeview.plan import WEIGHT, AppendPlan, KeyedAggregatePlan, plan_view
 from lakeview.schema import parse_ddl
 from lakeview.source_log import batch_files
 from spark_jobs import faults
+from spark_jobs.executor_reads import on_executors
 from spark_jobs.quarantine import CORRUPT, FILE, Quarantine
 from writers.base import CommitRecord, Epoch, SnapshotWriter
 
@@ -81,12 +82,14 @@ class ViewPipeline:
         self.view = view
         self.config = project.views[view]
         self.plan = plan_view(view, self.config.sql, self.config.dialect)
-        self.writer = writer
+        self.writer = on_executors(writer, spark, project)
         self.on_commit = on_commit
         self.checkpoint = project.checkpoint_path(view)
         self.source_config = project.sources[self.plan.sources[0]]
         self.feed = self.source_config.changes
-        self._state_writer = state_writer or self._iceberg_state_writer
+        made = state_writer or self._iceberg_state_writer
+        # every table the view keeps: past [spark] driver_keys_max rows, read only by the executors
+        self._state_writer = lambda name: on_executors(made(name), spark, project)
         self.images = self.source_config.images
         self.maintainer = ViewMaintainer(plan=self.plan, view=writer, feed=self.feed, feed_key=self.upstream_key or feed_key(self.source_config))
         from lakeview.watermark import Watermark, delay_us, event_column

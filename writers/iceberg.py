@@ -245,16 +245,22 @@ class IcebergWriter(SnapshotWriter):
         touched = frozenset(found.positions.column("file_path").to_pylist())
         rewrite, dropped = live.to_rewrite(self.compaction, touched)
         written, named = rows, found  # named: the replaced rows the delete file names (those outside rewritten files)
+        rewritten: list[DataFile] = []  # a distributed table's files the executors rewrote
         if rewrite:
             gone = pa.array(sorted(f.file_path for f in rewrite), pa.string())
             in_rewrite = pc.is_in(found.positions.column("file_path"), value_set=gone)
             replaced = found.positions.filter(in_rewrite)
             named = Found(rows=found.rows.filter(pc.invert(in_rewrite)), positions=found.positions.filter(pc.invert(in_rewrite)),
                           files_read=found.files_read)
-            kept = [self.live.rows_without(table, f, live.deletes.get(f.file_path, {}), replaced).cast(rows.schema) for f in rewrite]
-            written = pa.concat_tables([*kept, rows])
+            if self.live.distributed(live):
+                assert self.live.remote is not None  # the files are rewritten by the executors, not read here
+                rewritten = self.live.remote.rewrite(table, live, rewrite, replaced)
+            else:
+                kept = [self.live.rows_without(table, f, live.deletes.get(f.file_path, {}), replaced).cast(rows.schema) for f in rewrite]
+                written = pa.concat_tables([*kept, rows])
         positions = named.positions
         files = list(_dataframe_to_data_files(table_metadata=table.metadata, df=written, io=table.io, write_uuid=commit_uuid)) if written.num_rows else []
+        files += rewritten
         deletes = write_position_deletes(table, positions, commit_uuid) if positions.num_rows else None
         txn = transaction(table)
         operation = Operation.OVERWRITE if deletes is not None or rewrite else Operation.APPEND

@@ -13,6 +13,12 @@ the cache straight from memory (the last for deriving the snapshot's change).
 
 Memory is bounded by ``budget_bytes``: past it the least recently used files are dropped and
 read again when next needed (the epoch then costs a read of those files).
+
+A table with more live rows than its ``remote`` allows (``[spark] driver_keys_max``) is never
+read by the driver: finding keys, folding deletes into data files and deriving a snapshot's
+change run on Spark's executors (:mod:`spark_jobs.executor_reads`), and the driver keeps only
+the table's file list, its delete positions (bounded by the fold threshold) and what the
+epoch's own delta holds.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from __future__ import annotations
 import logging
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -36,6 +43,7 @@ from writers.position_deletes import read_position_deletes
 log = logging.getLogger("lakeview.writers.live_files")
 POS = "__lv_pos"
 DEFAULT_BUDGET_BYTES = 1 << 30
+KEPT_CHANGES = 16  # remote tables: the (gone, came) of this many recent commits, for publishing their change
 
 
 @dataclass(frozen=True)
@@ -75,16 +83,41 @@ class LiveTable:
             rewrite.update({f.file_path: f for f in self.data if f.file_path in self.deletes or f.file_path in touched})
         return list(rewrite.values()), (self.delete_files if fold else [])
 
+    @property
+    def rows(self) -> int:
+        """Live rows: the data files' rows minus the positions delete files remove."""
+        return sum(f.record_count for f in self.data) - sum(len(p) for by_file in self.deletes.values() for p in by_file.values())
+
     def deleted(self, path: str) -> pa.Array | None:
         """Every deleted position of one data file (None: none)."""
         parts = list(self.deletes.get(path, {}).values())
         return None if not parts else pa.concat_arrays(parts) if len(parts) > 1 else parts[0]
 
 
+class RemoteRows(Protocol):
+    """Reads of a table too large for the driver, done where the table can be: Spark's
+    executors (:class:`spark_jobs.executor_reads.ExecutorReads`)."""
+
+    rows_max: int  # tables with more live rows go remote
+
+    def find(self, table: Table, live: LiveTable, keys: pa.Table, key: tuple[str, ...]) -> Found:
+        """The live rows whose key is one of ``keys`` (null-safe), with their positions."""
+
+    def rewrite(self, table: Table, live: LiveTable, files: list[DataFile], drop: pa.Table) -> list[DataFile]:
+        """``files`` written again without their deleted rows and the rows at ``drop``
+        (``file_path``, ``pos``); the new data files (uncommitted)."""
+
+    def change(self, table: Table, parent: LiveTable, deletes: list[DataFile], removed: list[DataFile], added: list[DataFile]) -> pa.Table:
+        """The consolidated Z-set of a snapshot that added ``deletes`` and ``added`` and
+        removed ``removed`` on top of ``parent``."""
+
+
 class LiveFiles:
-    def __init__(self, budget_bytes: int = DEFAULT_BUDGET_BYTES, use_index: bool = True) -> None:
+    def __init__(self, budget_bytes: int = DEFAULT_BUDGET_BYTES, use_index: bool = True, remote: RemoteRows | None = None) -> None:
         self.budget_bytes = budget_bytes
         self.use_index = use_index  # False: find keys by probing every live row (bench/lookup.py's baseline)
+        self.remote = remote  # where tables past ``remote.rows_max`` live rows are read (None: always here)
+        self._changes: OrderedDict[frozenset[str], tuple[pa.Table, pa.Table]] = OrderedDict()  # remote: a commit's (gone, came) by added files
         # (data file, schema id) -> every row of the file, in file order (row i is position i)
         self._rows: OrderedDict[tuple[str, int], pa.Table] = OrderedDict()
         self._removed: dict[str, pa.Table] = {}  # delete file this writer committed -> the rows it deleted
@@ -175,9 +208,17 @@ class LiveFiles:
         schema = table.schema().as_arrow()
         return pa.concat_tables([p.cast(schema) for p in parts]) if parts else schema.empty_table()
 
+    def distributed(self, live: LiveTable) -> bool:
+        """Whether ``live`` is too large for the driver: its reads go to ``remote``."""
+        return self.remote is not None and live.rows > self.remote.rows_max
+
     def find(self, table: Table, keys: pa.Table, key: tuple[str, ...]) -> Found:
         """The live rows of ``table`` whose key is one of ``keys`` (null-safe), with positions."""
         live = self.live(table)
+        if self.distributed(live):
+            assert self.remote is not None
+            self._forget_rows()
+            return self.remote.find(table, live, keys, key)
         schema = table.schema().as_arrow()
         index = self._key_index(table, live, key, keys.schema)
         read = 0
@@ -210,7 +251,12 @@ class LiveFiles:
         in a snapshot): ``rows`` in ``data_files``, ``named`` in ``delete_file``; ``replaced``,
         every stored row it replaces or deletes; ``removed``, the data files it rewrites."""
         schema_id = table.schema().schema_id
-        if len(data_files) == 1:
+        if self._live is not None and self.distributed(self._live):
+            # nothing of the table kept here; the snapshot's change, for publishing it, from the commit itself
+            self._changes[frozenset(f.file_path for f in data_files)] = (replaced.rows, rows)
+            while len(self._changes) > KEPT_CHANGES:
+                self._changes.popitem(last=False)
+        elif len(data_files) == 1:
             self._store((data_files[0].file_path, schema_id), rows.cast(table.schema().as_arrow()))
         if delete_file is not None:
             positions = named.positions
@@ -226,6 +272,21 @@ class LiveFiles:
                 base=current.snapshot_id, replaced=replaced.rows, removed=[f.file_path for f in removed],
                 files=data_files, rows=rows if len(data_files) == 1 else None,
             )
+
+    def change_of(self, added: list[DataFile]) -> tuple[pa.Table, pa.Table] | None:
+        """(rows gone, rows come) of this writer's commit that added ``added``, when the table
+        is distributed and the commit was made by this process; else None."""
+        return self._changes.get(frozenset(f.file_path for f in added))
+
+    def _forget_rows(self) -> None:
+        """Drop the index and every cached row (the table went remote)."""
+        if self._index is not None or self._rows:
+            log.info("the table passed %s live rows: its keys are found on Spark's executors; index and rows dropped",
+                     self.remote.rows_max if self.remote else None)
+        self._index, self._pending = None, None
+        self._rows.clear()
+        self._sizes.clear()
+        self._bytes = 0
 
     def _key_index(self, table: Table, live: LiveTable, key: tuple[str, ...], keys: pa.Schema) -> KeyIndex | None:
         """The index of the current snapshot: kept, moved forward by the writer's last commit,

@@ -113,6 +113,12 @@ def _iceberg_change(writer: IcebergWriter, snapshot_id: int) -> pa.Table:
     parent = live.live(table, snapshot.parent_snapshot_id) if snapshot.parent_snapshot_id is not None else None
     if parent is None and (removed or deletes):
         raise WriterError(f"{'.'.join(writer.identifier)}: snapshot {snapshot_id} removes rows but has no parent")
+    remote = live.remote
+    if remote is not None and (sum(f.record_count for f in added) > remote.rows_max or (parent is not None and live.distributed(parent))):
+        remembered = live.change_of(added)  # this process committed it: (gone, came) from the commit itself
+        if remembered is not None:
+            return consolidate(*remembered, arrow)
+        return remote.change(table, parent, deletes, removed, added)  # type: ignore[arg-type]
     # Removed: the rows the snapshot's new delete files name, and a removed data file's rows
     # that were live in the parent (not already deleted).
     gone = [live.rows_deleted_by(table, f, parent) for f in deletes]  # type: ignore[arg-type]

@@ -1,0 +1,240 @@
+"""Keyed reads of large tables on Spark's executors: the driver never holds their rows.
+
+A merge-on-read commit needs the stored rows of its delta's keys and where they are; a fold
+writes data files again without their deleted rows; publishing a snapshot's change needs the
+rows it removed and added. Below ``[spark] driver_keys_max`` live rows the driver does these
+itself, through a key index and a bounded row cache (:mod:`writers.live_files`). Past it, for
+every Iceberg table a pipeline keeps (the view's, a keyed aggregate's state, a change feed's
+mirror, a join side), they run as Spark jobs: each task reads its share of the table's live
+data files through pyiceberg's FileIO (a local path, or ``s3://`` with the warehouse's endpoint
+and credentials, as :mod:`spark_jobs.executor_writes` writes them) and only what the epoch
+touches comes back to the driver: the rows of the delta's keys with their positions, the new
+files' metadata, the snapshot's consolidated change.
+
+The cost moves with it: every epoch reads the table's live files on the executors (spread over
+as many as there are), where the driver's index costs per key of the delta. The driver keeps
+the file list and the delete files' positions (bounded by the fold threshold).
+
+Shipped to executors by value like :mod:`spark_jobs.executor_writes`: they need pyarrow,
+pyiceberg and duckdb (multi-column keys are matched in DuckDB), not Lakeview.
+"""
+
+from __future__ import annotations
+
+import logging
+import pickle
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from spark_jobs.executor_writes import IcebergFiles, _map_in_arrow, _write_partition, iceberg_target
+
+if TYPE_CHECKING:
+    from pyiceberg.manifest import DataFile
+    from pyiceberg.table import Table
+    from pyspark.sql import DataFrame, SparkSession
+
+    from lakeview.config import ProjectConfig
+    from writers.base import SnapshotWriter
+    from writers.live_files import Found, LiveTable
+
+log = logging.getLogger("lakeview.spark.executor_reads")
+POS = "__lv_pos"  # writers.live_files.POS: a row's position in its data file
+WEIGHT = "__lv_w"  # writers.snapshot_diff.WEIGHT
+FILES_DDL = "file BINARY, positions BINARY, take BOOLEAN, weight INT"
+HITS_DDL = "path STRING, payload BINARY"
+
+
+@dataclass
+class ExecutorReads:
+    """:class:`writers.live_files.RemoteRows` on Spark's executors."""
+
+    spark: SparkSession
+    rows_max: int
+    jobs: int = 0  # Spark jobs run (find, rewrite, change), for status and tests
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def find(self, table: Table, live: LiveTable, keys: pa.Table, key: tuple[str, ...]) -> Found:
+        from writers.live_files import Found
+
+        started = time.perf_counter()
+        schema = table.schema().as_arrow()
+        hits: list[pa.Table] = []
+        paths: list[str] = []
+        if live.data and keys.num_rows:
+            specs = [(f, live.deleted(f.file_path), False, 1) for f in live.data]
+            keys_ipc = _ipc(keys)
+            plan = iceberg_target(table)
+
+            def find_in(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+                return _find_in(plan, keys_ipc, key, batches)
+
+            for row in self._run(specs, find_in, HITS_DDL).collect():
+                hit = _from_ipc(bytes(row.payload))
+                hits.append(hit)
+                paths += [row.path] * hit.num_rows
+        rows = pa.concat_tables([h.drop_columns([POS]).cast(schema) for h in hits]) if hits else schema.empty_table()
+        positions = pa.table({
+            "file_path": pa.array(paths, pa.string()),
+            "pos": pa.concat_arrays([h.column(POS).combine_chunks().cast(pa.int64()) for h in hits]) if hits else pa.array([], pa.int64()),
+        })  # fmt: skip
+        self.timings["find_s"] = time.perf_counter() - started
+        return Found(rows=rows, positions=positions, files_read=len(live.data))
+
+    def rewrite(self, table: Table, live: LiveTable, files: list[DataFile], drop: pa.Table) -> list[DataFile]:
+        import pyarrow.compute as pc
+        from pyiceberg.manifest import DataFile
+
+        started = time.perf_counter()
+        specs = []
+        for f in files:
+            gone = [p for p in (live.deleted(f.file_path),
+                                drop.column("pos").filter(pc.equal(drop.column("file_path"), f.file_path)).combine_chunks()) if p is not None]
+            specs.append((f, pa.concat_arrays([g.cast(pa.int64()) for g in gone]) if gone else None, False, 1))
+        target = iceberg_target(table)  # its own write uuid: the driver names the epoch's new file after the commit's
+
+        def rewrite_in(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+            return _rewrite_in(target, batches)
+
+        from spark_jobs.executor_writes import RESULT_DDL
+
+        written = [pickle.loads(bytes(r.payload)) for r in self._run(specs, rewrite_in, RESULT_DDL).collect()]
+        self.timings["rewrite_s"] = time.perf_counter() - started
+        return [DataFile.from_args(**fields) for fields in written]
+
+    def change(self, table: Table, parent: LiveTable | None, deletes: list[DataFile], removed: list[DataFile], added: list[DataFile]) -> pa.Table:
+        from pyspark.sql import functions as F
+        from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
+
+        from writers.position_deletes import read_position_deletes
+
+        started = time.perf_counter()
+        arrow = table.schema().as_arrow()
+        before = {f.file_path: f for f in parent.data} if parent is not None else {}
+        specs: list[tuple[DataFile, pa.Array | None, bool, int]] = []
+        for delete_file in deletes:  # the rows it names, as they were in the parent
+            for path, positions in read_position_deletes(table.io, delete_file).items():
+                if path in before:
+                    specs.append((before[path], positions, True, -1))
+        specs += [(f, parent.deleted(f.file_path) if parent is not None else None, False, -1) for f in removed]
+        specs += [(f, None, False, 1) for f in added]
+        spark_schema = from_arrow_schema(arrow.append(pa.field(WEIGHT, pa.int32())))
+        target = to_arrow_schema(spark_schema)
+        plan = iceberg_target(table)
+        columns = [F.col(f"`{name}`") for name in arrow.names]
+        if not specs:
+            return arrow.append(pa.field(WEIGHT, pa.int32())).empty_table()
+
+        def rows_in(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+            return _rows_in(plan, target, batches)
+
+        net = (self._run(specs, rows_in, spark_schema).groupBy(*columns).agg(F.sum(WEIGHT).cast("int").alias(WEIGHT))
+               .where(F.col(WEIGHT) != 0))
+        result = pa.Table.from_batches(net._collect_as_arrow(), schema=target)
+        self.timings["change_s"] = time.perf_counter() - started
+        return result.rename_columns([*arrow.names, WEIGHT]).cast(arrow.append(pa.field(WEIGHT, pa.int32())))
+
+    def _run(self, specs: list[tuple[DataFile, pa.Array | None, bool, int]], func: Any, ddl: Any) -> DataFrame:
+        """One Spark task per slice of ``specs`` (data file, positions, take them or drop them, weight)."""
+        from pyspark import cloudpickle
+
+        import writers.arrow_ops
+
+        for module in (sys.modules[__name__], sys.modules["spark_jobs.executor_writes"], writers.arrow_ops):
+            cloudpickle.register_pickle_by_value(module)  # by value: executors need not import Lakeview
+        self.jobs += 1
+        rows = [(pickle.dumps(f), _ipc(pa.table({POS: p.cast(pa.int64())})) if p is not None else None, take, weight)
+                for f, p, take, weight in specs]
+        slices = max(1, min(len(rows), self.spark.sparkContext.defaultParallelism * 2))
+        frame = self.spark.createDataFrame(self.spark.sparkContext.parallelize(rows, slices), FILES_DDL)
+        return _map_in_arrow(frame, func, ddl)
+
+
+def on_executors(writer: SnapshotWriter, spark: SparkSession, project: ProjectConfig) -> SnapshotWriter:
+    """``writer`` with its large-table reads on Spark's executors (Iceberg writers; Delta's
+    lookups stream through deltalake's scanner and keep no rows)."""
+    live = getattr(writer, "live", None)
+    if live is not None and live.remote is None:
+        live.remote = ExecutorReads(spark, project.spark.driver_keys_max)
+    return writer
+
+
+# --- executor side -----------------------------------------------------------------------
+
+
+def _ipc(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as stream:
+        stream.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def _from_ipc(payload: bytes) -> pa.Table:
+    return pa.ipc.open_stream(pa.py_buffer(payload)).read_all()
+
+
+def _open(plan: IcebergFiles) -> tuple[Any, Any]:
+    from pyiceberg.io import load_file_io
+    from pyiceberg.table.metadata import TableMetadataUtil
+
+    metadata = TableMetadataUtil.parse_raw(plan.metadata_json)
+    return metadata, load_file_io(properties=plan.io_properties, location=metadata.location)
+
+
+def _specs(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple[Any, pa.Array | None, bool, int]]:
+    for batch in batches:
+        for spec, positions, take, weight in zip(*(batch.column(i).to_pylist() for i in range(4))):
+            yield pickle.loads(spec), (_from_ipc(positions).column(POS).combine_chunks() if positions is not None else None), take, weight
+
+
+def _file_rows(metadata: Any, io: Any, data_file: Any, positions: pa.Array | None, take: bool) -> pa.Table:
+    """One data file's rows (the table's schema) with POS: those at ``positions`` (``take``) or
+    all but those."""
+    import pyarrow.compute as pc
+    from pyiceberg.expressions import AlwaysTrue
+    from pyiceberg.io.pyarrow import ArrowScan
+    from pyiceberg.table import FileScanTask
+
+    schema = metadata.schema()
+    every = ArrowScan(table_metadata=metadata, io=io, projected_schema=schema, row_filter=AlwaysTrue()).to_table(tasks=[FileScanTask(data_file)])
+    every = every.cast(schema.as_arrow())
+    index = pa.array(range(every.num_rows), pa.int64())
+    rows = every.append_column(POS, index)
+    if positions is None:
+        return rows.schema.empty_table() if take else rows
+    member = pc.is_in(index, value_set=positions)
+    return rows.filter(member if take else pc.invert(member))
+
+
+def _find_in(plan: IcebergFiles, keys_ipc: bytes, key: tuple[str, ...], batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    from writers.arrow_ops import rows_with_keys
+
+    metadata, io = _open(plan)
+    keys = _from_ipc(keys_ipc)
+    for data_file, deleted, _, _ in _specs(batches):
+        hit = rows_with_keys(_file_rows(metadata, io, data_file, deleted, take=False), keys, key)
+        if hit.num_rows:
+            yield pa.RecordBatch.from_pydict({"path": [data_file.file_path], "payload": [_ipc(hit)]},
+                                             schema=pa.schema([("path", pa.string()), ("payload", pa.binary())]))
+
+
+def _rewrite_in(target: IcebergFiles, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    metadata, io = _open(target)
+
+    def kept() -> Iterator[pa.RecordBatch]:
+        for data_file, gone, _, _ in _specs(batches):
+            yield from _file_rows(metadata, io, data_file, gone, take=False).drop_columns([POS]).to_batches()
+
+    return _write_partition(target, kept())
+
+
+def _rows_in(plan: IcebergFiles, target: pa.Schema, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    metadata, io = _open(plan)
+    for data_file, positions, take, weight in _specs(batches):
+        rows = _file_rows(metadata, io, data_file, positions, take).drop_columns([POS])
+        rows = rows.append_column(WEIGHT, pa.array([weight] * rows.num_rows, pa.int32()))
+        yield from rows.rename_columns(target.names).cast(target).to_batches()

@@ -1,0 +1,121 @@
+"""Tables past ``[spark] driver_keys_max`` live rows are read only by Spark's executors: a chain
+of views over a change feed (a keyed projection, an aggregate with MAX state over it, a filter
+view over that) with the bound at 0 rows equals the full recompute after every batch, folds its
+deletes on the executors, publishes its changes exactly, and the driver never builds a key index
+or caches a row of any table it keeps (views, state tables, the feed's mirror), locally and on
+S3 (SeaweedFS)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from catalog_api.server import CatalogServer
+from lakeview import tables
+from lakeview.config import SparkConfig, parse_project
+from lakeview.embedded import EmbeddedStack, make_writer, open_store
+from spark_jobs.executor_reads import ExecutorReads
+from tests.s3_server import ACCESS_KEY, SECRET_KEY
+from tests.spark_jobs.test_changes import land
+from tests.spark_jobs.test_view_dag import BATCHES, FEED, SCHEMA, assert_chain_equals_recompute, chain, order
+from writers.iceberg import IcebergWriter
+from writers.maintenance import MAINTENANCE
+from writers.snapshot_diff import snapshot_change, summed
+
+MORE = [
+    [order("u", i, 3, 7) for i in (2, 3, 6)] + [order("c", 20, 0, 4), order("d", 10)],
+    [order("c", 30 + i, i % 5, i) for i in range(6)] + [order("d", 20), order("u", 12, 1, 9)],
+]
+
+
+def views_of(prefix: str) -> tuple[tuple[str, str, str], dict]:
+    lines, sales, big, views = chain(prefix)
+    for view in views.values():
+        view.update(cadence="1s", format="iceberg", maintenance={"delete_files_max": 2})  # fold at every second delete file
+    return (lines, sales, big), views
+
+
+def kept_tables(pipeline) -> list[IcebergWriter]:  # noqa: ANN001 - a ViewPipeline
+    maintainer = pipeline.maintainer
+    return [w for w in [pipeline.writer, *maintainer.state, maintainer.mirror] if w is not None]
+
+
+def run_chain(spark, project, names: tuple[str, str, str], catalog_uri: str) -> dict[str, list[IcebergWriter]]:
+    stack = EmbeddedStack(project, catalog_uri=catalog_uri)
+    stack.start_views(spark=spark)
+    try:
+        for number, batch in enumerate([*BATCHES, *MORE]):
+            land(project.source_path("orders"), f"{number:03d}.json", batch)
+            for view in names:
+                stack.queries[view].processAllAvailable()
+            assert_chain_equals_recompute(project, names, f"after batch {number}")
+        return {view: kept_tables(stack.pipelines[view]) for view in names}
+    finally:
+        stack.stop_views()
+
+
+def assert_nothing_kept_on_the_driver(kept: dict[str, list[IcebergWriter]]) -> None:
+    writers = [w for ws in kept.values() for w in ws]
+    assert len(writers) >= 4, "the views, the aggregate's MAX state and the feed's mirror"
+    for writer in writers:
+        name, live = writer.identifier[-1], writer.live
+        assert isinstance(live.remote, ExecutorReads) and live.remote.jobs > 0, f"{name}: never read on the executors"
+        assert live.index_builds == 0, f"{name}: the driver indexed the table's keys"
+        assert live._bytes == 0 and not live._rows, f"{name}: the driver cached the table's rows"
+
+
+def folds(project, view: str) -> int:
+    table = open_store(project).load_table((project.views[view].namespace, view))
+    return sum(1 for s in table.snapshots() if s.summary and MAINTENANCE in s.summary.additional_properties)
+
+
+def test_tables_past_the_driver_bound_are_read_by_the_executors(spark, catalog_server: CatalogServer, make_project, unique_name: str) -> None:
+    names, views = views_of(unique_name[:36])
+    sources = {"orders": {"format": "json", "path": "landing/orders", "schema": SCHEMA, "changes": FEED}}
+    project = make_project(views=views, sources=sources).model_copy(update={"spark": SparkConfig(driver_keys_max=0)})
+    kept = run_chain(spark, project, names, catalog_server.uri)
+    assert_nothing_kept_on_the_driver(kept)
+    lines, sales, _ = names
+    assert folds(project, lines) >= 1 and folds(project, sales) >= 1, "deletes were folded (by the executors) in some commit"
+
+    # A snapshot's change derived on the executors (a new process: nothing remembered from the
+    # commit) equals the driver's derivation, folds included.
+    for view in (lines, sales):
+        remote, local = make_writer(project, view, catalog_server.uri), make_writer(project, view, catalog_server.uri)
+        remote.live.remote = ExecutorReads(spark, rows_max=0)
+        for record in tables.commit_history(project, view):
+            by_executors = snapshot_change(remote, record.snapshot_id)
+            by_driver = snapshot_change(local, record.snapshot_id)
+            assert by_executors.sort_by([(c, "ascending") for c in by_executors.column_names]).equals(
+                by_driver.sort_by([(c, "ascending") for c in by_driver.column_names])), f"{view} epoch {record.epoch}"
+            assert summed(by_executors).num_rows == by_executors.num_rows
+        assert remote.live.remote.jobs >= len(tables.commit_history(project, view))
+
+
+def test_executor_reads_on_s3(spark, s3_server, tmp_path: Path, unique_name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", ACCESS_KEY)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
+    bucket = "executor-reads"
+    s3_server.create_bucket_when_ready(bucket)
+    names, views = views_of("s3reads")
+    project = parse_project(
+        {
+            "lake": {
+                "warehouse": f"s3://{bucket}/wh",
+                "catalog_store": f"sqlite:///{tmp_path / 'catalog.db'}",
+                "s3": {"endpoint": s3_server.endpoint, "region": "us-east-1"},
+            },
+            "spark": {"driver_keys_max": 0},
+            "sources": {"orders": {"format": "json", "path": str(tmp_path / "landing"), "schema": SCHEMA, "changes": FEED}},
+            "views": views,
+        },
+        file=str(tmp_path / "lakeview.toml"),
+        root=tmp_path,
+    )
+    with CatalogServer(open_store(project), host="127.0.0.1", port=0) as server:
+        kept = run_chain(spark, project, names, server.uri)
+    assert_nothing_kept_on_the_driver(kept)
+    assert folds(project, names[0]) >= 1
+    local = [p for p in tmp_path.rglob("*.parquet") if not p.is_relative_to(project.changes_path(names[0]).parent)]
+    assert not local, f"table files went to local disk: {local}"
