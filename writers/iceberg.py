@@ -127,7 +127,7 @@ class IcebergWriter(SnapshotWriter):
         started = time.perf_counter()
         table = self.table()
         key = tuple(keys.column_names)
-        if merge_on_read(table):
+        if merge_on_read(table) or self.live.distributed(self.live.live(table)):
             found = self.live.find(table, keys, key)
             self.timings = {"lookup_s": time.perf_counter() - started, "lookup_files_read": found.files_read,
                             "lookup_indexed": found.indexed, "index_builds": self.live.index_builds}
@@ -198,6 +198,8 @@ class IcebergWriter(SnapshotWriter):
         commit_uuid = uuid.uuid4()
         if change.key is not None and table.current_snapshot() is not None and merge_on_read(table):
             return self._stage_merge_on_read(table, epoch, change, rows, commit_uuid)
+        if change.key is not None and table.current_snapshot() is not None and self.live.distributed(self.live.live(table)):
+            return self._stage_rewrite_on_executors(table, epoch, change, rows, commit_uuid)
         replaced: list = []
         deleted = 0
         if change.key is not None and table.current_snapshot() is not None:
@@ -272,6 +274,31 @@ class IcebergWriter(SnapshotWriter):
         self.live.remember(table, files, written, deletes, named, found, rewrite)
         self.timings.update(files_read=found.files_read, indexed=found.indexed, index_builds=self.live.index_builds,
                             position_deletes=positions.num_rows, files_rewritten=len(rewrite), delete_files_folded=len(dropped))
+        return txn, properties
+
+
+    def _stage_rewrite_on_executors(
+        self, table: Table, epoch: Epoch, change: Change, rows: pa.Table, commit_uuid: uuid.UUID
+    ) -> tuple[Transaction, dict[str, str]]:
+        """Copy-on-write on a table past the driver's bound: the files holding a changed key are
+        written again by Spark's executors without those rows; the new rows go in their own file."""
+        assert change.key is not None and self.live.remote is not None
+        found = self.live.find(table, change.touched_keys(), change.key)
+        live = self.live.live(table)
+        touched = set(found.positions.column("file_path").to_pylist())
+        replaced = [f for f in live.data if f.file_path in touched]
+        files = self.live.remote.rewrite(table, live, replaced, found.positions) if replaced else []
+        files += list(_dataframe_to_data_files(table_metadata=table.metadata, df=rows, io=table.io, write_uuid=commit_uuid)) if rows.num_rows else []
+        properties = CommitRecord.properties(epoch, inserted=change.rows.num_rows, deleted=found.rows.num_rows)
+        txn = transaction(table)
+        producer = txn.update_snapshot(snapshot_properties=properties)
+        with (_overwrite(producer, commit_uuid) if replaced else producer.fast_append()) as snapshot:
+            for data_file in replaced:
+                snapshot.delete_data_file(data_file)
+            for data_file in files:
+                snapshot.append_data_file(data_file)
+        self.live.remember(table, files, rows, None, found, found, replaced)
+        self.timings.update(files_read=found.files_read, files_rewritten=len(replaced))
         return txn, properties
 
 

@@ -119,3 +119,52 @@ def test_executor_reads_on_s3(spark, s3_server, tmp_path: Path, unique_name: str
     assert folds(project, names[0]) >= 1
     local = [p for p in tmp_path.rglob("*.parquet") if not p.is_relative_to(project.changes_path(names[0]).parent)]
     assert not local, f"table files went to local disk: {local}"
+
+
+# ---------------------------------------------------------------- the writer alone, against a model
+
+
+@pytest.mark.parametrize("mode", ["merge-on-read", "copy-on-write"])
+def test_remote_writer_equals_a_model_every_epoch(mode: str, spark, rest_catalog, unique_name: str) -> None:
+    """Random upserts and deletes (NULL key included) on a table past the driver's bound: after
+    every epoch the table equals a model, the snapshot's change (remembered from the commit, and
+    derived again on the executors by a fresh writer) is exactly the model's, and folds (merge-on-read)
+    or file rewrites (copy-on-write) were done by the executors."""
+    import random
+
+    import pyarrow as pa
+
+    from writers.base import Change, Epoch
+    from writers.maintenance import MaintenancePolicy
+    from writers.snapshot_diff import WEIGHT
+
+    schema = pa.schema([("k", pa.int64()), ("total", pa.int64())])
+    policy = MaintenancePolicy(keep_snapshots=None, small_file_bytes=1 << 30, compact_min_files=4, delete_files_max=3)
+    writer = IcebergWriter(rest_catalog, "executor_reads", unique_name, compaction=policy)
+    writer.live.remote = ExecutorReads(spark, rows_max=0)
+    writer.ensure_table(schema, ("k",), {"write.update.mode": mode})
+    fresh = IcebergWriter(rest_catalog, "executor_reads", unique_name)
+    fresh.live.remote = ExecutorReads(spark, rows_max=0)
+    rng = random.Random(23)
+    model: dict = {}
+    rewrites = 0
+    for epoch in range(10):
+        before = dict(model)
+        upserts = {rng.choice([*range(80), None]): rng.randrange(1000) for _ in range(30 if epoch == 0 else rng.randrange(1, 12))}
+        deletes = [k for k in rng.sample(sorted(model, key=repr), min(len(model), rng.randrange(0, 5))) if k not in upserts]
+        rows = pa.table({"k": pa.array(list(upserts), pa.int64()), "total": pa.array(list(upserts.values()), pa.int64())})
+        gone = pa.table({"k": pa.array(deletes, pa.int64())}) if deletes else None
+        record = writer.commit(Epoch(unique_name, epoch, {"n": epoch}), Change(rows, ("k",), deletes=gone))
+        model = {k: v for k, v in model.items() if k not in deletes} | upserts
+        assert record is not None
+        stored = writer.table().scan().to_arrow().to_pylist()
+        assert {r["k"]: r["total"] for r in stored} == model and len(stored) == len(model), f"epoch {epoch}"
+        expected = {**{(k, v): -1 for k, v in before.items() if model.get(k, object()) != v},
+                    **{(k, v): 1 for k, v in model.items() if before.get(k, object()) != v}}
+        for derived_by in (writer, fresh):
+            z = snapshot_change(derived_by, record.snapshot_id).to_pylist()  # type: ignore[arg-type]
+            assert {(r["k"], r["total"]): r[WEIGHT] for r in z} == expected, f"epoch {epoch}"
+        rewrites += writer.timings.get("files_rewritten", 0) > 0
+    assert rewrites >= 2, "files were rewritten (by the executors) several times"
+    assert writer.live.index_builds == 0 and not writer.live._rows
+    assert writer.live.remote.timings.get("rewrite_s") is not None and fresh.live.remote.timings.get("change_s") is not None
