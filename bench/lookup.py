@@ -6,11 +6,13 @@ store, a temp warehouse) with :class:`writers.iceberg.IcebergWriter`: one epoch 
 row, then each epoch upserts ``--batch`` random existing keys as a view pipeline does (the
 writer's ``lookup`` of the keys, then ``commit``: one data file and one position-delete file).
 
-Three ways to find the stored rows, same rows: ``int64`` keys through the writer's key index
+Four ways to find the stored rows, same rows: ``int64`` keys through the writer's key index
 (:mod:`writers.key_index`: cost per key of the delta); the same keys by probing every live row
 (``LiveFiles(use_index=False)``: one pyarrow membership test over the table, what every epoch
 cost before the index); ``float64`` keys, which cannot be indexed (NaN and -0.0 do not hash as
-the writers compare) and are probed file by file. The first upsert epoch (which builds the index) and one
+the writers compare) and are probed file by file; ``int64`` keys on Spark's executors, as for a
+table past ``[spark] driver_keys_max`` (:mod:`spark_jobs.executor_reads`: a Spark job reads the
+live files, the driver holds no row; local[2] here, so two executor threads). The first upsert epoch (which builds the index) and one
 more are warm-up; then the median of ``--repeats`` epochs of: lookup, commit (stage + catalog
 commit), and their sum. Every lookup must find every key. Prints one table; the last column is
 each row's cost over the smallest view's, same key type, same run.
@@ -42,22 +44,25 @@ from catalog_api.server import CatalogServer  # noqa: E402
 from catalog_api.store import CatalogStore  # noqa: E402
 from writers.base import Change, Epoch  # noqa: E402
 from writers.iceberg import IcebergWriter  # noqa: E402
+from spark_jobs.executor_reads import ExecutorReads  # noqa: E402
 from writers.live_files import LiveFiles  # noqa: E402
 
 NAMESPACE = "bench"
 KEY = ("product_id",)
-WAYS = {"int64 keys, index": (pa.int64(), True), "int64 keys, probe": (pa.int64(), False), "float64 keys, probe": (pa.float64(), True)}
+WAYS = {"int64 keys, index": (pa.int64(), True, False), "int64 keys, probe": (pa.int64(), False, False),
+        "float64 keys, probe": (pa.float64(), True, False), "int64 keys, executors": (pa.int64(), True, True)}
 
 
 def schema_for(key_type: pa.DataType) -> pa.Schema:
     return pa.schema([("product_id", key_type), ("total_sold", pa.int64()), ("orders", pa.int64())])
 
 
-def run(server: CatalogServer, name: str, rows: int, key_type: pa.DataType, use_index: bool, args: argparse.Namespace) -> dict[str, float]:
+def run(server: CatalogServer, name: str, rows: int, key_type: pa.DataType, use_index: bool, remote: ExecutorReads | None,
+        args: argparse.Namespace) -> dict[str, float]:
     """Medians (seconds) of lookup, commit and epoch over the measured epochs of one table."""
     schema = schema_for(key_type)
     writer = IcebergWriter(RestCatalog(f"bench-{name}", uri=server.uri, warehouse="lakeview"), NAMESPACE, name)
-    writer.live = LiveFiles(use_index=use_index)
+    writer.live = LiveFiles(use_index=use_index, remote=remote)
     writer.ensure_table(schema, KEY, {})
     rng = random.Random(args.seed)
     totals = [1] * rows
@@ -99,15 +104,23 @@ def main() -> None:
     sizes = [int(r) for r in args.rows.split(",")]
     root = Path(tempfile.mkdtemp(prefix="lakeview-bench-lookup-"))
     results: dict[tuple[str, int], dict[str, float]] = {}
+    spark = None
     try:
         store = CatalogStore(f"sqlite:///{root / 'catalog.db'}", root / "warehouse", "lakeview")
         with CatalogServer(store, host="127.0.0.1", port=0) as server:
-            for n, (label, (key_type, use_index)) in enumerate(WAYS.items()):
+            for n, (label, (key_type, use_index, on_executors)) in enumerate(WAYS.items()):
+                if on_executors and spark is None:
+                    from spark_jobs.session import build_session
+
+                    spark = build_session("lakeview-bench-lookup")
                 for rows in sizes:
-                    results[(label, rows)] = run(server, f"v{rows}_{n}", rows, key_type, use_index, args)
+                    remote = ExecutorReads(spark, rows_max=0) if on_executors else None
+                    results[(label, rows)] = run(server, f"v{rows}_{n}", rows, key_type, use_index, remote, args)
                     console.print(f"{label} @ {rows:,}: {results[(label, rows)]}")
     finally:
         shutil.rmtree(root, ignore_errors=True)
+        if spark is not None:
+            spark.stop()
     table = Table(title=f"one keyed epoch ({args.batch:,} random keys upserted) vs view size; median of {args.repeats}; "
                         f"load {load_start[0]:.1f} -> {os.getloadavg()[0]:.1f}")
     for col in ("keys found by", "view rows", "lookup s", "commit s", "lookup + commit s", "index builds", f"vs {sizes[0]:,} rows"):

@@ -95,7 +95,7 @@ class ChangePublisher:
     def publish(self) -> list[int]:
         """Publish, for every reader, each committed epoch newer than its mark, oldest first;
         the epochs published (to any reader)."""
-        from writers.snapshot_diff import commits_after, consolidate, snapshot_change, snapshot_rows
+        from writers.snapshot_diff import commits_after, snapshot_change
 
         changes: dict[int | None, pa.Table] = {}  # snapshot -> its Z-set, derived once for all readers
         published: set[int] = set()
@@ -109,8 +109,7 @@ class ChangePublisher:
                 last = self.writer.last_commit()
                 if last is None or last.snapshot_id is None:
                     continue
-                rows = snapshot_rows(self.writer, last.snapshot_id)  # a new reader: the whole table, +1 each
-                self._write(directory, last, consolidate(rows.schema.empty_table(), rows, rows.schema))
+                self._write_all(directory, last)  # a new reader: the whole table, +1 each
                 published.add(last.epoch)
                 continue
             for record in (r for r in commits if r.epoch > done):
@@ -122,6 +121,28 @@ class ChangePublisher:
             log.info("%s: published the change of epoch(s) %s for %s", self.view, sorted(published), ", ".join(self.downstreams))
         self.prune()
         return sorted(published)
+
+    def _write_all(self, directory: Path, record: CommitRecord) -> None:
+        """Every row of the table at ``record``'s snapshot at +1, streamed into one change file a
+        batch at a time (the driver never holds the table). Rows stored twice stay two rows at
+        +1 each: the same Z-set as one row at +2, and every reader sums weights."""
+        from writers.snapshot_diff import WEIGHT, snapshot_batches
+
+        rows = snapshot_batches(self.writer, record.snapshot_id)  # type: ignore[arg-type]
+        schema = rows.schema.append(pa.field(WEIGHT, pa.int32()))
+        name = change_file_name(record.epoch, record.snapshot_id)
+        hidden = directory / f".{name}.tmp"
+        written = 0
+        with pq.ParquetWriter(hidden, schema) as out:
+            for batch in rows:
+                if batch.num_rows:
+                    out.write_batch(pa.RecordBatch.from_arrays([*batch.columns, pa.array([1] * batch.num_rows, pa.int32())], schema=schema))
+                    written += batch.num_rows
+        if written:
+            os.replace(hidden, directory / name)
+        else:
+            hidden.unlink()
+        self._write(directory, record, schema.empty_table())  # the reader's mark
 
     @staticmethod
     def _write(directory: Path, record: CommitRecord, zset: pa.Table) -> None:

@@ -149,7 +149,7 @@ class ExecutorReads:
         self.jobs += 1
         rows = [(pickle.dumps(f), _ipc(pa.table({POS: p.cast(pa.int64())})) if p is not None else None, take, weight)
                 for f, p, take, weight in specs]
-        slices = max(1, min(len(rows), self.spark.sparkContext.defaultParallelism * 2))
+        slices = max(1, min(len(rows), self.spark.sparkContext.defaultParallelism))
         frame = self.spark.createDataFrame(self.spark.sparkContext.parallelize(rows, slices), FILES_DDL)
         return _map_in_arrow(frame, func, ddl)
 

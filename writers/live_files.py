@@ -35,7 +35,7 @@ from pyiceberg.io.pyarrow import ArrowScan
 from pyiceberg.manifest import DataFile, DataFileContent, ManifestEntry
 from pyiceberg.table import FileScanTask, Table
 
-from writers.arrow_ops import _hashable_alike, rows_with_keys
+from writers.arrow_ops import _hashable_alike, rows_with_keys, rows_without_keys
 from writers.key_index import KeyIndex, indexable, key_values
 from writers.maintenance import MaintenancePolicy
 from writers.position_deletes import read_position_deletes
@@ -118,6 +118,7 @@ class LiveFiles:
         self.use_index = use_index  # False: find keys by probing every live row (bench/lookup.py's baseline)
         self.remote = remote  # where tables past ``remote.rows_max`` live rows are read (None: always here)
         self._changes: OrderedDict[frozenset[str], tuple[pa.Table, pa.Table]] = OrderedDict()  # remote: a commit's (gone, came) by added files
+        self._found: tuple[tuple[int | None, int], tuple[str, ...], pa.Table, Found] | None = None  # remote: the last find ((snapshot, schema), key, keys, found)
         # (data file, schema id) -> every row of the file, in file order (row i is position i)
         self._rows: OrderedDict[tuple[str, int], pa.Table] = OrderedDict()
         self._removed: dict[str, pa.Table] = {}  # delete file this writer committed -> the rows it deleted
@@ -218,7 +219,12 @@ class LiveFiles:
         if self.distributed(live):
             assert self.remote is not None
             self._forget_rows()
-            return self.remote.find(table, live, keys, key)
+            last = self._found
+            if last is not None and last[:2] == ((live.snapshot_id, live.schema_id), key) and not rows_without_keys(keys, last[2], key).num_rows:
+                return _subset(last[3], keys, key)  # a commit's keys, just found for its lookup: no second Spark job
+            found = self.remote.find(table, live, keys, key)
+            self._found = ((live.snapshot_id, live.schema_id), key, keys, found)
+            return found
         schema = table.schema().as_arrow()
         index = self._key_index(table, live, key, keys.schema)
         read = 0
@@ -382,6 +388,13 @@ def _hits(alive: list[tuple[DataFile, pa.Table]], keys: pa.Table, key: tuple[str
         offset += stored.num_rows
         out.append((data_file, stored.filter(mask) if pc.any(mask).as_py() else stored.schema.empty_table()))
     return out
+
+
+def _subset(found: Found, keys: pa.Table, key: tuple[str, ...]) -> Found:
+    """The part of ``found`` whose key is one of ``keys``."""
+    numbered = _with_pos(found.rows)
+    kept = rows_with_keys(numbered, keys, key).column(POS).combine_chunks()
+    return Found(rows=found.rows.take(kept), positions=found.positions.take(kept), files_read=0, indexed=found.indexed)
 
 
 def _with_pos(rows: pa.Table) -> pa.Table:

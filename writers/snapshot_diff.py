@@ -42,7 +42,12 @@ def snapshot_change(writer: SnapshotWriter, snapshot_id: int) -> pa.Table:
 
 def snapshot_rows(writer: SnapshotWriter, snapshot_id: int) -> pa.Table:
     """Every row of the table at one snapshot / version."""
-    return _for(writer, _iceberg_rows, _delta_rows)(writer, snapshot_id)
+    return snapshot_batches(writer, snapshot_id).read_all()
+
+
+def snapshot_batches(writer: SnapshotWriter, snapshot_id: int) -> pa.RecordBatchReader:
+    """Every row of the table at one snapshot / version, streamed a file at a time."""
+    return _for(writer, _iceberg_batches, _delta_batches)(writer, snapshot_id)
 
 
 def commits_after(writer: SnapshotWriter, epoch: int | None) -> list[CommitRecord]:
@@ -131,8 +136,8 @@ def _iceberg_change(writer: IcebergWriter, snapshot_id: int) -> pa.Table:
     return consolidate(rows(gone), rows(came), arrow)
 
 
-def _iceberg_rows(writer: IcebergWriter, snapshot_id: int) -> pa.Table:
-    return writer.table().scan(snapshot_id=snapshot_id).to_arrow()
+def _iceberg_batches(writer: IcebergWriter, snapshot_id: int) -> pa.RecordBatchReader:
+    return writer.table().scan(snapshot_id=snapshot_id).to_arrow_batch_reader()
 
 
 def _iceberg_commits_after(writer: IcebergWriter, epoch: int | None) -> list[CommitRecord]:
@@ -182,8 +187,8 @@ def _delta_change(writer: DeltaWriter, version: int) -> pa.Table:
     return consolidate(removed, added, schema)
 
 
-def _delta_rows(writer: DeltaWriter, version: int) -> pa.Table:
-    return writer.table(version).to_pyarrow_table()
+def _delta_batches(writer: DeltaWriter, version: int) -> pa.RecordBatchReader:
+    return writer.table(version).to_pyarrow_dataset().scanner().to_reader()
 
 
 def _delta_commits_after(writer: DeltaWriter, epoch: int | None) -> list[CommitRecord]:
