@@ -18,12 +18,13 @@ from collections.abc import Callable, Iterable
 import pyarrow as pa
 from pyiceberg.exceptions import CommitFailedException, ValidationException
 from pyiceberg.io.pyarrow import _dataframe_to_data_files
+from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Operation, Snapshot
 
 from lakeview.errors import CommitConflictError
 from writers.iceberg import KEY_PROPERTY, IcebergWriter, _overwrite, last_commit_of, merge_on_read
-from writers.live_files import LiveFiles
+from writers.live_files import LiveFiles, LiveTable
 from writers.metadata_memo import transaction
 from writers.position_deletes import row_delta
 from writers.maintenance import MAINTENANCE, MaintenancePolicy, MaintenanceReport, Progress, filesystem_for, list_files, mtime_ms
@@ -125,10 +126,8 @@ def _compact(writer: IcebergWriter, policy: MaintenancePolicy, report: Maintenan
         say(f"compaction: {small} small file(s) of {len(live.data)}, below the threshold of {policy.compact_min_files}")
         return
     say(f"compaction: rewriting {len(rewrite)} file(s)" + (f", folding {len(dropped)} delete file(s)" if dropped else ""))
-    reader = LiveFiles()
-    rows = pa.concat_tables([reader.rows_of(table, f, live.deletes.get(f.file_path, {})) for f in rewrite])
     commit_uuid = uuid.uuid4()
-    written = list(_dataframe_to_data_files(table_metadata=table.metadata, df=rows, io=table.io, write_uuid=commit_uuid)) if rows.num_rows else []
+    written = _rewritten(table, live, rewrite, commit_uuid)
     txn = transaction(table)
     if live.delete_files or self_compacting(table):
         # RowDelta: refused (and redone by _retrying) if a commit landed since the files were read,
@@ -150,6 +149,31 @@ def _compact(writer: IcebergWriter, policy: MaintenancePolicy, report: Maintenan
     report.files_written += len(written)
     report.delete_files_folded += len(dropped)
     say(f"compaction: {len(rewrite)} file(s) -> {len(written)}" + (f"; {len(dropped)} delete file(s) folded in" if dropped else ""))
+
+
+def _rewritten(table: Table, live: LiveTable, rewrite: list[DataFile], commit_uuid: uuid.UUID) -> list[DataFile]:
+    """``rewrite``'s live rows in new data files, read and written about ``REWRITE_BYTES`` at a
+    time: memory holds one output's worth of rows, not every file rewritten."""
+    reader = LiveFiles(budget_bytes=0)  # nothing kept between files
+    written: list[DataFile] = []
+    pending: list[pa.Table] = []
+
+    def flush() -> None:
+        rows = pa.concat_tables(pending)
+        pending.clear()
+        if rows.num_rows:
+            written.extend(_dataframe_to_data_files(table_metadata=table.metadata, df=rows, io=table.io, write_uuid=commit_uuid))
+
+    for data_file in rewrite:
+        pending.append(reader.rows_of(table, data_file, live.deletes.get(data_file.file_path, {})))
+        if sum(t.nbytes for t in pending) >= REWRITE_BYTES:
+            flush()
+    if pending:
+        flush()
+    return written
+
+
+REWRITE_BYTES = 128 * 1024 * 1024  # Arrow bytes of rows a compaction holds before it writes them
 
 
 def self_compacting(table: Table) -> bool:
