@@ -11,6 +11,9 @@ batch's aggregate into a copy of the view (Iceberg, same catalog; ``sales`` only
 full recompute (``INSERT OVERWRITE`` of the full ``GROUP BY`` into an Iceberg table) and a
 DuckDB full recompute (``read_parquet`` + the view's SQL). Prints a table with the ratios.
 
+``--driver-keys-max 0`` runs every view with its tables read only on Spark's executors (as
+tables past ``[spark] driver_keys_max`` are), to compare with the driver's key index.
+
 ``--scaling`` adds the cost-vs-size table: the incremental refresh for several batch sizes on
 a view of ``--products`` rows and on a 1M-row view (1M products), so one sees whether a
 commit's cost follows the delta or the view.
@@ -18,7 +21,7 @@ commit's cost follows the delta or the view.
 Views: ``sales`` (SUM, COUNT(*): merged into the view's own rows) and ``stats`` (AVG, MIN,
 MAX, COUNT(DISTINCT): kept in Lakeview state tables, as any view over a change feed is).
 
-    .venv/bin/python bench/refresh.py [--history 1000000,10000000,50000000,100000000] [--batch 10000] [--repeats 3] [--scaling]
+    .venv/bin/python bench/refresh.py [--history 1000000,10000000,50000000,100000000] [--batch 10000] [--repeats 3] [--scaling] [--driver-keys-max 0]
 """
 
 from __future__ import annotations
@@ -61,6 +64,8 @@ def main() -> None:
     parser.add_argument("--views", default="sales", help=f"comma-separated, of {', '.join(VIEWS)}")
     parser.add_argument("--scaling", action="store_true", help="also: incremental cost vs batch size, 100k- and 1M-row views")
     parser.add_argument("--no-baselines", action="store_true", help="incremental only")
+    parser.add_argument("--driver-keys-max", type=int, default=None,
+                        help="[spark] driver_keys_max (0: every table read on Spark's executors, no driver index)")
     args = parser.parse_args()
     console = Console(width=220)
     console.print(f"load average at start: {os.getloadavg()}")
@@ -88,10 +93,11 @@ def main() -> None:
     console.print(f"load average at end: {os.getloadavg()}")
 
 
-def project_for(view: str, landing: Path, root: Path):  # noqa: ANN201
+def project_for(view: str, landing: Path, root: Path, driver_keys_max: int | None = None):  # noqa: ANN201
     return parse_project(
         {
             "server": {"port": 0},
+            "spark": {} if driver_keys_max is None else {"driver_keys_max": driver_keys_max},
             "sources": {"orders": {"format": "parquet", "path": str(landing), "schema": SCHEMA}},
             "views": {view: {"sql": VIEWS[view], "cadence": "100ms", "namespace": "bench"}},
         },
@@ -126,6 +132,9 @@ def epoch_phases(stack: EmbeddedStack, view: str) -> dict[str, float]:
     pipeline = stack.pipelines[view]
     phases = dict(pipeline.timings)
     phases.update({f"view_{k}": v for k, v in getattr(pipeline.writer, "timings", {}).items()})
+    remote = getattr(getattr(pipeline.writer, "live", None), "remote", None)
+    if remote is not None and remote.timings:
+        phases.update({f"executors_{k}": v for k, v in remote.timings.items()})
     progress = stack.queries[view].lastProgress or {}
     durations = progress.get("durationMs", {})
     if durations:
@@ -137,7 +146,7 @@ def epoch_phases(stack: EmbeddedStack, view: str) -> dict[str, float]:
 def run_one(view: str, landing: Path, history: int, args: argparse.Namespace, console: Console) -> tuple[int, float, float, float, float, float]:
     root = Path(tempfile.mkdtemp(prefix="lakeview-bench-"))
     sql = VIEWS[view]
-    with EmbeddedStack(project_for(view, landing, root), port=0) as stack:
+    with EmbeddedStack(project_for(view, landing, root, args.driver_keys_max), port=0) as stack:
         started = time.perf_counter()
         stack.start_views(on_commit=lambda record: COMMITTED.append(time.perf_counter()))
         stack.queries[view].processAllAvailable()  # the backfill
@@ -212,7 +221,7 @@ def scaling(args: argparse.Namespace, console: Console) -> None:
         landing = Path(tempfile.mkdtemp(prefix="lakeview-bench-landing-"))
         root = Path(tempfile.mkdtemp(prefix="lakeview-bench-"))
         generate_history(landing, products * 5, products=products)  # ~every product present: a full-size view
-        with EmbeddedStack(project_for("sales", landing, root), port=0) as stack:
+        with EmbeddedStack(project_for("sales", landing, root, args.driver_keys_max), port=0) as stack:
             stack.start_views(on_commit=lambda record: COMMITTED.append(time.perf_counter()))
             stack.queries["sales"].processAllAvailable()
             timed_batches(stack, "sales", landing, [args.batch], products, "warm")
