@@ -123,6 +123,9 @@ def explain(project: ProjectConfig, view: str) -> str:
     bound = project.spark.max_files_per_trigger
     lines.append("       the batch's delta is merged in the driver: at most " + (f"{bound} new files per batch ([spark] max_files_per_trigger)"
                  if bound else "everything landed since the last batch (unbounded: set [spark] max_files_per_trigger)"))
+    if config.format.value == "iceberg":
+        lines.append(f"       stored rows of the touched keys: found by the driver's key index up to {project.spark.driver_keys_max} rows "
+                     "per table, past that read only by the Spark executors ([spark] driver_keys_max)")
     key = ", ".join(plan.keys) or "none (one row)"
     return "\n".join(lines + [f"key: {key}", "state: " + "; ".join(state)] + _published(project, view) + group_lines(project, view))
 

@@ -39,6 +39,10 @@ def test_explain_names_operators_key_and_state(tmp_path: Path) -> None:
     assert "MAX(quantity): greatest value with multiplicity > 0 in the value multiset [shop.__lv_state_sales_1]" in out
     assert "HAVING: re-evaluated per touched group" in out
     assert "shop.__lv_state_sales_src (current row per feed key)" in out
+    assert "driver's key index up to 2000000 rows per table, past that read only by the Spark executors" in out
+    (tmp_path / "lakeview.toml").write_text("[spark]\ndriver_keys_max = 0\n" + PROJECT)
+    bounded = CliRunner().invoke(app, ["explain", "sales", "-p", str(tmp_path)]).output
+    assert "driver's key index up to 0 rows per table" in bounded
     copy = CliRunner().invoke(app, ["explain", "orders_copy", "-p", str(tmp_path)]).output
     assert "upsert/delete by the feed key (order_id)" in copy and "key: order_id" in copy
 
