@@ -46,7 +46,6 @@ log = logging.getLogger("lakeview.spark.executor_reads")
 POS = "__lv_pos"  # writers.live_files.POS: a row's position in its data file
 WEIGHT = "__lv_w"  # writers.snapshot_diff.WEIGHT
 FILES_DDL = "file BINARY, positions BINARY, take BOOLEAN, weight INT"
-HITS_DDL = "path STRING, payload BINARY"
 
 
 @dataclass
@@ -70,13 +69,13 @@ class ExecutorReads:
             keys_ipc = _ipc(keys)
             plan = iceberg_target(table)
 
-            def find_in(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-                return _find_in(plan, keys_ipc, key, batches)
+            def find_in(part: Iterator[tuple]) -> Iterator[tuple[str, bytes]]:
+                return _find_in(plan, keys_ipc, key, part)
 
-            for row in self._run(specs, find_in, HITS_DDL).collect():
-                hit = _from_ipc(bytes(row.payload))
+            for path, payload in self._tasks(specs).mapPartitions(find_in).collect():
+                hit = _from_ipc(payload)
                 hits.append(hit)
-                paths += [row.path] * hit.num_rows
+                paths += [path] * hit.num_rows
         rows = pa.concat_tables([h.drop_columns([POS]).cast(schema) for h in hits]) if hits else schema.empty_table()
         positions = pa.table({
             "file_path": pa.array(paths, pa.string()),
@@ -97,12 +96,10 @@ class ExecutorReads:
             specs.append((f, pa.concat_arrays([g.cast(pa.int64()) for g in gone]) if gone else None, False, 1))
         target = iceberg_target(table)  # its own write uuid: the driver names the epoch's new file after the commit's
 
-        def rewrite_in(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-            return _rewrite_in(target, batches)
+        def rewrite_in(part: Iterator[tuple]) -> Iterator[bytes]:
+            return _rewrite_in(target, part)
 
-        from spark_jobs.executor_writes import RESULT_DDL
-
-        written = [pickle.loads(bytes(r.payload)) for r in self._run(specs, rewrite_in, RESULT_DDL).collect()]
+        written = [pickle.loads(payload) for payload in self._tasks(specs).mapPartitions(rewrite_in).collect()]
         self.timings["rewrite_s"] = time.perf_counter() - started
         return [DataFile.from_args(**fields) for fields in written]
 
@@ -130,16 +127,17 @@ class ExecutorReads:
             return arrow.append(pa.field(WEIGHT, pa.int32())).empty_table()
 
         def rows_in(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-            return _rows_in(plan, target, batches)
+            return _rows_in(plan, target, _specs(batches))
 
-        net = (self._run(specs, rows_in, spark_schema).groupBy(*columns).agg(F.sum(WEIGHT).cast("int").alias(WEIGHT))
+        net = (self._frame(specs, rows_in, spark_schema).groupBy(*columns).agg(F.sum(WEIGHT).cast("int").alias(WEIGHT))
                .where(F.col(WEIGHT) != 0))
         result = pa.Table.from_batches(net._collect_as_arrow(), schema=target)
         self.timings["change_s"] = time.perf_counter() - started
         return result.rename_columns([*arrow.names, WEIGHT]).cast(arrow.append(pa.field(WEIGHT, pa.int32())))
 
-    def _run(self, specs: list[tuple[DataFile, pa.Array | None, bool, int]], func: Any, ddl: Any) -> DataFrame:
-        """One Spark task per slice of ``specs`` (data file, positions, take them or drop them, weight)."""
+    def _tasks(self, specs: list[tuple[DataFile, pa.Array | None, bool, int]]) -> Any:
+        """An RDD of ``specs`` (data file, positions, take them or drop them, weight) in one
+        slice per executor core: a plain Python RDD, the cheapest Spark job pyspark runs."""
         from pyspark import cloudpickle
 
         import writers.arrow_ops
@@ -149,9 +147,11 @@ class ExecutorReads:
         self.jobs += 1
         rows = [(pickle.dumps(f), _ipc(pa.table({POS: p.cast(pa.int64())})) if p is not None else None, take, weight)
                 for f, p, take, weight in specs]
-        slices = max(1, min(len(rows), self.spark.sparkContext.defaultParallelism))
-        frame = self.spark.createDataFrame(self.spark.sparkContext.parallelize(rows, slices), FILES_DDL)
-        return _map_in_arrow(frame, func, ddl)
+        return self.spark.sparkContext.parallelize(rows, max(1, min(len(rows), self.spark.sparkContext.defaultParallelism)))
+
+    def _frame(self, specs: list[tuple[DataFile, pa.Array | None, bool, int]], func: Any, ddl: Any) -> DataFrame:
+        """``specs`` as a DataFrame mapped by ``func`` (an Arrow map with the output ``ddl``)."""
+        return _map_in_arrow(self.spark.createDataFrame(self._tasks(specs), FILES_DDL), func, ddl)
 
 
 def on_executors(writer: SnapshotWriter, spark: SparkSession, project: ProjectConfig) -> SnapshotWriter:
@@ -185,10 +185,51 @@ def _open(plan: IcebergFiles) -> tuple[Any, Any]:
     return metadata, load_file_io(properties=plan.io_properties, location=metadata.location)
 
 
-def _specs(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple[Any, pa.Array | None, bool, int]]:
+def _specs(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple]:
+    """The rows of an Arrow map's input batches as ``_tasks`` made them."""
     for batch in batches:
-        for spec, positions, take, weight in zip(*(batch.column(i).to_pylist() for i in range(4))):
-            yield pickle.loads(spec), (_from_ipc(positions).column(POS).combine_chunks() if positions is not None else None), take, weight
+        yield from zip(*(batch.column(i).to_pylist() for i in range(4)))
+
+
+def _spec(row: tuple) -> tuple[Any, pa.Array | None, bool, int]:
+    spec, positions, take, weight = row
+    return pickle.loads(spec), (_from_ipc(positions).column(POS).combine_chunks() if positions is not None else None), take, weight
+
+
+class _FileCache:
+    """Rows of data files this Python worker read, by (path, schema id), least recently used out
+    past ``WORKER_CACHE_BYTES``. Data files never change once written, so an entry is never
+    stale; Spark reuses its Python workers across tasks and jobs, so an epoch's job mostly finds
+    the files the last one read (on a cluster, those its executor was given)."""
+
+    def __init__(self) -> None:
+        from collections import OrderedDict
+
+        self.rows: OrderedDict[tuple[str, int], pa.Table] = OrderedDict()
+        self.bytes = 0
+
+    def put(self, cached: tuple[str, int], rows: pa.Table) -> None:
+        self.rows[cached] = rows
+        self.bytes += rows.nbytes
+        while self.bytes > WORKER_CACHE_BYTES and len(self.rows) > 1:
+            _, dropped = self.rows.popitem(last=False)
+            self.bytes -= dropped.nbytes
+
+
+WORKER_CACHE_BYTES = 512 * 1024 * 1024  # per Python worker process on the executors
+
+
+def _worker_cache() -> _FileCache:
+    """The worker process's one cache. It lives in ``sys.modules``: this module's functions reach
+    the worker pickled by value, so a global of theirs is new in every task."""
+    import types
+
+    holder = sys.modules.get("__lakeview_file_cache__")
+    if holder is None:
+        holder = types.ModuleType("__lakeview_file_cache__")
+        holder.cache = _FileCache()  # type: ignore[attr-defined]
+        sys.modules["__lakeview_file_cache__"] = holder
+    return holder.cache  # type: ignore[attr-defined]
 
 
 def _file_rows(metadata: Any, io: Any, data_file: Any, positions: pa.Array | None, take: bool) -> pa.Table:
@@ -200,8 +241,15 @@ def _file_rows(metadata: Any, io: Any, data_file: Any, positions: pa.Array | Non
     from pyiceberg.table import FileScanTask
 
     schema = metadata.schema()
-    every = ArrowScan(table_metadata=metadata, io=io, projected_schema=schema, row_filter=AlwaysTrue()).to_table(tasks=[FileScanTask(data_file)])
-    every = every.cast(schema.as_arrow())
+    cache = _worker_cache()
+    cached = (data_file.file_path, schema.schema_id)
+    every = cache.rows.get(cached)
+    if every is None:
+        scan = ArrowScan(table_metadata=metadata, io=io, projected_schema=schema, row_filter=AlwaysTrue())
+        every = scan.to_table(tasks=[FileScanTask(data_file)]).cast(schema.as_arrow())
+        cache.put(cached, every)
+    else:
+        cache.rows.move_to_end(cached)
     index = pa.array(range(every.num_rows), pa.int64())
     rows = every.append_column(POS, index)
     if positions is None:
@@ -210,31 +258,34 @@ def _file_rows(metadata: Any, io: Any, data_file: Any, positions: pa.Array | Non
     return rows.filter(member if take else pc.invert(member))
 
 
-def _find_in(plan: IcebergFiles, keys_ipc: bytes, key: tuple[str, ...], batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+def _find_in(plan: IcebergFiles, keys_ipc: bytes, key: tuple[str, ...], part: Iterator[tuple]) -> Iterator[tuple[str, bytes]]:
     from writers.arrow_ops import rows_with_keys
 
     metadata, io = _open(plan)
     keys = _from_ipc(keys_ipc)
-    for data_file, deleted, _, _ in _specs(batches):
+    for row in part:
+        data_file, deleted, _, _ = _spec(row)
         hit = rows_with_keys(_file_rows(metadata, io, data_file, deleted, take=False), keys, key)
         if hit.num_rows:
-            yield pa.RecordBatch.from_pydict({"path": [data_file.file_path], "payload": [_ipc(hit)]},
-                                             schema=pa.schema([("path", pa.string()), ("payload", pa.binary())]))
+            yield data_file.file_path, _ipc(hit)
 
 
-def _rewrite_in(target: IcebergFiles, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+def _rewrite_in(target: IcebergFiles, part: Iterator[tuple]) -> Iterator[bytes]:
     metadata, io = _open(target)
 
     def kept() -> Iterator[pa.RecordBatch]:
-        for data_file, gone, _, _ in _specs(batches):
+        for row in part:
+            data_file, gone, _, _ = _spec(row)
             yield from _file_rows(metadata, io, data_file, gone, take=False).drop_columns([POS]).to_batches()
 
-    return _write_partition(target, kept())
+    for result in _write_partition(target, kept()):
+        yield result.column("payload")[0].as_py()
 
 
-def _rows_in(plan: IcebergFiles, target: pa.Schema, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+def _rows_in(plan: IcebergFiles, target: pa.Schema, part: Iterator[tuple]) -> Iterator[pa.RecordBatch]:
     metadata, io = _open(plan)
-    for data_file, positions, take, weight in _specs(batches):
+    for row in part:
+        data_file, positions, take, weight = _spec(row)
         rows = _file_rows(metadata, io, data_file, positions, take).drop_columns([POS])
         rows = rows.append_column(WEIGHT, pa.array([weight] * rows.num_rows, pa.int32()))
         yield from rows.rename_columns(target.names).cast(target).to_batches()
