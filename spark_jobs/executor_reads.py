@@ -82,6 +82,8 @@ class ExecutorReads:
             "pos": pa.concat_arrays([h.column(POS).combine_chunks().cast(pa.int64()) for h in hits]) if hits else pa.array([], pa.int64()),
         })  # fmt: skip
         self.timings["find_s"] = time.perf_counter() - started
+        log.debug("%s: %s stored row(s) of %s key(s) found in %s file(s) on the executors in %.3f s",
+                  table.name(), rows.num_rows, keys.num_rows, len(live.data), self.timings["find_s"])
         return Found(rows=rows, positions=positions, files_read=len(live.data))
 
     def rewrite(self, table: Table, live: LiveTable, files: list[DataFile], drop: pa.Table) -> list[DataFile]:
@@ -119,12 +121,13 @@ class ExecutorReads:
                     specs.append((before[path], positions, True, -1))
         specs += [(f, parent.deleted(f.file_path) if parent is not None else None, False, -1) for f in removed]
         specs += [(f, None, False, 1) for f in added]
-        spark_schema = from_arrow_schema(arrow.append(pa.field(WEIGHT, pa.int32())))
-        target = to_arrow_schema(spark_schema)
+        weighted = arrow.append(pa.field(WEIGHT, pa.int32()))
+        if not specs:
+            return weighted.empty_table()
+        spark_schema = from_arrow_schema(weighted)
+        target = to_arrow_schema(spark_schema)  # Spark's Arrow types for the table's columns
         plan = iceberg_target(table)
         columns = [F.col(f"`{name}`") for name in arrow.names]
-        if not specs:
-            return arrow.append(pa.field(WEIGHT, pa.int32())).empty_table()
 
         def rows_in(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             return _rows_in(plan, target, _specs(batches))
@@ -133,7 +136,7 @@ class ExecutorReads:
                .where(F.col(WEIGHT) != 0))
         result = pa.Table.from_batches(net._collect_as_arrow(), schema=target)
         self.timings["change_s"] = time.perf_counter() - started
-        return result.rename_columns([*arrow.names, WEIGHT]).cast(arrow.append(pa.field(WEIGHT, pa.int32())))
+        return result.rename_columns(weighted.names).cast(weighted)
 
     def _tasks(self, specs: list[tuple[DataFile, pa.Array | None, bool, int]]) -> Any:
         """An RDD of ``specs`` (data file, positions, take them or drop them, weight) in one

@@ -168,3 +168,54 @@ def test_remote_writer_equals_a_model_every_epoch(mode: str, spark, rest_catalog
     assert rewrites >= 2, "files were rewritten (by the executors) several times"
     assert writer.live.index_builds == 0 and not writer.live._rows
     assert writer.live.remote.timings.get("rewrite_s") is not None and fresh.live.remote.timings.get("change_s") is not None
+
+
+# ---------------------------------------------------------------- a crash: the change derived on the executors
+
+
+def test_killed_before_publishing_the_change_is_derived_on_the_executors(spark, tmp_path: Path) -> None:
+    """The upstream view commits an epoch and is SIGKILLed before publishing its change. The
+    restart has nothing of that commit in memory, so the change comes from the snapshot, by a
+    Spark job (bound 0): the chain still equals the full recompute."""
+    import signal
+
+    from lakeview.view_changes import reader_path
+    from tests.spark_jobs.test_crash import _toml
+    from tests.spark_jobs.test_view_dag import refresh_in_subprocess
+
+    names, views = views_of("crashreads")
+    lines, sales, _ = names
+    for view in views.values():
+        view["cadence"] = "manual"
+    data = {
+        "lake": {"warehouse": "lake"},
+        "server": {"port": 0},
+        "spark": {"driver_keys_max": 0},
+        "sources": {"orders": {"format": "json", "path": "landing", "schema": SCHEMA, "changes": FEED}},
+        "views": views,
+    }
+    (tmp_path / "lakeview.toml").write_text(_toml(data))
+    project = parse_project(data, file=str(tmp_path / "lakeview.toml"), root=tmp_path)
+    landing = project.source_path("orders")
+
+    def refresh() -> dict[str, dict[str, float]]:
+        """`lakeview refresh` of the chain in this process; each view's executor job timings."""
+        with EmbeddedStack(project, port=0) as stack:
+            timings = {}
+            for view in names:
+                stack.start_views([view], spark=spark, available_now=True)
+                stack.queries[view].awaitTermination()
+                timings[view] = dict(stack.pipelines[view].writer.live.remote.timings)
+            return timings
+
+    land(landing, "000.json", BATCHES[0])
+    refresh()
+    assert_chain_equals_recompute(project, names, "after the first refresh")
+    land(landing, "001.json", BATCHES[1])
+    assert refresh_in_subprocess(tmp_path, lines, "before_publish:1") == -signal.SIGKILL
+    assert tables.last_commit(project, lines).epoch == 1
+    assert not list(reader_path(project, lines, sales).glob("epoch-000000000001-*")), "killed before the publication"
+
+    timings = refresh()
+    assert "change_s" in timings[lines], "the restart derived the committed epoch's change on the executors"
+    assert_chain_equals_recompute(project, names, "after the restart")
