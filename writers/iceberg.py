@@ -220,16 +220,9 @@ class IcebergWriter(SnapshotWriter):
                 rows = pa.concat_tables([kept.cast(arrow_schema), rows])
         self._files_read = {}
         properties = CommitRecord.properties(epoch, inserted=change.rows.num_rows, deleted=deleted)
-        txn = transaction(table)
         # no rows left (a change that only deletes every row of the files it touches): no new file
         files = list(_dataframe_to_data_files(table_metadata=table.metadata, df=rows, io=table.io, write_uuid=commit_uuid)) if rows.num_rows else []
-        producer = txn.update_snapshot(snapshot_properties=properties)
-        with (_overwrite(producer, commit_uuid) if replaced else producer.fast_append()) as snapshot:
-            for data_file in replaced:
-                snapshot.delete_data_file(data_file)
-            for data_file in files:
-                snapshot.append_data_file(data_file)
-        return txn, properties
+        return _replacing(table, properties, replaced, files, commit_uuid), properties
 
     def _stage_merge_on_read(
         self, table: Table, epoch: Epoch, change: Change, rows: pa.Table, commit_uuid: uuid.UUID
@@ -290,13 +283,7 @@ class IcebergWriter(SnapshotWriter):
         files = self.live.remote.rewrite(table, live, replaced, found.positions) if replaced else []
         files += list(_dataframe_to_data_files(table_metadata=table.metadata, df=rows, io=table.io, write_uuid=commit_uuid)) if rows.num_rows else []
         properties = CommitRecord.properties(epoch, inserted=change.rows.num_rows, deleted=found.rows.num_rows)
-        txn = transaction(table)
-        producer = txn.update_snapshot(snapshot_properties=properties)
-        with (_overwrite(producer, commit_uuid) if replaced else producer.fast_append()) as snapshot:
-            for data_file in replaced:
-                snapshot.delete_data_file(data_file)
-            for data_file in files:
-                snapshot.append_data_file(data_file)
+        txn = _replacing(table, properties, replaced, files, commit_uuid)
         self.live.remember(table, files, rows, None, found, found, replaced)
         self.timings.update(files_read=found.files_read, files_rewritten=len(replaced))
         return txn, properties
@@ -315,6 +302,19 @@ class _LiveOverwrite(_OverwriteFiles):
             m for m in super()._existing_manifests()
             if m.has_added_files() or m.has_existing_files() or m.added_snapshot_id == self._snapshot_id
         ]  # fmt: skip
+
+
+def _replacing(table: Table, properties: dict[str, str], replaced: list[DataFile], files: list[DataFile], commit_uuid: uuid.UUID) -> Transaction:
+    """A transaction staging ONE snapshot that removes ``replaced`` and adds ``files`` (an
+    append when nothing is replaced)."""
+    txn = transaction(table)
+    producer = txn.update_snapshot(snapshot_properties=properties)
+    with (_overwrite(producer, commit_uuid) if replaced else producer.fast_append()) as snapshot:
+        for data_file in replaced:
+            snapshot.delete_data_file(data_file)
+        for data_file in files:
+            snapshot.append_data_file(data_file)
+    return txn
 
 
 def _overwrite(producer: UpdateSnapshot, commit_uuid: uuid.UUID) -> _OverwriteFiles:
