@@ -17,7 +17,7 @@ more are warm-up; then the median of ``--repeats`` epochs of: lookup, commit (st
 commit), and their sum. Every lookup must find every key. Prints one table; the last column is
 each row's cost over the smallest view's, same key type, same run.
 
-    .venv/bin/python bench/lookup.py [--rows 100000,1000000,5000000] [--batch 10000] [--repeats 5]
+    .venv/bin/python bench/lookup.py [--rows 100000,1000000,5000000] [--batch 10000] [--repeats 5] [--ways "int64 keys, index;int64 keys, executors"]
 """
 
 from __future__ import annotations
@@ -97,6 +97,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=10_000, help="keys upserted per epoch")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--ways", default=";".join(WAYS), help="semicolon-separated, of: " + "; ".join(WAYS))
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     console = Console(width=200)
@@ -108,7 +109,10 @@ def main() -> None:
     try:
         store = CatalogStore(f"sqlite:///{root / 'catalog.db'}", root / "warehouse", "lakeview")
         with CatalogServer(store, host="127.0.0.1", port=0) as server:
+            chosen = [w.strip() for w in args.ways.split(";")]
             for n, (label, (key_type, use_index, on_executors)) in enumerate(WAYS.items()):
+                if label not in chosen:
+                    continue
                 if on_executors and spark is None:
                     from spark_jobs.session import build_session
 

@@ -250,15 +250,15 @@ def _file_rows(metadata: Any, io: Any, data_file: Any, positions: pa.Array | Non
     if every is None:
         scan = ArrowScan(table_metadata=metadata, io=io, projected_schema=schema, row_filter=AlwaysTrue())
         every = scan.to_table(tasks=[FileScanTask(data_file)]).cast(schema.as_arrow())
+        ones = pa.repeat(pa.scalar(1, pa.int64()), every.num_rows)
+        every = every.append_column(POS, pc.subtract(pc.cumulative_sum(ones), 1) if every.num_rows else pa.array([], pa.int64()))
         cache.put(cached, every)
     else:
         cache.rows.move_to_end(cached)
-    index = pa.array(range(every.num_rows), pa.int64())
-    rows = every.append_column(POS, index)
     if positions is None:
-        return rows.schema.empty_table() if take else rows
-    member = pc.is_in(index, value_set=positions)
-    return rows.filter(member if take else pc.invert(member))
+        return every.schema.empty_table() if take else every
+    member = pc.is_in(every.column(POS), value_set=positions)
+    return every.filter(member if take else pc.invert(member))
 
 
 def _find_in(plan: IcebergFiles, keys_ipc: bytes, key: tuple[str, ...], part: Iterator[tuple]) -> Iterator[tuple[str, bytes]]:
