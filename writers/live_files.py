@@ -117,7 +117,7 @@ class LiveFiles:
         self.budget_bytes = budget_bytes
         self.use_index = use_index  # False: find keys by probing every live row (bench/lookup.py's baseline)
         self.remote = remote  # where tables past ``remote.rows_max`` live rows are read (None: always here)
-        self._changes: OrderedDict[frozenset[str], tuple[pa.Table, pa.Table]] = OrderedDict()  # remote: a commit's (gone, came) by added files
+        self._changes: OrderedDict[frozenset[str], tuple[pa.Table, pa.Table]] = OrderedDict()  # remote: a commit's (gone, came) by its files
         self._found: tuple[tuple[int | None, int], tuple[str, ...], pa.Table, Found] | None = None  # remote: the last find ((snapshot, schema), key, keys, found)
         # (data file, schema id) -> every row of the file, in file order (row i is position i)
         self._rows: OrderedDict[tuple[str, int], pa.Table] = OrderedDict()
@@ -259,7 +259,7 @@ class LiveFiles:
         schema_id = table.schema().schema_id
         if self._live is not None and self.distributed(self._live):
             # nothing of the table kept here; the snapshot's change, for publishing it, from the commit itself
-            self._changes[frozenset(f.file_path for f in data_files)] = (replaced.rows, rows)
+            self._changes[_commit_files(data_files, [delete_file] if delete_file is not None else [], removed)] = (replaced.rows, rows)
             while len(self._changes) > KEPT_CHANGES:
                 self._changes.popitem(last=False)
         elif len(data_files) == 1:
@@ -279,10 +279,11 @@ class LiveFiles:
                 files=data_files, rows=rows if len(data_files) == 1 else None,
             )
 
-    def change_of(self, added: list[DataFile]) -> tuple[pa.Table, pa.Table] | None:
-        """(rows gone, rows come) of this writer's commit that added ``added``, when the table
-        is distributed and the commit was made by this process; else None."""
-        return self._changes.get(frozenset(f.file_path for f in added))
+    def change_of(self, added: list[DataFile], deletes: list[DataFile], removed: list[DataFile]) -> tuple[pa.Table, pa.Table] | None:
+        """(rows gone, rows come) of this writer's commit that added the data files ``added`` and
+        delete files ``deletes`` and removed ``removed``, when the table is distributed and the
+        commit was made by this process; else None."""
+        return self._changes.get(_commit_files(added, deletes, removed))
 
     def _forget_rows(self) -> None:
         """Drop the index and every cached row (the table went remote)."""
@@ -388,6 +389,11 @@ def _hits(alive: list[tuple[DataFile, pa.Table]], keys: pa.Table, key: tuple[str
         offset += stored.num_rows
         out.append((data_file, stored.filter(mask) if pc.any(mask).as_py() else stored.schema.empty_table()))
     return out
+
+
+def _commit_files(added: list[DataFile], deletes: list[DataFile], removed: list[DataFile]) -> frozenset[str]:
+    """What names one commit: the files it added (data and delete files) and removed."""
+    return frozenset([*(f"+{f.file_path}" for f in [*added, *deletes]), *(f"-{f.file_path}" for f in removed)])
 
 
 def _subset(found: Found, keys: pa.Table, key: tuple[str, ...]) -> Found:

@@ -120,7 +120,7 @@ def _iceberg_change(writer: IcebergWriter, snapshot_id: int) -> pa.Table:
         raise WriterError(f"{'.'.join(writer.identifier)}: snapshot {snapshot_id} removes rows but has no parent")
     remote = live.remote
     if remote is not None and (sum(f.record_count for f in added) > remote.rows_max or (parent is not None and live.distributed(parent))):
-        remembered = live.change_of(added)  # this process committed it: (gone, came) from the commit itself
+        remembered = live.change_of(added, deletes, removed)  # this process committed it: (gone, came) from the commit itself
         if remembered is not None:
             return consolidate(*remembered, arrow)
         return remote.change(table, parent, deletes, removed, added)  # type: ignore[arg-type]
