@@ -70,7 +70,7 @@ def _combined_expected(project: ProjectConfig, view: str, record: CommitRecord) 
     hows: list[str] = []
     for source in plan.sources:
         if source not in upstreams_of(project, view):
-            relations[source] = source_rows(project, source, files[source])
+            relations[source] = oracle.source_rows(project, source, files[source])
             hows.append(f"{len(files[source])} files of {source}")
             continue
         snapshot = record.frontier.get(source, {}).get("upstream_snapshot")
@@ -81,18 +81,6 @@ def _combined_expected(project: ProjectConfig, view: str, record: CommitRecord) 
         relations[source], how = expected_rows(project, source, record_at(project, source, int(snapshot)))
         hows.append(how)
     return over_relations(plan.sql, relations), f"({' + '.join(hows)}) -> {view}@epoch {record.epoch}"
-
-
-def source_rows(project: ProjectConfig, source: str, files: list) -> pa.Table:
-    """A declared source's current rows over ``files``, as the pipeline sees them (DuckDB)."""
-    from lakeview.duck import connect
-    from lakeview.oracle import _source_relation
-
-    con = connect()
-    try:
-        return con.execute(_source_relation(project, source, files)).to_arrow_table()
-    finally:
-        con.close()
 
 
 def over_rows(spark_sql: str, relation: str, rows: pa.Table) -> pa.Table:

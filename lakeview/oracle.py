@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import sqlglot
@@ -19,6 +20,9 @@ from lakeview.duck import connect
 from lakeview.changefeed import operation_sql
 from lakeview.plan import plan_view
 from lakeview.schema import duckdb_columns
+
+if TYPE_CHECKING:
+    from lakeview.watermark import Watermark
 
 
 def landed_files(directory: Path) -> list[Path]:
@@ -64,32 +68,35 @@ def recompute(project: ProjectConfig, view: str, files: list[Path] | dict[str, l
         con.close()
 
 
-def _on_time(con, project: ProjectConfig, view: str, plan, files: list[Path], relation_of) -> str:
-    from lakeview.watermark import Watermark, delay_us, event_column, on_time_relation
+def _watermark(project: ProjectConfig, view: str, plan) -> Watermark:
+    """The view's watermark, as its pipeline applies it."""
+    from lakeview.watermark import Watermark, delay_us, event_column
 
     config = project.views[view]
-    wm = Watermark(delay_us(config.watermark), event_column(plan, config.event_time) or "")
-    where = _duck(f"SELECT 1 WHERE {plan.where}").split(" WHERE ", 1)[1] if plan.where else None
-    return on_time_relation(con, project.checkpoint_path(view), files, relation_of, wm, plan.alias, where)
+    return Watermark(delay_us(config.watermark), event_column(plan, config.event_time) or "")
+
+
+def _on_time(con, project: ProjectConfig, view: str, plan, files: list[Path], relation_of) -> str:
+    from lakeview.watermark import duckdb_where, on_time_relation
+
+    return on_time_relation(con, project.checkpoint_path(view), files, relation_of, _watermark(project, view, plan), plan.alias,
+                            duckdb_where(plan))
 
 
 def _applied_changes(con, project: ProjectConfig, view: str, plan, files: list[Path], source_name: str) -> str:
-    from lakeview.watermark import Watermark, applied_changes, delay_us, duckdb_where, event_column
+    from lakeview.watermark import applied_changes, duckdb_where
 
-    config = project.views[view]
-    wm = Watermark(delay_us(config.watermark), event_column(plan, config.event_time) or "")
     feed = project.sources[source_name].changes
-    return applied_changes(con, project.checkpoint_path(view), files, lambda fs: _latest_changes(project, source_name, fs), wm,
-                           list(feed.key), plan.alias, duckdb_where(plan))
+    return applied_changes(con, project.checkpoint_path(view), files, lambda fs: _latest_changes(project, source_name, fs),
+                           _watermark(project, view, plan), list(feed.key), plan.alias, duckdb_where(plan))
 
 
 def _applied_images(con, project: ProjectConfig, view: str, plan, files: list[Path], source_name: str) -> str:
-    from lakeview.watermark import Watermark, applied_images, delay_us, duckdb_where, event_column
+    from lakeview.watermark import applied_images, duckdb_where
 
-    config = project.views[view]
     source = project.sources[source_name]
     assert source.images is not None
-    wm = Watermark(delay_us(config.watermark), event_column(plan, config.event_time) or "")
+    wm = _watermark(project, view, plan)
     columns = duckdb_columns(source.schema_)
 
     def zset_of(batch: list[Path]) -> str:
@@ -101,6 +108,15 @@ def _applied_images(con, project: ProjectConfig, view: str, plan, files: list[Pa
     held = applied_images(con, project.checkpoint_path(view), files, zset_of, wm, list(columns), plan.alias, duckdb_where(plan))
     good = [f'"{c}" IS NOT NULL' for c in source.required]
     return f"SELECT * FROM ({held}) WHERE {' AND '.join(good)}" if good else held
+
+
+def source_rows(project: ProjectConfig, source_name: str, files: list[Path]) -> pa.Table:
+    """A declared source's current rows over ``files``, as the pipeline sees them."""
+    con = connect()
+    try:
+        return con.execute(_source_relation(project, source_name, files)).to_arrow_table()
+    finally:
+        con.close()
 
 
 def frontier_files(project: ProjectConfig, view: str, frontier: dict) -> dict[str, list[Path]]:

@@ -136,7 +136,7 @@ class ChangePublisher:
         with pq.ParquetWriter(hidden, schema) as out:
             for batch in rows:
                 if batch.num_rows:
-                    out.write_batch(pa.RecordBatch.from_arrays([*batch.columns, pa.array([1] * batch.num_rows, pa.int32())], schema=schema))
+                    out.write_batch(pa.RecordBatch.from_arrays([*batch.columns, pa.repeat(pa.scalar(1, pa.int32()), batch.num_rows)], schema=schema))
                     written += batch.num_rows
         if written:
             os.replace(hidden, directory / name)

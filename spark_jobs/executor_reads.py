@@ -31,7 +31,9 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from lakeview.plan import WEIGHT
 from spark_jobs.executor_writes import IcebergFiles, _map_in_arrow, _write_partition, iceberg_target
+from writers.live_files import POS
 
 if TYPE_CHECKING:
     from pyiceberg.manifest import DataFile
@@ -43,8 +45,6 @@ if TYPE_CHECKING:
     from writers.live_files import Found, LiveTable
 
 log = logging.getLogger("lakeview.spark.executor_reads")
-POS = "__lv_pos"  # writers.live_files.POS: a row's position in its data file
-WEIGHT = "__lv_w"  # writers.snapshot_diff.WEIGHT
 FILES_DDL = "file BINARY, positions BINARY, take BOOLEAN, weight INT"
 
 
@@ -243,15 +243,15 @@ def _file_rows(metadata: Any, io: Any, data_file: Any, positions: pa.Array | Non
     from pyiceberg.io.pyarrow import ArrowScan
     from pyiceberg.table import FileScanTask
 
+    from writers.arrow_ops import with_positions
+
     schema = metadata.schema()
     cache = _worker_cache()
     cached = (data_file.file_path, schema.schema_id)
     every = cache.rows.get(cached)
     if every is None:
         scan = ArrowScan(table_metadata=metadata, io=io, projected_schema=schema, row_filter=AlwaysTrue())
-        every = scan.to_table(tasks=[FileScanTask(data_file)]).cast(schema.as_arrow())
-        ones = pa.repeat(pa.scalar(1, pa.int64()), every.num_rows)
-        every = every.append_column(POS, pc.subtract(pc.cumulative_sum(ones), 1) if every.num_rows else pa.array([], pa.int64()))
+        every = with_positions(scan.to_table(tasks=[FileScanTask(data_file)]).cast(schema.as_arrow()), POS)
         cache.put(cached, every)
     else:
         cache.rows.move_to_end(cached)
@@ -290,5 +290,5 @@ def _rows_in(plan: IcebergFiles, target: pa.Schema, part: Iterator[tuple]) -> It
     for row in part:
         data_file, positions, take, weight = _spec(row)
         rows = _file_rows(metadata, io, data_file, positions, take).drop_columns([POS])
-        rows = rows.append_column(WEIGHT, pa.array([weight] * rows.num_rows, pa.int32()))
+        rows = rows.append_column(WEIGHT, pa.repeat(pa.scalar(weight, pa.int32()), rows.num_rows))
         yield from rows.rename_columns(target.names).cast(target).to_batches()

@@ -49,6 +49,13 @@ def rows_at_most(rows: pa.Table, column: str, bound_us: int) -> pa.Table:
         con.close()
 
 
+def with_positions(rows: pa.Table, column: str) -> pa.Table:
+    """``rows`` with ``column``: each row's position, 0 .. n-1 (pyarrow has no arange; numpy is
+    not a dependency)."""
+    ones = pa.repeat(pa.scalar(1, pa.int64()), rows.num_rows)
+    return rows.append_column(column, pc.subtract(pc.cumulative_sum(ones), 1) if rows.num_rows else pa.array([], pa.int64()))
+
+
 def _hashable_alike(left: pa.DataType, right: pa.DataType) -> bool:
     """Same integer or string type on both sides (no float NaN or cast questions)."""
     return left == right and (pa.types.is_integer(left) or pa.types.is_string(left) or pa.types.is_large_string(left))

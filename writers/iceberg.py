@@ -127,7 +127,7 @@ class IcebergWriter(SnapshotWriter):
         started = time.perf_counter()
         table = self.table()
         key = tuple(keys.column_names)
-        if merge_on_read(table) or self.live.distributed(self.live.live(table)):
+        if merge_on_read(table) or self._distributed(table):
             found = self.live.find(table, keys, key)
             self.timings = {"lookup_s": time.perf_counter() - started, "lookup_files_read": found.files_read,
                             "lookup_indexed": found.indexed, "index_builds": self.live.index_builds}
@@ -198,7 +198,7 @@ class IcebergWriter(SnapshotWriter):
         commit_uuid = uuid.uuid4()
         if change.key is not None and table.current_snapshot() is not None and merge_on_read(table):
             return self._stage_merge_on_read(table, epoch, change, rows, commit_uuid)
-        if change.key is not None and table.current_snapshot() is not None and self.live.distributed(self.live.live(table)):
+        if change.key is not None and table.current_snapshot() is not None and self._distributed(table):
             return self._stage_rewrite_on_executors(table, epoch, change, rows, commit_uuid)
         replaced: list = []
         deleted = 0
@@ -269,6 +269,11 @@ class IcebergWriter(SnapshotWriter):
                             position_deletes=positions.num_rows, files_rewritten=len(rewrite), delete_files_folded=len(dropped))
         return txn, properties
 
+
+    def _distributed(self, table: Table) -> bool:
+        """Whether ``table`` is past the driver's bound (its live files read only when some
+        remote reader is attached)."""
+        return self.live.remote is not None and self.live.distributed(self.live.live(table))
 
     def _stage_rewrite_on_executors(
         self, table: Table, epoch: Epoch, change: Change, rows: pa.Table, commit_uuid: uuid.UUID

@@ -157,19 +157,13 @@ def _rewritten(table: Table, live: LiveTable, rewrite: list[DataFile], commit_uu
     reader = LiveFiles(budget_bytes=0)  # nothing kept between files
     written: list[DataFile] = []
     pending: list[pa.Table] = []
-
-    def flush() -> None:
-        rows = pa.concat_tables(pending)
-        pending.clear()
-        if rows.num_rows:
-            written.extend(_dataframe_to_data_files(table_metadata=table.metadata, df=rows, io=table.io, write_uuid=commit_uuid))
-
-    for data_file in rewrite:
+    for index, data_file in enumerate(rewrite):
         pending.append(reader.rows_of(table, data_file, live.deletes.get(data_file.file_path, {})))
-        if sum(t.nbytes for t in pending) >= REWRITE_BYTES:
-            flush()
-    if pending:
-        flush()
+        if index == len(rewrite) - 1 or sum(t.nbytes for t in pending) >= REWRITE_BYTES:
+            rows = pa.concat_tables(pending)
+            pending = []
+            if rows.num_rows:
+                written.extend(_dataframe_to_data_files(table_metadata=table.metadata, df=rows, io=table.io, write_uuid=commit_uuid))
     return written
 
 

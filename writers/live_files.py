@@ -35,7 +35,7 @@ from pyiceberg.io.pyarrow import ArrowScan
 from pyiceberg.manifest import DataFile, DataFileContent, ManifestEntry
 from pyiceberg.table import FileScanTask, Table
 
-from writers.arrow_ops import _hashable_alike, rows_with_keys, rows_without_keys
+from writers.arrow_ops import _hashable_alike, rows_with_keys, rows_without_keys, with_positions
 from writers.key_index import KeyIndex, indexable, key_values
 from writers.maintenance import MaintenancePolicy
 from writers.position_deletes import read_position_deletes
@@ -347,7 +347,7 @@ class LiveFiles:
         """(the rows of ``data_file`` that ``deletes`` leave, with POS; 1 if the file was read
         from storage)."""
         every, read = self._every(table, schema_id, data_file)
-        rows = _with_pos(every)
+        rows = with_positions(every, POS)
         if deletes:
             parts = list(deletes.values())
             positions = pa.concat_arrays(parts) if len(parts) > 1 else parts[0]
@@ -398,11 +398,6 @@ def _commit_files(added: list[DataFile], deletes: list[DataFile], removed: list[
 
 def _subset(found: Found, keys: pa.Table, key: tuple[str, ...]) -> Found:
     """The part of ``found`` whose key is one of ``keys``."""
-    numbered = _with_pos(found.rows)
+    numbered = with_positions(found.rows, POS)
     kept = rows_with_keys(numbered, keys, key).column(POS).combine_chunks()
     return Found(rows=found.rows.take(kept), positions=found.positions.take(kept), files_read=0, indexed=found.indexed)
-
-
-def _with_pos(rows: pa.Table) -> pa.Table:
-    positions = pc.subtract(pc.cumulative_sum(pa.repeat(pa.scalar(1, pa.int64()), rows.num_rows)), 1) if rows.num_rows else pa.array([], pa.int64())
-    return rows.append_column(POS, positions)  # 0 .. n-1 (pyarrow has no arange; numpy is not a dependency)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 
 from lakeview import oracle, tables
-from lakeview.chain_oracle import expected_rows, over_relations, source_rows
+from lakeview.chain_oracle import expected_rows, over_relations
 from lakeview.embedded import EmbeddedStack
 from tests.spark_jobs.test_changes import land
 from tests.spark_jobs.test_view_dag import BATCHES, FEED, SCHEMA
@@ -67,7 +67,7 @@ def test_join_and_union_over_views_equal_the_recompute_after_every_batch(spark, 
             for view in (lines, sales, named, paired, both, per_product, totals):
                 stack.queries[view].processAllAvailable()
             current = {view: tables.read_rows(project, view) for view in (lines, sales, named, both)}
-            current["products"] = source_rows(project, "products", oracle.landed_files(project.source_path("products")))
+            current["products"] = oracle.source_rows(project, "products", oracle.landed_files(project.source_path("products")))
             for view in (named, paired, both, per_product, totals):
                 expected = over_relations(project.views[view].sql, current)
                 stored = tables.read_rows(project, view)
