@@ -28,3 +28,21 @@ def latest_changes(feed: ChangeFeedConfig, batch: pa.Table) -> pa.Table:
     operation, the latest row per key kept (with the row-number column ``__lv_rn``)."""
     tagged = duck(f"SELECT *, {spark_sql(operation_sql(feed))} AS {OP} FROM b", b=batch)
     return duck(spark_sql(latest_sql(feed, "t")), t=tagged)
+
+
+def feed_source_toml(name: str, schema: str, key: str) -> str:
+    """``[sources.NAME]``: a change feed of JSON files under ``landing/NAME``, its operation in
+    ``op`` (I, U, D) and its sequence in ``seq``."""
+    return f"""
+[sources.{name}]
+format = "json"
+path = "landing/{name}"
+schema = "{schema}"
+[sources.{name}.changes]
+operation = "op"
+key = ["{key}"]
+sequence = "seq"
+insert = ["I"]
+update = ["U"]
+delete = ["D"]
+"""

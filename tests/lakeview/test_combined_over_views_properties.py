@@ -32,36 +32,12 @@ from lakeview.joins import JoinPlan
 from lakeview.maintain import ViewMaintainer
 from lakeview.oracle import compare
 from lakeview.plan import WEIGHT, KeyedAggregatePlan, plan_view
-from tests.lakeview.duck_batch import spark_sql
+from tests.lakeview.duck_batch import feed_source_toml, spark_sql
 from tests.lakeview.memory_writer import MemoryWriter
 from writers.base import Epoch
 from writers.snapshot_diff import consolidate
 
-PROJECT = """
-[sources.orders]
-format = "json"
-path = "landing/orders"
-schema = "order_id BIGINT, product_id BIGINT, quantity BIGINT, price BIGINT, op STRING, seq BIGINT"
-[sources.orders.changes]
-operation = "op"
-key = ["order_id"]
-sequence = "seq"
-insert = ["I"]
-update = ["U"]
-delete = ["D"]
-
-[sources.products]
-format = "json"
-path = "landing/products"
-schema = "sku BIGINT, product_id BIGINT, category STRING, op STRING, seq BIGINT"
-[sources.products.changes]
-operation = "op"
-key = ["sku"]
-sequence = "seq"
-insert = ["I"]
-update = ["U"]
-delete = ["D"]
-
+PROJECT = feed_source_toml("orders", "order_id BIGINT, product_id BIGINT, quantity BIGINT, price BIGINT, op STRING, seq BIGINT", "order_id") + feed_source_toml("products", "sku BIGINT, product_id BIGINT, category STRING, op STRING, seq BIGINT", "sku") + """
 # the upstream views: a projection and two keyed aggregates (NULL group keys included)
 [views.lines]
 sql = "SELECT order_id, product_id, quantity * price AS amount FROM orders"

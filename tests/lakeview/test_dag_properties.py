@@ -27,24 +27,12 @@ from lakeview.oracle import compare
 from lakeview.plan import KeyedAggregatePlan, plan_view
 from lakeview.view_changes import ChangePublisher, parse_change_file, reader_path
 from spark_jobs.upstream import upstream_key
-from tests.lakeview.duck_batch import duck, latest_changes, spark_sql
+from tests.lakeview.duck_batch import duck, feed_source_toml, latest_changes, spark_sql
 from tests.lakeview.memory_writer import MemoryWriter
 from writers.base import Epoch
 from writers.delta import DeltaWriter
 
-PROJECT = """
-[sources.orders]
-format = "json"
-path = "landing/orders"
-schema = "order_id BIGINT, product_id BIGINT, quantity BIGINT, price BIGINT, op STRING, seq BIGINT"
-[sources.orders.changes]
-operation = "op"
-key = ["order_id"]
-sequence = "seq"
-insert = ["I"]
-update = ["U"]
-delete = ["D"]
-
+PROJECT = feed_source_toml("orders", "order_id BIGINT, product_id BIGINT, quantity BIGINT, price BIGINT, op STRING, seq BIGINT", "order_id") + """
 # projection with a computed column -> keyed aggregate -> filter over the aggregate
 [views.lines]
 sql = "SELECT order_id, product_id, quantity * price AS amount FROM orders"

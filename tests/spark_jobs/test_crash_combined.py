@@ -37,6 +37,17 @@ def write_project(tmp_path: Path, sources: dict, views: dict) -> ProjectConfig:
     return parse_project(data, file=str(tmp_path / "lakeview.toml"), root=tmp_path)
 
 
+def orders_project(tmp_path: Path, views: dict) -> ProjectConfig:
+    """A project of ``views`` over the orders change feed (test_view_dag's batches land there)."""
+    return write_project(tmp_path, {"orders": {"format": "json", "path": "landing", "schema": SCHEMA, "changes": FEED}}, views)
+
+
+def land_and_refresh(spark, project: ProjectConfig, number: int, views: list[str]) -> None:  # noqa: ANN001
+    """Batch ``number`` of test_view_dag's BATCHES landed, then ``views`` refreshed in this process."""
+    land(project.source_path("orders"), f"{number:03d}.json", BATCHES[number])
+    refresh_in_process(spark, project, views)
+
+
 def epochs_per_table(project: ProjectConfig, view: str) -> dict[str, Counter]:
     """Snapshots per epoch of the view's table and of each of its state tables."""
     store = open_store(project)
@@ -72,26 +83,21 @@ def test_sigkill_join_over_views_and_its_publication(spark, tmp_path: Path) -> N
                         f"FROM {lines} l JOIN {sales} s ON l.product_id = s.product_id GROUP BY s.product_id"},
         per_n: {"sql": f"SELECT n, COUNT(*) AS k, SUM(amount) AS total FROM {joined} GROUP BY n"},
     }
-    sources = {"orders": {"format": "json", "path": "landing", "schema": SCHEMA, "changes": FEED}}
-    project = write_project(tmp_path, sources, views)
-    landing = project.source_path("orders")
+    project = orders_project(tmp_path, views)
     upstreams = [lines, sales]
 
-    land(landing, "000.json", BATCHES[0])
-    refresh_in_process(spark, project, upstreams)
+    land_and_refresh(spark, project, 0, upstreams)
     assert refresh_in_subprocess(tmp_path, joined, "before_view_commit:0") == -signal.SIGKILL
     counts = epochs_per_table(project, joined)
     assert "0" in counts[f"__lv_state_{joined}_0"] and not counts[joined], f"killed between the state and view commits: {counts}"
     refresh_in_process(spark, project, [joined, per_n])  # the replay skips the committed state tables
 
-    land(landing, "001.json", BATCHES[1])
-    refresh_in_process(spark, project, upstreams)
+    land_and_refresh(spark, project, 1, upstreams)
     assert refresh_in_subprocess(tmp_path, joined, "before_publish:1") == -signal.SIGKILL
     assert tables.last_commit(project, joined).epoch == 1
     assert json.loads((reader_path(project, joined, per_n) / "_published.json").read_text())["epoch"] == 0, "killed before publishing"
 
-    land(landing, "002.json", BATCHES[2])
-    refresh_in_process(spark, project, upstreams)
+    land_and_refresh(spark, project, 2, upstreams)
     # The restart publishes epoch 1 (prepare), skips its replay, commits and publishes epoch 2, dies.
     assert refresh_in_subprocess(tmp_path, joined, "after_commit:2") == -signal.SIGKILL
     assert json.loads((reader_path(project, joined, per_n) / "_published.json").read_text())["epoch"] == 2
@@ -138,17 +144,13 @@ def test_sigkill_union_of_delta_views(spark, tmp_path: Path) -> None:
     }
     for view in views.values():
         view["format"] = "delta"
-    sources = {"orders": {"format": "json", "path": "landing", "schema": SCHEMA, "changes": FEED}}
-    project = write_project(tmp_path, sources, views)
-    landing = project.source_path("orders")
+    project = orders_project(tmp_path, views)
     upstreams = [lines, sales]
 
-    land(landing, "000.json", BATCHES[0])
-    refresh_in_process(spark, project, upstreams)
+    land_and_refresh(spark, project, 0, upstreams)
     assert refresh_in_subprocess(tmp_path, both, "before_view_commit:0") == -signal.SIGKILL
     assert not delta_epochs_per_table(project, both).get(both), "killed before the view's commit"
-    land(landing, "001.json", BATCHES[1])
-    refresh_in_process(spark, project, upstreams)
+    land_and_refresh(spark, project, 1, upstreams)
     # The restart replays epoch 0, applies epoch 1 (the new upstream changes), commits and dies.
     assert refresh_in_subprocess(tmp_path, both, "after_commit:1") == -signal.SIGKILL
     assert tables.last_commit(project, both).epoch == 1
