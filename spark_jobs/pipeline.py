@@ -287,6 +287,7 @@ class ViewPipeline:
     def _process_batch(self, batch: DataFrame, epoch_id: int) -> CommitRecord | None:
         spark = batch.sparkSession
         started = time.perf_counter()
+        self.last_write = {}  # set by the paths that say how the rows went
         frontier, newest_ms = self._frontier(epoch_id)  # first: it names the batch's files
         if self.source_config.new_columns is NewColumns.EVOLVE:
             batch = self._evolve(batch, epoch_id)
@@ -300,6 +301,10 @@ class ViewPipeline:
         self.timings = {"spark_read_quarantine_s": time.perf_counter() - started}
         faults.current_epoch = epoch_id
         m = self.maintainer
+        from spark_jobs.bootstrap import bootstraps  # a keyed view's large first batch: written by the executors
+
+        if bootstraps(self, epoch):
+            return self._bootstrap(epoch, good)
         self._warn_unbounded_delta(epoch)
         from spark_jobs.driver_delta import maintain_small_batch  # a small batch: DuckDB, no Spark aggregate
 
@@ -368,15 +373,17 @@ class ViewPipeline:
         return {**self.watermark.advance(epoch_id, applied, batch_max), LATE: str(late)}
 
     def _warn_unbounded_delta(self, epoch: Epoch) -> None:
-        """Keyed views merge each batch's delta in the driver: say once when a batch is large and
-        nothing bounds the batches ([spark] max_files_per_trigger)."""
+        """Keyed views merge each later batch's delta in the driver (a first batch is written by the
+        executors, spark_jobs.bootstrap): say once when one is large and nothing bounds the
+        batches ([spark] max_files_per_trigger)."""
         limits = self.project.spark
         if self.plan.is_append and self.maintainer.view_is_state or limits.max_files_per_trigger or epoch.rows_in <= limits.driver_rows_max:
             return
         if not self._warned_unbounded:
             self._warned_unbounded = True
             log.warning(
-                "%s: epoch %s has %s input rows (more than [spark] driver_rows_max = %s) and its delta is merged in the driver; "
+                "%s: epoch %s has %s input rows (more than [spark] driver_rows_max = %s) and, as the tables hold rows already, "
+                "its delta is merged in the driver; "
                 "set [spark] max_files_per_trigger to bound each batch", self.view, epoch.number, epoch.rows_in, limits.driver_rows_max,
             )
 
@@ -388,6 +395,18 @@ class ViewPipeline:
         writers = sorted({f.writer for f in files})
         self.last_write = {"by": "executors", "rows_collected": 0, "files": len(files), "rows": sum(f.rows for f in files), "writers": writers}
         return record
+
+    def _bootstrap(self, epoch: Epoch, good: DataFrame) -> CommitRecord | None:
+        """A large first batch: every table's rows computed by Spark and written by the executors."""
+        from spark_jobs.bootstrap import bootstrap_on_executors
+
+        done = self._maintain_part(lambda: bootstrap_on_executors(self, good, epoch))
+        files = [f for written in done.files.values() for f in written]
+        self.last_write = {
+            "by": "executors", "bootstrap": True, "rows_collected": 0, "files": len(files), "rows": sum(f.rows for f in files),
+            "writers": sorted({f.writer for f in files}), "tables": {name: sum(f.rows for f in fs) for name, fs in done.files.items()},
+        }  # fmt: skip
+        return done.record
 
     def _spark_part(self, step: Callable[[], T]) -> T:
         """Run a Spark step, adding its time to this epoch's ``spark_delta_s``."""

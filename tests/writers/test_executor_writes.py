@@ -223,6 +223,7 @@ def test_explain_states_where_each_view_kind_holds_its_delta(make_project) -> No
     assert "more than 1000 input rows ([spark] driver_rows_max): its data files are written by the Spark executors" in explain(bounded, "appended")
     assert "at most 20 new files per batch ([spark] max_files_per_trigger)" in explain(bounded, "sums")
     assert "unbounded: set [spark] max_files_per_trigger" in explain(project, "sums")
+    assert "a first batch of more than 500000 input rows ([spark] driver_rows_max), its tables still empty (a backfill)" in explain(project, "sums")
 
 
 @pytest.mark.parametrize(("spark_conf", "key"), [({"driver_rows_max": -1}, "spark.driver_rows_max"), ({"max_files_per_trigger": 0}, "spark.max_files_per_trigger")])
@@ -253,10 +254,13 @@ def test_large_unbounded_keyed_batch_warns_how_to_bound_it(spark, catalog_server
     view = unique_name
     sql = "SELECT product_id, SUM(quantity) AS total FROM orders GROUP BY product_id"
     project = with_threshold(make_project(views={view: {"sql": sql, "namespace": NAMESPACE, "cadence": "manual"}}))
-    land_json(project.source_path("orders"), "000.json", make_orders(DRIVER_ROWS_MAX + 10, seed=70))
-    pipeline = ViewPipeline(spark, project, view, make_writer(project, view, catalog_server.uri))
-    pipeline.prepare()
-    with caplog.at_level("WARNING", logger="lakeview.pipeline"):
-        pipeline.start(available_now=True).awaitTermination()
-    assert "set [spark] max_files_per_trigger to bound each batch" in caplog.text
-    assert_equals_recompute(project, view, catalog_server.uri)
+    for i in range(2):
+        land_json(project.source_path("orders"), f"{i:03d}.json", make_orders(DRIVER_ROWS_MAX + 10, seed=70 + i, first_id=1 + 1000 * i))
+        pipeline = ViewPipeline(spark, project, view, make_writer(project, view, catalog_server.uri))
+        pipeline.prepare()
+        with caplog.at_level("WARNING", logger="lakeview.pipeline"):
+            pipeline.start(available_now=True).awaitTermination()
+        assert_equals_recompute(project, view, catalog_server.uri)
+        if i == 0:  # a first batch: the executors write the view (spark_jobs.bootstrap), nothing to warn about
+            assert pipeline.last_write.get("bootstrap") and "max_files_per_trigger" not in caplog.text
+    assert "set [spark] max_files_per_trigger to bound each batch" in caplog.text, "the second batch merges in the driver"

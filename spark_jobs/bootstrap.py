@@ -1,0 +1,150 @@
+"""A keyed view's first large batch (a backfill), computed by Spark and written by its executors.
+
+A keyed view merges each batch's delta in the driver: the delta is at most one row per
+touched group or changed key, so it grows with the change. The first batch a view sees is the
+exception: over history already landed, its delta is the whole source (a keyed projection
+over a change feed) or the whole view (an aggregate with many groups). Such a batch, past
+``[spark] driver_rows_max`` input rows and with every table the view keeps still empty, is
+never collected. With nothing stored, each table's rows after the epoch are a plain Spark
+query over the batch, and the executors write them
+(:func:`spark_jobs.executor_writes.append_on_executors`):
+
+- the batch's **Z-set**: a change feed's newest change per key that is not a delete (weight
+  +1: an empty mirror has nothing to retract), an image feed's or an upstream view's weighted
+  rows, an append stream's rows at +1;
+- the **state tables**: the plan's group and multiset deltas over the Z-set, without the
+  groups and values whose count is 0 (as :func:`lakeview.ivm.state_change` leaves them out),
+  a sum over no values NULL (as :func:`lakeview.ivm.merge_group_state` makes it);
+- the **view**: its own SQL over the batch's net rows (each row as many times as its net
+  weight), which is the recompute the view must equal;
+- the **mirror** (a change feed's current rows): the newest non-delete images, committed
+  last as on the driver's path, so a replay finds the epoch unfinished until the very end.
+
+Each table's snapshot is stamped with the epoch; a table that has it already skips it, so a
+crash between two tables' commits is repaired by the replay. Not taken (the driver merges):
+a batch at or below the bound, a later batch (stored rows must be merged with), a watermark
+over a change or image feed (each image is judged against it in the driver), and append views
+over append-only input (already written by the executors).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from lakeview.changefeed import DELETE, OP, images_sql, latest_sql
+from lakeview.plan import COUNT, ROWS, WEIGHT, KeyedAggregatePlan
+from writers.base import CommitRecord, Epoch, SnapshotWriter
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+    from spark_jobs.pipeline import ViewPipeline
+    from writers.staged_files import WrittenFile
+
+log = logging.getLogger("lakeview.pipeline")
+
+
+@dataclass
+class Bootstrap:
+    """What a bootstrapped epoch wrote: the view's commit and each table's executor-written files."""
+
+    record: CommitRecord | None
+    files: dict[str, list[WrittenFile]] = field(default_factory=dict)  # table name -> files (none: it had the epoch)
+
+
+def bootstraps(pipeline: ViewPipeline, epoch: Epoch) -> bool:
+    """Whether ``epoch`` is a large first batch the executors write (see the module's doc)."""
+    m = pipeline.maintainer
+    if epoch.rows_in <= pipeline.project.spark.driver_rows_max or (pipeline.plan.is_append and m.view_is_state):
+        return False
+    if pipeline.watermark is not None and (pipeline.feed is not None or pipeline.images is not None):
+        return False
+    # Empty, or holding this very epoch (a replay after a crash between two tables' commits).
+    return all((last := w.last_commit()) is None or last.epoch == epoch.number for w in m.tables())
+
+
+def bootstrap_on_executors(pipeline: ViewPipeline, good: DataFrame, epoch: Epoch) -> Bootstrap:
+    """Write the first batch's state, view and mirror rows from the executors, one snapshot per
+    table stamped with ``epoch``; the driver holds the files' metadata only."""
+    from spark_jobs.executor_writes import append_on_executors
+
+    spark = good.sparkSession
+    m, plan = pipeline.maintainer, pipeline.plan
+    zset, net, images = _relations(pipeline, good)
+    tables: list[tuple[SnapshotWriter, DataFrame]] = []
+    if isinstance(plan, KeyedAggregatePlan) and not m.view_is_state:
+        tables.append((m.state[0], spark.sql(group_state_sql(plan, zset))))
+        tables += [(w, spark.sql(multiset_state_sql(plan, i, zset))) for i, w in enumerate(m.state[1:])]
+    tables.append((pipeline.writer, spark.sql(plan.batch_sql({pipeline.source: net}))))
+    if m.mirror is not None and images is not None:
+        tables.append((m.mirror, spark.table(images)))  # last: see the module's doc
+    log.info("%s: epoch %s (%s input rows) is a first batch: %s tables written by the executors",
+             pipeline.view, epoch.number, epoch.rows_in, len(tables))  # fmt: skip
+    done = Bootstrap(record=None)
+    for writer, rows in tables:
+        record, files = append_on_executors(writer, rows, epoch, pipeline.project)
+        done.files[table_name(writer)] = files
+        if writer is pipeline.writer:
+            done.record = record
+    return done
+
+
+def table_name(writer: SnapshotWriter) -> str:
+    """An Iceberg table's name, or a Delta table's (its writer's ``view``)."""
+    identifier = getattr(writer, "identifier", None)
+    return identifier[-1] if identifier else writer.view  # type: ignore[attr-defined]
+
+
+def _relations(pipeline: ViewPipeline, good: DataFrame) -> tuple[str, str, str | None]:
+    """Temp views of the batch: its Z-set (with weights), its net rows (no weights) and a change
+    feed's newest non-delete images (the mirror's rows; None for other sources)."""
+    from pyspark.sql import functions as F
+
+    spark = good.sparkSession
+    name = pipeline._temp_name
+    if pipeline.feed is not None:
+        good.createOrReplaceTempView(name("_changes"))
+        columns = ", ".join(f"`{c}`" for c in pipeline.maintainer.source_columns)
+        latest = latest_sql(pipeline.feed, name("_changes"))
+        spark.sql(f"SELECT {columns} FROM ({latest}) WHERE {OP} <> '{DELETE}'").createOrReplaceTempView(name("_images"))
+        spark.sql(f"SELECT *, CAST(1 AS INT) AS {WEIGHT} FROM {name('_images')}").createOrReplaceTempView(name("_zset"))
+        return name("_zset"), name("_images"), name("_images")
+    if pipeline.images is not None:
+        from lakeview.schema import parse_ddl
+
+        good.createOrReplaceTempView(name("_images"))
+        columns = [c.name for c in parse_ddl(pipeline.source_config.schema_)]
+        weighted = spark.sql(images_sql(pipeline.images, columns, name("_images")))
+    elif WEIGHT in good.columns:
+        weighted = good  # a view over a view: its upstream's change files carry their weights
+    else:
+        good.createOrReplaceTempView(name("_rows"))
+        good.withColumn(WEIGHT, F.lit(1).cast("int")).createOrReplaceTempView(name("_zset"))
+        return name("_zset"), name("_rows"), None
+    weighted.createOrReplaceTempView(name("_zset"))
+    spark.sql(net_rows_sql([c for c in weighted.columns if c != WEIGHT], name("_zset"))).createOrReplaceTempView(name("_net"))
+    return name("_zset"), name("_net"), None
+
+
+def net_rows_sql(columns: list[str], zset: str) -> str:
+    """Spark SQL: each row of a Z-set as many times as its net weight (rows netting to 0 or less: none)."""
+    cols = ", ".join(f"`{c}`" for c in columns)
+    net = f"SELECT {cols}, SUM({WEIGHT}) AS __lv_n FROM {zset} GROUP BY {cols} HAVING SUM({WEIGHT}) > 0"
+    return f"SELECT {cols} FROM ({net}) LATERAL VIEW explode(sequence(1, CAST(__lv_n AS INT))) AS __lv_i"
+
+
+def group_state_sql(plan: KeyedAggregatePlan, zset: str) -> str:
+    """Spark SQL: the group state table's rows after a first epoch (a global aggregate keeps its one row)."""
+    sums = set(plan.sum_columns())
+    items = [f"`{k}`" for k in plan.keys] + [
+        f"CASE WHEN {c[:-2]}_c = 0 THEN NULL ELSE {c} END AS {c}" if c in sums else c for c in plan.state_columns()
+    ]
+    live = f" WHERE {ROWS} <> 0" if plan.keys else ""
+    return f"SELECT {', '.join(items)} FROM ({plan.group_delta_sql(zset)}){live}"
+
+
+def multiset_state_sql(plan: KeyedAggregatePlan, index: int, zset: str) -> str:
+    """Spark SQL: a value multiset's rows after a first epoch (values at multiplicity 0 left out)."""
+    return f"SELECT * FROM ({plan.multiset_delta_sql(index, zset)}) WHERE {COUNT} <> 0"

@@ -1,0 +1,176 @@
+"""A keyed view's large first batch (a backfill) is computed by Spark and written by the
+executors, never collected: every table it keeps (state, view, a change feed's mirror) is
+written by Spark tasks, each view equals the full recompute after it, and the later batches
+the driver merges into those tables keep it equal (so the state the executors wrote is exact).
+A SIGKILL between the state tables' commits and the view's is repaired by the replay."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from pathlib import Path
+
+from catalog_api.server import CatalogServer
+from lakeview import oracle, tables
+from lakeview.config import SparkConfig, parse_project
+from lakeview.embedded import EmbeddedStack, make_writer, open_store, state_writer_factory
+from spark_jobs.pipeline import ViewPipeline
+from tests.spark_jobs.test_changes import land
+from tests.spark_jobs.test_crash import _toml
+from tests.spark_jobs.test_view_dag import FEED, SCHEMA, assert_chain_equals_recompute, chain, order
+from tests.writers.test_executor_writes import refresh_with_fault
+
+ROWS_MAX = 8  # [spark] driver_rows_max: every first batch here is larger
+NAMESPACE = "bootstrap_tests"
+
+
+def backfill() -> list[str]:
+    """40 orders over 10 products, one updated and one deleted in the same batch, a delete of an
+    unknown key. Built when a test runs, so its sequence numbers are older than the later batches'."""
+    return [order("c", i, i % 10, i % 7) for i in range(1, 41)] + [order("u", 3, 5, 9), order("d", 7), order("d", 99)]
+
+
+def changes() -> list[list[str]]:
+    """Two later batches: updates (one moves an order to another product), deletes, an insert."""
+    return [
+        [order("u", 1, 1, 40), order("u", 2, 3, 2), order("d", 4), order("d", 8), order("c", 43, 2, 5, price=10.0)],
+        [order("d", i) for i in (1, 5, 9)] + [order("c", 44, 1, 1), order("u", 43, 2, 6, price=10.0)],
+    ]
+
+
+def by_executors(write: dict) -> None:
+    """The epoch was a bootstrap: nothing collected, every file written by a Spark task."""
+    assert write.get("bootstrap") and write["by"] == "executors" and write["rows_collected"] == 0, write
+    assert f"{socket.gethostname()}:{os.getpid()}" not in write["writers"], "a data file was written by the driver process"
+
+
+def assert_equals_recompute(project, view: str, when: str) -> None:
+    expected = oracle.recompute(project, view, oracle.landed_files(project.source_path("orders")))
+    comparison = oracle.compare(tables.read_rows(project, view), expected)
+    assert comparison.equal, f"{view} {when}: {comparison.describe()}"
+
+
+def test_chain_over_a_change_feed_backfills_on_the_executors(spark, catalog_server: CatalogServer, make_project, unique_name: str) -> None:
+    # A keyed projection over the feed (Delta), an aggregate with MAX state over it (its input:
+    # the projection's change files), a filter view over that (10 products: a large first batch too).
+    lines, sales, big, views = chain(unique_name[:36])
+    for view in views.values():
+        view["cadence"] = "1s"
+    sources = {"orders": {"format": "json", "path": "landing/orders", "schema": SCHEMA, "changes": FEED}}
+    project = make_project(views=views, sources=sources).model_copy(update={"spark": SparkConfig(driver_rows_max=ROWS_MAX)})
+    stack = EmbeddedStack(project, catalog_uri=catalog_server.uri)
+    stack.start_views(spark=spark)
+    try:
+        for number, batch in enumerate([backfill(), *changes()]):
+            land(project.source_path("orders"), f"{number:03d}.json", batch)
+            for view in (lines, sales, big):
+                stack.queries[view].processAllAvailable()
+                if number == 0:
+                    by_executors(stack.pipelines[view].last_write)
+                else:
+                    assert not stack.pipelines[view].last_write.get("bootstrap"), f"{view}: batch {number} is not a first batch"
+            assert_chain_equals_recompute(project, (lines, sales, big), f"after batch {number}")
+    finally:
+        stack.stop_views()
+    first = tables.commit_history(project, lines)[-1]  # newest first
+    assert first.epoch == 0 and first.rows_in == 43
+
+
+def test_aggregates_and_projections_backfill_on_the_executors(spark, catalog_server: CatalogServer, make_project, unique_name: str) -> None:
+    p = unique_name[:30]
+    views = {
+        # over the change feed: state tables (sums, a MIN and a COUNT DISTINCT multiset) and the mirror
+        f"{p}_agg": "SELECT product_id, SUM(quantity) AS q, AVG(price) AS p, MIN(quantity) AS lo, COUNT(DISTINCT quantity) AS dq, "
+        "COUNT(*) AS n FROM orders GROUP BY product_id HAVING COUNT(*) >= 4",
+        f"{p}_total": "SELECT COUNT(*) AS n, SUM(quantity) AS q FROM orders",  # a global aggregate: one state row
+        f"{p}_proj": "SELECT order_id, product_id, quantity * price AS amount FROM orders WHERE quantity > 1",
+    }
+    config = {name: {"sql": sql, "cadence": "1s", "namespace": NAMESPACE} for name, sql in views.items()}
+    sources = {"orders": {"format": "json", "path": "landing/orders", "schema": SCHEMA, "changes": FEED}}
+    project = make_project(views=config, sources=sources).model_copy(update={"spark": SparkConfig(driver_rows_max=ROWS_MAX)})
+    first = backfill()
+    later = [
+        [order("u", i, i % 10, 1) for i in range(2, 20, 3)] + [order("d", i) for i in (4, 10, 11, 12)] + [order("c", 50, 3, 6)],
+        [order("d", i) for i in range(13, 41, 2)] + [order("u", 14, 14, 2)],  # products fall below HAVING
+    ]
+    stack = EmbeddedStack(project, catalog_uri=catalog_server.uri)
+    stack.start_views(spark=spark)
+    try:
+        for number, batch in enumerate([first, *later]):
+            land(project.source_path("orders"), f"{number:03d}.json", batch)
+            for view in views:
+                stack.queries[view].processAllAvailable()
+                assert_equals_recompute(project, view, f"after batch {number}")
+            if number == 0:
+                for view in views:
+                    pipeline = stack.pipelines[view]
+                    by_executors(pipeline.last_write)
+                    kept = [pipeline.writer, *pipeline.maintainer.state, pipeline.maintainer.mirror]
+                    written = pipeline.last_write["tables"]
+                    assert set(written) == {w.identifier[-1] for w in kept if w is not None}, "every table the view keeps"
+                mirror = stack.pipelines[f"{p}_agg"].maintainer.mirror
+                assert mirror.last_commit().epoch == 0 and stack.pipelines[f"{p}_agg"].last_write["tables"][mirror.identifier[-1]] == 39
+    finally:
+        stack.stop_views()
+    # the feed's deletes took products below HAVING: the state the executors wrote was exact
+    assert 0 < tables.read_rows(project, f"{p}_agg").num_rows < 10
+
+
+def test_append_source_aggregates_backfill_on_the_executors(spark, catalog_server: CatalogServer, make_project, unique_name: str) -> None:
+    from lakeview.generator import land_json, make_orders
+
+    p = unique_name[:30]
+    views = {
+        f"{p}_state": "SELECT product_id, AVG(quantity) AS avg_q, MAX(quantity) AS top, COUNT(DISTINCT quantity) AS dq "
+        "FROM orders GROUP BY product_id HAVING COUNT(*) > 1",
+        f"{p}_sums": "SELECT product_id, SUM(quantity) AS q, COUNT(*) AS n FROM orders GROUP BY product_id",  # the view is its state
+        f"{p}_hourly": "SELECT window(ts, '1 hour').start AS hour, product_id, COUNT(*) AS n, MIN(quantity) AS lo "
+        "FROM orders GROUP BY window(ts, '1 hour'), product_id",
+    }
+    config = {name: {"sql": sql, "cadence": "1s", "namespace": NAMESPACE} for name, sql in views.items()}
+    project = make_project(views=config).model_copy(update={"spark": SparkConfig(driver_rows_max=ROWS_MAX)})
+    stack = EmbeddedStack(project, catalog_uri=catalog_server.uri)
+    stack.start_views(spark=spark)
+    try:
+        for number, count in enumerate([300, 5]):
+            land_json(project.source_path("orders"), f"{number:03d}.json", make_orders(count, seed=90 + number, first_id=1 + 1000 * number))
+            for view in views:
+                stack.queries[view].processAllAvailable()
+                assert_equals_recompute(project, view, f"after batch {number}")
+                if number == 0:
+                    by_executors(stack.pipelines[view].last_write)
+    finally:
+        stack.stop_views()
+
+
+def test_sigkill_between_state_and_view_commits_of_a_backfill(spark, tmp_path: Path) -> None:
+    view = "backfill_crash"
+    sql = "SELECT product_id, SUM(quantity) AS q, MAX(quantity) AS top, COUNT(*) AS n FROM orders GROUP BY product_id"
+    data = {
+        "lake": {"warehouse": "lake"},
+        "server": {"port": 0},
+        "spark": {"driver_rows_max": ROWS_MAX},
+        "sources": {"orders": {"format": "json", "path": "landing", "schema": SCHEMA, "changes": FEED}},
+        "views": {view: {"sql": sql, "cadence": "manual", "namespace": NAMESPACE}},
+    }
+    (tmp_path / "lakeview.toml").write_text(_toml(data))
+    project = parse_project(data, file=str(tmp_path / "lakeview.toml"), root=tmp_path)
+    first, later = backfill(), changes()[0]
+    land(project.source_path("orders"), "000.json", first)
+    refresh_with_fault(tmp_path, view, "before_view_commit:0")  # the state tables committed, the view and mirror not
+    store = open_store(project)
+    state = [(NAMESPACE, f"__lv_state_{view}_{i}") for i in (0, 1)]  # group state, MAX's value multiset
+    assert all(store.load_table(t).current_snapshot() is not None for t in state), "the state tables committed"
+    assert tables.last_commit(project, view) is None, "the view did not"
+
+    land(project.source_path("orders"), "001.json", later)
+    with CatalogServer(store, host="127.0.0.1", port=0) as server:
+        pipeline = ViewPipeline(spark, project, view, make_writer(project, view, server.uri), state_writer=state_writer_factory(project, view))
+        pipeline.prepare()
+        pipeline.start(available_now=True).awaitTermination()  # replays epoch 0 (state tables skip it), then epoch 1
+        assert_equals_recompute(project, view, "after the restart")
+        assert [c.epoch for c in tables.commit_history(project, view)] == [1, 0], "each epoch committed once (newest first)"
+        for name in state:
+            summaries = [s.summary.additional_properties.get("lakeview.epoch") for s in store.load_table(name).snapshots()]
+            assert summaries.count("0") == 1, f"{name}: epoch 0 applied once ({json.dumps(summaries)})"
