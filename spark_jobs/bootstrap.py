@@ -38,7 +38,7 @@ from lakeview.plan import COUNT, ROWS, WEIGHT, KeyedAggregatePlan
 from writers.base import CommitRecord, Epoch, SnapshotWriter
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import DataFrame, SparkSession
 
     from spark_jobs.pipeline import ViewPipeline
     from writers.staged_files import WrittenFile
@@ -68,11 +68,19 @@ def bootstraps(pipeline: ViewPipeline, epoch: Epoch) -> bool:
 def bootstrap_on_executors(pipeline: ViewPipeline, good: DataFrame, epoch: Epoch) -> Bootstrap:
     """Write the first batch's state, view and mirror rows from the executors, one snapshot per
     table stamped with ``epoch``; the driver holds the files' metadata only."""
+    zset, net, images, held = _relations(pipeline, good)
+    try:
+        return _write_tables(pipeline, epoch, good.sparkSession, zset, net, images)
+    finally:
+        for df in held:
+            df.unpersist()
+
+
+def _write_tables(pipeline: ViewPipeline, epoch: Epoch, spark: SparkSession, zset: str, net: str, images: str | None) -> Bootstrap:
+    """Each table's rows as Spark SQL over the batch's relations, written by the executors (the mirror last)."""
     from spark_jobs.executor_writes import append_on_executors
 
-    spark = good.sparkSession
     m, plan = pipeline.maintainer, pipeline.plan
-    zset, net, images = _relations(pipeline, good)
     tables: list[tuple[SnapshotWriter, DataFrame]] = []
     if isinstance(plan, KeyedAggregatePlan) and not m.view_is_state:
         tables.append((m.state[0], spark.sql(group_state_sql(plan, zset))))
@@ -97,9 +105,11 @@ def table_name(writer: SnapshotWriter) -> str:
     return identifier[-1] if identifier else writer.view  # type: ignore[attr-defined]
 
 
-def _relations(pipeline: ViewPipeline, good: DataFrame) -> tuple[str, str, str | None]:
-    """Temp views of the batch: its Z-set (with weights), its net rows (no weights) and a change
-    feed's newest non-delete images (the mirror's rows; None for other sources)."""
+def _relations(pipeline: ViewPipeline, good: DataFrame) -> tuple[str, str, str | None, list[DataFrame]]:
+    """Temp views of the batch: its Z-set (with weights), its net rows (no weights), a change
+    feed's newest non-delete images (the mirror's rows; None for other sources), and the
+    DataFrames persisted for them (each feeds several tables' jobs; the batch itself is
+    persisted by the pipeline)."""
     from pyspark.sql import functions as F
 
     spark = good.sparkSession
@@ -108,9 +118,10 @@ def _relations(pipeline: ViewPipeline, good: DataFrame) -> tuple[str, str, str |
         good.createOrReplaceTempView(name("_changes"))
         columns = ", ".join(f"`{c}`" for c in pipeline.maintainer.source_columns)
         latest = latest_sql(pipeline.feed, name("_changes"))
-        spark.sql(f"SELECT {columns} FROM ({latest}) WHERE {OP} <> '{DELETE}'").createOrReplaceTempView(name("_images"))
+        images = spark.sql(f"SELECT {columns} FROM ({latest}) WHERE {OP} <> '{DELETE}'").persist()  # one shuffle, not one per table
+        images.createOrReplaceTempView(name("_images"))
         spark.sql(f"SELECT *, CAST(1 AS INT) AS {WEIGHT} FROM {name('_images')}").createOrReplaceTempView(name("_zset"))
-        return name("_zset"), name("_images"), name("_images")
+        return name("_zset"), name("_images"), name("_images"), [images]
     if pipeline.images is not None:
         from lakeview.schema import parse_ddl
 
@@ -122,10 +133,11 @@ def _relations(pipeline: ViewPipeline, good: DataFrame) -> tuple[str, str, str |
     else:
         good.createOrReplaceTempView(name("_rows"))
         good.withColumn(WEIGHT, F.lit(1).cast("int")).createOrReplaceTempView(name("_zset"))
-        return name("_zset"), name("_rows"), None
+        return name("_zset"), name("_rows"), None, []
     weighted.createOrReplaceTempView(name("_zset"))
-    spark.sql(net_rows_sql([c for c in weighted.columns if c != WEIGHT], name("_zset"))).createOrReplaceTempView(name("_net"))
-    return name("_zset"), name("_net"), None
+    net = spark.sql(net_rows_sql([c for c in weighted.columns if c != WEIGHT], name("_zset")))
+    net.createOrReplaceTempView(name("_net"))
+    return name("_zset"), name("_net"), None, []
 
 
 def net_rows_sql(columns: list[str], zset: str) -> str:
