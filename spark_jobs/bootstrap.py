@@ -21,16 +21,17 @@ query over the batch, and the executors write them
   last as on the driver's path, so a replay finds the epoch unfinished until the very end.
 
 Each table's snapshot is stamped with the epoch; a table that has it already skips it, so a
-crash between two tables' commits is repaired by the replay. Not taken (the driver merges):
-a batch at or below the bound, a later batch (stored rows must be merged with), a watermark
-over a change or image feed (each image is judged against it in the driver), and append views
-over append-only input (already written by the executors).
+crash between two tables' commits is repaired by the replay. A watermark over a change or
+image feed has no value yet on a first batch (nothing is late); the epoch is stamped with its
+advance. Not taken (the driver merges): a batch at or below the bound, a later batch (stored
+rows must be merged with), a first batch a watermark already applies to, and append views over
+append-only input (already written by the executors).
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from lakeview.changefeed import DELETE, OP, images_sql, latest_sql
@@ -59,8 +60,8 @@ def bootstraps(pipeline: ViewPipeline, epoch: Epoch) -> bool:
     m = pipeline.maintainer
     if epoch.rows_in <= pipeline.project.spark.driver_rows_max or (pipeline.plan.is_append and m.view_is_state):
         return False
-    if pipeline.watermark is not None and (pipeline.feed is not None or pipeline.images is not None):
-        return False
+    if pipeline.watermark is not None and (pipeline.feed is not None or pipeline.images is not None) and m.closed_before_us is not None:
+        return False  # a watermark applies: each image is judged against it in the driver
     # Empty, or holding this very epoch (a replay after a crash between two tables' commits).
     return all((last := w.last_commit()) is None or last.epoch == epoch.number for w in m.tables())
 
@@ -70,6 +71,7 @@ def bootstrap_on_executors(pipeline: ViewPipeline, good: DataFrame, epoch: Epoch
     table stamped with ``epoch``; the driver holds the files' metadata only."""
     zset, net, images, held = _relations(pipeline, good)
     try:
+        epoch = _stamped(pipeline, epoch, good.sparkSession, net)
         return _write_tables(pipeline, epoch, good.sparkSession, zset, net, images)
     finally:
         for df in held:
@@ -97,6 +99,21 @@ def _write_tables(pipeline: ViewPipeline, epoch: Epoch, spark: SparkSession, zse
         if writer is pipeline.writer:
             done.record = record
     return done
+
+
+def _stamped(pipeline: ViewPipeline, epoch: Epoch, spark: SparkSession, net: str) -> Epoch:
+    """A watermark over a change or image feed: no watermark applies yet (see :func:`bootstraps`),
+    so nothing is late; the epoch carries the watermark's advance by the newest event time of
+    the images it consumes, its net rows (as :func:`lakeview.watermark.apply_to_changes` stamps it
+    from the summed Z-set's positive rows)."""
+    wm, plan = pipeline.watermark, pipeline.plan
+    if wm is None or (pipeline.feed is None and pipeline.images is None):
+        return epoch  # an append stream's watermark is stamped by the pipeline
+    from lakeview.watermark import LATE
+
+    where = f" WHERE {plan.where}" if plan.where else ""
+    newest = spark.sql(f"SELECT max(unix_micros(`{wm.column}`)) AS t FROM {net} AS {plan.alias}{where}").first()["t"]
+    return replace(epoch, stamps={**epoch.stamps, **wm.advance(epoch.number, None, newest), LATE: "0"})
 
 
 def table_name(writer: SnapshotWriter) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+from datetime import timedelta
 from pathlib import Path
 
 from catalog_api.server import CatalogServer
@@ -16,6 +17,7 @@ from lakeview import oracle, tables
 from lakeview.config import SparkConfig, parse_project
 from lakeview.embedded import EmbeddedStack, make_writer, open_store, state_writer_factory
 from spark_jobs.pipeline import ViewPipeline
+from spark_jobs.quarantine import quarantined_rows
 from tests.spark_jobs.test_changes import land
 from tests.spark_jobs.test_crash import _toml
 from tests.spark_jobs.test_view_dag import FEED, SCHEMA, assert_chain_equals_recompute, chain, order
@@ -174,3 +176,34 @@ def test_sigkill_between_state_and_view_commits_of_a_backfill(spark, tmp_path: P
         for name in state:
             summaries = [s.summary.additional_properties.get("lakeview.epoch") for s in store.load_table(name).snapshots()]
             assert summaries.count("0") == 1, f"{name}: epoch 0 applied once ({json.dumps(summaries)})"
+
+
+def test_watermarked_window_over_a_change_feed_backfills_on_the_executors(spark, tmp_path: Path) -> None:
+    """The crash test's windowed view over a change feed (tests/spark_jobs/test_crash_combined.py),
+    without a crash and with every batch past the bound: the first batch is written by the
+    executors and stamped with the watermark's advance, so the later batches apply the same
+    watermark, set the same images aside and end with the same rows as on the driver's path."""
+    from tests.spark_jobs.test_crash_combined import write_project
+    from tests.spark_jobs.test_view_dag import refresh_in_process
+    from tests.spark_jobs.test_windows import CHANGE_EPOCHS, CHANGES_SCHEMA, T0, WINDOW_OVER_CHANGES
+    from writers.staged_files import WRITTEN_BY
+
+    view = "windowed"
+    sources = {"order_changes": {"format": "json", "path": "landing", "schema": CHANGES_SCHEMA, "changes": FEED}}
+    project = write_project(tmp_path, sources, {view: {"sql": WINDOW_OVER_CHANGES, "watermark": "10 minutes"}})
+    project = project.model_copy(update={"spark": SparkConfig(driver_rows_max=0)})
+    for number, batch in enumerate(CHANGE_EPOCHS):
+        land(project.source_path("order_changes"), f"{number:03d}.json", batch)
+        refresh_in_process(spark, project, [view])
+        record = tables.last_commit(project, view)
+        files = oracle.frontier_files(project, view, record.frontier)
+        comparison = oracle.compare(tables.read_rows(project, view), oracle.recompute(project, view, files))
+        assert comparison.equal, f"after batch {number}: {comparison.describe()}"
+    first = min(open_store(project).load_table((project.views[view].namespace, view)).snapshots(), key=lambda s: s.sequence_number)
+    assert first.summary.additional_properties.get(WRITTEN_BY) == "executors", "the first batch was written by the executors"
+    rows = {(r["window_start"].strftime("%H:%M"), r["product_id"]): (r["n"], r["total"], r["lo"], r["hi"])
+            for r in tables.read_rows(project, view).to_pylist()}
+    assert rows == {("00:00", 1): (2, 12.0, 5.0, 7.0), ("00:10", 2): (1, 10.0, 10.0, 10.0), ("00:40", 1): (1, 9.0, 9.0, 9.0)}
+    late = sorted(json.loads(r["record"])["order_id"] for r in quarantined_rows(project, "order_changes", view))
+    assert late == [1, 2, 6], "each late image set aside once"
+    assert record.extra["lakeview.watermark-us"] == str(int((T0 + timedelta(minutes=25)).timestamp() * 1_000_000))
