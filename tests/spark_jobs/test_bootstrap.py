@@ -33,12 +33,11 @@ def backfill() -> list[str]:
     return [order("c", i, i % 10, i % 7) for i in range(1, 41)] + [order("u", 3, 5, 9), order("d", 7), order("d", 99)]
 
 
-def changes() -> list[list[str]]:
-    """Two later batches: updates (one moves an order to another product), deletes, an insert."""
-    return [
-        [order("u", 1, 1, 40), order("u", 2, 3, 2), order("d", 4), order("d", 8), order("c", 43, 2, 5, price=10.0)],
-        [order("d", i) for i in (1, 5, 9)] + [order("c", 44, 1, 1), order("u", 43, 2, 6, price=10.0)],
-    ]
+def changes() -> list[str]:
+    """A later batch: updates (one moves an order to another product), deletes, inserts, and a
+    change of a row inserted in the same batch."""
+    return [order("u", 1, 1, 40), order("u", 2, 3, 2), order("d", 4), order("d", 8), order("c", 43, 2, 5, price=10.0)] + [
+        order("d", i) for i in (5, 9)] + [order("c", 44, 1, 1), order("u", 43, 2, 6, price=10.0)]  # fmt: skip
 
 
 def by_executors(write: dict) -> None:
@@ -64,7 +63,7 @@ def test_chain_over_a_change_feed_backfills_on_the_executors(spark, catalog_serv
     stack = EmbeddedStack(project, catalog_uri=catalog_server.uri)
     stack.start_views(spark=spark)
     try:
-        for number, batch in enumerate([backfill(), *changes()]):
+        for number, batch in enumerate([backfill(), changes()]):
             land(project.source_path("orders"), f"{number:03d}.json", batch)
             for view in (lines, sales, big):
                 stack.queries[view].processAllAvailable()
@@ -92,14 +91,14 @@ def test_aggregates_and_projections_backfill_on_the_executors(spark, catalog_ser
     sources = {"orders": {"format": "json", "path": "landing/orders", "schema": SCHEMA, "changes": FEED}}
     project = make_project(views=config, sources=sources).model_copy(update={"spark": SparkConfig(driver_rows_max=ROWS_MAX)})
     first = backfill()
-    later = [
-        [order("u", i, i % 10, 1) for i in range(2, 20, 3)] + [order("d", i) for i in (4, 10, 11, 12)] + [order("c", 50, 3, 6)],
-        [order("d", i) for i in range(13, 41, 2)] + [order("u", 14, 14, 2)],  # products fall below HAVING
-    ]
+    later = (  # updates, deletes taking products below HAVING, an insert
+        [order("u", i, i % 10, 1) for i in range(2, 20, 3)] + [order("d", i) for i in (4, 10, 11, 12, *range(13, 41, 2))]
+        + [order("c", 50, 3, 6), order("u", 14, 14, 2)]
+    )  # fmt: skip
     stack = EmbeddedStack(project, catalog_uri=catalog_server.uri)
     stack.start_views(spark=spark)
     try:
-        for number, batch in enumerate([first, *later]):
+        for number, batch in enumerate([first, later]):
             land(project.source_path("orders"), f"{number:03d}.json", batch)
             for view in views:
                 stack.queries[view].processAllAvailable()
@@ -158,7 +157,7 @@ def test_sigkill_between_state_and_view_commits_of_a_backfill(spark, tmp_path: P
     }
     (tmp_path / "lakeview.toml").write_text(_toml(data))
     project = parse_project(data, file=str(tmp_path / "lakeview.toml"), root=tmp_path)
-    first, later = backfill(), changes()[0]
+    first, later = backfill(), changes()
     land(project.source_path("orders"), "000.json", first)
     refresh_with_fault(tmp_path, view, "before_view_commit:0")  # the state tables committed, the view and mirror not
     store = open_store(project)
