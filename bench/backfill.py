@@ -24,17 +24,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.driver_memory import PeakSampler  # noqa: E402
+from bench.driver_memory import run_measured  # noqa: E402
 from bench.history import SCHEMA, generate_history  # noqa: E402
 
 FEED_SCHEMA = SCHEMA + ", op STRING, seq BIGINT"
@@ -84,15 +82,7 @@ def child(mode: str, view: str, directory: Path, rows: int) -> None:
     with CatalogServer(open_store(project), host="127.0.0.1", port=0) as server:
         pipeline = ViewPipeline(spark, project, view, make_writer(project, view, server.uri), state_writer=state_writer_factory(project, view))
         pipeline.prepare()
-        jvm = spark.sparkContext._gateway.proc.pid  # type: ignore[union-attr]
-        sampler = PeakSampler({"driver_python": os.getpid(), "jvm": jvm})
-        sampler.start()
-        started = time.perf_counter()
-        pipeline.start(available_now=True).awaitTermination()
-        elapsed = time.perf_counter() - started
-        sampler.running = False
-        sampler.join()
-    peaks = {name: sampler.peak[name] - sampler.base[name] for name in sampler.pids}
+        elapsed, peaks = run_measured(spark, pipeline)
     print(json.dumps({"seconds": round(elapsed, 1), "bootstrap": bool(pipeline.last_write.get("bootstrap")), **peaks}))
     spark.stop()
 
@@ -120,7 +110,7 @@ def main() -> None:
         directory = Path(tmp)
         land(directory, args.rows, args.groups)
         print(f"{args.rows} orders over {args.groups} products, first batch of each view from empty tables; local[2]")
-        print(f"| view | path | epoch s | driver Python peak +RSS | JVM peak +RSS | view rows |\n|---|---|---|---|---|---|")
+        print("| view | path | epoch s | driver Python peak +RSS | JVM peak +RSS | view rows |\n|---|---|---|---|---|---|")
         for view in VIEWS:
             results = {}
             for mode in ("driver", "executors"):

@@ -55,6 +55,20 @@ class PeakSampler(threading.Thread):
             time.sleep(0.02)
 
 
+def run_measured(spark, pipeline) -> tuple[float, dict[str, int]]:  # noqa: ANN001 - a SparkSession, a ViewPipeline
+    """Run ``pipeline`` over what has landed; its seconds and the peak RSS above the baseline of
+    this (the driver's) Python process and of the JVM."""
+    jvm = spark.sparkContext._gateway.proc.pid  # type: ignore[union-attr]
+    sampler = PeakSampler({"driver_python": os.getpid(), "jvm": jvm})
+    sampler.start()
+    started = time.perf_counter()
+    pipeline.start(available_now=True).awaitTermination()
+    elapsed = time.perf_counter() - started
+    sampler.running = False
+    sampler.join()
+    return elapsed, {name: sampler.peak[name] - sampler.base[name] for name in sampler.pids}
+
+
 def land(directory: Path, rows: int, files: int = 8) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -93,15 +107,7 @@ def child(mode: str, directory: Path, rows: int) -> None:
     spark = build_session("bench-driver-memory")
     pipeline = ViewPipeline(spark, project, "big", make_writer(project, "big", "http://unused"))
     pipeline.prepare()
-    jvm = spark.sparkContext._gateway.proc.pid  # type: ignore[union-attr]
-    sampler = PeakSampler({"driver_python": os.getpid(), "jvm": jvm})
-    sampler.start()
-    started = time.perf_counter()
-    pipeline.start(available_now=True).awaitTermination()
-    elapsed = time.perf_counter() - started
-    sampler.running = False
-    sampler.join()
-    result = {name: sampler.peak[name] - sampler.base[name] for name in sampler.pids}
+    elapsed, result = run_measured(spark, pipeline)
     print(json.dumps({"mode": mode, "seconds": round(elapsed, 1), "last_write": {k: v for k, v in pipeline.last_write.items() if k != "writers"}, **result}))
     spark.stop()
 
