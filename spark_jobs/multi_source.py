@@ -235,8 +235,9 @@ class CombinedPipeline:
 
         spark = batch.sparkSession  # temp views of a foreachBatch live in the batch's session
         started = time.perf_counter()
+        self.last_write = {}  # set by the path that says how the rows went
         frontier, newest_ms = self._frontier(epoch_id)
-        inputs: dict[str, pa.Table] = {}
+        frames: dict[str, DataFrame] = {}  # per source: the input the driver's path collects
         rows_in = quarantined = 0
         for index, source in enumerate(self.sources):
             config = self.configs[source]
@@ -255,17 +256,28 @@ class CombinedPipeline:
             if isinstance(self.plan, JoinPlan) and (config.changes is None and config.images is None):
                 columns = [c for side in self.plan.sides if side.source == source for c in side.columns]  # only what the join reads
             if source in self.upstreams:  # an upstream view's change: its rows already carry their weights
-                inputs[source] = collect_arrow(good.select(*[F.col(f"`{c}`") for c in columns], F.col(WEIGHT).cast("int")))
+                frames[source] = good.select(*[F.col(f"`{c}`") for c in columns], F.col(WEIGHT).cast("int"))
             elif config.changes is not None:
-                inputs[source] = collect_arrow(spark.sql(latest_sql(config.changes, name)).drop("__lv_rn"))
+                frames[source] = spark.sql(latest_sql(config.changes, name)).drop("__lv_rn")
             elif config.images is not None:
-                inputs[source] = collect_arrow(spark.sql(images_sql(config.images, columns, name)))
+                frames[source] = spark.sql(images_sql(config.images, columns, name))
             else:  # an append stream: its rows with weight +1, only the columns a join reads
-                inputs[source] = collect_arrow(good.select(*[F.col(f"`{c}`") for c in columns]).withColumn(WEIGHT, F.lit(1).cast("int")))
-        self.timings = {"spark_read_quarantine_s": time.perf_counter() - started}
+                frames[source] = good.select(*[F.col(f"`{c}`") for c in columns]).withColumn(WEIGHT, F.lit(1).cast("int"))
         epoch = Epoch(view=self.view, number=epoch_id, frontier=frontier, rows_in=rows_in, newest_input_ms=newest_ms,
                       rows_quarantined=quarantined)
         faults.current_epoch = epoch_id
+        from spark_jobs.combined_bootstrap import bootstrap_on_executors, bootstraps, last_write
+
+        if bootstraps(self, epoch):  # a large first batch: every table written by the executors, nothing collected
+            read_s, started = time.perf_counter() - started, time.perf_counter()
+            done = bootstrap_on_executors(self, frames, epoch)
+            if done is not None:
+                self.timings = {"spark_read_quarantine_s": read_s, "maintain_s": time.perf_counter() - started}
+                self.last_write = last_write(done)
+                return done.record
+        inputs = {source: collect_arrow(frame) for source, frame in frames.items()}
+        self.timings = {"spark_read_quarantine_s": time.perf_counter() - started}
+        self.last_write = {"by": "driver", "rows_collected": sum(t.num_rows for t in inputs.values())}
         started = time.perf_counter()
         record = self.maintainer.apply(epoch, inputs)
         self.timings["maintain_s"] = time.perf_counter() - started
