@@ -45,7 +45,7 @@ from spark_jobs.bootstrap import Bootstrap, group_state_sql, multiset_state_sql,
 from writers.base import Epoch, SnapshotWriter
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import DataFrame, SparkSession
 
     from spark_jobs.multi_source import CombinedPipeline
 
@@ -68,20 +68,37 @@ def bootstrap_on_executors(pipeline: CombinedPipeline, frames: dict[str, DataFra
     per table stamped with ``epoch``. ``frames``: per source, the DataFrame the driver's path
     would collect (:meth:`CombinedPipeline._process_batch`). None: the batch is left to the
     driver (a negative net weight under an aggregate, see the module's doc); nothing written."""
+    spark = next(iter(frames.values())).sparkSession  # a foreachBatch's temp views live in its session
+
+    held: list[DataFrame] = []  # persisted: each feeds several tables' jobs (the batch itself is persisted by the pipeline)
+    try:
+        return _write_tables(pipeline, frames, epoch, spark, held)
+    finally:
+        for df in held:
+            df.unpersist()
+
+
+def _write_tables(
+    pipeline: CombinedPipeline, frames: dict[str, DataFrame], epoch: Epoch, spark: SparkSession, held: list[DataFrame]
+) -> Bootstrap | None:
+    """The Spark relations of every table (see the module's doc), then each written in commit order."""
     from pyspark.sql import functions as F
 
     from spark_jobs.executor_writes import append_on_executors
 
     m, plan = pipeline.maintainer, pipeline.plan
-    spark = next(iter(frames.values())).sparkSession  # a foreachBatch's temp views live in its session
 
     def name(suffix: str) -> str:
         return f"__lv_{pipeline.view}_boot_{suffix}"
 
+    def hold(df: DataFrame) -> DataFrame:
+        held.append(df.persist())
+        return df
+
     zsets, mirrors = {}, {}
     for source, frame in frames.items():
         if source in m.feeds:
-            images = frame.where(F.col(OP) != DELETE).select(*[F.col(f"`{c}`") for c in m.source_columns[source]])
+            images = hold(frame.where(F.col(OP) != DELETE).select(*[F.col(f"`{c}`") for c in m.source_columns[source]]))
             mirrors[source] = images
             frame = images.withColumn(WEIGHT, F.lit(1).cast("int"))
         zsets[source] = name(f"{source}_zset")
@@ -91,10 +108,10 @@ def bootstrap_on_executors(pipeline: CombinedPipeline, frames: dict[str, DataFra
     if isinstance(plan, JoinPlan):
         for i, side in enumerate(plan.sides):
             deltas.append(name(f"delta{i}"))
-            spark.sql(side_delta_sql(side, zsets[side.source])).createOrReplaceTempView(deltas[i])
-        combined = spark.sql(first_join_sql(plan, deltas[0], deltas[1]))
+            hold(spark.sql(side_delta_sql(side, zsets[side.source]))).createOrReplaceTempView(deltas[i])
+        combined = hold(spark.sql(first_join_sql(plan, deltas[0], deltas[1])))
     else:
-        combined = spark.sql(plan.union_sql(zsets, "spark")).toDF(*plan.columns, WEIGHT)
+        combined = hold(spark.sql(plan.union_sql(zsets, "spark")).toDF(*plan.columns, WEIGHT))
     zset = name("combined")
     combined.createOrReplaceTempView(zset)
     columns = [c for c in combined.columns if c != WEIGHT]
