@@ -165,10 +165,11 @@ def net_rows_sql(columns: list[str], zset: str) -> str:
 
 
 def group_state_sql(plan: KeyedAggregatePlan, zset: str) -> str:
-    """Spark SQL: the group state table's rows after a first epoch (a global aggregate keeps its one row)."""
+    """Spark SQL: the group state table's rows after a first epoch. A global aggregate keeps its
+    one row, its counts 0 over no rows (not NULL), as :func:`lakeview.ivm.merge_group_state` stores it."""
     sums = set(plan.sum_columns())
     items = [f"`{k}`" for k in plan.keys] + [
-        f"CASE WHEN {c[:-2]}_c = 0 THEN NULL ELSE {c} END AS {c}" if c in sums else c for c in plan.state_columns()
+        f"CASE WHEN {c[:-2]}_c = 0 THEN NULL ELSE {c} END AS {c}" if c in sums else f"COALESCE({c}, 0) AS {c}" for c in plan.state_columns()
     ]
     live = f" WHERE {ROWS} <> 0" if plan.keys else ""
     return f"SELECT {', '.join(items)} FROM ({plan.group_delta_sql(zset)}){live}"

@@ -124,7 +124,7 @@ def _write_tables(
             log.info("%s: epoch %s: a row of negative net weight (from %s); the driver merges it", pipeline.view, epoch.number,
                      ", ".join(retracting))  # fmt: skip
             return None
-        tables.append((m.state[0], spark.sql(_group_state_sql(top, zset))))
+        tables.append((m.state[0], spark.sql(group_state_sql(top, zset))))
         tables += [(w, spark.sql(multiset_state_sql(top, i, zset))) for i, w in enumerate(m.state[1:])]
         spark.sql(net_rows_sql(columns, zset)).createOrReplaceTempView(name("net"))
         view_rows = spark.sql(top.batch_sql({top.sources[0]: name("net")}))
@@ -187,17 +187,6 @@ def first_join_sql(plan: JoinPlan, da: str, db: str) -> str:
     names = ", ".join(f"`{n}`" for n in [*a.joined(), *b.joined()])
     body = " UNION ALL ".join(f"({p})" for p in parts)
     return f"SELECT {names}, CAST(SUM(w) AS INT) AS {WEIGHT} FROM ({body}) GROUP BY {names} HAVING SUM(w) <> 0"
-
-
-def _group_state_sql(top: KeyedAggregatePlan, zset: str) -> str:
-    """The group state after a first epoch; a global aggregate keeps its one row with counts at 0
-    over no rows (as ``merge_group_state`` stores it), not NULL."""
-    sql = group_state_sql(top, zset)
-    if top.keys:
-        return sql
-    sums = set(top.sum_columns())
-    items = [c if c in sums else f"COALESCE({c}, 0) AS {c}" for c in top.state_columns()]
-    return f"SELECT {', '.join(items)} FROM ({sql})"
 
 
 def _negative_sql(columns: list[str], zset: str) -> str:
