@@ -74,12 +74,12 @@ def explain(project: ProjectConfig, view: str) -> str:
         if upstream_key:
             fkey = ", ".join(upstream_key)
             lines.append(f"  {next(step)}. write: upsert/delete by {upstream}'s key ({fkey}), one snapshot per epoch")
-            lines += _batch_lines(project)
+            lines += batch_lines(project)
             key, state = fkey, []
         elif feed or images:
             fkey = ", ".join(feed.key if feed else images.key)  # type: ignore[union-attr]
             lines.append(f"  {next(step)}. write: upsert/delete by the feed key ({fkey}), one snapshot per epoch")
-            lines += _batch_lines(project)
+            lines += batch_lines(project)
             key, state = fkey, [f"{ns}.{mirror_table_name(view)} (current row per key)"] if feed else []
         else:
             lines.append(f"  {next(step)}. write: append, one snapshot per epoch")
@@ -122,7 +122,7 @@ def explain(project: ProjectConfig, view: str) -> str:
         lines.append(f"  {next(step)}. write: the one row replaced, one snapshot per epoch (state tables first, the view, then the mirror)")
     else:
         lines.append(f"  {next(step)}. write: upsert/delete by key, one snapshot per epoch (state tables first, the view, then the mirror)")
-    lines += _batch_lines(project)
+    lines += batch_lines(project)
     if config.format.value == "iceberg":
         lines.append(f"       stored rows of the touched keys: found by the driver's key index up to {project.spark.driver_keys_max} rows "
                      "per table, past that read only by the Spark executors ([spark] driver_keys_max)")
@@ -130,11 +130,14 @@ def explain(project: ProjectConfig, view: str) -> str:
     return "\n".join(lines + [f"key: {key}", "state: " + "; ".join(state)] + _published(project, view) + group_lines(project, view))
 
 
-def _batch_lines(project: ProjectConfig) -> list[str]:
-    """Where a keyed view's batches are merged: a large first batch by Spark (spark_jobs.bootstrap), later ones in the driver."""
+def batch_lines(project: ProjectConfig, first_in_driver: str | None = None) -> list[str]:
+    """Where a keyed view's batches are merged: a large first batch by Spark (spark_jobs.bootstrap),
+    unless ``first_in_driver`` says why not; later ones in the driver."""
     limit, bound = project.spark.driver_rows_max, project.spark.max_files_per_trigger
     first = (f"       a first batch of more than {limit} input rows ([spark] driver_rows_max), its tables still empty (a backfill): "
              "every table's rows computed by Spark and written by the executors, nothing collected")  # fmt: skip
+    if first_in_driver:
+        first = f"       a first batch too is merged in the driver ({first_in_driver})"
     later = "       later batches: the delta is merged in the driver, at most " + (
         f"{bound} new files per batch ([spark] max_files_per_trigger)" if bound
         else "everything landed since the last batch (unbounded: set [spark] max_files_per_trigger)")  # fmt: skip

@@ -82,8 +82,11 @@ def explain_combined(project: ProjectConfig, view: str, plan: JoinPlan | UnionPl
     else:
         how = "multiset upsert/delete keyed by the whole row (rows can be retracted)"
     lines.append(f"  {next(step)}. write: {how}, one snapshot per epoch (the view and its state, then the join state, then mirrors)")
+    from lakeview.explain import _published, batch_lines
+
+    windowed = plan.top is not None and plan.top.window is not None
+    lines += batch_lines(project, "an event-time window over a join or union" if windowed else None)
     lines = [_original(plan, line) for line in lines]
-    from lakeview.explain import _published
 
     return "\n".join(lines + [f"key: {', '.join(key) if key else 'none (append-only)'}", f"state: {'; '.join(state) or 'none'}"]
                      + _published(project, view))

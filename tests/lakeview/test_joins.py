@@ -267,6 +267,8 @@ def test_explain_shows_the_join_operator_its_state_and_key(tmp_path) -> None:
     left = explain(project, "enriched")
     assert "LEFT: a left row is NULL-extended" in left and "key: order_id, category" in left
     assert "UNION ALL of 2 projections" in explain(project, "both")
+    backfill = "a first batch of more than 500000 input rows ([spark] driver_rows_max), its tables still empty (a backfill)"
+    assert all(backfill in explain(project, view) for view in ("by_category", "enriched", "both")), "spark_jobs.combined_bootstrap"
 
 
 def test_config_names_a_join_column_missing_from_its_source(tmp_path) -> None:
