@@ -41,6 +41,8 @@ from writers.base import CommitRecord, Epoch, SnapshotWriter
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+    from lakeview.config import ProjectConfig
+
     from spark_jobs.pipeline import ViewPipeline
     from writers.staged_files import WrittenFile
 
@@ -53,6 +55,14 @@ class Bootstrap:
 
     record: CommitRecord | None
     files: dict[str, list[WrittenFile]] = field(default_factory=dict)  # table name -> files (none: it had the epoch)
+
+    def report(self) -> dict[str, object]:
+        """How the epoch's rows went (a pipeline's ``last_write``): by the executors, none collected."""
+        files = [f for written in self.files.values() for f in written]
+        return {
+            "by": "executors", "bootstrap": True, "rows_collected": 0, "files": len(files), "rows": sum(f.rows for f in files),
+            "writers": sorted({f.writer for f in files}), "tables": {name: sum(f.rows for f in fs) for name, fs in self.files.items()},
+        }  # fmt: skip
 
 
 def bootstraps(pipeline: ViewPipeline, epoch: Epoch) -> bool:
@@ -80,8 +90,6 @@ def bootstrap_on_executors(pipeline: ViewPipeline, good: DataFrame, epoch: Epoch
 
 def _write_tables(pipeline: ViewPipeline, epoch: Epoch, spark: SparkSession, zset: str, net: str, images: str | None) -> Bootstrap:
     """Each table's rows as Spark SQL over the batch's relations, written by the executors (the mirror last)."""
-    from spark_jobs.executor_writes import append_on_executors
-
     m, plan = pipeline.maintainer, pipeline.plan
     tables: list[tuple[SnapshotWriter, DataFrame]] = []
     if isinstance(plan, KeyedAggregatePlan) and not m.view_is_state:
@@ -90,13 +98,21 @@ def _write_tables(pipeline: ViewPipeline, epoch: Epoch, spark: SparkSession, zse
     tables.append((pipeline.writer, spark.sql(plan.batch_sql({pipeline.source: net}))))
     if m.mirror is not None and images is not None:
         tables.append((m.mirror, spark.table(images)))  # last: see the module's doc
+    return write_in_order(tables, pipeline.writer, epoch, pipeline.project)
+
+
+def write_in_order(tables: list[tuple[SnapshotWriter, DataFrame]], view: SnapshotWriter, epoch: Epoch, project: ProjectConfig) -> Bootstrap:
+    """Write each table's rows from the executors, one snapshot each stamped with ``epoch``, in
+    the given (commit) order; a table that has the epoch already writes nothing."""
+    from spark_jobs.executor_writes import append_on_executors
+
     log.info("%s: epoch %s (%s input rows) is a first batch: %s tables written by the executors",
-             pipeline.view, epoch.number, epoch.rows_in, len(tables))  # fmt: skip
+             epoch.view, epoch.number, epoch.rows_in, len(tables))  # fmt: skip
     done = Bootstrap(record=None)
     for writer, rows in tables:
-        record, files = append_on_executors(writer, rows, epoch, pipeline.project)
+        record, files = append_on_executors(writer, rows, epoch, project)
         done.files[table_name(writer)] = files
-        if writer is pipeline.writer:
+        if writer is view:
             done.record = record
     return done
 

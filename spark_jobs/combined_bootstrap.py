@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING
 from lakeview.changefeed import DELETE, OP
 from lakeview.joins import JoinPlan, JoinSide
 from lakeview.plan import COUNT, WEIGHT, KeyedAggregatePlan
-from spark_jobs.bootstrap import Bootstrap, group_state_sql, multiset_state_sql, net_rows_sql, table_name
+from spark_jobs.bootstrap import Bootstrap, group_state_sql, multiset_state_sql, net_rows_sql, write_in_order
 from writers.base import Epoch, SnapshotWriter
 
 if TYPE_CHECKING:
@@ -83,8 +83,6 @@ def _write_tables(
 ) -> Bootstrap | None:
     """The Spark relations of every table (see the module's doc), then each written in commit order."""
     from pyspark.sql import functions as F
-
-    from spark_jobs.executor_writes import append_on_executors
 
     m, plan = pipeline.maintainer, pipeline.plan
 
@@ -141,24 +139,7 @@ def _write_tables(
             cols = ", ".join(f"`{c}`" for c in side.columns)
             tables.append((writer, spark.sql(f"SELECT {cols}, w AS {COUNT} FROM {delta}")))
     tables += [(m.mirrors[s], mirrors[s]) for s in m.mirrors]  # last: a replay finds the epoch unfinished until here
-    log.info("%s: epoch %s (%s input rows) is a first batch: %s tables written by the executors",
-             pipeline.view, epoch.number, epoch.rows_in, len(tables))  # fmt: skip
-    done = Bootstrap(record=None)
-    for writer, rows in tables:
-        record, files = append_on_executors(writer, rows, epoch, pipeline.project)
-        done.files[table_name(writer)] = files
-        if writer is m.view:
-            done.record = record
-    return done
-
-
-def last_write(done: Bootstrap) -> dict[str, object]:
-    """What a bootstrap wrote, as ``ViewPipeline._bootstrap`` reports it (``last_write``)."""
-    files = [f for written in done.files.values() for f in written]
-    return {
-        "by": "executors", "bootstrap": True, "rows_collected": 0, "files": len(files), "rows": sum(f.rows for f in files),
-        "writers": sorted({f.writer for f in files}), "tables": {name: sum(f.rows for f in fs) for name, fs in done.files.items()},
-    }  # fmt: skip
+    return write_in_order(tables, m.view, epoch, pipeline.project)
 
 
 def side_delta_sql(side: JoinSide, zset: str) -> str:

@@ -266,14 +266,14 @@ class CombinedPipeline:
         epoch = Epoch(view=self.view, number=epoch_id, frontier=frontier, rows_in=rows_in, newest_input_ms=newest_ms,
                       rows_quarantined=quarantined)
         faults.current_epoch = epoch_id
-        from spark_jobs.combined_bootstrap import bootstrap_on_executors, bootstraps, last_write
+        from spark_jobs.combined_bootstrap import bootstrap_on_executors, bootstraps
 
         if bootstraps(self, epoch):  # a large first batch: every table written by the executors, nothing collected
             read_s, started = time.perf_counter() - started, time.perf_counter()
             done = bootstrap_on_executors(self, frames, epoch)
             if done is not None:
                 self.timings = {"spark_read_quarantine_s": read_s, "maintain_s": time.perf_counter() - started}
-                self.last_write = last_write(done)
+                self.last_write = done.report()
                 return done.record
         inputs = {source: collect_arrow(frame) for source, frame in frames.items()}
         self.timings = {"spark_read_quarantine_s": time.perf_counter() - started}

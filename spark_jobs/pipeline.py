@@ -401,11 +401,7 @@ class ViewPipeline:
         from spark_jobs.bootstrap import bootstrap_on_executors
 
         done = self._maintain_part(lambda: bootstrap_on_executors(self, good, epoch))
-        files = [f for written in done.files.values() for f in written]
-        self.last_write = {
-            "by": "executors", "bootstrap": True, "rows_collected": 0, "files": len(files), "rows": sum(f.rows for f in files),
-            "writers": sorted({f.writer for f in files}), "tables": {name: sum(f.rows for f in fs) for name, fs in done.files.items()},
-        }  # fmt: skip
+        self.last_write = done.report()
         return done.record
 
     def _spark_part(self, step: Callable[[], T]) -> T:
