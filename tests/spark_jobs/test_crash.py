@@ -43,7 +43,7 @@ def refresh(project_dir: Path, fault: str | None) -> int:
     return proc.returncode
 
 
-def test_sigkill_at_each_point_then_restart_equals_recompute(tmp_path: Path) -> None:
+def test_sigkill_at_each_point_then_restart_equals_recompute(spark, tmp_path: Path) -> None:
     (tmp_path / "lakeview.toml").write_text("")  # the project is built below and written as TOML
     data = {
         "lake": {"warehouse": "lake"},
@@ -61,7 +61,9 @@ def test_sigkill_at_each_point_then_restart_equals_recompute(tmp_path: Path) -> 
     assert refresh(tmp_path, "before_view_commit:0") == -signal.SIGKILL
     land(landing, "002.json", EPOCHS[2])
     assert refresh(tmp_path, "after_commit:1") == -signal.SIGKILL
-    refresh(tmp_path, None)
+    from tests.spark_jobs.test_view_dag import refresh_in_process
+
+    refresh_in_process(spark, project, ["crashy"])  # the last restart in this process: one JVM start less
 
     store = open_store(project)
     view = store.load_table(("crash", "crashy"))
