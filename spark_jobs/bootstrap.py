@@ -24,7 +24,8 @@ Each table's snapshot is stamped with the epoch; a table that has it already ski
 crash between two tables' commits is repaired by the replay. A watermark over a change or
 image feed has no value yet on a first batch (nothing is late); the epoch is stamped with its
 advance. Not taken (the driver merges): a batch at or below the bound, a later batch (stored
-rows must be merged with), a first batch a watermark already applies to, and append views over
+rows must be merged with), a first batch a watermark already applies to, an aggregate whose
+first batch retracts a row it never held (:func:`retracts_unheld`), and append views over
 append-only input (already written by the executors).
 """
 
@@ -76,11 +77,18 @@ def bootstraps(pipeline: ViewPipeline, epoch: Epoch) -> bool:
     return all((last := w.last_commit()) is None or last.epoch == epoch.number for w in m.tables())
 
 
-def bootstrap_on_executors(pipeline: ViewPipeline, good: DataFrame, epoch: Epoch) -> Bootstrap:
+def bootstrap_on_executors(pipeline: ViewPipeline, good: DataFrame, epoch: Epoch) -> Bootstrap | None:
     """Write the first batch's state, view and mirror rows from the executors, one snapshot per
-    table stamped with ``epoch``; the driver holds the files' metadata only."""
+    table stamped with ``epoch``; the driver holds the files' metadata only. None: left to the
+    driver, nothing written (an aggregate over a batch that retracts a row it never held)."""
     zset, net, images, held = _relations(pipeline, good)
     try:
+        weighted = pipeline.images is not None or WEIGHT in good.columns  # an image feed's or an upstream view's batch
+        if isinstance(pipeline.plan, KeyedAggregatePlan) and weighted:
+            spark = good.sparkSession
+            if retracts_unheld(spark, [c for c in spark.table(zset).columns if c != WEIGHT], zset):
+                log.info("%s: epoch %s retracts a row it never held; the driver merges it", pipeline.view, epoch.number)
+                return None
         epoch = _stamped(pipeline, epoch, good.sparkSession, net)
         return _write_tables(pipeline, epoch, good.sparkSession, zset, net, images)
     finally:
@@ -171,6 +179,15 @@ def _relations(pipeline: ViewPipeline, good: DataFrame) -> tuple[str, str, str |
     net = spark.sql(net_rows_sql([c for c in weighted.columns if c != WEIGHT], name("_zset")))
     net.createOrReplaceTempView(name("_net"))
     return name("_zset"), name("_net"), None, []
+
+
+def retracts_unheld(spark: SparkSession, columns: list[str], zset: str) -> bool:
+    """Whether a first batch's Z-set retracts a row it never held (a negative net weight: an image
+    feed's before image, or an upstream view's retraction, of a row not in the batch). The
+    driver's merge keeps such a row's count in the aggregate's state and finalizes the view from
+    it; the view's SQL over net rows could not match that, so the driver merges such a batch."""
+    cols = ", ".join(f"`{c}`" for c in columns)
+    return not spark.sql(f"SELECT 1 FROM {zset} GROUP BY {cols} HAVING SUM({WEIGHT}) < 0").isEmpty()
 
 
 def net_rows_sql(columns: list[str], zset: str) -> str:

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING
 from lakeview.changefeed import DELETE, OP
 from lakeview.joins import JoinPlan, JoinSide
 from lakeview.plan import COUNT, WEIGHT, KeyedAggregatePlan
-from spark_jobs.bootstrap import Bootstrap, group_state_sql, multiset_state_sql, net_rows_sql, write_in_order
+from spark_jobs.bootstrap import Bootstrap, group_state_sql, multiset_state_sql, net_rows_sql, retracts_unheld, write_in_order
 from writers.base import Epoch, SnapshotWriter
 
 if TYPE_CHECKING:
@@ -118,7 +118,7 @@ def _write_tables(
     tables: list[tuple[SnapshotWriter, DataFrame]] = []
     if isinstance(top, KeyedAggregatePlan):
         retracting = [s for s in plan.sources if s in pipeline.upstreams or pipeline.configs[s].images is not None]
-        if retracting and not spark.sql(_negative_sql(columns, zset)).isEmpty():
+        if retracting and retracts_unheld(spark, columns, zset):
             log.info("%s: epoch %s: a row of negative net weight (from %s); the driver merges it", pipeline.view, epoch.number,
                      ", ".join(retracting))  # fmt: skip
             return None
@@ -168,8 +168,3 @@ def first_join_sql(plan: JoinPlan, da: str, db: str) -> str:
     names = ", ".join(f"`{n}`" for n in [*a.joined(), *b.joined()])
     body = " UNION ALL ".join(f"({p})" for p in parts)
     return f"SELECT {names}, CAST(SUM(w) AS INT) AS {WEIGHT} FROM ({body}) GROUP BY {names} HAVING SUM(w) <> 0"
-
-
-def _negative_sql(columns: list[str], zset: str) -> str:
-    cols = ", ".join(f"`{c}`" for c in columns)
-    return f"SELECT 1 FROM {zset} GROUP BY {cols} HAVING SUM({WEIGHT}) < 0"

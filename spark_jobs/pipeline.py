@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery
 
     from lakeview.cadence import Cadence
+    from spark_jobs.bootstrap import Bootstrap
 
 log = logging.getLogger("lakeview.pipeline")
 T = TypeVar("T")
@@ -303,8 +304,8 @@ class ViewPipeline:
         m = self.maintainer
         from spark_jobs.bootstrap import bootstraps  # a keyed view's large first batch: written by the executors
 
-        if bootstraps(self, epoch):
-            return self._bootstrap(epoch, good)
+        if bootstraps(self, epoch) and (done := self._bootstrap(epoch, good)) is not None:
+            return done.record
         self._warn_unbounded_delta(epoch)
         from spark_jobs.driver_delta import maintain_small_batch  # a small batch: DuckDB, no Spark aggregate
 
@@ -396,13 +397,15 @@ class ViewPipeline:
         self.last_write = {"by": "executors", "rows_collected": 0, "files": len(files), "rows": sum(f.rows for f in files), "writers": writers}
         return record
 
-    def _bootstrap(self, epoch: Epoch, good: DataFrame) -> CommitRecord | None:
-        """A large first batch: every table's rows computed by Spark and written by the executors."""
+    def _bootstrap(self, epoch: Epoch, good: DataFrame) -> Bootstrap | None:
+        """A large first batch: every table's rows computed by Spark and written by the executors
+        (None: left to the driver, see spark_jobs.bootstrap)."""
         from spark_jobs.bootstrap import bootstrap_on_executors
 
         done = self._maintain_part(lambda: bootstrap_on_executors(self, good, epoch))
-        self.last_write = done.report()
-        return done.record
+        if done is not None:
+            self.last_write = done.report()
+        return done
 
     def _spark_part(self, step: Callable[[], T]) -> T:
         """Run a Spark step, adding its time to this epoch's ``spark_delta_s``."""
