@@ -226,7 +226,9 @@ class SparkConfig(_Strict):
     master: str = Field("local[2]", description='e.g. "local[2]", "spark://host:7077", "k8s://https://..."')
     conf: dict[str, str] = Field(default_factory=dict, description="extra Spark properties, e.g. spark.driver.host")
     driver_rows_max: int = Field(
-        500_000, ge=0, description="append views: a batch with more input rows has its data files written by the executors"
+        500_000, ge=0,
+        description="append views: a batch with more input rows has its data files written by the executors; keyed views: "
+        "a first batch (a backfill into empty tables) with more input rows is computed by Spark and written by the executors",
     )
     driver_keys_max: int = Field(
         2_000_000, ge=0,
