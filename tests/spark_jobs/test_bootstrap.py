@@ -14,12 +14,12 @@ from pathlib import Path
 
 from catalog_api.server import CatalogServer
 from lakeview import oracle, tables
-from lakeview.config import SparkConfig, parse_project
+from lakeview.config import SparkConfig
 from lakeview.embedded import EmbeddedStack, make_writer, open_store, state_writer_factory
 from spark_jobs.pipeline import ViewPipeline
 from spark_jobs.quarantine import quarantined_rows
 from tests.spark_jobs.test_changes import land
-from tests.spark_jobs.test_crash import _toml
+from tests.spark_jobs.test_crash import project_on_disk
 from tests.spark_jobs.test_view_dag import FEED, SCHEMA, assert_chain_equals_recompute, chain, order
 from tests.writers.test_executor_writes import refresh_with_fault
 
@@ -155,8 +155,7 @@ def test_sigkill_between_state_and_view_commits_of_a_backfill(spark, tmp_path: P
         "sources": {"orders": {"format": "json", "path": "landing", "schema": SCHEMA, "changes": FEED}},
         "views": {view: {"sql": sql, "cadence": "manual", "namespace": NAMESPACE}},
     }
-    (tmp_path / "lakeview.toml").write_text(_toml(data))
-    project = parse_project(data, file=str(tmp_path / "lakeview.toml"), root=tmp_path)
+    project = project_on_disk(tmp_path, data)
     first, later = backfill(), changes()
     land(project.source_path("orders"), "000.json", first)
     refresh_with_fault(tmp_path, view, "before_view_commit:0")  # the state tables committed, the view and mirror not

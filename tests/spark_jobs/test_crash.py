@@ -14,7 +14,7 @@ from collections import Counter
 from pathlib import Path
 
 from lakeview import oracle
-from lakeview.config import parse_project
+from lakeview.config import ProjectConfig, parse_project
 from lakeview.embedded import open_store
 from tests.spark_jobs.test_changes import EPOCHS, FEED, SCHEMA, land
 
@@ -44,15 +44,13 @@ def refresh(project_dir: Path, fault: str | None) -> int:
 
 
 def test_sigkill_at_each_point_then_restart_equals_recompute(spark, tmp_path: Path) -> None:
-    (tmp_path / "lakeview.toml").write_text("")  # the project is built below and written as TOML
     data = {
         "lake": {"warehouse": "lake"},
         "server": {"port": 0},
         "sources": {"changes": {"format": "json", "path": "landing", "schema": SCHEMA, "changes": FEED}},
         "views": {"crashy": {"sql": SQL, "cadence": "manual", "namespace": "crash"}},
     }
-    (tmp_path / "lakeview.toml").write_text(_toml(data))
-    project = parse_project(data, file=str(tmp_path / "lakeview.toml"), root=tmp_path)
+    project = project_on_disk(tmp_path, data)
     landing = project.source_path("changes")
     land(landing, "000.json", EPOCHS[0])
     land(landing, "001.json", EPOCHS[1])
@@ -75,6 +73,12 @@ def test_sigkill_at_each_point_then_restart_equals_recompute(spark, tmp_path: Pa
         epochs.pop(None, None)
         assert set(epochs.values()) == {1}, f"{name}: an epoch committed twice: {epochs}"
         assert set(epochs) == {"0", "1"}, f"{name}: {sorted(epochs)}"
+
+
+def project_on_disk(tmp_path: Path, data: dict) -> ProjectConfig:
+    """``data`` written as ``tmp_path/lakeview.toml`` (for `lakeview` run in another process) and parsed."""
+    (tmp_path / "lakeview.toml").write_text(_toml(data))
+    return parse_project(data, file=str(tmp_path / "lakeview.toml"), root=tmp_path)
 
 
 def _toml(data: dict, prefix: str = "") -> str:

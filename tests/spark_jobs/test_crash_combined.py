@@ -17,12 +17,12 @@ from deltalake import DeltaTable
 
 from lakeview import oracle, tables
 from lakeview.chain_oracle import expected_rows, over_relations
-from lakeview.config import ProjectConfig, parse_project
+from lakeview.config import ProjectConfig
 from lakeview.embedded import open_store
 from lakeview.view_changes import reader_path
 from spark_jobs.quarantine import quarantined_rows
 from tests.spark_jobs.test_changes import land
-from tests.spark_jobs.test_crash import _toml
+from tests.spark_jobs.test_crash import project_on_disk
 from tests.spark_jobs.test_view_dag import BATCHES, FEED, SCHEMA, refresh_in_process, refresh_in_subprocess
 from tests.spark_jobs.test_windows import CHANGE_EPOCHS, CHANGES_SCHEMA, T0, WINDOW_OVER_CHANGES
 
@@ -33,8 +33,7 @@ def write_project(tmp_path: Path, sources: dict, views: dict) -> ProjectConfig:
     for view in views.values():
         view.update({"cadence": "manual", "namespace": NAMESPACE})
     data = {"lake": {"warehouse": "lake"}, "server": {"port": 0}, "sources": sources, "views": views}
-    (tmp_path / "lakeview.toml").write_text(_toml(data))
-    return parse_project(data, file=str(tmp_path / "lakeview.toml"), root=tmp_path)
+    return project_on_disk(tmp_path, data)
 
 
 def orders_project(tmp_path: Path, views: dict) -> ProjectConfig:

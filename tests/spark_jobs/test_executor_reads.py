@@ -186,7 +186,7 @@ def test_killed_before_publishing_the_change_is_derived_on_the_executors(spark, 
     import signal
 
     from lakeview.view_changes import reader_path
-    from tests.spark_jobs.test_crash import _toml
+    from tests.spark_jobs.test_crash import project_on_disk
     from tests.spark_jobs.test_view_dag import refresh_in_subprocess
 
     names, views = views_of("crashreads")
@@ -200,8 +200,7 @@ def test_killed_before_publishing_the_change_is_derived_on_the_executors(spark, 
         "sources": {"orders": {"format": "json", "path": "landing", "schema": SCHEMA, "changes": FEED}},
         "views": views,
     }
-    (tmp_path / "lakeview.toml").write_text(_toml(data))
-    project = parse_project(data, file=str(tmp_path / "lakeview.toml"), root=tmp_path)
+    project = project_on_disk(tmp_path, data)
     landing = project.source_path("orders")
 
     def refresh() -> dict[str, dict[str, float]]:

@@ -238,10 +238,9 @@ def test_sigkill_mid_group_commit_then_restart_commits_every_table_once(tmp_path
     their state tables and change-feed mirrors) with epoch 0 once."""
     from collections import Counter
 
-    from lakeview.config import parse_project
     from lakeview.embedded import open_store
     from tests.spark_jobs.test_changes import EPOCHS, FEED, SCHEMA, land
-    from tests.spark_jobs.test_crash import SQL, _toml, refresh
+    from tests.spark_jobs.test_crash import SQL, project_on_disk, refresh
 
     data = {
         "lake": {"warehouse": "lake"},
@@ -252,8 +251,7 @@ def test_sigkill_mid_group_commit_then_restart_commits_every_table_once(tmp_path
             "counts": {"sql": "SELECT product_id, COUNT(*) AS n FROM changes GROUP BY product_id", "cadence": "manual", "namespace": "crash", "group": "g"},
         },
     }
-    (tmp_path / "lakeview.toml").write_text(_toml(data))
-    project = parse_project(data, file=str(tmp_path / "lakeview.toml"), root=tmp_path)
+    project = project_on_disk(tmp_path, data)
     land(project.source_path("changes"), "000.json", EPOCHS[0])
     land(project.source_path("changes"), "001.json", EPOCHS[1])
 

@@ -141,9 +141,8 @@ def test_join_view_sigkilled_mid_epoch_then_verify_says_equal(spark, tmp_path) -
     import sys
     from collections import Counter
 
-    from lakeview.config import parse_project
     from lakeview.embedded import open_store
-    from tests.spark_jobs.test_crash import ROOT, _toml, refresh
+    from tests.spark_jobs.test_crash import ROOT, project_on_disk, refresh
     from tests.spark_jobs.test_view_dag import refresh_in_process
 
     sql = ("SELECT p.category AS category, SUM(o.amount) AS total, COUNT(*) AS n "
@@ -157,8 +156,7 @@ def test_join_view_sigkilled_mid_epoch_then_verify_says_equal(spark, tmp_path) -
         },
         "views": {"crashy": {"sql": sql, "cadence": "manual", "namespace": "crash"}},
     }
-    (tmp_path / "lakeview.toml").write_text(_toml(data))
-    project = parse_project(data, file=str(tmp_path / "lakeview.toml"), root=tmp_path)
+    project = project_on_disk(tmp_path, data)
     land(project.source_path("products"), "000.json", [product("c", 1, "toys"), product("c", 2, "books")])
     land(project.source_path("orders"), "000.json", [order(1, 1, 10.0), order(2, 2, 5.0), order(3, 1, 1.0)])
     assert refresh(tmp_path, "before_view_commit:0") == -signal.SIGKILL

@@ -20,13 +20,12 @@ from typer.testing import CliRunner
 from lakeview import oracle, tables
 from lakeview.chain_oracle import expected_rows, over_rows
 from lakeview.cli import app
-from lakeview.config import parse_project
 from lakeview.embedded import EmbeddedStack
 from lakeview.explain import explain
 from lakeview.maintenance import maintain_view
 from lakeview.view_changes import reader_path
 from tests.spark_jobs.test_changes import land
-from tests.spark_jobs.test_crash import _toml
+from tests.spark_jobs.test_crash import project_on_disk
 
 SCHEMA = "order_id BIGINT, product_id BIGINT, quantity INT, price DOUBLE, op STRING, seq BIGINT"
 FEED = {"operation": "op", "key": ["order_id"], "sequence": "seq", "insert": ["c"], "update": ["u"], "delete": ["d"]}
@@ -145,8 +144,7 @@ def test_crash_between_upstream_commit_and_publication(spark, tmp_path: Path) ->
         "sources": {"orders": {"format": "json", "path": "landing", "schema": SCHEMA, "changes": FEED}},
         "views": views,
     }
-    (tmp_path / "lakeview.toml").write_text(_toml(data))
-    project = parse_project(data, file=str(tmp_path / "lakeview.toml"), root=tmp_path)
+    project = project_on_disk(tmp_path, data)
     landing = project.source_path("orders")
     land(landing, "000.json", BATCHES[0])
     refresh_in_process(spark, project, [lines, sales, big])

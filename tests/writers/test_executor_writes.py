@@ -23,7 +23,7 @@ from lakeview.generator import land_json, make_orders
 from spark_jobs.pipeline import ViewPipeline
 from tests.conftest import ORDERS_SCHEMA
 from tests.s3_server import ACCESS_KEY, SECRET_KEY
-from tests.spark_jobs.test_crash import ROOT, _toml
+from tests.spark_jobs.test_crash import ROOT, project_on_disk
 from writers.staged_files import DATA_FILES, WRITTEN_BY
 
 SQL = "SELECT order_id, product_id, quantity * 2 AS doubled FROM orders WHERE quantity > 1"
@@ -180,8 +180,7 @@ def test_crash_between_executor_writes_and_commit_replays_without_duplicates(fmt
         "sources": {"orders": {"format": "json", "path": "landing", "schema": ORDERS_SCHEMA}},
         "views": {view: {"sql": SQL, "format": fmt, "cadence": "manual", "namespace": NAMESPACE}},
     }
-    (tmp_path / "lakeview.toml").write_text(_toml(data))
-    project = parse_project(data, file=str(tmp_path / "lakeview.toml"), root=tmp_path)
+    project = project_on_disk(tmp_path, data)
     land_json(project.source_path("orders"), "000.json", make_orders(200, seed=7, first_id=1))
 
     def data_files() -> set[Path]:
