@@ -383,8 +383,8 @@ class ViewPipeline:
         if not self._warned_unbounded:
             self._warned_unbounded = True
             log.warning(
-                "%s: epoch %s has %s input rows (more than [spark] driver_rows_max = %s) and, as the tables hold rows already, "
-                "its delta is merged in the driver; "
+                "%s: epoch %s has %s input rows (more than [spark] driver_rows_max = %s) and its delta is merged in the driver "
+                "(only a first batch into empty tables is written by the executors); "
                 "set [spark] max_files_per_trigger to bound each batch", self.view, epoch.number, epoch.rows_in, limits.driver_rows_max,
             )
 
