@@ -14,7 +14,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 
-from catalog_api.auth import AuthMiddleware, Authenticator, token_endpoint
+from catalog_api.auth import PUBLIC_PATHS, AuthMiddleware, Authenticator, token_endpoint
 from catalog_api.idempotency import IdempotencyMiddleware
 from catalog_api.responses import error_response
 from catalog_api.routes import build_routes
@@ -28,8 +28,10 @@ def build_app(
     authenticator: Authenticator | None = None,
     extra_routes: Sequence[BaseRoute] = (),
     middleware: Sequence[Middleware] = (),
+    public_paths: frozenset[str] = frozenset(),
 ) -> Starlette:
-    """The catalog app; ``authenticator=None`` is auth mode ``none`` (loopback only, see server.py)."""
+    """The catalog app; ``authenticator=None`` is auth mode ``none`` (loopback only, see server.py).
+    ``public_paths``: more paths served without a token (the console's page and assets)."""
 
     async def health(request: Request) -> Response:
         return JSONResponse({"status": "ok", "warehouse": store.name})
@@ -44,7 +46,7 @@ def build_app(
     iceberg_routes += build_routes(store, add_view_routes)
     stack = [Middleware(IdempotencyMiddleware, store=store)]  # innermost: replays only authorized requests
     if authenticator is not None:
-        stack.insert(0, Middleware(AuthMiddleware, authenticator=authenticator))
+        stack.insert(0, Middleware(AuthMiddleware, authenticator=authenticator, public_paths=PUBLIC_PATHS | public_paths))
     return Starlette(
         routes=[Route("/healthz", health), Mount("/iceberg", routes=iceberg_routes), *extra_routes],
         middleware=[*middleware, *stack],

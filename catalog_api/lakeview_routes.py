@@ -92,10 +92,13 @@ def lakeview_routes(project: ProjectConfig, store: Any) -> list[BaseRoute]:
         headers = {"Idempotency-Replayed": "true"} if result.replayed else {}
         return JSONResponse(result.as_dict(), headers=headers)
 
+    from catalog_api.console.routes import console_api_routes
+
     return [
         Mount(
             "/lakeview/v1",
             routes=[
+                *console_api_routes(project, store),  # the console's JSON (lineage, history, snapshots, plans)
                 Route("/views", list_views, methods=["GET"]),
                 Route("/views/{name}", get_view, methods=["GET"]),
                 Route("/sources/{name}/rows", post_rows, methods=["POST"]),
@@ -114,13 +117,17 @@ def _sources_of(sql: str) -> tuple[str, ...]:
 
 
 def lakeview_app_options(project: ProjectConfig | None, store: Any) -> dict[str, Any]:
-    """``build_app``/``CatalogServer`` options that add ``/lakeview/v1``, ``/metrics`` and the
-    request-latency middleware (``project=None``: metrics only, no views known)."""
+    """``build_app``/``CatalogServer`` options that add ``/lakeview/v1``, the console at ``/ui/``,
+    ``/metrics`` and the request-latency middleware (``project=None``: metrics only, no views known)."""
     from starlette.middleware import Middleware
 
     from catalog_api.metrics import RequestLatencyMiddleware, metrics_route
 
     routes: list[BaseRoute] = [metrics_route(project, store)]
+    options: dict[str, Any] = {}
     if project is not None:
-        routes += lakeview_routes(project, store)
-    return {"extra_routes": routes, "middleware": [Middleware(RequestLatencyMiddleware)]}
+        from catalog_api.console.routes import console_public_paths, console_static_routes
+
+        routes += lakeview_routes(project, store) + console_static_routes()
+        options["public_paths"] = console_public_paths()  # the page asks for a token itself
+    return {"extra_routes": routes, "middleware": [Middleware(RequestLatencyMiddleware)], **options}

@@ -113,6 +113,8 @@ def up(
     try:
         stack.start_catalog()
         typer.echo(f"catalog: {stack.catalog_uri} (warehouse {config.lake.name!r})")
+        if catalog_uri is None:
+            typer.echo(f"console: {console_url(config)}  (`lakeview ui` opens it)")
         stack.start_views(views or None, on_commit=report)
         backfill = BackfillProgress(stack, _new_views_with_history(stack)).start()
         typer.echo(f"spark: {stack.spark.sparkContext.master if stack.spark else '-'}")
@@ -171,8 +173,49 @@ def serve(project: ProjectOption = Path(".")) -> None:
         authenticator=project_authenticator(config),
         **lakeview_app_options(config, store),
     )
-    typer.echo(f"catalog: {server.uri} (warehouse {config.lake.name!r}); Ctrl-C to stop")
-    server.serve_forever()
+    from lakeview.history_sampler import HistorySampler
+
+    history = HistorySampler(config, store).start()  # the console's lag and backlog history
+    typer.echo(f"catalog: {server.uri} (warehouse {config.lake.name!r}); console: {console_url(config)}; Ctrl-C to stop")
+    try:
+        server.serve_forever()
+    finally:
+        history.stop()
+
+
+def console_url(config) -> str:  # noqa: ANN001 - ProjectConfig
+    """Where the running process serves the console."""
+    return config.catalog_uri.removesuffix("/iceberg") + "/ui/"
+
+
+@app.command()
+def ui(
+    project: ProjectOption = Path("."),
+    browser: Annotated[bool, typer.Option("--browser/--no-browser", help="Open the console in a web browser when one is available.")] = True,
+) -> None:
+    """Print the console's URL (served by `lakeview up` / `serve`) and open it in a browser when there is one."""
+    import os
+    import webbrowser
+
+    import httpx
+
+    config = _load(project)
+    url = console_url(config)
+    typer.echo(f"console: {url}")
+    try:
+        running = httpx.get(url.removesuffix("/ui/") + "/healthz", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        running = False
+    if not running:
+        typer.echo("nothing answers there yet: start `lakeview up` (or `lakeview serve`) for this project")
+    # Only where a graphical browser can exist: a text browser would take over this terminal.
+    graphical = sys.platform in ("darwin", "win32") or any(os.environ.get(v) for v in ("DISPLAY", "WAYLAND_DISPLAY", "BROWSER"))
+    if browser and running and graphical:
+        try:
+            opened = webbrowser.open(url)
+        except webbrowser.Error:
+            opened = False
+        typer.echo("opened in a browser" if opened else "no browser could be opened; open the URL above")
 
 
 @app.command()

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from lakeview.auth_config import AuthClientConfig, AuthConfig
 from lakeview.cadence import Cadence, parse_cadence
+from lakeview.console_config import ConsoleConfig
 from lakeview.errors import ConfigError, LakeviewError, UnsupportedSQLError
 from lakeview.storage_config import MaintenanceConfig, RetentionConfig, S3Config
 
@@ -258,6 +259,7 @@ class ProjectConfig(_Strict):
     glue: GlueConfig | None = None
     hive: HiveConfig | None = None
     auth: AuthConfig = Field(default_factory=AuthConfig)
+    console: ConsoleConfig = Field(default_factory=ConsoleConfig, description="the browser console's history (/ui/)")
     root: Path = Field(default=Path("."), exclude=True)
     file: str = Field(default=PROJECT_FILE, exclude=True)
 
@@ -468,7 +470,8 @@ def _model_at(loc: list[str]) -> type[BaseModel]:
         return nested[loc[-1]]
     if loc[:1] == ["auth"] and len(loc) == 3 and loc[1] == "clients":
         return AuthClientConfig
-    models: dict[str, type[BaseModel]] = {"auth": AuthConfig, "lake": LakeConfig, "glue": GlueConfig, "hive": HiveConfig, "server": ServerConfig, "spark": SparkConfig}
+    models: dict[str, type[BaseModel]] = {"auth": AuthConfig, "lake": LakeConfig, "glue": GlueConfig, "hive": HiveConfig, "server": ServerConfig, "spark": SparkConfig,
+                                       "console": ConsoleConfig}
     if not loc:
         return ProjectConfig
     if loc[0] in models:

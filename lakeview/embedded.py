@@ -115,7 +115,7 @@ def catalog_for(project: ProjectConfig) -> Iterator[str]:
     if running:
         yield project.catalog_uri
         return
-    stack = EmbeddedStack(project, port=0).start_catalog()
+    stack = EmbeddedStack(project, port=0).start_catalog(history=False)
     try:
         yield stack.catalog_uri
     finally:
@@ -132,6 +132,7 @@ class EmbeddedStack:
         from catalog_api.lakeview_routes import lakeview_app_options
 
         self.external_catalog_uri = catalog_uri
+        self.history: Any = None  # lakeview.history_sampler.HistorySampler while the catalog serves the console
         if catalog_uri is None:
             store = open_store(project)
             self.server = CatalogServer(
@@ -153,9 +154,15 @@ class EmbeddedStack:
     def catalog_uri(self) -> str:
         return self.external_catalog_uri or self.server.uri
 
-    def start_catalog(self) -> EmbeddedStack:
+    def start_catalog(self, *, history: bool = True) -> EmbeddedStack:
+        """Serve the catalog (and the console; ``history=False``: without sampling its history,
+        for a temporary catalog serving one command)."""
         if self.external_catalog_uri is None:
             self.server.start()
+            if history and self.history is None:  # the console's lag and backlog history (/ui/)
+                from lakeview.history_sampler import HistorySampler
+
+                self.history = HistorySampler(self.project, self.server.store).start()
         return self
 
     def start_views(
@@ -279,6 +286,9 @@ class EmbeddedStack:
 
     def stop(self) -> None:
         self.stop_views()
+        if self.history is not None:
+            self.history.stop()
+            self.history = None
         if self.external_catalog_uri is None:
             self.server.stop()
 
