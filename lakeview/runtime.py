@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import socket
 import threading
 import time
@@ -70,6 +71,18 @@ class ViewRuntime:
             commit_retry_at_ms=self.commit_retry_at_ms,
             registrars_down=tuple(self.registrars_down),
         )
+
+
+_CAUSE = re.compile(r"\b[\w.$]*(Exception|Error): \S")
+
+
+def failure_text(error: object, limit: int = 1000) -> str:
+    """A failed query's error with its root cause on the first line: Spark's message puts it
+    last, under a Python traceback and a JVM stack that a 500-character cut never reaches."""
+    text = str(error)
+    causes = [line.strip() for line in text.splitlines()
+              if _CAUSE.search(line) and "An error occurred while calling" not in line and not line.lstrip().startswith("at ")]
+    return (f"{causes[-1]}\n{text}" if causes else text)[:limit]
 
 
 def read_runtime(project: ProjectConfig, view: str) -> ViewRuntime | None:
@@ -164,7 +177,7 @@ class RuntimePublisher:
             state.trigger_active = bool(status.get("isTriggerActive"))
             state.data_available = bool(status.get("isDataAvailable"))
             if not state.query_active and query.exception() is not None:
-                state.failed = str(query.exception())[:500]
+                state.failed = failure_text(query.exception())
             progress = query.lastProgress
             if progress:
                 state.last_batch_ms = int((progress.get("durationMs") or {}).get("triggerExecution", 0)) or None

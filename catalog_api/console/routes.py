@@ -3,7 +3,8 @@
 - ``GET /lakeview/v1/lineage``: sources → views → where each view is published, views with their state;
 - ``GET /lakeview/v1/views/{name}/history?window=1h|1d``: lag against target over time, epochs and rows
   per minute, SLO compliance, and the degraded or failed reason with its error;
-- ``GET /lakeview/v1/views/{name}/snapshots``: the snapshot history with the SQL reading each snapshot;
+- ``GET /lakeview/v1/views/{name}/snapshots``: the snapshot history with the SQL reading each snapshot
+  (snapshot ids as strings: they pass 2**53, where a browser's numbers lose digits);
 - ``GET /lakeview/v1/views/{name}/plan``: the view's ``explain``, as text and as its operator graph;
 - ``GET /lakeview/v1/sources``: per source its backlog over time and its quarantined rows.
 
@@ -99,9 +100,9 @@ def lineage(project: ProjectConfig, cards: list[dict[str, Any]], published: dict
     for name, card in visible.items():
         config = project.views[name]
         nodes.append({"id": f"view:{name}", "kind": "view", "label": name, "state": card["console_state"],
-                      "inline": not config.materialize, **{k: card.get(k) for k in (
+                      "status": card.get("state"), "inline": not config.materialize, **{k: card.get(k) for k in (
                           "namespace", "format", "cadence", "freshness_lag_ms", "target_lag_ms", "degraded_reason",
-                          "error", "slo_compliance", "epoch", "state")}})
+                          "error", "slo_compliance", "epoch")}})
         for source in _inputs(project, name):
             if source in project.views:
                 if source in visible:
@@ -208,7 +209,7 @@ def console_api_routes(project: ProjectConfig, store: Any) -> list[Route]:
             except errors.NoSuchTableError:
                 records = []
             return {"view": name, "format": config.format.value, "snapshots": [
-                {"snapshot_id": r.snapshot_id, "epoch": r.epoch, "frontier": r.frontier, "rows_in": r.rows_in,
+                {"snapshot_id": None if r.snapshot_id is None else str(r.snapshot_id), "epoch": r.epoch, "frontier": r.frontier, "rows_in": r.rows_in,
                  "rows_inserted": r.rows_inserted, "rows_deleted": r.rows_deleted, "committed_at_ms": r.committed_at_ms,
                  "lag_ms": r.lag_ms, "sql": snapshot_sql(ref, r.snapshot_id) if r.snapshot_id is not None else None}
                 for r in records]}

@@ -106,7 +106,7 @@ def test_lineage_shows_sources_views_and_where_each_is_published_coloured_by_sta
     assert states["view:slow_orders"] == "late" and states["view:event_log"] == "failed"
     assert states["source:orders"] == "source" and states["source:events"] == "source"
     assert states["target:rest"] == "target" and states["target:filesystem"] == "target"
-    text = page.inner_text("#lineage")
+    text = page.text_content("#lineage")
     assert "REST catalog (lakeview)" in text and "paths (filesystem)" in text
     # Edges: sales reads orders, big_sellers reads sales (a view over a view).
     assert page.locator("#lineage path.edge").count() >= 8
@@ -120,8 +120,9 @@ def test_the_failed_view_shows_its_reason_and_the_error(page) -> None:
     select_view(page, "event_log")
     error = page.locator("#view-error")
     error.wait_for(state="visible", timeout=WAIT_MS)
-    assert "bad.parquet" in error.inner_text()
-    assert "SOURCE_ERROR" in page.inner_text("#view-reason")
+    first_line = error.inner_text().splitlines()[0]  # the root cause first, not Spark's stack
+    assert "bad.parquet is not a Parquet file" in first_line
+    assert page.inner_text("#view-reason") == "failed: SOURCE_ERROR"
     assert page.inner_text("#detail-state") == "failed"
     page.screenshot(path=str(SHOTS / "console-failed.png"), full_page=True)
 
@@ -130,7 +131,7 @@ def test_freshness_chart_plots_lag_against_the_target(page) -> None:
     select_view(page, "slow_orders")
     page.wait_for_function("document.querySelectorAll('#lag-chart circle.point').length >= 2", timeout=WAIT_MS)
     assert page.locator("#lag-chart line.target").count() == 1
-    assert "target 2.0s" in page.inner_text("#lag-chart")
+    assert "target 2.0s" in page.text_content("#lag-chart")
     assert page.locator("#lag-chart circle.point.late").count() >= 1
     assert page.locator("#rate-chart rect.bar").count() >= 1  # the epoch it committed
     stats = page.inner_text("#freshness-stats")
@@ -171,7 +172,7 @@ def test_the_plan_is_drawn_as_its_operator_graph(page) -> None:
     kinds = page.eval_on_selector_all("#plan-graph g.op", "ops => ops.map(o => o.dataset.op)")
     assert kinds[0] == "input" and kinds[-1] == "table"
     assert "read" in kinds and "write" in kinds and "quarantine" in kinds
-    assert "input orders" in page.inner_text("#plan-graph") and "table analytics.sales" in page.inner_text("#plan-graph")
+    assert "input orders" in page.text_content("#plan-graph") and "table analytics.sales" in page.text_content("#plan-graph")
     assert page.locator("#plan-graph path.edge").count() == len(kinds) - 1
     page.screenshot(path=str(SHOTS / "console-plan.png"), full_page=True)
 

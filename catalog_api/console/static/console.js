@@ -142,6 +142,7 @@ function drawLineage(graph) {
       : n.kind === "source" ? n.detail || "source" : "published";
     const g = s("g", { class: `node ${n.kind}${ui.selected === n.label && n.kind === "view" ? " selected" : ""}`,
       "data-node": n.id, "data-state": n.state || n.kind, transform: `translate(${p.x},${p.y})` },
+      s("rect", { width: W, height: H, fill: "#fff", stroke: "none", rx: 7 }),  // opaque: edges pass behind
       s("rect", { width: W, height: H, fill, stroke: color, rx: 7 }),
       s("text", { x: 10, y: 20, class: "title" }, n.label.length > 24 ? `${n.label.slice(0, 23)}…` : n.label),
       s("text", { x: 10, y: 38, class: "sub" }, sub.length > 32 ? `${sub.slice(0, 31)}…` : sub),
@@ -179,8 +180,8 @@ function showProblem(card) {
   const reason = card.degraded_reason || (card.state && card.state.toUpperCase() === "FAILED" ? "FAILED" : null);
   problem.hidden = !(reason || card.error);
   problem.className = `problem ${card.console_state}`;
-  $("view-reason").textContent = reason ? `${card.state && card.state.toUpperCase() === "FAILED" ? "FAILED" : "degraded"}: ${reason}` +
-    (card.failed_epoch !== undefined && card.failed_epoch !== null ? ` at epoch ${card.failed_epoch}` : "") : "error";
+  const atEpoch = card.failed_epoch !== undefined && card.failed_epoch !== null ? ` at epoch ${card.failed_epoch}` : "";
+  $("view-reason").textContent = `${card.console_state}: ${reason || "error"}${atEpoch}`;
   $("view-error").textContent = card.error || card.registrar_errors || "";
 }
 
