@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 from lakeview.duck import attach_sql
 
+CLIENT_ID, CLIENT_SECRET = "<client_id>", "<client_secret>"  # placeholders the reader fills in
+
 
 @dataclass(frozen=True)
 class TableRef:
@@ -38,11 +40,9 @@ def snapshot_sql(ref: TableRef, snapshot_id: int) -> dict[str, str]:
             "trino": f"SELECT * FROM {ref.delta_catalog}.{ref.namespace}.{ref.view} FOR VERSION AS OF {snapshot_id}",
         }
     attach = attach_sql(ref.catalog_uri, ref.warehouse)
-    if ref.auth:  # DuckDB's OAuth2 client credentials, as a secret the ATTACH names
-        token_uri = f"{ref.catalog_uri}/v1/oauth/tokens"
-        attach = (f"CREATE SECRET lakeview_secret (TYPE iceberg, CLIENT_ID '<client_id>', CLIENT_SECRET '<client_secret>', "
-                  f"OAUTH2_SERVER_URI '{token_uri}');\n"
-                  f"ATTACH '{ref.warehouse}' AS lake (TYPE iceberg, ENDPOINT '{ref.catalog_uri}', SECRET lakeview_secret)")
+    if ref.auth:  # DuckDB gets its own token with the reader's OAuth2 client credentials
+        attach = (f"ATTACH '{ref.warehouse}' AS lake (TYPE iceberg, ENDPOINT '{ref.catalog_uri}', CLIENT_ID '{CLIENT_ID}', "
+                  f"CLIENT_SECRET '{CLIENT_SECRET}', OAUTH2_SERVER_URI '{ref.catalog_uri}/v1/oauth/tokens')")
     table = f"{ref.namespace}.{ref.view}"
     return {
         "duckdb": f"{attach};\nSELECT * FROM lake.{table} AT (VERSION => {snapshot_id});",

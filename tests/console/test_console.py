@@ -224,8 +224,12 @@ def test_with_auth_a_reader_signs_in_and_sees_only_its_namespaces(browser, runni
             assert "view:sales" in nodes and "view:event_log" not in nodes  # read on analytics only
             select_view(page, "sales", tab="snapshots")
             page.wait_for_selector("pre.sql-duckdb", timeout=WAIT_MS)
-            assert "CREATE SECRET" in page.inner_text("pre.sql-duckdb")
             page.screenshot(path=str(SHOTS / "console-auth.png"), full_page=True)
+            duck = page.inner_text("pre.sql-duckdb").replace("<client_id>", "viewer").replace("<client_secret>", "viewer-secret")
+            con = connect("avro", "httpfs", "iceberg")  # the SQL as shown, with the reader's credentials
+            attach, select = [s for s in duck.split(";\n") if s.strip()]
+            con.execute(attach)
+            assert con.execute(f"SELECT SUM(orders) FROM ({select.rstrip(';')})").fetchone()[0] >= 51
             token = page.evaluate("sessionStorage.getItem('lakeview.token')")
             plan = httpx.get(f"{base}/lakeview/v1/views/event_log/plan", headers={"Authorization": f"Bearer {token}"})
             assert plan.status_code == 403 and "read" in json.dumps(plan.json())

@@ -202,7 +202,8 @@ function drawLagChart(data) {
   }
   for (let i = 0; i <= 4; i++) {
     const t = data.from_ms + ((data.to_ms - data.from_ms) * i) / 4;
-    svg.append(s("text", { x: x(t), y: height - 6, "text-anchor": "middle", class: "sub" }, clock(t)));
+    const anchor = i === 0 ? "start" : i === 4 ? "end" : "middle";
+    svg.append(s("text", { x: x(t), y: height - 6, "text-anchor": anchor, class: "sub" }, clock(t)));
   }
   svg.append(s("line", { class: "axis", x1: L, x2: L, y1: T, y2: height - B }));
   if (target) {
