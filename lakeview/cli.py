@@ -176,7 +176,8 @@ def serve(project: ProjectOption = Path(".")) -> None:
     from lakeview.history_sampler import HistorySampler
 
     history = HistorySampler(config, store).start()  # the console's lag and backlog history
-    typer.echo(f"catalog: {server.uri} (warehouse {config.lake.name!r}); console: {console_url(config)}; Ctrl-C to stop")
+    typer.echo(f"catalog: {server.uri} (warehouse {config.lake.name!r}); console: {console_url(config)}; "
+               "Ctrl-C to stop")
     try:
         server.serve_forever()
     finally:
@@ -191,7 +192,9 @@ def console_url(config) -> str:  # noqa: ANN001 - ProjectConfig
 @app.command()
 def ui(
     project: ProjectOption = Path("."),
-    browser: Annotated[bool, typer.Option("--browser/--no-browser", help="Open the console in a web browser when one is available.")] = True,
+    browser: Annotated[
+        bool, typer.Option("--browser/--no-browser", help="Open the console in a web browser when one is available.")
+    ] = True,
 ) -> None:
     """Print the console's URL (served by `lakeview up` / `serve`) and open it in a browser when there is one."""
     import os
@@ -209,7 +212,9 @@ def ui(
     if not running:
         typer.echo("nothing answers there yet: start `lakeview up` (or `lakeview serve`) for this project")
     # Only where a graphical browser can exist: a text browser would take over this terminal.
-    graphical = sys.platform in ("darwin", "win32") or any(os.environ.get(v) for v in ("DISPLAY", "WAYLAND_DISPLAY", "BROWSER"))
+    graphical = sys.platform in ("darwin", "win32") or any(
+        os.environ.get(v) for v in ("DISPLAY", "WAYLAND_DISPLAY", "BROWSER")
+    )
     if browser and running and graphical:
         try:
             opened = webbrowser.open(url)

@@ -67,7 +67,8 @@ def quarantine_summary(project: ProjectConfig, source: str) -> tuple[dict[str, i
     from spark_jobs.quarantine import quarantined_rows
 
     # Each view reading the source sets the same bad row aside: count a row once per source.
-    rows = list({(r.get("file"), r.get("record"), r.get("reason")): r for r in quarantined_rows(project, source)}.values())
+    distinct = {(r.get("file"), r.get("record"), r.get("reason")): r for r in quarantined_rows(project, source)}
+    rows = list(distinct.values())
     reasons = Counter(str(r.get("reason")) for r in rows)
     sample = sorted(rows, key=lambda r: r.get("epoch", 0))[-SAMPLE_ROWS:]
     return dict(reasons), [{k: r.get(k) for k in ("epoch", "reason", "file", "record")} for r in sample]

@@ -90,7 +90,9 @@ def view_card(project: ProjectConfig, status: dict[str, Any]) -> dict[str, Any]:
     return card
 
 
-def lineage(project: ProjectConfig, cards: list[dict[str, Any]], published: dict[str, dict[str, Any]]) -> dict[str, Any]:
+def lineage(
+    project: ProjectConfig, cards: list[dict[str, Any]], published: dict[str, dict[str, Any]]
+) -> dict[str, Any]:
     """Nodes (sources, views, publish targets) and edges of the project, for the visible ``cards``."""
     nodes: list[dict[str, Any]] = []
     edges: list[dict[str, Any]] = []
@@ -116,7 +118,8 @@ def lineage(project: ProjectConfig, cards: list[dict[str, Any]], published: dict
             targets.setdefault(place, {"id": f"target:{place}", "kind": "target", "registrar": place,
                                        "label": REGISTRAR_LABELS.get(place, f"REST catalog ({project.lake.name})")})
             entry = published.get(name, {}).get(place, {})
-            state = "failing" if entry.get("reason") else "ok" if place == "rest" or entry.get("registered") else "pending"
+            done = place == "rest" or entry.get("registered")
+            state = "failing" if entry.get("reason") else "ok" if done else "pending"
             edges.append({"from": f"view:{name}", "to": f"target:{place}", "state": state, "error": entry.get("error"),
                           "location": entry.get("location")})
     for source in sorted(used_sources):
@@ -209,7 +212,8 @@ def console_api_routes(project: ProjectConfig, store: Any) -> list[Route]:
             except errors.NoSuchTableError:
                 records = []
             return {"view": name, "format": config.format.value, "snapshots": [
-                {"snapshot_id": None if r.snapshot_id is None else str(r.snapshot_id), "epoch": r.epoch, "frontier": r.frontier, "rows_in": r.rows_in,
+                {"snapshot_id": None if r.snapshot_id is None else str(r.snapshot_id), "epoch": r.epoch,
+                 "frontier": r.frontier, "rows_in": r.rows_in,
                  "rows_inserted": r.rows_inserted, "rows_deleted": r.rows_deleted, "committed_at_ms": r.committed_at_ms,
                  "lag_ms": r.lag_ms, "sql": snapshot_sql(ref, r.snapshot_id) if r.snapshot_id is not None else None}
                 for r in records]}

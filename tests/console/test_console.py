@@ -38,15 +38,18 @@ def project_data(root: Path, auth: dict[str, Any] | None = None) -> dict[str, An
         "console": {"sample_interval": "1s"},
         "sources": {
             "orders": {"format": "json", "path": str(root / "landing" / "orders"), "schema": ORDERS_SCHEMA},
-            "events": {"format": "parquet", "path": str(root / "landing" / "events"), "schema": "id BIGINT, kind STRING"},
+            "events": {"format": "parquet", "path": str(root / "landing" / "events"),
+                       "schema": "id BIGINT, kind STRING"},
         },
         "views": {
-            "sales": {"sql": SALES_SQL, "cadence": "1s", "target_lag": "1h", "namespace": "analytics", "register": ["filesystem"]},
+            "sales": {"sql": SALES_SQL, "cadence": "1s", "target_lag": "1h", "namespace": "analytics",
+                      "register": ["filesystem"]},
             "big_sellers": {"sql": "SELECT product_id, total_sold FROM sales WHERE total_sold > 5", "cadence": "1s",
                             "target_lag": "1h", "namespace": "analytics"},
             "slow_orders": {"sql": "SELECT order_id, quantity FROM orders", "cadence": "30s", "target_lag": "2s",
                             "namespace": "analytics"},
-            "event_log": {"sql": "SELECT id, kind FROM events", "cadence": "1s", "target_lag": "1h", "namespace": "ops"},
+            "event_log": {"sql": "SELECT id, kind FROM events", "cadence": "1s", "target_lag": "1h",
+                          "namespace": "ops"},
         },
     }
     if auth:
@@ -95,7 +98,8 @@ def page(browser, running: dict[str, Any]):
 def select_view(page, view: str, tab: str = "freshness") -> None:
     page.click(f'#views-table tr[data-view="{view}"]')
     page.click(f'.tabs button[data-tab="{tab}"]')
-    page.wait_for_function(f"document.getElementById('detail-title').textContent.startsWith('{view} ')", timeout=WAIT_MS)
+    title = f"document.getElementById('detail-title').textContent.startsWith('{view} ')"
+    page.wait_for_function(title, timeout=WAIT_MS)
 
 
 def test_lineage_shows_sources_views_and_where_each_is_published_coloured_by_state(page) -> None:
@@ -148,7 +152,8 @@ def test_a_snapshots_sql_reads_that_snapshot_in_duckdb(page, running: dict[str, 
     first.wait_for(timeout=WAIT_MS)
     first.click()
     snapshot_id = first.get_attribute("data-snapshot")
-    page.wait_for_function(f"document.getElementById('snapshot-sql').dataset.snapshot === '{snapshot_id}'", timeout=WAIT_MS)
+    shown = f"document.getElementById('snapshot-sql').dataset.snapshot === '{snapshot_id}'"
+    page.wait_for_function(shown, timeout=WAIT_MS)
     duck = page.inner_text("pre.sql-duckdb")
     assert f"AT (VERSION => {snapshot_id})" in duck
     assert f"VERSION AS OF {snapshot_id}" in page.inner_text("pre.sql-spark")
@@ -172,7 +177,8 @@ def test_the_plan_is_drawn_as_its_operator_graph(page) -> None:
     kinds = page.eval_on_selector_all("#plan-graph g.op", "ops => ops.map(o => o.dataset.op)")
     assert kinds[0] == "input" and kinds[-1] == "table"
     assert "read" in kinds and "write" in kinds and "quarantine" in kinds
-    assert "input orders" in page.text_content("#plan-graph") and "table analytics.sales" in page.text_content("#plan-graph")
+    graph = page.text_content("#plan-graph")
+    assert "input orders" in graph and "table analytics.sales" in graph
     assert page.locator("#plan-graph path.edge").count() == len(kinds) - 1
     page.screenshot(path=str(SHOTS / "console-plan.png"), full_page=True)
 
@@ -190,7 +196,8 @@ def test_the_page_updates_without_a_reload(page, running: dict[str, Any]) -> Non
     marker = page.evaluate("window.__lakeview_marker = Math.random()")
     land_json(running["project"].source_path("orders"), "c.json", make_orders(10, seed=9, first_id=1000))
     page.wait_for_function(
-        "document.querySelector('#views-table tr[data-view=\"sales\"] td:nth-child(6)').textContent === '1'", timeout=WAIT_MS
+        "document.querySelector('#views-table tr[data-view=\"sales\"] td:nth-child(6)').textContent === '1'",
+        timeout=WAIT_MS,
     )
     assert page.evaluate("window.__lakeview_marker") == marker  # the same page: no reload happened
 
@@ -225,7 +232,8 @@ def test_with_auth_a_reader_signs_in_and_sees_only_its_namespaces(browser, runni
             select_view(page, "sales", tab="snapshots")
             page.wait_for_selector("pre.sql-duckdb", timeout=WAIT_MS)
             page.screenshot(path=str(SHOTS / "console-auth.png"), full_page=True)
-            duck = page.inner_text("pre.sql-duckdb").replace("<client_id>", "viewer").replace("<client_secret>", "viewer-secret")
+            duck = page.inner_text("pre.sql-duckdb")
+            duck = duck.replace("<client_id>", "viewer").replace("<client_secret>", "viewer-secret")
             con = connect("avro", "httpfs", "iceberg")  # the SQL as shown, with the reader's credentials
             attach, select = [s for s in duck.split(";\n") if s.strip()]
             con.execute(attach)

@@ -31,7 +31,8 @@ def test_history_keeps_samples_and_commits_within_retention_only(tmp_path: Path)
     assert [s.lag_ms for s in history.view_samples("v", 0)] == [1500]  # the 3-hour-old sample is gone
     assert history.view_samples("v", 0)[0].reason == "FALLING_BEHIND"
     # Epochs 1 and 2 in one minute; epoch 1 recorded again is kept as first recorded.
-    assert history.commit_rates("v", 0) == [{"at_ms": (now - 30_000) // 60_000 * 60_000, "epochs": 2, "rows_in": 10, "rows_out": 9}]
+    minute = (now - 30_000) // 60_000 * 60_000
+    assert history.commit_rates("v", 0) == [{"at_ms": minute, "epochs": 2, "rows_in": 10, "rows_out": 9}]
     assert [(s.pending_files, s.pending_bytes) for s in history.source_samples("s", 0)] == [(1, 100)]
     assert history.quarantine("s") == ({"malformed row": 2}, [{"epoch": 2, "record": "x"}])
 
@@ -41,7 +42,8 @@ def test_console_config_has_defaults_and_refuses_bad_values(tmp_path: Path) -> N
     assert project.console.history_retention.seconds == 2 * 86_400 and project.console.sample_interval.seconds == 5
     with pytest.raises(ConfigError, match="history_retention.*duration"):
         parse_project({"console": {"history_retention": "manual"}}, root=tmp_path)
-    with pytest.raises(ConfigError, match="unknown key in \\[console\\]; valid keys: history_retention, sample_interval"):
+    unknown = r"unknown key in \[console\]; valid keys: history_retention, sample_interval"
+    with pytest.raises(ConfigError, match=unknown):
         parse_project({"console": {"retention": "1d"}}, root=tmp_path)
 
 
@@ -54,7 +56,8 @@ def test_ui_prints_the_url_and_serve_serves_the_console_and_its_history(tmp_path
     url = f"http://127.0.0.1:{port}/ui/"
     idle = subprocess.run([*LAKEVIEW, "ui", "-p", str(tmp_path)], capture_output=True, text=True, env=env, timeout=60)
     assert idle.returncode == 0 and f"console: {url}" in idle.stdout and "start `lakeview up`" in idle.stdout
-    serve = subprocess.Popen([*LAKEVIEW, "serve", "-p", str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    serve = subprocess.Popen([*LAKEVIEW, "serve", "-p", str(tmp_path)], stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True)
     try:
         def page() -> httpx.Response | None:
             try:
@@ -64,13 +67,16 @@ def test_ui_prints_the_url_and_serve_serves_the_console_and_its_history(tmp_path
             return response if response.status_code == 200 else None
 
         assert "Lakeview console" in wait_for(page, 60, "the console page").text
-        assert httpx.get(f"{url}console.js").headers["content-type"].startswith(("text/javascript", "application/javascript"))
+        for asset in ("console.js", "draw.js", "console.css"):  # shipped in the package, served from it
+            assert httpx.get(f"{url}{asset}").status_code == 200
         lineage = httpx.get(f"http://127.0.0.1:{port}/lakeview/v1/lineage").json()
         assert {n["id"] for n in lineage["nodes"]} >= {"source:orders", "view:sales_by_product", "target:rest"}
         bad = httpx.get(f"http://127.0.0.1:{port}/lakeview/v1/views/sales_by_product/history?window=1w")
         assert bad.status_code == 400 and "use one of 1h, 1d" in bad.json()["error"]["message"]
-        running = subprocess.run([*LAKEVIEW, "ui", "-p", str(tmp_path)], capture_output=True, text=True, env=env, timeout=60)
-        assert running.returncode == 0 and f"console: {url}" in running.stdout and "start `lakeview up`" not in running.stdout
+        running = subprocess.run([*LAKEVIEW, "ui", "-p", str(tmp_path)], capture_output=True, text=True, env=env,
+                                 timeout=60)
+        assert running.returncode == 0 and f"console: {url}" in running.stdout
+        assert "start `lakeview up`" not in running.stdout
 
         def sampled() -> list | None:  # serve samples every second; it runs no view, so: stopped
             history = httpx.get(f"http://127.0.0.1:{port}/lakeview/v1/views/sales_by_product/history").json()
