@@ -48,8 +48,19 @@ class AuthMode(str, Enum):
 class AuthClientConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    secret_hash: str = Field(description="scrypt or pbkdf2_sha256 hash of the client secret, never the secret")
-    privileges: dict[str, str] = Field(default_factory=dict, description="namespace or '*' → read, write or admin")
+    secret_hash: str = Field(
+        description=(
+            'the client secret as `catalog_api.auth.hash_secret("...")` output (scrypt; pbkdf2_sha256 accepted), '
+            "never the secret itself"
+        ),
+    )
+    privileges: dict[str, str] = Field(
+        default_factory=dict,
+        description=(
+            'e.g. `{ "sales" = "write", "*" = "read" }`: a namespace (its children inherit) or `*` → `read`, `write` '
+            "(tables, views, commits) or `admin` (namespaces)"
+        ),
+    )
 
     @field_validator("secret_hash")
     @classmethod
@@ -68,10 +79,22 @@ class AuthClientConfig(BaseModel):
 class AuthConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    mode: AuthMode = AuthMode.NONE
+    mode: AuthMode = Field(
+        AuthMode.NONE,
+        description=(
+            "`none` (loopback only) or `oauth2`: clients get short-lived bearer tokens from `POST "
+            "/iceberg/v1/oauth/tokens` (client_credentials, HTTP Basic or form)"
+        ),
+    )
     token_ttl: int = Field(3600, ge=60, le=86400, description="bearer token lifetime in seconds")
-    signing_key_file: str | None = Field(None, description="file with the HMAC key shared by all catalog processes")
-    clients: dict[str, AuthClientConfig] = Field(default_factory=dict)
+    signing_key_file: str | None = Field(
+        None,
+        description=(
+            "file with the HMAC key every catalog process shares (created 0600 when missing; without it each process "
+            "has its own key)"
+        ),
+    )
+    clients: dict[str, AuthClientConfig] = Field(default_factory=dict, description="the OAuth2 clients, by client id")
 
     @property
     def enabled(self) -> bool:

@@ -64,9 +64,12 @@ class GlueConfig(_Strict):
     """AWS Glue Data Catalog; credentials come from the usual AWS chain (env, profile, role)."""
 
     endpoint: str | None = Field(None, description="Glue endpoint URL; default: AWS for the region")
-    region: str = "us-east-1"
+    region: str = Field("us-east-1", description="AWS region of the Glue catalog")
     catalog_id: str | None = Field(None, description="AWS account id of the Glue catalog; default: the caller's")
-    interval: Cadence = Field(default_factory=lambda: parse_cadence("30s"), description="update a pointer at most this often")
+    interval: Cadence = Field(
+        default_factory=lambda: parse_cadence("30s"),
+        description="move a registered pointer at most this often",
+    )
 
     @field_validator("interval", mode="before")
     @classmethod
@@ -77,8 +80,11 @@ class GlueConfig(_Strict):
 class HiveConfig(_Strict):
     """A Hive Metastore reached over Thrift."""
 
-    uri: str = Field(description="thrift://HOST:PORT")
-    interval: Cadence = Field(default_factory=lambda: parse_cadence("30s"), description="update a pointer at most this often")
+    uri: str = Field(description="`thrift://HOST:PORT` of the Hive Metastore")
+    interval: Cadence = Field(
+        default_factory=lambda: parse_cadence("30s"),
+        description="move a registered pointer at most this often",
+    )
 
     @field_validator("uri")
     @classmethod
@@ -96,13 +102,33 @@ class HiveConfig(_Strict):
 class LakeConfig(_Strict):
     """Where the lake lives. Relative paths are relative to the project file."""
 
-    warehouse: str = Field("lake", description="local directory or s3://bucket/prefix holding view tables")
-    name: str = Field("lakeview", description="warehouse name, used as the REST catalog prefix")
+    warehouse: str = Field(
+        "lake",
+        description=(
+            "local directory for view tables, Spark checkpoints (`_lakeview/checkpoints/<view>`) and the default "
+            "catalog store. Or `s3://bucket/prefix`: tables go there, local state (checkpoints, SQLite store) to "
+            "`.lakeview/` next to the project file"
+        ),
+    )
+    name: str = Field(
+        "lakeview",
+        description="warehouse name: the REST catalog prefix and the `warehouse` clients pass",
+    )
     catalog_store: str | None = Field(
-        None, description="SQLAlchemy URL of the catalog store; default: SQLite file <warehouse>/catalog.db"
+        None,
+        description=(
+            "SQLAlchemy URL of the catalog store, e.g. `postgresql+psycopg2://user@host/db`; default: the SQLite file "
+            "`<warehouse>/catalog.db`"
+        ),
     )
 
-    s3: S3Config = Field(default_factory=S3Config, description="endpoint/region/credentials of an s3:// warehouse")
+    s3: S3Config = Field(
+        default_factory=S3Config,
+        description=(
+            "how to reach an `s3://` warehouse (any S3-compatible store: SeaweedFS, MinIO); given to pyiceberg, to "
+            "deltalake (`storage_options`) and, as `CREATE SECRET`, to DuckDB"
+        ),
+    )
 
     @field_validator("warehouse")
     @classmethod
@@ -120,8 +146,11 @@ class LakeConfig(_Strict):
 
 
 class ServerConfig(_Strict):
-    host: str = "127.0.0.1"
-    port: int = Field(8181, ge=0, le=65535)
+    host: str = Field(
+        "127.0.0.1",
+        description='bind address; anything but loopback is refused unless `[auth] mode = "oauth2"`',
+    )
+    port: int = Field(8181, ge=0, le=65535, description="the catalog's port (`/iceberg`, `/lakeview/v1`, `/metrics`)")
 
     # A non-loopback host is only valid with [auth] mode = "oauth2": see _check_auth.
 
@@ -158,13 +187,36 @@ class NewColumns(str, Enum):
 class SourceConfig(_Strict):
     """A landing directory where files of one format arrive."""
 
-    format: SourceFormat
-    path: str
-    schema_: str = Field(alias="schema", description="Spark DDL, e.g. 'id BIGINT, name STRING'")
-    changes: ChangeFeedConfig | None = Field(None, description="the source is a change feed (CDC)")
+    format: SourceFormat = Field(
+        description=(
+            "`json` (one object per line), `csv` (with a header row), `parquet`, or `ingest`: rows POSTed to "
+            "`/lakeview/v1/sources/NAME/rows`, landed in `path` as JSON lines"
+        ),
+    )
+    path: str = Field(description="landing directory")
+    schema_: str = Field(
+        alias="schema",
+        description='Spark DDL column list, e.g. `"order_id BIGINT, quantity INT, ts TIMESTAMP"`',
+    )
+    changes: ChangeFeedConfig | None = Field(
+        None,
+        description="the source is a change feed: an operation column mapped to insert / update / delete",
+    )
     images: ImagesConfig | None = Field(None, description="the source is a change feed of before/after images")
-    required: list[str] = Field(default_factory=list, description="columns a row must have (else quarantined)")
-    new_columns: NewColumns = Field(NewColumns.IGNORE, description="what to do with input columns not in the schema")
+    required: list[str] = Field(
+        default_factory=list,
+        description="columns a row must have; rows without them are quarantined",
+    )
+    new_columns: NewColumns = Field(
+        NewColumns.IGNORE,
+        description=(
+            '`"ignore"`: input columns not in `schema` are dropped. `"evolve"`: a new input column is added to the '
+            "source's schema with the type Spark infers (recorded in `<warehouse>/_lakeview/schemas/NAME.json`), "
+            "`SELECT *` views gain it (earlier rows read NULL); columns are never dropped or retyped (a value that no "
+            "longer fits is quarantined). Change feeds too: with `changes` a new top-level field, with `images` a new "
+            "field of the `before` or `after` object. Not applied to JOIN and UNION ALL views"
+        ),
+    )
 
     @field_validator("schema_")
     @classmethod
@@ -176,21 +228,64 @@ class SourceConfig(_Strict):
 
 
 class ViewConfig(_Strict):
-    sql: str
-    dialect: str = Field("spark", description="dialect of sql: spark, duckdb or trino (transpiled to Spark SQL)")
-    format: TableFormat = TableFormat.ICEBERG
-    cadence: Cadence = Field(default_factory=lambda: parse_cadence("1m"))
-    namespace: str = "default"
-    registrars: list[RegistrarName] = Field(
-        default_factory=list, alias="register", description="also publish in glue / hive / filesystem"
+    sql: str = Field(description="the view's SQL over declared sources or other views (see docs/sql.md)")
+    dialect: str = Field(
+        "spark",
+        description="dialect of `sql`: `spark`, `duckdb` or `trino` (transpiled to Spark SQL by sqlglot)",
     )
-    materialize: bool = Field(True, description="false: an inline view, published as an Iceberg view over other views")
-    group: str | None = Field(None, description="views with the same group commit together (one frontier)")
-    retention: RetentionConfig = Field(default_factory=RetentionConfig)
-    maintenance: MaintenanceConfig = Field(default_factory=MaintenanceConfig)
-    target_lag: Cadence | None = Field(None, description="freshness SLO; default 2 x cadence")
-    watermark: str | None = Field(None, description="event-time delay after which rows are late, e.g. \"10 minutes\"")
-    event_time: str | None = Field(None, description="the watermark's event-time column; default: window()'s")
+    format: TableFormat = Field(
+        TableFormat.ICEBERG,
+        description=(
+            "`iceberg` (committed through the REST catalog) or `delta` (delta-rs, at "
+            "`<warehouse>/<namespace>/<view>`)"
+        ),
+    )
+    cadence: Cadence = Field(
+        default_factory=lambda: parse_cadence("1m"),
+        description=(
+            'how often a snapshot is committed: a duration of at least 100ms, or `"manual"` (only `lakeview refresh`)'
+        ),
+    )
+    namespace: str = Field("default", description="catalog namespace of the view's table")
+    registrars: list[RegistrarName] = Field(
+        default_factory=list, alias="register",
+        description="also publish in `glue`, `hive` (needs `[hive]`) or `filesystem` after each commit",
+    )
+    materialize: bool = Field(
+        True,
+        description="`false`: an inline view, not maintained, published as an Iceberg view over materialized views",
+    )
+    group: str | None = Field(
+        None,
+        description=(
+            "views with the same group commit each epoch in one multi-table catalog transaction with one frontier; "
+            "members read the same one source (not a view), share the cadence and are Iceberg; one streaming query "
+            "keeps the whole group, and `lakeview refresh MEMBER` refreshes every member"
+        ),
+    )
+    retention: RetentionConfig = Field(default_factory=RetentionConfig, description="which snapshots stay readable")
+    maintenance: MaintenanceConfig = Field(
+        default_factory=MaintenanceConfig,
+        description="background table maintenance",
+    )
+    target_lag: Cadence | None = Field(
+        None,
+        description=(
+            "the freshness SLO: `status` and `/metrics` report the fraction of the last hour in which lag stayed at "
+            "or below it; default 2 × cadence"
+        ),
+    )
+    watermark: str | None = Field(
+        None,
+        description=(
+            'event-time delay after which a row is late, e.g. `"10 minutes"` (Spark interval text); needs an '
+            "append-only source or an aggregate over a change feed, and an event-time column"
+        ),
+    )
+    event_time: str | None = Field(
+        None,
+        description="the watermark's event-time column, for a view without `window()`; default: `window()`'s column",
+    )
 
     @field_validator("cadence", mode="before")
     @classmethod
@@ -223,8 +318,17 @@ class ViewConfig(_Strict):
 class SparkConfig(_Strict):
     """Where view jobs run: local mode by default, or an existing cluster (``master``)."""
 
-    master: str = Field("local[2]", description='e.g. "local[2]", "spark://host:7077", "k8s://https://..."')
-    conf: dict[str, str] = Field(default_factory=dict, description="extra Spark properties, e.g. spark.driver.host")
+    master: str = Field(
+        "local[2]",
+        description=(
+            "where view jobs run: `local[N]`, `spark://HOST:PORT` (standalone), `k8s://URL`, `yarn`; `lakeview up "
+            "--spark-master` overrides it; under spark-submit, spark-submit's own master wins"
+        ),
+    )
+    conf: dict[str, str] = Field(
+        default_factory=dict,
+        description='extra Spark properties, e.g. `{ "spark.driver.host" = "10.0.0.5" }` so executors reach the driver',
+    )
     driver_rows_max: int = Field(
         500_000, ge=0,
         description="append views: a batch with more input rows has its data files written by the executors; keyed views: "
@@ -250,16 +354,16 @@ class SparkConfig(_Strict):
 class ProjectConfig(_Strict):
     """A whole project: the lake, the server, sources and views."""
 
-    lake: LakeConfig = Field(default_factory=LakeConfig)
-    server: ServerConfig = Field(default_factory=ServerConfig)
-    spark: SparkConfig = Field(default_factory=SparkConfig)
-    sources: dict[str, SourceConfig] = Field(default_factory=dict)
-    views: dict[str, ViewConfig] = Field(default_factory=dict)
-    glue: GlueConfig | None = None
-    hive: HiveConfig | None = None
-    auth: AuthConfig = Field(default_factory=AuthConfig)
-    root: Path = Field(default=Path("."), exclude=True)
-    file: str = Field(default=PROJECT_FILE, exclude=True)
+    lake: LakeConfig = Field(default_factory=LakeConfig, description="where the lake lives")
+    server: ServerConfig = Field(default_factory=ServerConfig, description="the catalog's HTTP server")
+    spark: SparkConfig = Field(default_factory=SparkConfig, description="where and how view jobs run")
+    sources: dict[str, SourceConfig] = Field(default_factory=dict, description="the sources views read, by name")
+    views: dict[str, ViewConfig] = Field(default_factory=dict, description="the views Lakeview keeps, by name")
+    glue: GlueConfig | None = Field(None, description='the Glue catalog views with `register = ["glue"]` publish to')
+    hive: HiveConfig | None = Field(None, description='the Hive Metastore views with `register = ["hive"]` publish to')
+    auth: AuthConfig = Field(default_factory=AuthConfig, description="how the catalog authenticates clients")
+    root: Path = Field(default=Path("."), exclude=True, description="the project file's directory (set by the loader)")
+    file: str = Field(default=PROJECT_FILE, exclude=True, description="the project file's path (set by the loader)")
 
     def resolve(self, path: str) -> Path:
         """A config path made absolute against the project directory."""

@@ -9,7 +9,7 @@ from lakeview.errors import ConfigError
 
 EXAMPLE_CONFIG = """\
 # Lakeview project: sources are landing directories, views are SQL kept fresh incrementally.
-# Reference: README.md, "Configuration".
+# Reference: docs/configuration.md (every key), docs/sql.md (the SQL a view may use).
 
 [lake]
 warehouse = "lake"          # view tables, checkpoints and the SQLite catalog store live here

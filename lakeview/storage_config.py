@@ -28,11 +28,17 @@ class S3Config(_Strict):
     """``[lake.s3]``: how to reach an ``s3://bucket/prefix`` warehouse. Unset keys fall back to
     the usual AWS environment variables (AWS_ENDPOINT_URL, AWS_REGION, AWS_ACCESS_KEY_ID, ...)."""
 
-    endpoint: str | None = Field(None, description="e.g. http://127.0.0.1:8333 (S3-compatible stores)")
-    region: str | None = None
-    access_key_id: str | None = None
-    secret_access_key: str | None = None
-    session_token: str | None = None
+    endpoint: str | None = Field(
+        None,
+        description=(
+            "e.g. `http://127.0.0.1:8333` (S3-compatible stores); default: `AWS_ENDPOINT_URL_S3` or "
+            "`AWS_ENDPOINT_URL`"
+        ),
+    )
+    region: str | None = Field(None, description="default: `AWS_REGION`, `AWS_DEFAULT_REGION`, else `us-east-1`")
+    access_key_id: str | None = Field(None, description="default: `AWS_ACCESS_KEY_ID`")
+    secret_access_key: str | None = Field(None, description="default: `AWS_SECRET_ACCESS_KEY`")
+    session_token: str | None = Field(None, description="default: `AWS_SESSION_TOKEN`")
     path_style: bool = Field(True, description="bucket in the path, not the host name (MinIO, SeaweedFS)")
 
     def resolved(self) -> dict[str, str | None]:
@@ -103,8 +109,8 @@ class RetentionConfig(_Strict):
     current snapshot is always kept. Neither set: every snapshot is kept.
     """
 
-    keep_snapshots: int | None = Field(100, ge=1)
-    max_age: Cadence | None = Field(None, description='e.g. "7d"')
+    keep_snapshots: int | None = Field(100, ge=1, description="keep at least the newest this many snapshots")
+    max_age: Cadence | None = Field(None, description='also keep every snapshot younger than this, e.g. `"7d"`')
 
     @field_validator("max_age", mode="before")
     @classmethod
@@ -115,12 +121,16 @@ class RetentionConfig(_Strict):
 class MaintenanceConfig(_Strict):
     """``[views.NAME.maintenance]``: background compaction and orphan removal thresholds."""
 
-    enabled: bool = True
+    enabled: bool = Field(True, description="`false`: `lakeview up` runs no background pass for this view")
     interval: Cadence = Field(default_factory=lambda: parse_cadence("5m"), description="how often the background pass runs")
     small_file_bytes: int = Field(8 * 1024 * 1024, ge=1, description="data files below this size count as small")
     compact_min_files: int = Field(10, ge=2, description="compact when at least this many small files exist")
     delete_files_max: int = Field(
-        20, ge=1, description="Iceberg: fold position deletes into the data files when a pass finds at least this many delete files"
+        20, ge=1,
+        description=(
+            "keyed Iceberg views: the commit that would make this many position-delete files folds them all into "
+            "rewritten data files instead (each keyed epoch adds one); a maintenance pass folds them at this many too"
+        ),
     )
     orphan_min_age: Cadence = Field(
         default_factory=lambda: parse_cadence("1h"),
