@@ -18,8 +18,8 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
-from lakeview.cadence import Cadence
-from lakeview.config import ProjectConfig
+from lakeview.config.cadence import Cadence
+from lakeview.config.models import ProjectConfig
 
 REGENERATE = "python -m lakeview.config_reference > docs/configuration.md"
 

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from lakeview.config import ProjectConfig, parse_project
+from lakeview.config.models import ProjectConfig
 from lakeview.config_reference import REGENERATE, render
 from lakeview.errors import ConfigError
+from lakeview.project import parse_project
 
 
 def _repo_root() -> Path:
@@ -34,7 +35,9 @@ def _doc_sections(text: str) -> dict[str, set[str]]:
 
 def test_configuration_doc_is_up_to_date() -> None:
     assert DOC.exists(), f"docs/configuration.md is missing; generate it: {REGENERATE}"
-    assert DOC.read_text() == render(), f"docs/configuration.md is out of date with the config models; run: {REGENERATE}"
+    assert DOC.read_text() == render(), (
+        f"docs/configuration.md is out of date with the config models; run: {REGENERATE}"
+    )
 
 
 def test_every_key_has_a_description() -> None:
