@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from lakeview.config.models import ProjectConfig
-from lakeview.config_reference import REGENERATE, render
+from lakeview.config.reference import REGENERATE, render
 from lakeview.errors import ConfigError
 from lakeview.project import parse_project
 

@@ -2,7 +2,7 @@
 
 Every key of ``lakeview.toml`` is a pydantic field; its type, default and ``description`` are the
 reference, so the document cannot drift from what the loader accepts. Regenerate with
-``python -m lakeview.config_reference > docs/configuration.md`` (a test fails when it is stale).
+``python -m lakeview.config.reference > docs/configuration.md`` (a test fails when it is stale).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from pydantic_core import PydanticUndefined
 from lakeview.config.cadence import Cadence
 from lakeview.config.models import ProjectConfig
 
-REGENERATE = "python -m lakeview.config_reference > docs/configuration.md"
+REGENERATE = "python -m lakeview.config.reference > docs/configuration.md"
 
 # Placeholder for the user-chosen name of a table in a dict-of-tables section, e.g. [views.NAME].
 _ENTRY_NAMES = {"sources": "NAME", "views": "NAME", "clients": "ID"}
