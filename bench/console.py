@@ -19,11 +19,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import httpx  # noqa: E402
+import httpx
 
-from lakeview.config import parse_project  # noqa: E402
-from lakeview.embedded import EmbeddedStack  # noqa: E402
-from lakeview.generator import land_json, make_orders  # noqa: E402
+from lakeview.cli.generator import land_json, make_orders
+from lakeview.project import parse_project
+from lakeview.stack.embedded import EmbeddedStack
 
 SCHEMA = "order_id BIGINT, product_id BIGINT, quantity INT, ts TIMESTAMP"
 
@@ -45,18 +45,20 @@ def main() -> None:
     try:
         stack.start_views()
         for epoch in range(args.epochs):
-            land_json(project.source_path("orders"), f"{epoch}.json", make_orders(100, seed=epoch, first_id=epoch * 100))
+            orders = make_orders(100, seed=epoch, first_id=epoch * 100)
+            land_json(project.source_path("orders"), f"{epoch}.json", orders)
             for query in stack.queries.values():
                 query.processAllAvailable()
-        from lakeview.history_sampler import HistorySampler
+        from lakeview.stack.history_sampler import HistorySampler
 
         sampler = HistorySampler(project, stack.server.store)
         rows = [("history sample (all views and sources)", _time(sampler.sample, args.requests))]
         for route in ("lineage", "sources", "views/v0/history?window=1h", "views/v0/history?window=1d",
                       "views/v0/snapshots", "views/v0/plan"):
             with httpx.Client() as client:
-                rows.append((f"GET /lakeview/v1/{route}", _time(lambda: client.get(f"{base}/lakeview/v1/{route}")
-                                                               .raise_for_status(), args.requests)))
+                url = f"{base}/lakeview/v1/{route}"
+                rows.append((f"GET /lakeview/v1/{route}", _time(lambda u=url: client.get(u).raise_for_status(),
+                                                               args.requests)))
     finally:
         stack.stop()
         if stack.spark is not None:
@@ -68,7 +70,7 @@ def main() -> None:
     print(subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
 
 
-def _time(call, count: int) -> list[float]:  # noqa: ANN001 - any callable
+def _time(call, count: int) -> list[float]:
     times = []
     for _ in range(count):
         start = time.perf_counter()

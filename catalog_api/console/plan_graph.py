@@ -40,7 +40,7 @@ def plan_graph(text: str, inputs: list[str], table: str) -> dict[str, Any]:
             nodes[-1]["details"].append(detail.group(1))
         elif line.strip():
             notes.append(line.strip())
-    edges = [[a["id"], b["id"]] for a, b in zip(nodes, nodes[1:])]
+    edges = [[a["id"], b["id"]] for a, b in zip(nodes, nodes[1:], strict=False)]
     graph_inputs = [{"id": f"in:{name}", "kind": "input", "label": name, "details": []} for name in inputs]
     if nodes:
         edges = [[i["id"], nodes[0]["id"]] for i in graph_inputs] + edges

@@ -31,10 +31,10 @@ from catalog_api.console.plan_graph import plan_graph
 from catalog_api.console.snapshot_sql import TableRef, snapshot_sql
 from catalog_api.responses import from_exception
 from lakeview import errors
-from lakeview.history import ConsoleHistory, console_state, history_path
+from lakeview.ops.history import ConsoleHistory, console_state, history_path
 
 if TYPE_CHECKING:
-    from lakeview.config import ProjectConfig
+    from lakeview.config.models import ProjectConfig
 
 STATIC = Path(__file__).parent / "static"
 WINDOWS_MS = {"1h": 3_600_000, "1d": 86_400_000}
@@ -66,7 +66,7 @@ def _readable(request: Request, namespace: str) -> bool:
 
 
 def _inputs(project: ProjectConfig, view: str) -> list[str]:
-    from lakeview.plan import plan_view
+    from lakeview.sql.planner import plan_view
 
     config = project.views[view]
     try:
@@ -78,7 +78,7 @@ def _inputs(project: ProjectConfig, view: str) -> list[str]:
 def view_card(project: ProjectConfig, status: dict[str, Any]) -> dict[str, Any]:
     """A status as the console shows it: its console state, and the error of a failed query
     (the status's own ``error`` when it has one, else the running process's heartbeat)."""
-    from lakeview.runtime import read_runtime
+    from lakeview.ops.runtime import read_runtime
 
     card = dict(status)
     if not card.get("error"):
@@ -143,8 +143,8 @@ def _thin(samples: list[Any], window_ms: int) -> list[list[Any]]:
 
 def console_api_routes(project: ProjectConfig, store: Any) -> list[Route]:
     """The console's JSON routes, to mount under ``/lakeview/v1`` next to lakeview_routes'."""
-    from lakeview.registration import RegistrationState, with_registrar_reasons
-    from lakeview.status import view_status, view_statuses
+    from catalog_api.registrars.service import RegistrationState, with_registrar_reasons
+    from catalog_api.status import view_status, view_statuses
 
     history = ConsoleHistory(history_path(project.warehouse_path), project.console.retention_ms)
 
@@ -200,7 +200,7 @@ def console_api_routes(project: ProjectConfig, store: Any) -> list[Route]:
         base = str(request.base_url).rstrip("/")
 
         def build() -> dict[str, Any]:
-            from lakeview.tables import commit_history
+            from catalog_api.view_tables import commit_history
 
             config = project.views[name]
             ref = TableRef(config.namespace, name, config.format.value, f"{base}/iceberg", project.lake.name,
@@ -226,7 +226,7 @@ def console_api_routes(project: ProjectConfig, store: Any) -> list[Route]:
             if not project.views[name].materialize:
                 return JSONResponse({"view": name, "text": f"{name} is an inline view: {project.views[name].sql}",
                                      "graph": plan_graph("", _inputs(project, name), name)})
-            from lakeview.explain import explain
+            from lakeview.ivm.explain import explain
 
             text = await run_in_threadpool(explain, project, name)
         except errors.LakeviewError as exc:

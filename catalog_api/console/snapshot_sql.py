@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lakeview.duck import attach_sql
+from lakeview.sql.duck import attach_sql
 
 CLIENT_ID, CLIENT_SECRET = "<client_id>", "<client_secret>"  # placeholders the reader fills in
 

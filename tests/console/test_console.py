@@ -19,10 +19,10 @@ import httpx
 import pytest
 
 from catalog_api.auth import hash_secret
-from lakeview.config import parse_project
-from lakeview.duck import connect
-from lakeview.embedded import EmbeddedStack
-from lakeview.generator import land_json, make_orders
+from lakeview.cli.generator import land_json, make_orders
+from lakeview.project import parse_project
+from lakeview.sql.duck import connect
+from lakeview.stack.embedded import EmbeddedStack
 from tests.conftest import ORDERS_SCHEMA, SALES_SQL
 from tests.waiting import wait_for
 

@@ -11,9 +11,9 @@ import httpx
 import pytest
 
 from catalog_api.server import free_port
-from lakeview.config import parse_project
 from lakeview.errors import ConfigError
-from lakeview.history import ConsoleHistory, SourceSample, ViewSample
+from lakeview.ops.history import ConsoleHistory, SourceSample, ViewSample
+from lakeview.project import parse_project
 from tests.waiting import wait_for
 
 LAKEVIEW = [sys.executable, "-m", "lakeview.cli"]

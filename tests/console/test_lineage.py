@@ -8,9 +8,9 @@ from typing import Any
 
 from catalog_api.console.plan_graph import plan_graph
 from catalog_api.console.routes import lineage, view_card
-from lakeview.config import parse_project
-from lakeview.explain import explain
-from lakeview.history import console_state
+from lakeview.ivm.explain import explain
+from lakeview.ops.history import console_state
+from lakeview.project import parse_project
 
 ORDERS = "order_id BIGINT, product_id BIGINT, amount DOUBLE"
 PRODUCTS = "product_id BIGINT, category STRING"
@@ -18,7 +18,7 @@ BY_CATEGORY = """SELECT p.category AS category, SUM(o.amount) AS total, COUNT(*)
 FROM orders AS o JOIN products AS p ON o.product_id = p.product_id GROUP BY p.category"""
 
 
-def project(tmp_path: Path):  # noqa: ANN201 - ProjectConfig
+def project(tmp_path: Path):
     return parse_project({
         "lake": {"warehouse": str(tmp_path / "lake")},
         "hive": {"uri": "thrift://127.0.0.1:9083"},
