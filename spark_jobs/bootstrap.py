@@ -142,8 +142,7 @@ def _stamped(pipeline: ViewPipeline, epoch: Epoch, spark: SparkSession, net: str
 
 def table_name(writer: SnapshotWriter) -> str:
     """An Iceberg table's name, or a Delta table's (its writer's ``view``)."""
-    identifier = getattr(writer, "identifier", None)
-    return identifier[-1] if identifier else writer.view  # type: ignore[attr-defined]
+    return writer.table_name
 
 
 def _relations(pipeline: ViewPipeline, good: DataFrame) -> tuple[str, str, str | None, list[DataFrame]]:

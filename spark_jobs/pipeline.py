@@ -17,7 +17,7 @@ import logging
 import shutil
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, TypeVar, cast
 
 import pyarrow as pa
 
@@ -114,12 +114,12 @@ class ViewPipeline:
 
     def _iceberg_state_writer(self, name: str) -> SnapshotWriter:
         """A state table next to the view's, through the same catalog."""
-        catalog = getattr(self.writer, "catalog", None)
-        if catalog is None:
+        if not self.writer.capabilities.catalog_commits:
             raise WriterError(f"{self.view}: its SQL needs state tables, which are kept in Iceberg; use format = 'iceberg'")
         from writers.iceberg import IcebergWriter
 
-        return IcebergWriter(catalog, self.config.namespace, name, compaction=getattr(self.writer, "compaction", None))
+        beside = cast("IcebergWriter", self.writer)  # catalog_commits: an Iceberg writer
+        return IcebergWriter(beside.catalog, self.config.namespace, name, compaction=beside.compaction)
 
     def _schema_of(self, sql_for: Callable[[str], str], weighted: bool = False) -> pa.Schema:
         """Spark's result schema of some SQL over an empty batch of the source."""

@@ -48,7 +48,7 @@ from pyiceberg.table.update.snapshot import UpdateSnapshot, _OverwriteFiles
 
 from lakeview.errors import CommitConflictError, WriterError
 from writers.arrow_ops import rows_at_most, rows_with_keys, rows_without_keys
-from writers.base import Change, CommitRecord, Epoch, SnapshotWriter, backoff_s
+from writers.base import Change, CommitRecord, Epoch, SnapshotWriter, WriterCapabilities, backoff_s
 from writers.live_files import Found, LiveFiles
 from writers.maintenance import MAINTENANCE, MaintenancePolicy
 from writers.metadata_memo import transaction
@@ -80,6 +80,11 @@ def last_commit_of(table: Table) -> CommitRecord | None:
 
 
 class IcebergWriter(SnapshotWriter):
+    capabilities = WriterCapabilities(
+        format="iceberg", catalog_commits=True, executor_writes=True, executor_reads=True, schema_evolution=True,
+        snapshot_changes=True, merge_on_read=True, multi_table_transactions=True, closed_window_reads=True,
+    )  # fmt: skip
+
     def __init__(self, catalog: Catalog, namespace: str, name: str, compaction: MaintenancePolicy | None = None) -> None:
         self.catalog = catalog
         self.identifier = (namespace, name)
@@ -90,6 +95,10 @@ class IcebergWriter(SnapshotWriter):
         # merge-on-read: when a commit also compacts (the view's [maintenance] thresholds)
         self.compaction = compaction or MaintenancePolicy()
         self.timings: dict[str, float] = {}  # the last lookup's and commit's phases (seconds), for logs and bench/
+
+    @property
+    def table_name(self) -> str:
+        return self.identifier[-1]
 
     def ensure_table(self, schema: pa.Schema, key: tuple[str, ...] | None, properties: dict[str, str]) -> None:
         try:

@@ -77,12 +77,10 @@ def summed(zset: pa.Table) -> pa.Table:
 
 
 def _for(writer: SnapshotWriter, iceberg, delta):  # noqa: ANN001, ANN202 - one function per format
-    from writers.delta import DeltaWriter
-    from writers.iceberg import IcebergWriter
-
-    if isinstance(writer, IcebergWriter):
+    capabilities = writer.capabilities
+    if capabilities.snapshot_changes and capabilities.format == "iceberg":
         return iceberg
-    if isinstance(writer, DeltaWriter):
+    if capabilities.snapshot_changes and capabilities.format == "delta":
         return delta
     raise WriterError(f"no snapshot reader for {type(writer).__name__}")
 
