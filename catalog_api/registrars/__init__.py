@@ -8,12 +8,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from catalog_api.registrars.base import PublishedTable, Registrar, Registration
+from catalog_api.registrars.base import Outcome, PublishedTable, Registrar, RegistrarCapabilities, Registration
 
 if TYPE_CHECKING:
     from lakeview.config import ProjectConfig
 
-__all__ = ["REGISTRARS", "PublishedTable", "Registrar", "Registration", "make_registrar"]
+__all__ = ["REGISTRARS", "Outcome", "PublishedTable", "Registrar", "RegistrarCapabilities", "Registration", "make_registrar"]
 
 
 def _glue(project: ProjectConfig) -> Registrar:
