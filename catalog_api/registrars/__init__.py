@@ -13,7 +13,9 @@ from catalog_api.registrars.base import Outcome, PublishedTable, Registrar, Regi
 if TYPE_CHECKING:
     from lakeview.config import ProjectConfig
 
-__all__ = ["REGISTRARS", "Outcome", "PublishedTable", "Registrar", "RegistrarCapabilities", "Registration", "make_registrar"]
+__all__ = [
+    "REGISTRARS", "Outcome", "PublishedTable", "Registrar", "RegistrarCapabilities", "Registration", "make_registrar"
+]
 
 
 def _glue(project: ProjectConfig) -> Registrar:

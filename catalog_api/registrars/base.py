@@ -174,7 +174,9 @@ class Registrar(ABC):
         Lakeview did not create, or one pointing at newer metadata than ``table``'s."""
         where = f"{self.name} {table.qualified_name}"
         if self.capabilities.ownership and current.parameters.get(OWNER) != table.qualified_name:
-            raise RegistrarConflictError(f"{where}: an entry not created by Lakeview exists; drop it or rename the view")
+            raise RegistrarConflictError(
+                f"{where}: an entry not created by Lakeview exists; drop it or rename the view"
+            )
         if table.format == ICEBERG:
             check_not_ahead(table, current.metadata_location, where)
             same = current.metadata_location == table.metadata_location

@@ -93,7 +93,8 @@ class FilesystemRegistrar(Registrar):
 
     def create(self, table: PublishedTable) -> bool:
         if table.format == DELTA:  # found by get() once its log exists: nothing to write
-            raise RegistrarError(f"filesystem: {table.qualified_name}: no _delta_log under {local_path(table.location)}")
+            root = local_path(table.location)
+            raise RegistrarError(f"filesystem: {table.qualified_name}: no _delta_log under {root}")
         self._link(table)
         return True
 

@@ -76,7 +76,8 @@ class GlueRegistrar(Registrar):
 
     def create_namespace(self, namespace: str) -> None:
         try:
-            self.glue.create_database(DatabaseInput={"Name": namespace, "Description": "Lakeview views"}, **self._catalog)
+            database = {"Name": namespace, "Description": "Lakeview views"}
+            self.glue.create_database(DatabaseInput=database, **self._catalog)
         except self.glue.exceptions.AlreadyExistsException:
             pass
 
