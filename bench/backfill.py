@@ -73,10 +73,10 @@ def project_for(directory: Path, mode: str, rows: int):  # noqa: ANN201 - Projec
 
 def child(mode: str, view: str, directory: Path, rows: int) -> None:
     from catalog_api.server import CatalogServer
-    from writers.registry import make_writer, state_writer_factory
     from catalog_api.store import open_store
     from spark_jobs.pipeline import ViewPipeline
     from spark_jobs.session import build_session
+    from writers.registry import make_writer, state_writer_factory
 
     project = project_for(directory, mode, rows)
     spark = build_session("bench-backfill")

@@ -89,9 +89,9 @@ def land(directory: Path, rows: int, files: int = 8) -> None:
 
 def child(mode: str, directory: Path, rows: int) -> None:
     from lakeview.project import parse_project
-    from writers.registry import make_writer
     from spark_jobs.pipeline import ViewPipeline
     from spark_jobs.session import build_session
+    from writers.registry import make_writer
 
     limit = rows * 10 if mode == "collect" else 0
     project = parse_project(

@@ -37,10 +37,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import sqlglot  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
-
-import sqlglot  # noqa: E402
 
 from bench.history import SCHEMA, generate_history, land_parquet  # noqa: E402
 from lakeview.project import parse_project

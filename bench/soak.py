@@ -78,9 +78,7 @@ def footprint(fmt: str, writer: SnapshotWriter) -> dict[str, float]:
 
 def maintain(fmt: str, writer: SnapshotWriter) -> None:
     if fmt == "iceberg":
-        from writers.iceberg_maintenance import maintain_iceberg
-
-        from writers.iceberg_maintenance import self_compacting
+        from writers.iceberg_maintenance import maintain_iceberg, self_compacting
 
         # as `lakeview up` does: a keyed merge-on-read table's writer compacts within its commits
         maintain_iceberg(writer, POLICY, compact=not self_compacting(writer.table()))  # type: ignore[arg-type,attr-defined]

@@ -23,8 +23,8 @@ def create_app() -> Starlette:
     project_file = os.environ.get("LAKEVIEW_PROJECT")
     if project_file:
         from catalog_api.auth import project_authenticator
-        from lakeview.project import load_project
         from catalog_api.store import open_store
+        from lakeview.project import load_project
 
         project = load_project(project_file)
         if project.auth.enabled and not project.auth.signing_key_file:

@@ -44,8 +44,8 @@ def _may_read(request: Request, namespace: str) -> bool:
 
 def lakeview_routes(project: ProjectConfig, store: Any) -> list[BaseRoute]:
     """The ``/lakeview/v1`` mount for ``build_app(extra_routes=...)``."""
-    from lakeview.ops.ingest import SourceIngest
     from catalog_api.status import view_status, view_statuses
+    from lakeview.ops.ingest import SourceIngest
 
     ingesters: dict[str, SourceIngest] = {}
     readers: dict[str, set[str]] = {}  # source -> namespaces of the views reading it

@@ -14,6 +14,7 @@ import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from pydantic import BaseModel, Field
 from pyiceberg.catalog.rest import (
     ConfigResponse,
     CreateTableRequest,
@@ -25,7 +26,6 @@ from pyiceberg.catalog.rest import (
 from pyiceberg.table import CommitTableRequest, CommitTableResponse
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.typedef import Identifier
-from pydantic import BaseModel, Field
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response

@@ -10,9 +10,9 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from lakeview.ops import freshness
 from lakeview.config.models import ProjectConfig
 from lakeview.errors import NoSuchTableError
+from lakeview.ops import freshness
 from lakeview.ops.freshness import RuntimeSignals
 from lakeview.ops.runtime import read_runtime
 

@@ -30,7 +30,7 @@ from typing import Any
 
 from pyiceberg import exceptions as iceberg_errors
 from pyiceberg.catalog.sql import IcebergNamespaceProperties, IcebergTables, SqlCatalog
-from pyiceberg.io import load_file_io
+from pyiceberg.io import FileIO, load_file_io
 from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC, PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.serializers import Compressor, FromInputFile
@@ -491,6 +491,37 @@ class CatalogStore:
         delete_files(io, {m.manifest_path for m in manifests}, "manifest")
         delete_files(io, {s.manifest_list for s in metadata.snapshots}, "manifest list")
         delete_files(io, {entry.metadata_file for entry in metadata.metadata_log} | {metadata_location}, "metadata")
+
+    # ---------------------------------------------------------------- pointers of any kind (views.py uses these)
+    def names(self, namespace: Identifier, kind: str) -> list[Identifier]:
+        """The identifiers of one kind (TABLE_TYPE, VIEW_TYPE) in ``namespace``. Raises NoSuchNamespaceError."""
+        return self._names(namespace, kind)
+
+    def pointer(self, identifier: Identifier, kind: str) -> str | None:
+        """The current metadata location of a table or view, or None when there is none."""
+        return self._pointer(identifier, kind)
+
+    def insert_pointer(self, identifier: Identifier, location: str, kind: str) -> None:
+        """Add a new pointer in its own transaction. Raises AlreadyExistsError when the name is taken."""
+        with _mapped(), _exists_guard(identifier), self._write() as conn:
+            self._insert_pointer(conn, identifier, location, kind)
+
+    def swap_pointer(self, identifier: Identifier, expected: str, new: str, kind: str) -> None:
+        """Compare-and-swap one pointer in its own transaction. Raises CommitConflictError on a miss."""
+        with _mapped(), self._write() as conn:
+            self._swap_pointer(conn, identifier, expected, new, kind)
+
+    def rename_pointer(self, source: Identifier, target: Identifier, kind: str) -> None:
+        """Rename a table or view. Raises NotFoundError, AlreadyExistsError."""
+        self._rename(source, target, kind)
+
+    def drop_pointer(self, identifier: Identifier, kind: str) -> str:
+        """Remove a pointer (never its files); returns its metadata location. Raises NotFoundError."""
+        return self._drop(identifier, kind)
+
+    def file_io(self, location: str) -> FileIO:
+        """The FileIO that reads and writes ``location`` with the store's properties (e.g. S3 settings)."""
+        return load_file_io(self._catalog.properties, location)
 
     def commit_table(
         self, identifier: Identifier, requirements: tuple[TableRequirement, ...], updates: tuple[TableUpdate, ...]

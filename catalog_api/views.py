@@ -12,12 +12,11 @@ import uuid
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError
-from pyiceberg.io import load_file_io
 from pyiceberg.schema import Schema
 from pyiceberg.typedef import Identifier, Properties
 from pyiceberg.view.metadata import ViewHistoryEntry, ViewMetadata, ViewVersion
 
-from catalog_api.store import VIEW_TYPE, CatalogStore, _exists_guard, _mapped, check_name
+from catalog_api.store import VIEW_TYPE, CatalogStore, check_name
 from lakeview import errors
 
 
@@ -92,15 +91,15 @@ class ViewCatalog:
         self.store = store
 
     def list_views(self, namespace: Identifier) -> list[Identifier]:
-        return self.store._names(namespace, VIEW_TYPE)
+        return self.store.names(namespace, VIEW_TYPE)
 
     def view_exists(self, identifier: Identifier) -> bool:
-        return self.store._pointer(identifier, VIEW_TYPE) is not None
+        return self.store.pointer(identifier, VIEW_TYPE) is not None
 
     def read(self, location: str) -> ViewMetadata:
         metadata = self.store.cache.get(location)
         if metadata is None:
-            io = load_file_io(self.store._catalog.properties, location)
+            io = self.store.file_io(location)
             with io.new_input(location).open() as stream:
                 metadata = ViewMetadata.model_validate_json(stream.read())
             self.store.cache.put(location, metadata)
@@ -108,7 +107,7 @@ class ViewCatalog:
 
     def load_view(self, identifier: Identifier) -> tuple[str, ViewMetadata]:
         """Current metadata location and metadata. Raises NoSuchViewError."""
-        location = self.store._pointer(identifier, VIEW_TYPE)
+        location = self.store.pointer(identifier, VIEW_TYPE)
         if location is None:
             raise errors.NoSuchViewError(f"View does not exist: {'.'.join(identifier)}")
         return location, self.read(location)
@@ -135,8 +134,7 @@ class ViewCatalog:
         if self.store.table_exists(identifier) or self.view_exists(identifier):
             raise errors.AlreadyExistsError(f"Table or view already exists: {'.'.join(identifier)}")
         metadata_location = self._write(metadata, 0)
-        with _mapped(), _exists_guard(identifier), self.store._write() as conn:
-            self.store._insert_pointer(conn, identifier, metadata_location, VIEW_TYPE)
+        self.store.insert_pointer(identifier, metadata_location, VIEW_TYPE)
         return metadata_location, metadata
 
     def register_view(self, identifier: Identifier, metadata_location: str) -> tuple[str, ViewMetadata]:
@@ -150,8 +148,7 @@ class ViewCatalog:
             raise errors.BadRequestError(f"{metadata_location!r} is not a readable view metadata file: {exc}") from None
         if self.store.table_exists(identifier):
             raise errors.AlreadyExistsError(f"Table or view already exists: {'.'.join(identifier)}")
-        with _mapped(), _exists_guard(identifier), self.store._write() as conn:
-            self.store._insert_pointer(conn, identifier, metadata_location, VIEW_TYPE)
+        self.store.insert_pointer(identifier, metadata_location, VIEW_TYPE)
         return metadata_location, metadata
 
     def commit_view(
@@ -168,19 +165,18 @@ class ViewCatalog:
             return location, current
         version = int(location.rsplit("/", 1)[-1].split("-", 1)[0]) + 1 if "/metadata/" in location else 1
         new_location = self._write(metadata, version)
-        with _mapped(), self.store._write() as conn:
-            self.store._swap_pointer(conn, identifier, location, new_location, VIEW_TYPE)
+        self.store.swap_pointer(identifier, location, new_location, VIEW_TYPE)
         return new_location, metadata
 
     def rename_view(self, source: Identifier, target: Identifier) -> None:
-        self.store._rename(source, target, VIEW_TYPE)
+        self.store.rename_pointer(source, target, VIEW_TYPE)
 
     def drop_view(self, identifier: Identifier) -> None:
-        self.store._drop(identifier, VIEW_TYPE)
+        self.store.drop_pointer(identifier, VIEW_TYPE)
 
     def _write(self, metadata: ViewMetadata, version: int) -> str:
         location = self.store.new_metadata_location(metadata.location, version)
-        io = load_file_io(self.store._catalog.properties, location)
+        io = self.store.file_io(location)
         with io.new_output(location).create(overwrite=False) as stream:
             stream.write(metadata.model_dump_json(by_alias=True, exclude_none=True).encode())
         self.store.cache.put(location, metadata)

@@ -36,15 +36,14 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from lakeview.ivm.changefeed import DELETE, OP, images_sql, latest_sql
-from lakeview.sql.plan import COUNT, ROWS, WEIGHT, KeyedAggregatePlan
 from lakeview.ivm.commits import CommitRecord, Epoch
+from lakeview.sql.plan import COUNT, ROWS, WEIGHT, KeyedAggregatePlan
 from writers.base import SnapshotWriter
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from lakeview.config.models import ProjectConfig
-
     from spark_jobs.pipeline import ViewPipeline
     from writers.staged_files import WrittenFile
 
@@ -143,8 +142,7 @@ def _stamped(pipeline: ViewPipeline, epoch: Epoch, spark: SparkSession, net: str
 
 def table_name(writer: SnapshotWriter) -> str:
     """An Iceberg table's name, or a Delta table's (its writer's ``view``)."""
-    identifier = getattr(writer, "identifier", None)
-    return identifier[-1] if identifier else writer.view  # type: ignore[attr-defined]
+    return writer.table_name
 
 
 def _relations(pipeline: ViewPipeline, good: DataFrame) -> tuple[str, str, str | None, list[DataFrame]]:

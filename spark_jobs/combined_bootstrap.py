@@ -39,10 +39,17 @@ import logging
 from typing import TYPE_CHECKING
 
 from lakeview.ivm.changefeed import DELETE, OP
+from lakeview.ivm.commits import Epoch
 from lakeview.sql.joins import JoinPlan, JoinSide
 from lakeview.sql.plan import COUNT, WEIGHT, KeyedAggregatePlan
-from spark_jobs.bootstrap import Bootstrap, group_state_sql, multiset_state_sql, net_rows_sql, retracts_unheld, write_in_order
-from lakeview.ivm.commits import Epoch
+from spark_jobs.bootstrap import (
+    Bootstrap,
+    group_state_sql,
+    multiset_state_sql,
+    net_rows_sql,
+    retracts_unheld,
+    write_in_order,
+)
 from writers.base import SnapshotWriter
 
 if TYPE_CHECKING:

@@ -26,9 +26,9 @@ from typing import TYPE_CHECKING
 import duckdb
 import pyarrow as pa
 
-from lakeview.sql.plan import WEIGHT, KeyedAggregatePlan
 from lakeview.config.schema import parse_ddl
 from lakeview.ivm.commits import CommitRecord, Epoch
+from lakeview.sql.plan import WEIGHT, KeyedAggregatePlan
 from spark_jobs.streams import collect_arrow
 
 if TYPE_CHECKING:

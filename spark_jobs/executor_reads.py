@@ -160,7 +160,7 @@ class ExecutorReads:
 def on_executors(writer: SnapshotWriter, spark: SparkSession, project: ProjectConfig) -> SnapshotWriter:
     """``writer`` with its large-table reads on Spark's executors (Iceberg writers; Delta's
     lookups stream through deltalake's scanner and keep no rows)."""
-    live = getattr(writer, "live", None)
+    live = writer.live if writer.capabilities.executor_reads else None  # type: ignore[attr-defined]
     if live is not None and live.remote is None:
         live.remote = ExecutorReads(spark, project.spark.driver_keys_max)
     return writer

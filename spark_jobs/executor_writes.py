@@ -100,23 +100,23 @@ def append_on_executors(writer: SnapshotWriter, rows: DataFrame, epoch: Epoch, p
     from lakeview.config.models import file_io_properties
     from lakeview.errors import WriterError
     from spark_jobs import faults
-    from writers.delta import DeltaWriter
-    from writers.iceberg import IcebergWriter
 
     last = writer.last_commit()
     if last is not None and epoch.number <= last.epoch:
         return None, []
-    target: IcebergFiles | DeltaFiles
-    if isinstance(writer, IcebergWriter):
-        target = iceberg_target(writer.table())
-    elif isinstance(writer, DeltaWriter):
-        schema = pa.schema(writer.table().schema().to_arrow())
-        target = delta_target(writer.location, schema, file_io_properties(project), epoch.number)
-    else:
+    capabilities = writer.capabilities
+    if not capabilities.executor_writes or capabilities.format not in ("iceberg", "delta"):
         raise WriterError(f"{epoch.view}: {type(writer).__name__} cannot commit files written by executors")
+    format_writer: Any = writer  # the format's own writer: table(), location, commit_files
+    target: IcebergFiles | DeltaFiles
+    if capabilities.format == "iceberg":
+        target = iceberg_target(format_writer.table())
+    else:
+        schema = pa.schema(format_writer.table().schema().to_arrow())
+        target = delta_target(format_writer.location, schema, file_io_properties(project), epoch.number)
     files = write_on_executors(rows, target)
     faults.point("files_written", epoch.number)
-    return writer.commit_files(epoch, files), files
+    return format_writer.commit_files(epoch, files), files
 
 
 def _map_in_arrow(df: DataFrame, func: Any, ddl: Any = RESULT_DDL) -> DataFrame:

@@ -42,7 +42,7 @@ def install(pipeline: ViewPipeline) -> None:
     if configured is None or configured[0] != "before_view_commit":
         return
     writer = pipeline.writer
-    catalog = getattr(writer, "catalog", None)
+    catalog = writer.catalog if writer.capabilities.catalog_commits else None  # type: ignore[attr-defined]
     if catalog is None:
         for name in ("commit", "commit_files"):
             _before(writer, name)

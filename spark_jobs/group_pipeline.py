@@ -21,11 +21,11 @@ from typing import TYPE_CHECKING
 
 from lakeview.config.models import ProjectConfig
 from lakeview.errors import WriterError
+from lakeview.ivm.commits import CommitRecord
 from lakeview.sql.groups import groups_of
 from spark_jobs import faults
 from spark_jobs.pipeline import ViewPipeline
 from spark_jobs.streams import start_query
-from lakeview.ivm.commits import CommitRecord
 from writers.group import IcebergGroupWriter, StagedWriter
 
 if TYPE_CHECKING:

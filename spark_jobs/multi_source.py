@@ -21,21 +21,21 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
+from lakeview.config.schema import parse_ddl
 from lakeview.ivm.changefeed import OP, images_sql, latest_sql, operation_sql
 from lakeview.ivm.combine import CombinedMaintainer, side_table_names, source_mirror_name
+from lakeview.ivm.commits import CommitRecord, Epoch
 from lakeview.ivm.zsets import state_table_names
+from lakeview.ops.source_log import logged_files
 from lakeview.sql.joins import JoinPlan, joined_column, sql_over_sources
 from lakeview.sql.plan import WEIGHT, KeyedAggregatePlan
 from lakeview.sql.planner import plan_view
-from lakeview.config.schema import parse_ddl
-from lakeview.ops.source_log import logged_files
 from lakeview.sql.union import UnionPlan
-from spark_jobs.view_changes import upstream_position
 from spark_jobs import faults
 from spark_jobs.executor_reads import on_executors
 from spark_jobs.quarantine import CORRUPT, FILE, Quarantine
 from spark_jobs.streams import collect_arrow, file_stream, reconcile_checkpoint, start_query, state_table_writer
-from lakeview.ivm.commits import CommitRecord, Epoch
+from spark_jobs.view_changes import upstream_position
 from writers.base import SnapshotWriter
 
 if TYPE_CHECKING:
@@ -69,8 +69,8 @@ class CombinedPipeline:
         state_writer: Callable[[str], SnapshotWriter] | None = None,
     ) -> None:
         from lakeview.sql.dag import deleting_sources, upstreams_of
-        from spark_jobs.view_changes import ChangePublisher
         from spark_jobs.upstream import with_upstream_source
+        from spark_jobs.view_changes import ChangePublisher
 
         self.spark = spark
         self.upstreams = set(upstreams_of(project, view))  # upstream views: their change files, Z-sets with weights

@@ -14,30 +14,34 @@ from __future__ import annotations
 
 import json
 import logging
-import shutil
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
 
 import pyarrow as pa
 
+from lakeview.config.models import NewColumns, ProjectConfig
+from lakeview.config.schema import parse_ddl
 from lakeview.ivm.changefeed import OP, images_sql, latest_sql, mirror_table_name, operation_sql
-from lakeview.sql.dag import feed_key
-from lakeview.config.models import NewColumns, ProjectConfig, SourceFormat
-from lakeview.errors import WriterError
-from lakeview.ivm.zsets import state_table_names
+from lakeview.ivm.commits import CommitRecord, Epoch
 from lakeview.ivm.maintain import ViewMaintainer
+from lakeview.ivm.zsets import state_table_names
+from lakeview.ops.source_log import batch_files
+from lakeview.sql.dag import feed_key
 from lakeview.sql.plan import WEIGHT, AppendPlan, KeyedAggregatePlan
 from lakeview.sql.planner import plan_view
-from lakeview.config.schema import parse_ddl
-from lakeview.ops.source_log import batch_files
 from spark_jobs import faults
 from spark_jobs.executor_reads import on_executors
 from spark_jobs.quarantine import CORRUPT, FILE, Quarantine
-from spark_jobs.streams import collect_arrow, file_stream, reconcile_checkpoint, start_query, state_table_writer
-from lakeview.ivm.commits import CommitRecord, Epoch
+from spark_jobs.streams import (
+    collect_arrow,
+    file_stream,
+    reconcile_checkpoint,
+    source_reader,
+    start_query,
+    state_table_writer,
+)
 from writers.base import SnapshotWriter
-from spark_jobs.streams import source_reader
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -45,7 +49,6 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
-    from lakeview.config.cadence import Cadence
     from spark_jobs.bootstrap import Bootstrap
 
 log = logging.getLogger("lakeview.pipeline")
@@ -78,8 +81,8 @@ class ViewPipeline:
         from lakeview.config.evolution import with_evolved_sources
 
         project = with_evolved_sources(project)  # sources with new_columns = "evolve": as evolved so far
-        from spark_jobs.view_changes import ChangePublisher
         from spark_jobs.upstream import upstream_key, with_upstream_source
+        from spark_jobs.view_changes import ChangePublisher
 
         self.publisher = ChangePublisher.for_view(project, view, writer)  # None unless other views read this one
         self.upstream_key = upstream_key(project, view)  # a view over a keyed view is keyed like it

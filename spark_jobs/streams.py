@@ -7,7 +7,7 @@ import logging
 import shutil
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import pyarrow as pa
 
@@ -89,9 +89,9 @@ def reconcile_checkpoint(view: str, checkpoint: Path, maintainer: Any, writer: S
 
 def state_table_writer(writer: SnapshotWriter, view: str, namespace: str, name: str) -> SnapshotWriter:
     """A state table next to the view's, through the same catalog."""
-    catalog = getattr(writer, "catalog", None)
-    if catalog is None:
+    if not writer.capabilities.catalog_commits:
         raise WriterError(f"{view}: its SQL needs state tables, which are kept in Iceberg; use format = 'iceberg'")
     from writers.iceberg import IcebergWriter
 
-    return IcebergWriter(catalog, namespace, name, compaction=getattr(writer, "compaction", None))
+    beside = cast("IcebergWriter", writer)  # catalog_commits: an Iceberg writer
+    return IcebergWriter(beside.catalog, namespace, name, compaction=beside.compaction)

@@ -4,14 +4,39 @@ the last committed epoch, look up the stored rows of some keys."""
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import ClassVar
 
 import pyarrow as pa
 
 from lakeview.ivm.commits import Change, CommitRecord, Epoch
 
 
+@dataclass(frozen=True)
+class WriterCapabilities:
+    """What a writer supports beyond the core contract, declared by its class so callers read
+    it instead of probing attributes or types (every flag off: commit, read back, look up)."""
+
+    format: str = ""  # "iceberg" | "delta" | "memory": which format's readers apply to its table
+    catalog_commits: bool = False  # commits through an Iceberg catalog (``writer.catalog``); state tables sit beside
+    executor_writes: bool = False  # ``commit_files``: one snapshot of data files Spark's executors wrote
+    executor_reads: bool = False  # past the driver's bound, live rows are read on Spark's executors (``writer.live``)
+    schema_evolution: bool = False  # ``add_columns``
+    snapshot_changes: bool = False  # a committed snapshot's change can be derived from the table (views over views)
+    merge_on_read: bool = False  # keyed commits can name replaced rows in position deletes instead of rewriting files
+    multi_table_transactions: bool = False  # its snapshot can be staged into one catalog transaction with others
+    closed_window_reads: bool = False  # ``rows_ending_by``: rows a watermark closed (windowed state tables)
+
+
 class SnapshotWriter(ABC):
     """Commits a view's changes to one table, one snapshot per epoch, idempotently."""
+
+    capabilities: ClassVar[WriterCapabilities] = WriterCapabilities()
+
+    @property
+    def table_name(self) -> str:
+        """The table's name (an Iceberg identifier's last part, a Delta table's view)."""
+        raise NotImplementedError(f"{type(self).__name__} has no table name")
 
     @abstractmethod
     def ensure_table(self, schema: pa.Schema, key: tuple[str, ...] | None, properties: dict[str, str]) -> None:

@@ -18,12 +18,18 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
-from deltalake.exceptions import CommitFailedError, DeltaError, DeltaProtocolError, SchemaMismatchError, TableNotFoundError
+from deltalake.exceptions import (
+    CommitFailedError,
+    DeltaError,
+    DeltaProtocolError,
+    SchemaMismatchError,
+    TableNotFoundError,
+)
 
 from lakeview.errors import CommitConflictError, WriterError
-from writers.arrow_ops import rows_with_keys, rows_without_keys
 from lakeview.ivm.commits import Change, CommitRecord, Epoch, backoff_s
-from writers.base import SnapshotWriter
+from writers.arrow_ops import rows_with_keys, rows_without_keys
+from writers.base import SnapshotWriter, WriterCapabilities
 from writers.staged_files import WrittenFile, append_delta_files
 
 log = logging.getLogger("lakeview.writers.delta")
@@ -71,11 +77,21 @@ def last_commit_of(table: DeltaTable) -> CommitRecord | None:
 class DeltaWriter(SnapshotWriter):
     """Writes one view's Delta table at ``location`` (a path or ``s3://bucket/prefix/...``)."""
 
+    # delta-rs's MERGE rewrites the files it touches (no deletion vectors); Delta has no multi-table
+    # transaction; its lookups stream through deltalake's scanner, so nothing to read on executors.
+    capabilities = WriterCapabilities(
+        format="delta", executor_writes=True, schema_evolution=True, snapshot_changes=True
+    )
+
     def __init__(self, location: str, view: str, storage_options: dict[str, str] | None = None) -> None:
         self.location = location
         self.view = view
         self.storage_options = storage_options or None
         self._current: DeltaTable | None = None
+
+    @property
+    def table_name(self) -> str:
+        return self.view
 
     def ensure_table(self, schema: pa.Schema, key: tuple[str, ...] | None, properties: dict[str, str]) -> None:
         if DeltaTable.is_deltatable(self.location, storage_options=self.storage_options):

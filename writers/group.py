@@ -20,6 +20,7 @@ from pyiceberg.table import CommitTableRequest, TableIdentifier
 
 from lakeview.errors import CommitConflictError, WriterError
 from lakeview.ivm.commits import Change, CommitRecord, Epoch, backoff_s
+from writers.base import WriterCapabilities
 from writers.iceberg import IcebergWriter, last_commit_of
 from writers.staged_files import WrittenFile, stage_iceberg_files
 
@@ -31,6 +32,9 @@ GROUP = "lakeview.group"
 class IcebergGroupWriter:
     """Commits the member views of ``group`` together through the REST catalog ``catalog``."""
 
+    # Commits through the catalog only; executor-written files reach it through its members' commit_files.
+    capabilities = WriterCapabilities(format="iceberg", catalog_commits=True, multi_table_transactions=True)
+
     def __init__(
         self, catalog: RestCatalog, group: str, members: dict[str, IcebergWriter], owners: dict[str, str] | None = None
     ) -> None:
@@ -38,6 +42,9 @@ class IcebergGroupWriter:
         (a view's state tables and change-feed mirror commit with it; default: the table's name)."""
         if not members:
             raise WriterError(f"group {group!r} has no member views")
+        alone = sorted(name for name, writer in members.items() if not writer.capabilities.multi_table_transactions)
+        if alone:
+            raise WriterError(f"group {group!r}: {', '.join(alone)} cannot join a multi-table transaction")
         self.catalog = catalog
         self.group = group
         self.members = members

@@ -47,9 +47,9 @@ from pyiceberg.table.snapshots import Operation
 from pyiceberg.table.update.snapshot import UpdateSnapshot, _OverwriteFiles
 
 from lakeview.errors import CommitConflictError, WriterError
-from writers.arrow_ops import rows_at_most, rows_with_keys, rows_without_keys
 from lakeview.ivm.commits import Change, CommitRecord, Epoch, backoff_s
-from writers.base import SnapshotWriter
+from writers.arrow_ops import rows_at_most, rows_with_keys, rows_without_keys
+from writers.base import SnapshotWriter, WriterCapabilities
 from writers.live_files import Found, LiveFiles
 from writers.maintenance import MAINTENANCE, MaintenancePolicy
 from writers.metadata_memo import transaction
@@ -81,6 +81,11 @@ def last_commit_of(table: Table) -> CommitRecord | None:
 
 
 class IcebergWriter(SnapshotWriter):
+    capabilities = WriterCapabilities(
+        format="iceberg", catalog_commits=True, executor_writes=True, executor_reads=True, schema_evolution=True,
+        snapshot_changes=True, merge_on_read=True, multi_table_transactions=True, closed_window_reads=True,
+    )  # fmt: skip
+
     def __init__(self, catalog: Catalog, namespace: str, name: str, compaction: MaintenancePolicy | None = None) -> None:
         self.catalog = catalog
         self.identifier = (namespace, name)
@@ -91,6 +96,10 @@ class IcebergWriter(SnapshotWriter):
         # merge-on-read: when a commit also compacts (the view's [maintenance] thresholds)
         self.compaction = compaction or MaintenancePolicy()
         self.timings: dict[str, float] = {}  # the last lookup's and commit's phases (seconds), for logs and bench/
+
+    @property
+    def table_name(self) -> str:
+        return self.identifier[-1]
 
     def ensure_table(self, schema: pa.Schema, key: tuple[str, ...] | None, properties: dict[str, str]) -> None:
         try:

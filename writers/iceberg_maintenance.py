@@ -25,9 +25,17 @@ from pyiceberg.table.snapshots import Operation, Snapshot
 from lakeview.errors import CommitConflictError
 from writers.iceberg import KEY_PROPERTY, IcebergWriter, _overwrite, last_commit_of, merge_on_read
 from writers.live_files import LiveFiles, LiveTable
+from writers.maintenance import (
+    MAINTENANCE,
+    MaintenancePolicy,
+    MaintenanceReport,
+    Progress,
+    filesystem_for,
+    list_files,
+    mtime_ms,
+)
 from writers.metadata_memo import transaction
 from writers.position_deletes import row_delta
-from writers.maintenance import MAINTENANCE, MaintenancePolicy, MaintenanceReport, Progress, filesystem_for, list_files, mtime_ms
 
 log = logging.getLogger("lakeview.writers.iceberg_maintenance")
 MAX_ATTEMPTS = 5

@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-
 _POS_BITS = 40  # a row position below 2**40 per data file; the file's number above it
 
 

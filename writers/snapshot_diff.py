@@ -22,10 +22,9 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from lakeview.sql.duck import arrow_sql
 from lakeview.errors import WriterError
-from lakeview.ivm.zsets import summed
 from lakeview.ivm.commits import CommitRecord
+from lakeview.ivm.zsets import summed
 from writers.base import SnapshotWriter
 
 if TYPE_CHECKING:
@@ -71,12 +70,10 @@ def consolidate(removed: pa.Table, added: pa.Table, schema: pa.Schema) -> pa.Tab
 
 
 def _for(writer: SnapshotWriter, iceberg, delta):  # noqa: ANN001, ANN202 - one function per format
-    from writers.delta import DeltaWriter
-    from writers.iceberg import IcebergWriter
-
-    if isinstance(writer, IcebergWriter):
+    capabilities = writer.capabilities
+    if capabilities.snapshot_changes and capabilities.format == "iceberg":
         return iceberg
-    if isinstance(writer, DeltaWriter):
+    if capabilities.snapshot_changes and capabilities.format == "delta":
         return delta
     raise WriterError(f"no snapshot reader for {type(writer).__name__}")
 

@@ -10,13 +10,23 @@ Delta tables are self-describing (``_delta_log``), so registering one only check
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from catalog_api.registrars.base import DELTA, ICEBERG, PublishedTable, Registrar, Registration, check_not_ahead, metadata_version
+from catalog_api.registrars.base import (
+    DELTA,
+    ICEBERG,
+    PublishedTable,
+    Registrar,
+    RegistrarCapabilities,
+    Registration,
+    check_not_ahead,
+    metadata_version,
+)
 from lakeview.errors import RegistrarError
 
 VERSION_HINT = "version-hint.text"
@@ -33,8 +43,11 @@ def local_path(location: str) -> Path:
 
 class FilesystemRegistrar(Registrar):
     name = "filesystem"
+    # A rename replaces the hint whatever it held (no compare-and-swap); no databases, owners or columns.
+    capabilities = RegistrarCapabilities(optimistic_locking=False, namespaces=False, ownership=False, columns=False)
 
     def __init__(self, locate: Callable[[str, str], str | None] | None = None) -> None:
+        super().__init__()
         # (namespace, view) -> table location: remembered on register, else asked of ``locate``.
         self.locations: dict[tuple[str, str], str] = {}
         self.locate = locate
@@ -43,47 +56,21 @@ class FilesystemRegistrar(Registrar):
         known = self.locations.get((namespace, name))
         return known if known is not None or self.locate is None else self.locate(namespace, name)
 
-    def register(self, table: PublishedTable) -> None:
-        root = local_path(table.location)
-        self.locations[(table.namespace, table.name)] = table.location
-        if table.format == DELTA:
-            if not (root / "_delta_log").is_dir():
-                raise RegistrarError(f"filesystem: {table.qualified_name}: no _delta_log under {root}")
-            return
-        assert table.metadata_location is not None
-        source = local_path(table.metadata_location)
-        version = metadata_version(source.name)
-        if version is None:
-            raise RegistrarError(f"filesystem: {source.name} does not follow the NNNNN-uuid.metadata.json convention")
-        hadoop_version = version + 1 if not source.name.startswith("v") else version
-        metadata = root / "metadata"
-        current = self.registered(table.namespace, table.name)
-        if current is not None and current.parameters.get("source") == str(source):
-            return
-        if current is not None and current.parameters.get("source"):
-            check_not_ahead(table, current.parameters["source"], f"filesystem {table.qualified_name}")
+    # -- what the shared loop needs from a directory -----------------------------------------------
+    @contextlib.contextmanager
+    def session(self, what: str) -> Iterator[None]:
+        """Filesystem failures → RegistrarError (transient)."""
         try:
-            target = metadata / f"v{hadoop_version}.metadata.json"
-            if not target.exists():
-                _atomic_link(source, target)
-            _atomic_write(metadata / VERSION_HINT, str(hadoop_version))
+            yield
         except OSError as exc:
-            raise RegistrarError(f"filesystem: {table.qualified_name}: {exc}") from exc
+            raise RegistrarError(f"filesystem: {what}: {exc}") from exc
 
-    def unregister(self, namespace: str, name: str) -> bool:
-        location = self._location(namespace, name)
-        if location is None:
-            return False
-        metadata = local_path(location) / "metadata"
-        hint = metadata / VERSION_HINT
-        if not hint.exists():
-            return False
-        hint.unlink()
-        for linked in metadata.glob("v*.metadata.json"):
-            linked.unlink()
-        return True
+    def prepare(self, table: PublishedTable) -> None:
+        """Remember where the table is (``unregister`` and ``registered`` ask by name)."""
+        local_path(table.location)  # refuses object storage before anything is written
+        self.locations[(table.namespace, table.name)] = table.location
 
-    def registered(self, namespace: str, name: str) -> Registration | None:
+    def get(self, namespace: str, name: str) -> Registration | None:
         location = self._location(namespace, name)
         if location is None:
             return None
@@ -103,6 +90,61 @@ class FilesystemRegistrar(Registrar):
             metadata_location=str(linked),
             parameters={"source": str(source)} if source else {},
         )
+
+    def create(self, table: PublishedTable) -> bool:
+        if table.format == DELTA:  # found by get() once its log exists: nothing to write
+            root = local_path(table.location)
+            raise RegistrarError(f"filesystem: {table.qualified_name}: no _delta_log under {root}")
+        self._link(table)
+        return True
+
+    def swap(self, table: PublishedTable, current: Registration) -> bool:
+        self._link(table)
+        return True
+
+    def needs_move(self, table: PublishedTable, current: Registration) -> bool:
+        """Compared by the pyiceberg metadata file the linked one was made from."""
+        if table.format == DELTA:
+            return False  # self-describing: its log is the registration
+        assert table.metadata_location is not None
+        source = current.parameters.get("source")
+        if source == str(local_path(table.metadata_location)):
+            return False
+        if source:
+            check_not_ahead(table, source, f"filesystem {table.qualified_name}")
+        return True
+
+    def points_at(self, current: Registration, table: PublishedTable) -> bool:
+        return current.metadata_location == str(self._target(table)[0])
+
+    def delete(self, namespace: str, name: str) -> bool:
+        location = self._location(namespace, name)
+        if location is None:
+            return False
+        metadata = local_path(location) / "metadata"
+        hint = metadata / VERSION_HINT
+        if not hint.exists():
+            return False
+        hint.unlink()
+        for linked in metadata.glob("v*.metadata.json"):
+            linked.unlink()
+        return True
+
+    def _target(self, table: PublishedTable) -> tuple[Path, int]:
+        """``metadata/v<N>.metadata.json`` for ``table``'s metadata file, and N."""
+        assert table.metadata_location is not None
+        source = local_path(table.metadata_location)
+        version = metadata_version(source.name)
+        if version is None:
+            raise RegistrarError(f"filesystem: {source.name} does not follow the NNNNN-uuid.metadata.json convention")
+        hadoop_version = version + 1 if not source.name.startswith("v") else version
+        return local_path(table.location) / "metadata" / f"v{hadoop_version}.metadata.json", hadoop_version
+
+    def _link(self, table: PublishedTable) -> None:
+        target, hadoop_version = self._target(table)
+        if not target.exists():
+            _atomic_link(local_path(table.metadata_location or ""), target)
+        _atomic_write(target.parent / VERSION_HINT, str(hadoop_version))
 
 
 def _source_of(linked: Path) -> Path | None:

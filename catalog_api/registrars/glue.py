@@ -5,7 +5,8 @@ One Glue database per namespace; each view is an ``EXTERNAL_TABLE``. Iceberg vie
 GlueCatalog, Trino, Spark and Athena read); Delta views carry ``spark.sql.sources.provider=delta``
 and ``table_type=DELTA`` with the table location. Pointer moves use Glue's optimistic lock: the
 ``VersionId`` read is passed to ``UpdateTable``; when Glue answers ConcurrentModificationException
-the entry is re-read and the move re-decided, never written blindly.
+the entry is re-read and the move re-decided, never written blindly (the loop is the shared one
+of :class:`~catalog_api.registrars.base.Registrar`).
 """
 
 from __future__ import annotations
@@ -20,23 +21,22 @@ from catalog_api.registrars.base import (
     EXTERNAL_TABLE,
     ICEBERG,
     METADATA_LOCATION,
-    OWNER,
     PREVIOUS_METADATA_LOCATION,
     TABLE_TYPE,
     PublishedTable,
     Registrar,
+    RegistrarCapabilities,
     Registration,
-    check_not_ahead,
     hive_columns,
 )
 from lakeview.errors import RegistrarConflictError, RegistrarError
 
 log = logging.getLogger("lakeview.registrars.glue")
-MAX_ATTEMPTS = 5
 
 
 class GlueRegistrar(Registrar):
     name = "glue"
+    capabilities = RegistrarCapabilities(optimistic_locking=True)  # UpdateTable's VersionId
 
     def __init__(
         self,
@@ -46,6 +46,7 @@ class GlueRegistrar(Registrar):
         catalog_id: str | None = None,
         client: Any = None,
     ) -> None:
+        super().__init__()
         if client is None:
             import boto3
             from botocore.config import Config
@@ -59,93 +60,71 @@ class GlueRegistrar(Registrar):
             )
         self.glue = client
         self._catalog = {"CatalogId": catalog_id} if catalog_id else {}
-        self._databases: set[str] = set()  # known to exist: skip the create call on every publish
 
-    # -- Registrar -------------------------------------------------------------------------
-    def register(self, table: PublishedTable) -> None:
+    # -- what the shared loop needs from Glue ------------------------------------------------------
+    @contextlib.contextmanager
+    def session(self, what: str) -> Iterator[None]:
+        """boto3/botocore failures → RegistrarError (transient); conflicts pass through."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
         try:
-            self._register(table)
-        except Exception:
-            self._databases.clear()  # maybe dropped behind our back: create it again next time
+            yield
+        except RegistrarConflictError:
             raise
+        except (BotoCoreError, ClientError) as exc:
+            raise RegistrarError(f"glue: {what}: {exc}") from exc
 
-    def _register(self, table: PublishedTable) -> None:
-        with _mapped(table.qualified_name):
-            self._ensure_database(table.namespace)
-            for attempt in range(1, MAX_ATTEMPTS + 1):
-                current = self._get(table.namespace, table.name)
-                if current is None:
-                    try:
-                        self.glue.create_table(DatabaseName=table.namespace, TableInput=_table_input(table, None), **self._catalog)
-                        return
-                    except self.glue.exceptions.AlreadyExistsException:
-                        continue  # created concurrently: re-read and decide again
-                if not self._needs_move(table, current):
-                    return
-                try:
-                    self.glue.update_table(
-                        DatabaseName=table.namespace,
-                        TableInput=_table_input(table, current),
-                        VersionId=current["VersionId"],
-                        SkipArchive=True,
-                        **self._catalog,
-                    )
-                    return
-                except self.glue.exceptions.ConcurrentModificationException as exc:
-                    log.info("glue: %s changed under us (attempt %s): %s; re-reading", table.qualified_name, attempt, exc)
-            raise RegistrarError(f"glue: {table.qualified_name}: lost {MAX_ATTEMPTS} concurrent updates in a row")
+    def create_namespace(self, namespace: str) -> None:
+        try:
+            database = {"Name": namespace, "Description": "Lakeview views"}
+            self.glue.create_database(DatabaseInput=database, **self._catalog)
+        except self.glue.exceptions.AlreadyExistsException:
+            pass
 
-    def unregister(self, namespace: str, name: str) -> bool:
-        with _mapped(f"{namespace}.{name}"):
-            try:
-                self.glue.delete_table(DatabaseName=namespace, Name=name, **self._catalog)
-                return True
-            except self.glue.exceptions.EntityNotFoundException:
-                return False
-
-    def registered(self, namespace: str, name: str) -> Registration | None:
-        with _mapped(f"{namespace}.{name}"):
-            current = self._get(namespace, name)
-        if current is None:
+    def get(self, namespace: str, name: str) -> Registration | None:
+        try:
+            current = self.glue.get_table(DatabaseName=namespace, Name=name, **self._catalog)["Table"]
+        except self.glue.exceptions.EntityNotFoundException:
             return None
         params = current.get("Parameters", {})
-        kind = params.get(TABLE_TYPE, "").lower() or None
+        descriptor = current.get("StorageDescriptor", {})
         return Registration(
-            format=kind,
-            location=current.get("StorageDescriptor", {}).get("Location"),
+            format=params.get(TABLE_TYPE, "").lower() or None,
+            location=descriptor.get("Location"),
             metadata_location=params.get(METADATA_LOCATION),
             previous_metadata_location=params.get(PREVIOUS_METADATA_LOCATION),
             parameters=dict(params),
+            columns=tuple((c["Name"], c["Type"]) for c in descriptor.get("Columns", [])),
+            entry=current,
         )
 
-    # -- helpers ---------------------------------------------------------------------------
-    def _ensure_database(self, namespace: str) -> None:
-        if namespace in self._databases:
-            return
+    def create(self, table: PublishedTable) -> bool:
         try:
-            self.glue.create_database(DatabaseInput={"Name": namespace, "Description": "Lakeview views"}, **self._catalog)
+            self.glue.create_table(DatabaseName=table.namespace, TableInput=_table_input(table, None), **self._catalog)
+            return True
         except self.glue.exceptions.AlreadyExistsException:
-            pass
-        self._databases.add(namespace)
+            return False
 
-    def _get(self, namespace: str, name: str) -> dict[str, Any] | None:
+    def swap(self, table: PublishedTable, current: Registration) -> bool:
         try:
-            return self.glue.get_table(DatabaseName=namespace, Name=name, **self._catalog)["Table"]
-        except self.glue.exceptions.EntityNotFoundException:
-            return None
+            self.glue.update_table(
+                DatabaseName=table.namespace,
+                TableInput=_table_input(table, current.entry),
+                VersionId=current.entry["VersionId"],
+                SkipArchive=True,
+                **self._catalog,
+            )
+            return True
+        except self.glue.exceptions.ConcurrentModificationException as exc:
+            log.info("glue: %s: stale VersionId: %s", table.qualified_name, exc)
+            return False
 
-    def _needs_move(self, table: PublishedTable, current: dict[str, Any]) -> bool:
-        params = current.get("Parameters", {})
-        where = f"glue {table.qualified_name}"
-        if params.get(OWNER) != table.qualified_name:
-            raise RegistrarConflictError(f"{where}: an entry not created by Lakeview exists; drop it or rename the view")
-        if table.format == ICEBERG:
-            check_not_ahead(table, params.get(METADATA_LOCATION), where)
-            same = params.get(METADATA_LOCATION) == table.metadata_location
-        else:
-            same = params.get(TABLE_TYPE) == "DELTA" and current.get("StorageDescriptor", {}).get("Location") == table.location
-        columns = [(c["Name"], c["Type"]) for c in current.get("StorageDescriptor", {}).get("Columns", [])]
-        return not (same and columns == hive_columns(table.schema))
+    def delete(self, namespace: str, name: str) -> bool:
+        try:
+            self.glue.delete_table(DatabaseName=namespace, Name=name, **self._catalog)
+            return True
+        except self.glue.exceptions.EntityNotFoundException:
+            return False
 
 
 def _table_input(table: PublishedTable, current: dict[str, Any] | None) -> dict[str, Any]:
@@ -164,16 +143,3 @@ def _table_input(table: PublishedTable, current: dict[str, Any] | None) -> dict[
         # Spark's Delta reader finds the table through the serde "path" parameter.
         descriptor["SerdeInfo"] = {"Parameters": {"path": table.location}}
     return {"Name": table.name, "TableType": EXTERNAL_TABLE, "Parameters": params, "StorageDescriptor": descriptor}
-
-
-@contextlib.contextmanager
-def _mapped(what: str) -> Iterator[None]:
-    """boto3/botocore failures → RegistrarError (transient); conflicts pass through."""
-    from botocore.exceptions import BotoCoreError, ClientError
-
-    try:
-        yield
-    except RegistrarConflictError:
-        raise
-    except (BotoCoreError, ClientError) as exc:
-        raise RegistrarError(f"glue: {what}: {exc}") from exc

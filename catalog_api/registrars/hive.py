@@ -8,15 +8,16 @@ Spark's ``type=hive`` Iceberg catalog and Trino's ``hive_metastore`` catalog loa
 views carry ``spark.sql.sources.provider=delta``, ``table_type=DELTA`` and the location.
 
 HMS 2.3 has no compare-and-swap on ``alter_table`` (Iceberg's own HiveCatalog takes an HMS lock,
-which needs the metastore's transaction tables). This registrar re-reads the entry right before
-altering it and again after, refuses to move a pointer backwards or over a foreign entry, and
-retries when the re-read shows someone else moved it meanwhile.
+which needs the metastore's transaction tables). So the registrar declares no optimistic locking,
+and the shared register loop re-reads the entry right before altering it and again after, refuses
+to move a pointer backwards or over a foreign entry, and retries when the re-read shows someone
+else moved it meanwhile.
 """
 
 from __future__ import annotations
 
 import contextlib
-import logging
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -26,19 +27,16 @@ from catalog_api.registrars.base import (
     EXTERNAL_TABLE,
     ICEBERG,
     METADATA_LOCATION,
-    OWNER,
     PREVIOUS_METADATA_LOCATION,
     TABLE_TYPE,
     PublishedTable,
     Registrar,
+    RegistrarCapabilities,
     Registration,
-    check_not_ahead,
     hive_columns,
 )
 from lakeview.errors import RegistrarConflictError, RegistrarError
 
-log = logging.getLogger("lakeview.registrars.hive")
-MAX_ATTEMPTS = 5
 # What pyiceberg's HiveCatalog writes for Iceberg tables (readers ignore it; Hive needs something).
 ICEBERG_FORMATS = ("org.apache.hadoop.mapred.FileInputFormat", "org.apache.hadoop.mapred.FileOutputFormat")
 LAZY_SERDE = "org.apache.hadoop.hive.serde2.lazy.LazySimpleSerDe"
@@ -51,68 +49,53 @@ DATASOURCE_FORMATS = (
 
 class HiveRegistrar(Registrar):
     name = "hive"
+    capabilities = RegistrarCapabilities(optimistic_locking=False)  # alter_table has no compare-and-swap in HMS 2.3
 
     def __init__(self, uri: str) -> None:
+        super().__init__()
         self.uri = uri
-        self._databases: set[str] = set()  # known to exist: skip the create call on every publish
+        self._local = threading.local()  # the Thrift client of the session this thread is in
 
+    # -- what the shared loop needs from HMS -------------------------------------------------------
     @contextlib.contextmanager
-    def _client(self, what: str) -> Iterator[Any]:
+    def session(self, what: str) -> Iterator[None]:
+        """One Thrift connection for the session; Thrift and socket failures → RegistrarError."""
         from pyiceberg.catalog.hive import _HiveClient
         from thrift.Thrift import TException
 
         try:
             with _HiveClient(self.uri) as client:
-                yield client
+                self._local.client = client
+                try:
+                    yield
+                finally:
+                    self._local.client = None
         except RegistrarConflictError:
             raise
         except (TException, OSError) as exc:
             raise RegistrarError(f"hive {self.uri}: {what}: {exc.__class__.__name__}: {exc}") from exc
 
-    def register(self, table: PublishedTable) -> None:
+    @property
+    def _client(self) -> Any:
+        client = getattr(self._local, "client", None)
+        if client is None:
+            raise RuntimeError("HiveRegistrar: Thrift calls outside a session")
+        return client
+
+    def create_namespace(self, namespace: str) -> None:
+        from hive_metastore.ttypes import AlreadyExistsException, Database
+
         try:
-            self._register(table)
-        except Exception:
-            self._databases.clear()  # maybe dropped behind our back: create it again next time
-            raise
+            self._client.create_database(Database(name=namespace, description="Lakeview views", parameters={}))
+        except AlreadyExistsException:
+            pass
 
-    def _register(self, table: PublishedTable) -> None:
-        from hive_metastore.ttypes import AlreadyExistsException
-
-        with self._client(table.qualified_name) as client:
-            self._ensure_database(client, table.namespace)
-            for attempt in range(1, MAX_ATTEMPTS + 1):
-                current = _get(client, table.namespace, table.name)
-                if current is None:
-                    try:
-                        client.create_table(_hive_table(table, None))
-                        return
-                    except AlreadyExistsException:
-                        continue
-                if not _needs_move(table, current):
-                    return
-                client.alter_table(table.namespace, table.name, _hive_table(table, current))
-                after = _get(client, table.namespace, table.name)
-                if after is not None and (after.parameters or {}).get(METADATA_LOCATION) == table.metadata_location:
-                    return
-                log.info("hive: %s moved by someone else while registering (attempt %s); re-reading", table.qualified_name, attempt)
-                time.sleep(0.05 * attempt)
-            raise RegistrarError(f"hive: {table.qualified_name}: lost {MAX_ATTEMPTS} concurrent updates in a row")
-
-    def unregister(self, namespace: str, name: str) -> bool:
+    def get(self, namespace: str, name: str) -> Registration | None:
         from hive_metastore.ttypes import NoSuchObjectException
 
-        with self._client(f"{namespace}.{name}") as client:
-            try:
-                client.drop_table(namespace, name, False)  # deleteData=False: never the view's files
-                return True
-            except NoSuchObjectException:
-                return False
-
-    def registered(self, namespace: str, name: str) -> Registration | None:
-        with self._client(f"{namespace}.{name}") as client:
-            current = _get(client, namespace, name)
-        if current is None:
+        try:
+            current = self._client.get_table(namespace, name)
+        except NoSuchObjectException:
             return None
         params = dict(current.parameters or {})
         return Registration(
@@ -121,49 +104,32 @@ class HiveRegistrar(Registrar):
             metadata_location=params.get(METADATA_LOCATION),
             previous_metadata_location=params.get(PREVIOUS_METADATA_LOCATION),
             parameters=params,
+            columns=tuple((c.name, c.type) for c in (current.sd.cols if current.sd else [])),
+            entry=current,
         )
 
-    def _ensure_database(self, client: Any, namespace: str) -> None:
-        from hive_metastore.ttypes import AlreadyExistsException, Database
+    def create(self, table: PublishedTable) -> bool:
+        from hive_metastore.ttypes import AlreadyExistsException
 
-        if namespace in self._databases:
-            return
         try:
-            client.create_database(Database(name=namespace, description="Lakeview views", parameters={}))
+            self._client.create_table(_hive_table(table, None))
+            return True
         except AlreadyExistsException:
-            pass
-        self._databases.add(namespace)
+            return False
 
+    def swap(self, table: PublishedTable, current: Registration) -> bool:
+        # No compare-and-swap: the shared loop re-reads the entry after this write.
+        self._client.alter_table(table.namespace, table.name, _hive_table(table, current.entry))
+        return True
 
-def _get(client: Any, namespace: str, name: str) -> Any | None:
-    from hive_metastore.ttypes import NoSuchObjectException
+    def delete(self, namespace: str, name: str) -> bool:
+        from hive_metastore.ttypes import NoSuchObjectException
 
-    try:
-        return client.get_table(namespace, name)
-    except NoSuchObjectException:
-        return None
-
-
-def _needs_move(table: PublishedTable, current: Any) -> bool:
-    params = current.parameters or {}
-    where = f"hive {table.qualified_name}"
-    if params.get(OWNER) != table.qualified_name:
-        raise RegistrarConflictError(f"{where}: an entry not created by Lakeview exists; drop it or rename the view")
-    if table.format == ICEBERG:
-        check_not_ahead(table, params.get(METADATA_LOCATION), where)
-        same = params.get(METADATA_LOCATION) == table.metadata_location
-    else:
-        same = params.get(TABLE_TYPE) == "DELTA" and current.sd is not None and _same_location(current.sd.location, table.location)
-    columns = [(c.name, c.type) for c in (current.sd.cols if current.sd else [])]
-    return not (same and columns == hive_columns(table.schema))
-
-
-def _same_location(stored: str | None, ours: str) -> bool:
-    """HMS normalizes ``/path`` to ``file:/path``."""
-    def plain(location: str) -> str:
-        return location.removeprefix("file://").removeprefix("file:")
-
-    return stored is not None and plain(stored) == plain(ours)
+        try:
+            self._client.drop_table(namespace, name, False)  # deleteData=False: never the view's files
+            return True
+        except NoSuchObjectException:
+            return False
 
 
 def _hive_table(table: PublishedTable, current: Any | None) -> Any:

@@ -17,13 +17,13 @@ from rich.console import Console
 from rich.table import Table
 
 from catalog_api.server import free_port
+from lakeview.cli.generator import land_json, make_orders
+from lakeview.cli.scaffold import init_project
+from lakeview.errors import LakeviewError
+from lakeview.ivm.commits import CommitRecord
 from lakeview.project import load_project
 from lakeview.sql.duck import attach_sql, connect_catalog
 from lakeview.stack.embedded import EmbeddedStack
-from lakeview.errors import LakeviewError
-from lakeview.cli.generator import land_json, make_orders
-from lakeview.cli.scaffold import init_project
-from lakeview.ivm.commits import CommitRecord
 
 MARKER = ".lakeview-demo"
 VIEW = "sales_by_product"

@@ -45,8 +45,8 @@ def register(
     project: ProjectOption = Path("."),
 ) -> None:
     """Publish VIEW's current snapshot in Glue, the Hive Metastore or as a path, now."""
-    from lakeview.errors import NoSuchTableError
     from catalog_api.registrars.service import register_now
+    from lakeview.errors import NoSuchTableError
 
     config = _load(project)
     config.require_view(view)

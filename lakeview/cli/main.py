@@ -47,8 +47,8 @@ def init(
     force: Annotated[bool, typer.Option(help="Overwrite an existing lakeview.toml.")] = False,
 ) -> None:
     """Write an example project: lakeview.toml, a landing directory and generate_orders.py."""
-    from lakeview.config.cadence import parse_cadence
     from lakeview.cli.scaffold import init_project
+    from lakeview.config.cadence import parse_cadence
 
     try:
         parse_cadence(cadence)
@@ -162,8 +162,8 @@ def serve(project: ProjectOption = Path(".")) -> None:
 
     _quiet_logs()
     config = _load(project)
-    from catalog_api.lakeview_routes import lakeview_app_options
     from catalog_api.auth import project_authenticator
+    from catalog_api.lakeview_routes import lakeview_app_options
 
     store = open_store(config)
     server = CatalogServer(
@@ -349,8 +349,8 @@ def verify(
     project: ProjectOption = Path("."),
 ) -> None:
     """Recompute VIEW from its sources at the committed frontier (DuckDB) and compare with the snapshot."""
-    from lakeview.ivm import oracle
     from catalog_api import view_tables as tables
+    from lakeview.ivm import oracle
 
     config = _load(project)
     config.require_view(view)

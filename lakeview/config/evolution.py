@@ -26,12 +26,11 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from lakeview.config.models import NewColumns, ProjectConfig, SourceFormat
+from lakeview.config.models import NewColumns, ProjectConfig
 from lakeview.config.schema import parse_ddl
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
-    from pyspark.sql.types import StructField, StructType
+    pass
 
 log = logging.getLogger("lakeview.evolution")
 

@@ -8,18 +8,17 @@ from __future__ import annotations
 
 import ipaddress
 import re
-import tomllib
 from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from lakeview.config.auth import AuthClientConfig, AuthConfig
+from lakeview.config.auth import AuthConfig
 from lakeview.config.cadence import Cadence, parse_cadence
 from lakeview.config.console import ConsoleConfig
-from lakeview.errors import ConfigError, LakeviewError, UnsupportedSQLError
 from lakeview.config.storage import MaintenanceConfig, RetentionConfig, S3Config
+from lakeview.errors import LakeviewError
 
 PROJECT_FILE = "lakeview.toml"
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")

@@ -16,13 +16,13 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lakeview.sql.plan import WEIGHT, AppendPlan, KeyedAggregatePlan
 from lakeview.config.schema import parse_ddl
 from lakeview.ivm.commits import Change
 from lakeview.sql.dag import feed_key
+from lakeview.sql.plan import WEIGHT, AppendPlan, KeyedAggregatePlan
 
 if TYPE_CHECKING:
-    from lakeview.config.models import ChangeFeedConfig, ImagesConfig, ProjectConfig, SourceConfig
+    from lakeview.config.models import ChangeFeedConfig, ImagesConfig, ProjectConfig
 
 OP = "__lv_op"  # the normalised operation: 'insert', 'update' or 'delete' (NULL: unknown)
 INSERT, UPDATE, DELETE = "insert", "update", "delete"

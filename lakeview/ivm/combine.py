@@ -12,22 +12,21 @@ a crash between any two commits ends as one clean application.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from lakeview.ivm.changefeed import normalize
 from lakeview.config.models import ChangeFeedConfig
+from lakeview.ivm.changefeed import normalize
+from lakeview.ivm.commits import Change, CommitRecord, Epoch
+from lakeview.ivm.maintain import ViewMaintainer
+from lakeview.ivm.zsets import state_change
+from lakeview.sql.dag import output_key
 from lakeview.sql.duck import arrow_sql as _sql
 from lakeview.sql.joins import JoinPlan, join_delta_sql, side_delta_sql, touched_keys_sql
-from lakeview.ivm.maintain import ViewMaintainer
-from lakeview.sql.plan import COUNT, WEIGHT, AppendPlan, KeyedAggregatePlan
-from lakeview.ivm.zsets import state_change
+from lakeview.sql.plan import COUNT, WEIGHT, KeyedAggregatePlan
 from lakeview.sql.union import UnionPlan
-from lakeview.ivm.commits import Change, CommitRecord, Epoch
-from lakeview.sql.dag import output_key
 
 if TYPE_CHECKING:
     from writers.base import SnapshotWriter

@@ -3,16 +3,15 @@ maintained, the view's key and the state kept (no Spark, no catalog needed)."""
 
 from __future__ import annotations
 
+from lakeview.config.models import ProjectConfig
 from lakeview.ivm.changefeed import mirror_table_name
 from lakeview.ivm.explain_combined import explain_combined
 from lakeview.ivm.explain_lines import HOW_MAINTAINED, batch_lines, published_lines
-from lakeview.config.models import ProjectConfig
-from lakeview.sql.dag import downstreams_of, upstream_of, view_key
-from lakeview.sql.groups import group_lines
 from lakeview.ivm.zsets import state_table_names
-from lakeview.sql.plan import AggregateFunction, AppendPlan, KeyedAggregatePlan
+from lakeview.sql.dag import upstream_of, view_key
+from lakeview.sql.groups import group_lines
+from lakeview.sql.plan import AppendPlan, KeyedAggregatePlan
 from lakeview.sql.planner import plan_view
-
 
 
 def explain(project: ProjectConfig, view: str) -> str:

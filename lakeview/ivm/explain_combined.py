@@ -3,12 +3,11 @@ state and key, then the top operator (no Spark, no catalog needed)."""
 
 from __future__ import annotations
 
-from lakeview.sql.dag import output_key
-from lakeview.ivm.combine import side_table_names, source_mirror_name
 from lakeview.config.models import ProjectConfig
+from lakeview.ivm.combine import side_table_names, source_mirror_name
 from lakeview.ivm.explain_lines import HOW_MAINTAINED, batch_lines, published_lines
-from lakeview.sql.dag import view_key
 from lakeview.ivm.zsets import state_table_names
+from lakeview.sql.dag import output_key, view_key
 from lakeview.sql.joins import JoinPlan
 from lakeview.sql.plan import AppendPlan, KeyedAggregatePlan
 from lakeview.sql.union import UnionPlan

@@ -15,15 +15,15 @@ from typing import TYPE_CHECKING
 import duckdb
 import pyarrow as pa
 
-from lakeview.ivm.changefeed import normalize
 from lakeview.config.models import ChangeFeedConfig
-from lakeview.ivm.zsets import summed, ViewStores, apply_epoch, change_for, keyed_append_change
-from lakeview.sql.plan import WEIGHT, AppendPlan, KeyedAggregatePlan
+from lakeview.ivm.changefeed import normalize
 from lakeview.ivm.commits import CommitRecord, Epoch
+from lakeview.ivm.zsets import ViewStores, apply_epoch, change_for, keyed_append_change, summed
+from lakeview.sql.plan import WEIGHT, AppendPlan, KeyedAggregatePlan
 
 if TYPE_CHECKING:
-    from writers.base import SnapshotWriter
     from lakeview.sql.watermark import Watermark
+    from writers.base import SnapshotWriter
 
 
 @dataclass

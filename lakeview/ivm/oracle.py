@@ -16,10 +16,10 @@ import pyarrow as pa
 import sqlglot
 
 from lakeview.config.models import ProjectConfig, SourceFormat
-from lakeview.sql.duck import connect
-from lakeview.ivm.changefeed import operation_sql
-from lakeview.sql.planner import plan_view
 from lakeview.config.schema import duckdb_columns
+from lakeview.ivm.changefeed import operation_sql
+from lakeview.sql.duck import connect
+from lakeview.sql.planner import plan_view
 
 if TYPE_CHECKING:
     from lakeview.sql.watermark import Watermark

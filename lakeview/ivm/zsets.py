@@ -20,16 +20,15 @@ the others apply it, and the view is finalized from the state read back.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
+from lakeview.ivm.commits import Change, CommitRecord, Epoch
 from lakeview.sql.duck import arrow_sql as _sql
 from lakeview.sql.plan import COUNT, ROWS, VALUE, WEIGHT, AppendPlan, KeyedAggregatePlan
-from lakeview.ivm.commits import Change, CommitRecord, Epoch
 
 if TYPE_CHECKING:
     from writers.base import SnapshotWriter

@@ -29,8 +29,8 @@ from typing import Any
 from sqlglot import exp
 
 from lakeview.config.models import ProjectConfig, SourceFormat
-from lakeview.errors import BadRequestError, NotFoundError
 from lakeview.config.schema import parse_ddl
+from lakeview.errors import BadRequestError, NotFoundError
 
 MAX_BODY_BYTES = 16 * 1024 * 1024
 T = exp.DataType.Type

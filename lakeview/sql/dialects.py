@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import sqlglot
 from sqlglot import exp
 
-from lakeview.errors import ConfigError, LakeviewError
+from lakeview.errors import ConfigError
 
 if TYPE_CHECKING:
     from lakeview.config.models import ProjectConfig

@@ -32,8 +32,7 @@ from lakeview.sql import windows
 from lakeview.sql.windows import EventWindow
 
 if TYPE_CHECKING:
-    from lakeview.sql.joins import JoinPlan
-    from lakeview.sql.union import UnionPlan
+    pass
 
 SUPPORTED = (
     "supported: SELECT ... FROM <one source> [WHERE ...] with plain columns/expressions, SELECT DISTINCT, "

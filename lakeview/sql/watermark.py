@@ -36,6 +36,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
+from lakeview.errors import WriterError
 from lakeview.sql.duck import arrow_sql
 from lakeview.sql.plan import WEIGHT
 from lakeview.sql.windows import END, START, parse_interval
@@ -139,6 +140,9 @@ def closed_windows(plan, bound_us: int | None) -> Callable | None:
         return None
 
     def rows(writer) -> pa.Table:
+        if not writer.capabilities.closed_window_reads:
+            name = type(writer).__name__
+            raise WriterError(f"{name} cannot read the rows of closed windows; keep windowed state in Iceberg")
         return writer.rows_ending_by(column, bound)
 
     return rows

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 
 import sqlglot
 
-from lakeview.sql.dag import is_combined, upstream_of, upstreams_of
 from lakeview.errors import LakeviewError
+from lakeview.sql.dag import is_combined, upstream_of, upstreams_of
 from lakeview.sql.planner import plan_view
 
 if TYPE_CHECKING:
@@ -61,8 +61,8 @@ def expected_rows(project: ProjectConfig, view: str, record: CommitRecord) -> tu
 def _combined_expected(project: ProjectConfig, view: str, record: CommitRecord) -> tuple[pa.Table, str]:
     """A join or UNION ALL reading views: each upstream view recomputed at the snapshot this
     commit reached, each declared source from the files it had read, then the view's SQL."""
-    from lakeview.ivm import oracle
     from catalog_api import view_tables as tables
+    from lakeview.ivm import oracle
 
     config = project.views[view]
     plan = plan_view(view, config.sql, config.dialect)

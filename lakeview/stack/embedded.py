@@ -7,20 +7,16 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
+from catalog_api.auth import project_authenticator
 from catalog_api.metrics import timed
 from catalog_api.server import CatalogServer
-from catalog_api.store import CatalogStore
-from catalog_api.auth import project_authenticator
-from lakeview.config.models import ProjectConfig, TableFormat
-from lakeview.errors import ConfigError
-from lakeview.ops.runtime import RuntimePublisher
-from lakeview.ivm.commits import CommitRecord
-from writers.base import SnapshotWriter
 from catalog_api.store import open_store
+from lakeview.config.models import ProjectConfig
+from lakeview.ivm.commits import CommitRecord
+from lakeview.ops.runtime import RuntimePublisher
 from writers.registry import make_writer, rest_catalog, state_writer_factory
 
 if TYPE_CHECKING:
@@ -105,10 +101,9 @@ class EmbeddedStack:
     ) -> None:
         """Prepare each view's table and start its streaming query (manual views only with
         ``available_now``, i.e. ``lakeview refresh``)."""
+        from lakeview.sql.dag import topological_order
         from spark_jobs.pipeline import ViewPipeline
         from spark_jobs.session import build_session
-
-        from lakeview.sql.dag import topological_order
 
         names = topological_order(self.project, list(self.project.views) if views is None else views)  # upstreams first
         on_commit = self._with_registration(on_commit)

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from catalog_api.store import CatalogStore, open_store
 from lakeview.errors import LakeviewError
-from lakeview.sql.dialects import parse_view_sql, referenced_views, representations
+from lakeview.sql.dialects import referenced_views, representations
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -12,7 +12,7 @@ import threading
 import time
 
 from lakeview.config.models import ProjectConfig, TableFormat
-from writers.maintenance import MaintenancePolicy, MaintenanceReport, Progress
+from writers.maintenance import MaintenanceReport, Progress
 from writers.registry import policy_for
 
 log = logging.getLogger("lakeview.maintenance")

@@ -15,8 +15,8 @@ from catalog_api.access import Privilege
 from catalog_api.auth import Authenticator, Client, hash_secret
 from catalog_api.server import CatalogServer
 from catalog_api.store import CatalogStore
-from lakeview.sql.duck import connect
 from lakeview.errors import SetupError
+from lakeview.sql.duck import connect
 
 SECRETS = {"admin": "admin-secret", "writer": "writer-secret", "reader": "reader-secret"}
 SCHEMA = pa.schema([("id", pa.int64())])
@@ -130,8 +130,8 @@ def test_auth_none_is_refused_off_loopback(tmp_path: Path) -> None:
 
 
 def test_auth_config_is_validated() -> None:
-    from lakeview.project import parse_project
     from lakeview.errors import ConfigError
+    from lakeview.project import parse_project
 
     good = {"secret_hash": hash_secret("s"), "privileges": {"*": "read"}}
     config = parse_project({"server": {"host": "0.0.0.0"}, "auth": {"mode": "oauth2", "clients": {"spark": good}}})

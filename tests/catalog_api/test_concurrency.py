@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import httpx
+
 from catalog_api.local_postgres import LocalPostgres
 from catalog_api.server import CatalogServer, free_port
 

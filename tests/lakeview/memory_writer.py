@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from writers.arrow_ops import rows_at_most, rows_with_keys, rows_without_keys
 from lakeview.ivm.commits import Change, CommitRecord, Epoch
-from writers.base import SnapshotWriter
+from writers.arrow_ops import rows_at_most, rows_with_keys, rows_without_keys
+from writers.base import SnapshotWriter, WriterCapabilities
 
 
 class MemoryWriter(SnapshotWriter):
+    capabilities = WriterCapabilities(format="memory", closed_window_reads=True)
+
     def __init__(self, schema: pa.Schema | None = None) -> None:
         self.rows: pa.Table | None = schema.empty_table() if schema is not None else None
         self.epoch: int | None = None

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from lakeview.project import load_project
 from lakeview.errors import ConfigError
+from lakeview.project import load_project
 
 GOOD = """
 [sources.orders]

@@ -12,10 +12,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from lakeview.errors import ConfigError
+from lakeview.ivm.commits import Change, Epoch
+from lakeview.ivm.explain import explain
 from lakeview.project import load_project
 from lakeview.sql.dag import chain_of, check_dag, downstreams_of, topological_order, upstream_of, view_key
-from lakeview.errors import ConfigError
-from lakeview.ivm.explain import explain
 from spark_jobs.view_changes import (
     ChangePublisher,
     change_file_name,
@@ -23,7 +24,6 @@ from spark_jobs.view_changes import (
     parse_change_file,
     upstream_position,
 )
-from lakeview.ivm.commits import Change, Epoch
 from writers.delta import DeltaWriter
 
 CHAIN = """

@@ -10,17 +10,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lakeview.ivm.combine import CombinedMaintainer
 from lakeview.config.models import ChangeFeedConfig
 from lakeview.errors import UnsupportedSQLError
-from lakeview.sql.joins import JoinPlan
+from lakeview.ivm.combine import CombinedMaintainer
+from lakeview.ivm.commits import Epoch
 from lakeview.ivm.oracle import compare
+from lakeview.sql.joins import JoinPlan
 from lakeview.sql.plan import KeyedAggregatePlan
 from lakeview.sql.planner import plan_view
 from lakeview.sql.union import UnionPlan
 from tests.lakeview.duck_batch import duck, latest_changes, spark_sql
 from tests.lakeview.memory_writer import MemoryWriter
-from lakeview.ivm.commits import Epoch
 
 # --- planning -------------------------------------------------------------------------------
 
@@ -245,8 +245,8 @@ def test_replayed_epoch_after_a_crash_between_commits_changes_nothing() -> None:
 
 
 def test_explain_shows_the_join_operator_its_state_and_key(tmp_path) -> None:
-    from lakeview.project import parse_project
     from lakeview.ivm.explain import explain
+    from lakeview.project import parse_project
 
     data = {
         "sources": {
@@ -273,8 +273,8 @@ def test_explain_shows_the_join_operator_its_state_and_key(tmp_path) -> None:
 
 
 def test_config_names_a_join_column_missing_from_its_source(tmp_path) -> None:
-    from lakeview.project import parse_project
     from lakeview.errors import ConfigError
+    from lakeview.project import parse_project
 
     data = {
         "sources": {
@@ -289,8 +289,8 @@ def test_config_names_a_join_column_missing_from_its_source(tmp_path) -> None:
 
 
 def test_config_accepts_an_aggregate_over_a_join_view(tmp_path) -> None:
-    from lakeview.project import parse_project
     from lakeview.errors import ConfigError
+    from lakeview.project import parse_project
 
     data = {
         "sources": {

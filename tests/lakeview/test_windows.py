@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lakeview.errors import UnsupportedSQLError
+from lakeview.ivm.commits import Epoch
 from lakeview.ivm.maintain import ViewMaintainer
 from lakeview.ivm.oracle import compare
 from lakeview.sql.plan import KeyedAggregatePlan
@@ -21,7 +22,6 @@ from lakeview.sql.windows import parse_interval
 from tests.lakeview.duck_batch import duck, latest_changes
 from tests.lakeview.memory_writer import MemoryWriter
 from tests.lakeview.test_ivm_changes import FEED, apply_python, run_epoch
-from lakeview.ivm.commits import Epoch
 
 UTC = dt.timezone.utc
 T0 = dt.datetime(2026, 1, 1, tzinfo=UTC)
@@ -311,8 +311,8 @@ WINDOWED = "SELECT window(ts, '10 minutes').start AS ws, COUNT(*) AS n FROM even
     ],
 )
 def test_watermark_settings_are_checked_when_the_project_loads(tmp_path, view: dict, sources: dict, message: str) -> None:
-    from lakeview.project import parse_project
     from lakeview.errors import ConfigError
+    from lakeview.project import parse_project
 
     if "changes" in sources.get("events", {}):
         sources["events"]["schema"] += ", op STRING"

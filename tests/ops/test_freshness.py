@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from lakeview.project import parse_project
 from lakeview.errors import ConfigError
 from lakeview.ops.freshness import (
     CommitPoint,
@@ -15,6 +14,7 @@ from lakeview.ops.freshness import (
     degraded_reason,
     lag_at,
 )
+from lakeview.project import parse_project
 
 S = 1000  # ms
 H = 3600 * S

@@ -9,9 +9,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 
+from lakeview.cli.generator import make_orders
 from lakeview.ivm import oracle
 from lakeview.stack.embedded import EmbeddedStack
-from lakeview.cli.generator import make_orders
 from tests.conftest import ORDERS_SCHEMA
 
 APPEND_SQL = "SELECT order_id, product_id, quantity, ts FROM orders"

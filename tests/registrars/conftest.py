@@ -3,6 +3,7 @@ real catalog (Iceberg) or delta-rs (Delta) for registrars to publish."""
 
 from __future__ import annotations
 
+import shutil
 import socket
 import subprocess
 import sys
@@ -15,8 +16,9 @@ import pytest
 
 from catalog_api.server import free_port
 from lakeview.config.models import ProjectConfig
-from lakeview.project import parse_project
 from lakeview.ivm.commits import Change, Epoch
+from lakeview.project import parse_project
+from tests.registrars.hms import BridgedMetastore, can_unshare
 from writers.iceberg import IcebergWriter
 
 MOTO = str(Path(sys.executable).with_name("moto_server"))
@@ -73,6 +75,18 @@ def moto(aws_env: None) -> Iterator[MotoServer]:
     server = MotoServer().start()
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def hms(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BridgedMetastore]:
+    """A real Hive Metastore 2.3.9 (pyspark's jars) in a private network namespace, one per run."""
+    if shutil.which("java") is None:
+        pytest.skip("HMS needs Java 17")
+    if not can_unshare():
+        pytest.skip("unshare -n is not permitted here, and HMS 2.3 must not bind a shared network")
+    metastore = BridgedMetastore(tmp_path_factory.mktemp("hms")).start()
+    yield metastore
+    metastore.stop()
 
 
 @pytest.fixture()

@@ -15,7 +15,6 @@ import threading
 import time
 from pathlib import Path
 
-
 SITE = """<?xml version="1.0"?>
 <configuration>
 {properties}

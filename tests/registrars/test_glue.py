@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from catalog_api.registrars.glue import GlueRegistrar
-from lakeview.errors import RegistrarConflictError
 from catalog_api.registrars.service import delta_location, published_table
+from lakeview.errors import RegistrarConflictError
 from tests.registrars.conftest import commit, delta_table, iceberg_writer, sorted_rows
 
 

@@ -7,28 +7,15 @@ reached through a loopback-only bridge (tests/registrars/hms.py). One boot per t
 
 from __future__ import annotations
 
-import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from catalog_api.registrars.hive import HiveRegistrar
-from lakeview.errors import RegistrarConflictError, RegistrarError
 from catalog_api.registrars.service import delta_location, published_table
+from lakeview.errors import RegistrarConflictError, RegistrarError
 from tests.registrars.conftest import commit, delta_table, free_port, iceberg_writer, sorted_rows
-from tests.registrars.hms import BridgedMetastore, can_unshare
-
-
-@pytest.fixture(scope="session")
-def hms(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BridgedMetastore]:
-    if shutil.which("java") is None:
-        pytest.skip("HMS needs Java 17")
-    if not can_unshare():
-        pytest.skip("unshare -n is not permitted here, and HMS 2.3 must not bind a shared network")
-    metastore = BridgedMetastore(tmp_path_factory.mktemp("hms")).start()
-    yield metastore
-    metastore.stop()
+from tests.registrars.hms import BridgedMetastore
 
 
 def hive_catalog(hms: BridgedMetastore):

@@ -3,15 +3,14 @@ view shows as degraded (REGISTRAR_DOWN) and the pointer catches up when the regi
 
 from __future__ import annotations
 
-
 import boto3
 
-from lakeview.stack.embedded import EmbeddedStack
 from catalog_api.registrars.service import REGISTRAR_DOWN, RegistrationService, degraded_reasons, published_table
 from catalog_api.status import view_statuses
+from lakeview.ivm.commits import CommitRecord
+from lakeview.stack.embedded import EmbeddedStack
 from tests.registrars.conftest import MotoServer, commit, iceberg_writer, sorted_rows
 from tests.waiting import wait_for
-from lakeview.ivm.commits import CommitRecord
 
 
 def glue_pointer(endpoint: str, namespace: str, name: str) -> str | None:
@@ -86,8 +85,8 @@ def test_pointer_moves_at_most_once_per_interval(aws_env, moto, view_project, re
 def _epoch(view: str, number: int, totals: dict[int, int]):
     import pyarrow as pa
 
-    from tests.registrars.conftest import SCHEMA
     from lakeview.ivm.commits import Change, Epoch
+    from tests.registrars.conftest import SCHEMA
 
     rows = pa.table({"product_id": list(totals), "total_sold": list(totals.values()), "label": ["x"] * len(totals)}, schema=SCHEMA)
     return Epoch(view, number, {"orders": number}), Change(rows, ("product_id",))

@@ -12,19 +12,19 @@ import socket
 from datetime import timedelta
 from pathlib import Path
 
-from catalog_api.server import CatalogServer
-from lakeview.ivm import oracle
 from catalog_api import view_tables as tables
-from lakeview.config.models import SparkConfig
-from lakeview.stack.embedded import EmbeddedStack
-from writers.registry import make_writer, state_writer_factory
+from catalog_api.server import CatalogServer
 from catalog_api.store import open_store
+from lakeview.config.models import SparkConfig
+from lakeview.ivm import oracle
+from lakeview.stack.embedded import EmbeddedStack
 from spark_jobs.pipeline import ViewPipeline
 from spark_jobs.quarantine import quarantined_rows
 from tests.spark_jobs.test_changes import land
 from tests.spark_jobs.test_crash import project_on_disk
 from tests.spark_jobs.test_view_dag import FEED, SCHEMA, assert_chain_equals_recompute, chain, order
 from tests.writers.test_executor_writes import refresh_with_fault
+from writers.registry import make_writer, state_writer_factory
 
 ROWS_MAX = 8  # [spark] driver_rows_max: every first batch here is larger
 NAMESPACE = "bootstrap_tests"

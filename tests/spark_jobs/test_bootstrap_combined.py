@@ -11,14 +11,21 @@ from __future__ import annotations
 
 import json
 
-from lakeview.ivm import oracle
 from catalog_api import view_tables as tables
 from lakeview.config.models import SparkConfig
+from lakeview.ivm import oracle
 from lakeview.stack.embedded import EmbeddedStack
 from spark_jobs.multi_source import CombinedPipeline
 from tests.spark_jobs.test_bootstrap import ROWS_MAX, by_executors
 from tests.spark_jobs.test_changes import land
-from tests.spark_jobs.test_executor_reads_combined import PRODUCT_FEED, PRODUCTS, REFUNDS, combined_tables, product, refund
+from tests.spark_jobs.test_executor_reads_combined import (
+    PRODUCT_FEED,
+    PRODUCTS,
+    REFUNDS,
+    combined_tables,
+    product,
+    refund,
+)
 from tests.spark_jobs.test_view_dag import FEED, SCHEMA, order
 
 

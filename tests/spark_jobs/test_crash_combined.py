@@ -15,13 +15,13 @@ from pathlib import Path
 
 from deltalake import DeltaTable
 
-from lakeview.ivm import oracle
 from catalog_api import view_tables as tables
-from lakeview.stack.chain_oracle import expected_rows, over_relations
-from lakeview.config.models import ProjectConfig
 from catalog_api.store import open_store
-from spark_jobs.view_changes import reader_path
+from lakeview.config.models import ProjectConfig
+from lakeview.ivm import oracle
+from lakeview.stack.chain_oracle import expected_rows, over_relations
 from spark_jobs.quarantine import quarantined_rows
+from spark_jobs.view_changes import reader_path
 from tests.spark_jobs.test_changes import land
 from tests.spark_jobs.test_crash import project_on_disk
 from tests.spark_jobs.test_view_dag import BATCHES, FEED, SCHEMA, refresh_in_process, refresh_in_subprocess

@@ -11,20 +11,20 @@ from pathlib import Path
 
 import pytest
 
-from catalog_api.server import CatalogServer
 from catalog_api import view_tables as tables
+from catalog_api.server import CatalogServer
+from catalog_api.store import open_store
 from lakeview.config.models import SparkConfig
+from lakeview.ivm.zsets import summed
 from lakeview.project import parse_project
 from lakeview.stack.embedded import EmbeddedStack
-from writers.registry import make_writer
-from catalog_api.store import open_store
 from spark_jobs.executor_reads import ExecutorReads
 from tests.s3_server import ACCESS_KEY, SECRET_KEY
 from tests.spark_jobs.test_changes import land
 from tests.spark_jobs.test_view_dag import BATCHES, FEED, SCHEMA, assert_chain_equals_recompute, chain, order
 from writers.iceberg import IcebergWriter
 from writers.maintenance import MAINTENANCE
-from lakeview.ivm.zsets import summed
+from writers.registry import make_writer
 from writers.snapshot_diff import snapshot_change
 
 MORE = [

@@ -14,15 +14,15 @@ import pyarrow.compute as pc
 from pyiceberg.catalog.rest import RestCatalog
 
 from catalog_api.server import CatalogServer
-from lakeview.ivm import oracle
-from lakeview.sql.duck import connect_catalog
+from catalog_api.status import view_statuses
+from lakeview.cli.generator import land_json, make_orders
 from lakeview.config.cadence import parse_cadence
 from lakeview.config.models import SparkConfig
-from lakeview.stack.embedded import EmbeddedStack
-from lakeview.cli.generator import land_json, make_orders
+from lakeview.ivm import oracle
 from lakeview.ops.runtime import read_runtime
-from catalog_api.status import view_statuses
 from lakeview.ops.source_log import files_up_to
+from lakeview.sql.duck import connect_catalog
+from lakeview.stack.embedded import EmbeddedStack
 from tests.conftest import SALES_SQL
 from tests.waiting import wait_for
 from writers.staged_files import WRITTEN_BY

@@ -8,13 +8,13 @@ from pathlib import Path
 import pyarrow as pa
 
 from catalog_api.server import CatalogServer
-from lakeview.ivm import oracle
-from lakeview.sql.duck import connect_catalog
-from writers.registry import make_writer
 from lakeview.cli.generator import land_json, make_orders
+from lakeview.ivm import oracle
 from lakeview.ops.source_log import files_up_to
+from lakeview.sql.duck import connect_catalog
 from spark_jobs.pipeline import ViewPipeline
 from tests.conftest import SALES_SQL
+from writers.registry import make_writer
 
 
 def read_view(catalog_server: CatalogServer, namespace: str, view: str) -> pa.Table:

@@ -6,8 +6,8 @@ snapshot records the rows it took in."""
 
 from __future__ import annotations
 
-from catalog_api.server import CatalogServer
 from bench.history import land_parquet
+from catalog_api.server import CatalogServer
 from lakeview.ivm import oracle
 from tests.spark_jobs.test_pipeline import read_view, start
 

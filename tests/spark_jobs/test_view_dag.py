@@ -17,12 +17,12 @@ from pathlib import Path
 import pyarrow as pa
 from typer.testing import CliRunner
 
-from lakeview.ivm import oracle
 from catalog_api import view_tables as tables
-from lakeview.stack.chain_oracle import expected_rows, over_rows
 from lakeview.cli.main import app
-from lakeview.stack.embedded import EmbeddedStack
+from lakeview.ivm import oracle
 from lakeview.ivm.explain import explain
+from lakeview.stack.chain_oracle import expected_rows, over_rows
+from lakeview.stack.embedded import EmbeddedStack
 from lakeview.stack.maintenance import maintain_view
 from spark_jobs.view_changes import reader_path
 from tests.spark_jobs.test_changes import land

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import json
 
-from lakeview.ivm import oracle
 from catalog_api import view_tables as tables
+from lakeview.ivm import oracle
 from lakeview.stack.chain_oracle import expected_rows, over_relations
 from lakeview.stack.embedded import EmbeddedStack
 from tests.spark_jobs.test_changes import land

@@ -7,11 +7,11 @@ from __future__ import annotations
 import json
 from datetime import datetime, timedelta, timezone
 
-from catalog_api.server import CatalogServer
-from lakeview.ivm import oracle
 from catalog_api import view_tables as tables
-from lakeview.ivm.explain import explain
+from catalog_api.server import CatalogServer
 from catalog_api.status import view_statuses
+from lakeview.ivm import oracle
+from lakeview.ivm.explain import explain
 from spark_jobs.quarantine import quarantined_rows
 from tests.spark_jobs.test_changes import FEED, change, land
 from tests.spark_jobs.test_pipeline import read_view, start

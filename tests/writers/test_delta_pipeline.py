@@ -3,14 +3,14 @@ verify read the Delta log."""
 
 from __future__ import annotations
 
-from lakeview.ivm import oracle
 from catalog_api import view_tables as tables
-from lakeview.cli.main import main
-from writers.registry import make_writer, state_writer_factory
-from lakeview.cli.generator import land_json, make_orders
 from catalog_api.status import view_statuses
+from lakeview.cli.generator import land_json, make_orders
+from lakeview.cli.main import main
+from lakeview.ivm import oracle
 from spark_jobs.pipeline import ViewPipeline
 from tests.conftest import SALES_SQL
+from writers.registry import make_writer, state_writer_factory
 
 # AVG needs state tables (sums and counts per group): for a Delta view they are Delta tables too.
 SQL = SALES_SQL.replace("COUNT(*) AS orders", "COUNT(*) AS orders, AVG(quantity) AS avg_quantity")

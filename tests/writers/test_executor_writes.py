@@ -13,20 +13,20 @@ from pathlib import Path
 
 import pytest
 
-from catalog_api.server import CatalogServer
-from lakeview.ivm import oracle
 from catalog_api import view_tables as tables
-from lakeview.stack.maintenance import maintain_view
-from lakeview.config.models import ProjectConfig, SparkConfig
-from lakeview.project import parse_project
-from lakeview.sql.duck import attach_sql, connect
-from writers.registry import make_writer, state_writer_factory
+from catalog_api.server import CatalogServer
 from catalog_api.store import open_store
 from lakeview.cli.generator import land_json, make_orders
+from lakeview.config.models import ProjectConfig, SparkConfig
+from lakeview.ivm import oracle
+from lakeview.project import parse_project
+from lakeview.sql.duck import attach_sql, connect
+from lakeview.stack.maintenance import maintain_view
 from spark_jobs.pipeline import ViewPipeline
 from tests.conftest import ORDERS_SCHEMA
 from tests.s3_server import ACCESS_KEY, SECRET_KEY
 from tests.spark_jobs.test_crash import ROOT, project_on_disk
+from writers.registry import make_writer, state_writer_factory
 from writers.staged_files import DATA_FILES, WRITTEN_BY
 
 SQL = "SELECT order_id, product_id, quantity * 2 AS doubled FROM orders WHERE quantity > 1"

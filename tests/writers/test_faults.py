@@ -14,17 +14,17 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from catalog_api.server import CatalogServer
 from catalog_api import view_tables as tables
-from writers.registry import make_writer
+from catalog_api.server import CatalogServer
 from catalog_api.store import open_store
+from lakeview.ivm.commits import Change, Epoch
 from tests.s3_server import ACCESS_KEY, SECRET_KEY
 from tests.writers.commit_loop import open_writer
 from tests.writers.test_object_storage import s3_project
-from lakeview.ivm.commits import Change, Epoch
 from writers.delta_maintenance import maintain_delta
 from writers.iceberg_maintenance import maintain_iceberg, reachable_files
 from writers.maintenance import MaintenancePolicy
+from writers.registry import make_writer
 
 SCHEMA = pa.schema([("k", pa.int64()), ("total", pa.int64())])
 REPO = Path(__file__).resolve().parents[2]

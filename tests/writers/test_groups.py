@@ -10,8 +10,8 @@ import pyarrow as pa
 import pytest
 
 from catalog_api.server import CatalogServer
-from lakeview.sql.duck import connect_catalog
 from lakeview.ivm.commits import Change, Epoch
+from lakeview.sql.duck import connect_catalog
 from writers.group import IcebergGroupWriter
 from writers.iceberg import IcebergWriter
 
@@ -133,8 +133,8 @@ def test_group_rejects_non_members(rest_catalog, unique_name: str) -> None:
     ],
 )
 def test_group_members_must_share_format_cadence_and_sources(other: dict, problem: str) -> None:
-    from lakeview.project import parse_project
     from lakeview.errors import ConfigError
+    from lakeview.project import parse_project
 
     sources = {"o": {"format": "json", "path": "o", "schema": "a INT, b INT"}, "p": {"format": "json", "path": "p", "schema": "a INT"}}
     views = {

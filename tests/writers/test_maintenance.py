@@ -105,8 +105,8 @@ def test_lakeview_maintain_runs_a_pass_with_progress(make_project, catalog_serve
 
 @pytest.mark.parametrize("fmt", ["iceberg", "delta"])
 def test_background_maintenance_runs_while_commits_continue(fmt: str, make_project, catalog_server, unique_name: str) -> None:
-    from writers.registry import make_writer
     from lakeview.stack.maintenance import MaintenanceThread
+    from writers.registry import make_writer
 
     view = unique_name
     project = make_project(
@@ -207,10 +207,10 @@ def test_retention_by_count_bounds_history_and_metadata_and_kept_snapshots_read_
 
 def test_delta_log_retention_on_s3_deletes_old_log_entries_and_keeps_kept_versions(s3_server, tmp_path: Path, unique_name: str, monkeypatch) -> None:
     from catalog_api.server import CatalogServer
-    from writers.registry import make_writer
     from catalog_api.store import open_store
     from tests.s3_server import ACCESS_KEY, SECRET_KEY
     from tests.writers.test_object_storage import BUCKET, s3_project
+    from writers.registry import make_writer
 
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", ACCESS_KEY)
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET_KEY)

@@ -8,16 +8,15 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from catalog_api.server import CatalogServer
 from catalog_api import view_tables as tables
-from lakeview.config.models import ProjectConfig
+from catalog_api.server import CatalogServer
+from catalog_api.store import open_store
+from lakeview.config.models import ProjectConfig, file_io_properties
+from lakeview.ivm.commits import Change, Epoch
 from lakeview.project import parse_project
 from lakeview.sql.duck import attach_sql, connect
-from lakeview.config.models import file_io_properties
-from writers.registry import make_writer
-from catalog_api.store import open_store
 from tests.s3_server import ACCESS_KEY, SECRET_KEY
-from lakeview.ivm.commits import Change, Epoch
+from writers.registry import make_writer
 
 BUCKET = "lake-tests"
 SQL = "SELECT product_id, SUM(quantity) AS total_sold, COUNT(*) AS orders FROM orders GROUP BY product_id"
