@@ -36,7 +36,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.serializers import Compressor, FromInputFile
 from pyiceberg.table import CommitTableResponse, Table, TableProperties
 from pyiceberg.table.locations import load_location_provider
-from pyiceberg.table.metadata import TableMetadata, new_table_metadata
+from pyiceberg.table.metadata import TableMetadata, TableMetadataUtil, new_table_metadata
 from pyiceberg.table.sorting import UNSORTED_SORT_ORDER, SortOrder
 from pyiceberg.table.update import (
     AssertCreate,
@@ -45,12 +45,12 @@ from pyiceberg.table.update import (
     _apply_table_update,
     _TableMetadataUpdateContext,
     _update_table_metadata_log,
-    update_table_metadata,
 )
 from pyiceberg.typedef import Identifier, Properties
 from sqlalchemy import bindparam, delete, event, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError, OperationalError
 
+from catalog_api import format_v3, namespace_keys
 from lakeview import errors
 
 log = logging.getLogger("lakeview.catalog")
@@ -158,6 +158,7 @@ class CatalogStore:
             Path(self.warehouse).mkdir(parents=True, exist_ok=True)
         self._catalog = SqlCatalog(name, uri=url, warehouse=self.warehouse, schema_version="v1", **(properties or {}))
         self.engine = self._catalog.engine
+        namespace_keys.migrate(self.engine, name)  # once per store: keys with a literal '%' get escaped
         if self.engine.dialect.name == "sqlite":
             event.listen(self.engine, "connect", _sqlite_pragmas)
             self.engine.dispose()  # reconnect so the pragmas apply to every pooled connection
@@ -185,35 +186,34 @@ class CatalogStore:
     # ---------------------------------------------------------------- namespaces
     def list_namespaces(self, parent: Identifier = ()) -> list[Identifier]:
         with _mapped():
-            if parent and not self._catalog.namespace_exists(parent):
-                raise errors.NoSuchNamespaceError(f"Namespace does not exist: {'.'.join(parent)}")
-            return sorted(tuple(ns) for ns in self._catalog.list_namespaces(parent))
+            if parent and not self._catalog.namespace_exists(namespace_keys.encode(parent)):
+                raise errors.NoSuchNamespaceError(f"Namespace does not exist: {namespace_keys.display(parent)}")
+            children = self._catalog.list_namespaces(namespace_keys.encode(parent) if parent else ())
+            return sorted(namespace_keys.decode(".".join(ns)) for ns in children)
 
     def namespace_exists(self, namespace: Identifier) -> bool:
         with _mapped():
-            return self._catalog.namespace_exists(namespace)
+            return self._catalog.namespace_exists(namespace_keys.encode(namespace))
 
     def create_namespace(self, namespace: Identifier, properties: Properties) -> None:
         for part in namespace:
             check_name("namespace", part)
-            if "." in part:
-                raise errors.BadRequestError(f"namespace level {part!r} contains '.', which the JDBC store uses as separator")
         if "location" in properties:
             self.check_location(properties["location"])
         with _mapped():
-            self._catalog.create_namespace(namespace, properties)
+            self._catalog.create_namespace(namespace_keys.encode(namespace), properties)
 
     def load_namespace(self, namespace: Identifier) -> Properties:
         with _mapped():
-            return self._catalog.load_namespace_properties(namespace)
+            return self._catalog.load_namespace_properties(namespace_keys.encode(namespace))
 
     def drop_namespace(self, namespace: Identifier) -> None:
         """Drop an empty namespace. Raises NoSuchNamespaceError, NamespaceNotEmptyError."""
-        ns = ".".join(namespace)
+        ns = namespace_keys.encode(namespace)
         with _mapped():
-            if not self._catalog.namespace_exists(namespace):
-                raise errors.NoSuchNamespaceError(f"Namespace does not exist: {ns}")
-            children = self._catalog.list_namespaces(namespace)
+            if not self._catalog.namespace_exists(ns):
+                raise errors.NoSuchNamespaceError(f"Namespace does not exist: {namespace_keys.display(namespace)}")
+            children = self._catalog.list_namespaces(ns)
             with self.engine.connect() as conn:
                 rows = conn.execute(
                     select(IcebergTables.table_name).where(
@@ -221,7 +221,7 @@ class CatalogStore:
                     ).limit(1)
                 ).first()
             if rows or children:
-                raise errors.NamespaceNotEmptyError(f"Namespace {ns} is not empty: it holds tables, views or namespaces")
+                raise errors.NamespaceNotEmptyError(f"Namespace {namespace_keys.display(namespace)} is not empty: it holds tables, views or namespaces")
             with self._write() as conn:
                 conn.execute(
                     delete(IcebergNamespaceProperties).where(
@@ -236,15 +236,15 @@ class CatalogStore:
         if "location" in updates:
             self.check_location(updates["location"])
         with _mapped():
-            summary = self._catalog.update_namespace_properties(namespace, removals, updates)
+            summary = self._catalog.update_namespace_properties(namespace_keys.encode(namespace), removals, updates)
         return {"updated": summary.updated, "removed": summary.removed, "missing": summary.missing}
 
     # ---------------------------------------------------------------- pointers
     def _names(self, namespace: Identifier, kind: str) -> list[Identifier]:
-        ns = ".".join(namespace)
+        ns = namespace_keys.encode(namespace)
         with _mapped():
-            if not self._catalog.namespace_exists(namespace):
-                raise errors.NoSuchNamespaceError(f"Namespace does not exist: {ns}")
+            if not self._catalog.namespace_exists(ns):
+                raise errors.NoSuchNamespaceError(f"Namespace does not exist: {namespace_keys.display(namespace)}")
             with self.engine.connect() as conn:
                 rows = conn.execute(
                     select(IcebergTables.table_name).where(
@@ -268,7 +268,7 @@ class CatalogStore:
             if reader is None:
                 reader = self._readers.connection = self._new_reader()
             cursor = reader.cursor()
-            cursor.execute(self._reader_sql[kind], (self.name, ".".join(identifier[:-1]), identifier[-1]))
+            cursor.execute(self._reader_sql[kind], (self.name, namespace_keys.encode(identifier[:-1]), identifier[-1]))
             row = cursor.fetchone()
             cursor.close()
             return row[0] if row else None
@@ -281,7 +281,7 @@ class CatalogStore:
         with _mapped(), self.engine.connect() as conn:
             return conn.execute(
                 _POINTER_QUERIES[kind],
-                {"catalog": self.name, "namespace": ".".join(identifier[:-1]), "name": identifier[-1]},
+                {"catalog": self.name, "namespace": namespace_keys.encode(identifier[:-1]), "name": identifier[-1]},
             ).scalar_one_or_none()
 
     def _new_reader(self) -> Any:
@@ -299,7 +299,7 @@ class CatalogStore:
         conn.execute(
             insert(IcebergTables).values(
                 catalog_name=self.name,
-                table_namespace=".".join(identifier[:-1]),
+                table_namespace=namespace_keys.encode(identifier[:-1]),
                 table_name=identifier[-1],
                 metadata_location=location,
                 previous_metadata_location=None,
@@ -313,7 +313,7 @@ class CatalogStore:
             _SWAP_STATEMENTS[kind],
             {
                 "catalog": self.name,
-                "namespace": ".".join(identifier[:-1]),
+                "namespace": namespace_keys.encode(identifier[:-1]),
                 "name": identifier[-1],
                 "expected": expected,
                 "new": new,
@@ -325,7 +325,7 @@ class CatalogStore:
     def _rename(self, source: Identifier, target: Identifier, kind: str) -> None:
         check_name(kind.lower(), target[-1])
         with _mapped():
-            if not self._catalog.namespace_exists(target[:-1]):
+            if not self._catalog.namespace_exists(namespace_keys.encode(target[:-1])):
                 raise errors.NoSuchNamespaceError(f"Namespace does not exist: {'.'.join(target[:-1])}")
             try:
                 with self._write() as conn:
@@ -333,11 +333,11 @@ class CatalogStore:
                         update(IcebergTables)
                         .where(
                             IcebergTables.catalog_name == self.name,
-                            IcebergTables.table_namespace == ".".join(source[:-1]),
+                            IcebergTables.table_namespace == namespace_keys.encode(source[:-1]),
                             IcebergTables.table_name == source[-1],
                             _type_is(kind),
                         )
-                        .values(table_namespace=".".join(target[:-1]), table_name=target[-1])
+                        .values(table_namespace=namespace_keys.encode(target[:-1]), table_name=target[-1])
                     )
                     if result.rowcount != 1:
                         raise _missing(kind, source)
@@ -350,7 +350,7 @@ class CatalogStore:
                 delete(IcebergTables)
                 .where(
                     IcebergTables.catalog_name == self.name,
-                    IcebergTables.table_namespace == ".".join(identifier[:-1]),
+                    IcebergTables.table_namespace == namespace_keys.encode(identifier[:-1]),
                     IcebergTables.table_name == identifier[-1],
                     _type_is(kind),
                 )
@@ -408,14 +408,16 @@ class CatalogStore:
         check_name("table", identifier[-1])
         namespace = identifier[:-1]
         with _mapped():
-            if not self._catalog.namespace_exists(namespace):
-                raise errors.NoSuchNamespaceError(f"Namespace does not exist: {'.'.join(namespace)}")
+            if not self._catalog.namespace_exists(namespace_keys.encode(namespace)):
+                raise errors.NoSuchNamespaceError(f"Namespace does not exist: {namespace_keys.display(namespace)}")
             if location:
                 location = self.check_location(location)
             else:
-                location = self._catalog._get_default_warehouse_location(".".join(namespace), identifier[-1])
+                location = self._catalog._get_default_warehouse_location(namespace_keys.encode(namespace), identifier[-1])
                 self.check_location(location)
             format_version = int(properties.get(TableProperties.FORMAT_VERSION, TableProperties.DEFAULT_FORMAT_VERSION))
+            format_v3.check_format_version(format_version)
+            format_v3.check_schema_defaults(schema, format_version)
             schema = self._catalog._convert_schema_if_needed(schema, format_version)
             metadata = new_table_metadata(
                 location=location,
@@ -424,6 +426,10 @@ class CatalogStore:
                 sort_order=sort_order or UNSORTED_SORT_ORDER,
                 properties=properties,
             )
+            metadata = format_v3.with_row_lineage(metadata)
+            fresh = format_v3.carry_defaults(schema, metadata.schema())  # pyiceberg's fresh ids drop defaults
+            if fresh is not metadata.schema():
+                metadata = metadata.model_copy(update={"schemas": [fresh]})
             metadata_location = load_location_provider(location, properties).new_table_metadata_file_location()
             self.check_location(metadata_location)
             if stage:
@@ -440,7 +446,7 @@ class CatalogStore:
         check_name("table", identifier[-1])
         self.check_location(metadata_location)
         with _mapped():
-            if not self._catalog.namespace_exists(identifier[:-1]):
+            if not self._catalog.namespace_exists(namespace_keys.encode(identifier[:-1])):
                 raise errors.NoSuchNamespaceError(f"Namespace does not exist: {'.'.join(identifier[:-1])}")
             try:
                 metadata = self.read_metadata(metadata_location)
@@ -543,7 +549,7 @@ class CatalogStore:
         current = self.read_metadata(location) if location else None
         if current is None and not creating:
             raise _missing(TABLE_TYPE, identifier)
-        if creating and not self._catalog.namespace_exists(identifier[:-1]):
+        if creating and not self._catalog.namespace_exists(namespace_keys.encode(identifier[:-1])):
             raise errors.NoSuchNamespaceError(f"Namespace does not exist: {'.'.join(identifier[:-1])}")
         with _mapped():
             for requirement in change.requirements:
@@ -591,7 +597,7 @@ class CatalogStore:
         pyiceberg serializes snapshots in Python, the bulk of a commit's CPU at 100 snapshots.
         Reuse is keyed by object identity (commits share unchanged snapshot objects), never by id."""
         if not metadata.snapshots:
-            return metadata.model_dump_json().encode()
+            return format_v3.metadata_json(metadata)
         parts = []
         for snapshot in metadata.snapshots:
             cached = self._snapshot_json.get(id(snapshot))
@@ -599,7 +605,7 @@ class CatalogStore:
                 cached = (snapshot, snapshot.model_dump_json().encode())
                 self._snapshot_json.put(id(snapshot), cached)  # holds the object: its id is not reused
             parts.append(cached[1])
-        head = metadata.model_dump_json(exclude={"snapshots"}).encode()
+        head = format_v3.metadata_json(metadata, exclude={"snapshots"})
         return head[:-1] + b',"snapshots":[' + b",".join(parts) + b"]}"
 
     # ---------------------------------------------------------------- locations
@@ -623,7 +629,7 @@ class CatalogStore:
 
     def default_location(self, identifier: Identifier) -> str:
         with _mapped():
-            return self._catalog._get_default_warehouse_location(".".join(identifier[:-1]), identifier[-1])
+            return self._catalog._get_default_warehouse_location(namespace_keys.encode(identifier[:-1]), identifier[-1])
 
 
 @contextlib.contextmanager
@@ -682,13 +688,15 @@ def _updated_metadata(
     base: TableMetadata, updates: tuple[TableUpdate, ...], enforce_validation: bool, metadata_location: str | None
 ) -> TableMetadata:
     """pyiceberg's ``update_table_metadata`` without its final deep copy (10 ms at 50 snapshots):
-    metadata models are frozen and never mutated here, so sharing unchanged parts is safe."""
-    if enforce_validation:
-        return update_table_metadata(base, updates, enforce_validation=True, metadata_location=metadata_location)
+    metadata models are frozen and never mutated here, so sharing unchanged parts is safe.
+    Upgrades to format v3, which pyiceberg refuses, are applied by :mod:`catalog_api.format_v3`."""
     context = _TableMetadataUpdateContext()
-    new = base
+    new = format_v3.with_row_lineage(base)
     for change in updates:
-        new = _apply_table_update(change, new, context)
+        if format_v3.is_upgrade_to_v3(change, new):
+            new = format_v3.upgrade_to_v3(change, new, context)
+        else:
+            new = _apply_table_update(change, new, context)
     if context.has_changes():
         if metadata_location:
             new = _update_table_metadata_log(new, metadata_location, base.last_updated_ms)
@@ -696,6 +704,9 @@ def _updated_metadata(
             new = new.model_copy(update={"last_updated_ms": int(time.time() * 1000)})
     new.spec().check_compatible(new.schema())
     new.sort_order().check_compatible(new.schema())
+    format_v3.check_defaults(new)
+    if enforce_validation:  # built from an empty (unvalidated) base: validate the result as a whole
+        return TableMetadataUtil.parse_obj(new.model_dump())
     return new
 
 
