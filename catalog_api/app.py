@@ -19,6 +19,7 @@ from catalog_api.idempotency import IdempotencyMiddleware
 from catalog_api.responses import error_response
 from catalog_api.routes import build_routes
 from catalog_api.store import CatalogStore
+from catalog_api.tokens import REVOKE_PATH, revocation_endpoint
 from catalog_api.view_routes import add_view_routes
 
 
@@ -41,6 +42,9 @@ def build_app(
         return error_response(405, "MethodNotAllowedException", f"{request.method} is not allowed on {request.url.path}")
 
     iceberg_routes = [Route("/v1/oauth/tokens", token_endpoint(authenticator), methods=["POST"])]
+    iceberg_routes.append(Route(REVOKE_PATH, revocation_endpoint(authenticator), methods=["POST"]))
+    if authenticator is not None and authenticator.codec is not None:
+        authenticator.codec.revocations.attach(store.engine)  # revocations shared by every catalog process
     iceberg_routes += build_routes(store, add_view_routes)
     stack = [Middleware(IdempotencyMiddleware, store=store)]  # innermost: replays only authorized requests
     if authenticator is not None:

@@ -5,6 +5,13 @@
 mode = "oauth2"                 # or "none" (the default; loopback only)
 token_ttl = 3600                # seconds a bearer token lives
 signing_key_file = "secrets/catalog.key"   # shared by every catalog process; default: random per process
+retired_signing_key_files = ["secrets/catalog-2026-10.key"]  # rotation: tokens they signed stay valid until exp
+
+[auth.oidc]                     # optional: also accept an identity provider's JWTs
+issuer = "https://idp.example.com/"          # must equal the tokens' iss
+jwks_url = "https://idp.example.com/jwks"    # or jwks_file = "secrets/idp-jwks.json"
+audience = "lakeview"                         # optional: required aud
+privileges = { "svc-etl" = { analytics = "write" } }   # token subject → namespace → privilege
 
 [auth.clients.spark]
 secret_hash = "scrypt$16384$8$1$<salt hex>$<hash hex>"   # catalog_api.auth.hash_secret("...")
@@ -20,7 +27,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
 def check_secret_hash(stored: str) -> str:
@@ -65,12 +72,51 @@ class AuthClientConfig(BaseModel):
         return value
 
 
+def _check_privileges(value: dict[str, str]) -> dict[str, str]:
+    for namespace, privilege in value.items():
+        if privilege.lower() not in ("read", "write", "admin"):
+            raise ValueError(f"privilege {privilege!r} for {namespace!r} is not valid; use read, write or admin")
+    return value
+
+
+class OidcConfig(BaseModel):
+    """An external OIDC issuer whose signed JWTs the catalog accepts (keys from its JWKS)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    issuer: str = Field(description="the issuer's identifier; a token's iss claim must equal it")
+    jwks_file: str | None = Field(None, description="file with the issuer's JWKS (JSON), relative to the project")
+    jwks_url: str | None = Field(None, description="URL of the issuer's JWKS, fetched and cached for 5 minutes")
+    audience: str | None = Field(None, description="required aud claim; default: aud is not checked")
+    subject_claim: str = Field("sub", description="the claim naming the caller, looked up in privileges")
+    privileges: dict[str, dict[str, str]] = Field(
+        default_factory=dict, description="subject → namespace or '*' → read, write or admin"
+    )
+
+    @field_validator("privileges")
+    @classmethod
+    def _privileges(cls, value: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
+        for grants in value.values():
+            _check_privileges(grants)
+        return value
+
+    @model_validator(mode="after")
+    def _one_jwks(self) -> OidcConfig:
+        if (self.jwks_file is None) == (self.jwks_url is None):
+            raise ValueError("set exactly one of jwks_file and jwks_url")
+        return self
+
+
 class AuthConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     mode: AuthMode = AuthMode.NONE
     token_ttl: int = Field(3600, ge=60, le=86400, description="bearer token lifetime in seconds")
     signing_key_file: str | None = Field(None, description="file with the HMAC key shared by all catalog processes")
+    retired_signing_key_files: list[str] = Field(
+        default_factory=list, description="keys rotated out: tokens they signed are accepted until they expire"
+    )
+    oidc: OidcConfig | None = Field(None, description="an external identity provider whose tokens are accepted")
     clients: dict[str, AuthClientConfig] = Field(default_factory=dict)
 
     @property
@@ -78,19 +124,32 @@ class AuthConfig(BaseModel):
         return self.mode is AuthMode.OAUTH2
 
 
-def build_authenticator(config: AuthConfig, signing_key: bytes | None = None):  # noqa: ANN201 - avoids importing catalog_api at CLI start
-    """The catalog's Authenticator for ``config`` (None in mode ``none``)."""
+def build_authenticator(  # noqa: ANN201 - avoids importing catalog_api at CLI start
+    config: AuthConfig, signing_key: bytes | None = None, retired_keys: tuple[bytes, ...] = (), jwks: dict | None = None
+):
+    """The catalog's Authenticator for ``config`` (None in mode ``none``); ``jwks``: the OIDC issuer's file."""
     if not config.enabled:
         return None
     from catalog_api.access import Privilege
     from catalog_api.auth import Authenticator, Client
+    from catalog_api.tokens import ExternalIssuer, TokenCodec
 
     clients = {
         client_id: Client(c.secret_hash, {ns: Privilege.parse(p) for ns, p in c.privileges.items()})
         for client_id, c in config.clients.items()
     }
-    options = {"signing_key": signing_key} if signing_key else {}
-    return Authenticator(clients, token_ttl=config.token_ttl, **options)
+    key = signing_key or secrets.token_bytes(32)
+    external, external_grants = None, {}
+    if config.oidc is not None:
+        oidc = config.oidc
+        external = ExternalIssuer(oidc.issuer, jwks, oidc.jwks_url, oidc.audience, oidc.subject_claim)
+        external_grants = {
+            subject: {ns: Privilege.parse(p) for ns, p in grants.items()} for subject, grants in oidc.privileges.items()
+        }
+    codec = TokenCodec(key, retired_keys, external)
+    return Authenticator(
+        clients, token_ttl=config.token_ttl, signing_key=key, codec=codec, external_grants=external_grants
+    )
 
 
 def load_signing_key(path: Path) -> bytes:
@@ -106,5 +165,13 @@ def load_signing_key(path: Path) -> bytes:
 def project_authenticator(project: Any):  # noqa: ANN201 - a catalog_api.auth.Authenticator or None
     """The Authenticator for a ProjectConfig's ``[auth]`` (None in mode ``none``)."""
     auth: AuthConfig = project.auth
-    key = load_signing_key(project.resolve(auth.signing_key_file)) if auth.enabled and auth.signing_key_file else None
-    return build_authenticator(auth, key)
+    if not auth.enabled:
+        return None
+    key = load_signing_key(project.resolve(auth.signing_key_file)) if auth.signing_key_file else None
+    retired = tuple(project.resolve(path).read_bytes().strip() for path in auth.retired_signing_key_files)
+    jwks = None
+    if auth.oidc is not None and auth.oidc.jwks_file:
+        from catalog_api.tokens import load_jwks
+
+        jwks = load_jwks(project.resolve(auth.oidc.jwks_file).read_text())
+    return build_authenticator(auth, key, retired, jwks)
