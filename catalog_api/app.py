@@ -18,6 +18,7 @@ from catalog_api.auth import AuthMiddleware, Authenticator, token_endpoint
 from catalog_api.idempotency import IdempotencyMiddleware
 from catalog_api.responses import error_response
 from catalog_api.routes import build_routes
+from catalog_api.scan_routes import MANIFESTS_PER_TASK, add_scan_routes
 from catalog_api.store import CatalogStore
 from catalog_api.tokens import REVOKE_PATH, revocation_endpoint
 from catalog_api.view_routes import add_view_routes
@@ -29,8 +30,10 @@ def build_app(
     authenticator: Authenticator | None = None,
     extra_routes: Sequence[BaseRoute] = (),
     middleware: Sequence[Middleware] = (),
+    plan_manifests_per_task: int = MANIFESTS_PER_TASK,
 ) -> Starlette:
-    """The catalog app; ``authenticator=None`` is auth mode ``none`` (loopback only, see server.py)."""
+    """The catalog app; ``authenticator=None`` is auth mode ``none`` (loopback only, see server.py);
+    ``plan_manifests_per_task``: data manifests per plan task of server-side scan planning."""
 
     async def health(request: Request) -> Response:
         return JSONResponse({"status": "ok", "warehouse": store.name})
@@ -45,7 +48,7 @@ def build_app(
     iceberg_routes.append(Route(REVOKE_PATH, revocation_endpoint(authenticator), methods=["POST"]))
     if authenticator is not None and authenticator.codec is not None:
         authenticator.codec.revocations.attach(store.engine)  # revocations shared by every catalog process
-    iceberg_routes += build_routes(store, add_view_routes)
+    iceberg_routes += build_routes(store, lambda b: (add_view_routes(b), add_scan_routes(b, plan_manifests_per_task)))
     stack = [Middleware(IdempotencyMiddleware, store=store)]  # innermost: replays only authorized requests
     if authenticator is not None:
         stack.insert(0, Middleware(AuthMiddleware, authenticator=authenticator))
