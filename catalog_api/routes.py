@@ -182,10 +182,12 @@ def build_routes(store: CatalogStore, extra: Callable[[RouteBuilder], None] | No
         mode = request.query_params.get("snapshots", "all")
         if mode not in ("all", "refs"):
             raise errors.BadRequestError(f"snapshots must be 'all' or 'refs', not {mode!r}")
-        if store.inline_reads:  # a local SQLite read (~50 µs) is cheaper than a thread hop and the GIL handoff
-            location, metadata = store.load_metadata(identifier)
-        else:
-            location, metadata = await run_in_threadpool(store.load_metadata, identifier)
+        # A pointer read on SQLite (~50 µs) or PostgreSQL is cheaper than a thread hop and the GIL handoff;
+        # a metadata file not in the cache (maybe on S3) is read in the thread pool.
+        loaded = store.load_cached_metadata(identifier) if store.inline_reads else None
+        if loaded is None:
+            loaded = await run_in_threadpool(store.load_metadata, identifier)
+        location, metadata = loaded
         if vendor is not None and wants_vending(request.headers):
             credential = await run_in_threadpool(vendor.vend, metadata.location, may_write(request, identifier[:-1]))
             plain = table_json(location, store.metadata_json(location, metadata), config=True)
