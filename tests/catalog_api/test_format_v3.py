@@ -101,3 +101,22 @@ def test_spark_writes_a_v3_table_that_pyiceberg_and_duckdb_read(
 
     con = connect_catalog(catalog_server.uri, "lakeview")
     assert sorted(con.sql(f"SELECT id, qty, note FROM lake.{unique_name}.orders").fetchall()) == expected
+
+
+def test_v3_types_and_unsupported_v3_features_answer_4xx(any_catalog: CatalogServer, unique_name: str) -> None:
+    assert httpx.post(f"{any_catalog.uri}/v1/lakeview/namespaces", json={"namespace": [unique_name]}).status_code == 200
+
+    def create(name: str, column_type: str, version: str | None) -> httpx.Response:
+        schema = {"type": "struct", "schema-id": 0, "fields": [{"id": 1, "name": "c", "type": column_type, "required": False}]}
+        properties = {"format-version": version} if version else {}
+        return httpx.post(_tables(any_catalog, unique_name), json={"name": name, "schema": schema, "properties": properties})
+
+    for i, column_type in enumerate(("timestamp_ns", "timestamptz_ns", "unknown", "geometry", "geography")):
+        assert create(f"v3_{i}", column_type, "3").status_code == 200
+        refused = create(f"v2_{i}", column_type, None)
+        assert refused.status_code == 400 and "only supported in 3" in refused.json()["error"]["message"]
+    variant = create("variant", "variant", "3")  # pyiceberg 0.12's schema model has no variant type yet
+    assert variant.status_code == 400 and "variant" in variant.json()["error"]["message"]
+    key = {"action": "add-encryption-key", "encryption-key": {"key-id": "k", "encrypted-key-metadata": "AA=="}}
+    encrypted = httpx.post(f"{_tables(any_catalog, unique_name)}/v3_0", json={"requirements": [], "updates": [key]})
+    assert encrypted.status_code == 400 and "add-encryption-key" in encrypted.json()["error"]["message"]
