@@ -14,7 +14,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 
-from catalog_api.auth import AuthMiddleware, Authenticator, token_endpoint
+from catalog_api.auth import Authenticator, AuthMiddleware, token_endpoint
 from catalog_api.idempotency import IdempotencyMiddleware
 from catalog_api.responses import error_response
 from catalog_api.routes import build_routes

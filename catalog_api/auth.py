@@ -93,7 +93,7 @@ class Authenticator:
         if claims.external:
             grants = self.external_grants.get(claims.subject)
             if grants is None:
-                raise errors.NotAuthorizedError(f"the identity provider's subject {claims.subject!r} has no grants here")
+                raise errors.NotAuthorizedError(f"the identity provider's subject {claims.subject!r} has no grants")
         else:
             client = self.clients.get(claims.subject)
             if client is None:

@@ -75,7 +75,7 @@ class CredentialVendor:
         return cls(dict(properties), int(ttl), properties.get(ROLE_PROPERTY, ""))
 
     def vend(self, location: str, write: bool) -> dict[str, Any]:
-        """A StorageCredential (``prefix`` + ``config``) for ``location``. Reused while more than half its life is left."""
+        """A StorageCredential (``prefix`` + ``config``) for ``location``, reused while half its life is left."""
         key = (location.rstrip("/"), write)
         now = time.time()
         with self._lock:

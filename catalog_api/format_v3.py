@@ -12,7 +12,10 @@ from typing import Any
 
 from pyiceberg.schema import Schema
 from pyiceberg.table.metadata import TableMetadata, TableMetadataV3
-from pyiceberg.table.update import UpgradeFormatVersionUpdate, _TableMetadataUpdateContext
+from pyiceberg.table.update import (
+    UpgradeFormatVersionUpdate,
+    _TableMetadataUpdateContext,
+)
 from pyiceberg.typedef import IcebergBaseModel
 from pyiceberg.types import NestedField, StructType
 
@@ -40,7 +43,9 @@ def is_upgrade_to_v3(update: Any, base: TableMetadata) -> bool:
     return isinstance(update, UpgradeFormatVersionUpdate) and update.format_version == 3 and base.format_version < 3
 
 
-def upgrade_to_v3(update: UpgradeFormatVersionUpdate, base: TableMetadata, context: _TableMetadataUpdateContext) -> TableMetadata:
+def upgrade_to_v3(
+    update: UpgradeFormatVersionUpdate, base: TableMetadata, context: _TableMetadataUpdateContext
+) -> TableMetadata:
     """Apply ``upgrade-format-version`` 3 (v1/v2 → v3): fields carry over, ``next-row-id`` starts at 0."""
     context.add_update(update)
     data = dict(base)

@@ -8,12 +8,11 @@ clients keep working; only keys holding a literal ``%`` change, once, in :func:`
 
 from __future__ import annotations
 
+from pyiceberg.catalog.sql import IcebergNamespaceProperties, IcebergTables
+from pyiceberg.typedef import Identifier
 from sqlalchemy import Column, MetaData, String, Table, func, select, update
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
-
-from pyiceberg.catalog.sql import IcebergNamespaceProperties, IcebergTables
-from pyiceberg.typedef import Identifier
 
 SEPARATOR = "."
 ENCODING_KEY = "namespace-encoding"
@@ -85,5 +84,6 @@ def _migrate(engine: Engine, catalog_name: str, setting: str) -> int:
         if done is None:
             conn.execute(store_settings.insert().values(setting=setting, value=ENCODING_VERSION))
         else:
-            conn.execute(update(store_settings).where(store_settings.c.setting == setting).values(value=ENCODING_VERSION))
+            done_row = store_settings.c.setting == setting
+            conn.execute(update(store_settings).where(done_row).values(value=ENCODING_VERSION))
         return rewritten

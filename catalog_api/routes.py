@@ -14,6 +14,7 @@ import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from pydantic import BaseModel, Field
 from pyiceberg.catalog.rest import (
     ConfigResponse,
     CreateTableRequest,
@@ -25,7 +26,6 @@ from pyiceberg.catalog.rest import (
 from pyiceberg.table import CommitTableRequest, CommitTableResponse
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.typedef import Identifier
-from pydantic import BaseModel, Field
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -191,7 +191,8 @@ def build_routes(store: CatalogStore, extra: Callable[[RouteBuilder], None] | No
         if vendor is not None and wants_vending(request.headers):
             credential = await run_in_threadpool(vendor.vend, metadata.location, may_write(request, identifier[:-1]))
             plain = table_json(location, store.metadata_json(location, metadata), config=True)
-            return Response(with_credentials(plain, credential), media_type="application/json", headers={"Cache-Control": "no-store"})
+            body = with_credentials(plain, credential)
+            return Response(body, media_type="application/json", headers={"Cache-Control": "no-store"})
         return table_response(request, location, metadata, mode)
 
     def table_response(request: Request, location: str, metadata: TableMetadata, mode: str) -> Response:

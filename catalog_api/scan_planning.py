@@ -18,12 +18,16 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import TypeAdapter, ValidationError
 from pyiceberg.catalog.rest.scan_planning import PlanTableScanRequest
 from pyiceberg.exceptions import ResolveError
-from pyiceberg.expressions import AlwaysTrue, BooleanExpression, SerializableBooleanExpression
+from pyiceberg.expressions import (
+    AlwaysTrue,
+    BooleanExpression,
+    SerializableBooleanExpression,
+)
 from pyiceberg.manifest import DataFile, DataFileContent, ManifestContent, ManifestFile
 from pyiceberg.table import FileScanTask, ManifestGroupPlanner, Table
-from pydantic import TypeAdapter, ValidationError
 
 from lakeview import errors
 
@@ -96,14 +100,15 @@ class ScanPlanner:
             return {"status": "completed", **self._scan_tasks(spec, data, deletes)}
         positions = [p for p, _ in data]
         size = self.manifests_per_task
-        return {"status": "completed", "plan-tasks": [spec.encode(positions[i : i + size]) for i in range(0, len(positions), size)]}
+        tokens = [spec.encode(positions[i : i + size]) for i in range(0, len(positions), size)]
+        return {"status": "completed", "plan-tasks": tokens}
 
     def tasks(self, spec: ScanSpec, positions: list[int]) -> dict[str, Any]:
         """The file scan tasks of one plan task. Raises NoSuchPlanTaskError for positions not in the snapshot."""
         data, deletes = self._manifests(spec)
         by_position = dict(data)
         if not positions or any(p not in by_position for p in positions):
-            raise errors.NoSuchPlanTaskError("the plan task names manifests that are not data manifests of its snapshot")
+            raise errors.NoSuchPlanTaskError("the plan task names manifests that are not data manifests of the snapshot")
         return self._scan_tasks(spec, [(p, by_position[p]) for p in positions], deletes)
 
     def _manifests(self, spec: ScanSpec) -> tuple[list[tuple[int, ManifestFile]], list[ManifestFile]]:
@@ -111,7 +116,8 @@ class ScanPlanner:
         if spec.snapshot_id is not None:
             snapshot = metadata.snapshot_by_id(spec.snapshot_id)
             if snapshot is None:
-                raise errors.BadRequestError(f"snapshot {spec.snapshot_id} does not exist in {'.'.join(self.table.name())}")
+                name = ".".join(self.table.name())
+                raise errors.BadRequestError(f"snapshot {spec.snapshot_id} does not exist in {name}")
         else:
             snapshot = metadata.current_snapshot()
         if snapshot is None:
@@ -121,7 +127,9 @@ class ScanPlanner:
         deletes = [m for m in manifests if m.content == ManifestContent.DELETES]
         return data, deletes
 
-    def _scan_tasks(self, spec: ScanSpec, data: list[tuple[int, ManifestFile]], deletes: list[ManifestFile]) -> dict[str, Any]:
+    def _scan_tasks(
+        self, spec: ScanSpec, data: list[tuple[int, ManifestFile]], deletes: list[ManifestFile]
+    ) -> dict[str, Any]:
         if not data:
             return {"file-scan-tasks": []}
         planner = ManifestGroupPlanner(self.table.metadata, self.table.io, spec.expression(), spec.case_sensitive)

@@ -10,7 +10,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from pyiceberg.catalog.rest.scan_planning import FetchScanTasksRequest, PlanTableScanRequest
+from pyiceberg.catalog.rest.scan_planning import (
+    FetchScanTasksRequest,
+    PlanTableScanRequest,
+)
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -50,7 +53,7 @@ def add_scan_routes(builder: RouteBuilder, manifests_per_task: int = MANIFESTS_P
         return JSONResponse(await run_in_threadpool(completed, request, spec))
 
     async def cancel_plan(request: Request) -> Response:
-        spec, manifests = decode(request.path_params["plan_id"], errors.NoSuchPlanIdError)
+        _, manifests = decode(request.path_params["plan_id"], errors.NoSuchPlanIdError)
         if manifests is not None:
             raise errors.NoSuchPlanIdError("a plan-task token is not a plan id")
         if not await run_in_threadpool(store.table_exists, table_param(request)):

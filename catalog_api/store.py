@@ -36,7 +36,11 @@ from pyiceberg.schema import Schema
 from pyiceberg.serializers import Compressor, FromInputFile
 from pyiceberg.table import CommitTableResponse, Table, TableProperties
 from pyiceberg.table.locations import load_location_provider
-from pyiceberg.table.metadata import TableMetadata, TableMetadataUtil, new_table_metadata
+from pyiceberg.table.metadata import (
+    TableMetadata,
+    TableMetadataUtil,
+    new_table_metadata,
+)
 from pyiceberg.table.sorting import UNSORTED_SORT_ORDER, SortOrder
 from pyiceberg.table.update import (
     AssertCreate,
@@ -229,7 +233,8 @@ class CatalogStore:
                     ).limit(1)
                 ).first()
             if rows or children:
-                raise errors.NamespaceNotEmptyError(f"Namespace {namespace_keys.display(namespace)} is not empty: it holds tables, views or namespaces")
+                shown = namespace_keys.display(namespace)
+                raise errors.NamespaceNotEmptyError(f"Namespace {shown} is not empty: it holds tables, views or namespaces")
             with self._write() as conn:
                 conn.execute(
                     delete(IcebergNamespaceProperties).where(
@@ -430,7 +435,8 @@ class CatalogStore:
             if location:
                 location = self.check_location(location)
             else:
-                location = self._catalog._get_default_warehouse_location(namespace_keys.encode(namespace), identifier[-1])
+                key = namespace_keys.encode(namespace)
+                location = self._catalog._get_default_warehouse_location(key, identifier[-1])
                 self.check_location(location)
             format_version = int(properties.get(TableProperties.FORMAT_VERSION, TableProperties.DEFAULT_FORMAT_VERSION))
             format_v3.check_format_version(format_version)

@@ -23,7 +23,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import jwt
-from sqlalchemy import BigInteger, Column, MetaData, String, Table, delete, insert, select
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    MetaData,
+    String,
+    Table,
+    delete,
+    insert,
+    select,
+)
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 
@@ -210,7 +219,8 @@ class TokenCodec:
             key = self.external.signing_key(token)
         except jwt.PyJWTError as exc:
             raise errors.NotAuthorizedError(f"invalid bearer token: {exc}") from None
-        payload = self._decode(token, key, EXTERNAL_ALGORITHMS, issuer=self.external.issuer, audience=self.external.audience)
+        issuer, audience = self.external.issuer, self.external.audience
+        payload = self._decode(token, key, EXTERNAL_ALGORITHMS, issuer=issuer, audience=audience)
         return _claims(payload, self.external.subject_claim, external=True)
 
     def _decode(self, token: str, key: Any, algorithms: list[str], issuer: str, audience: str | None) -> dict[str, Any]:
@@ -254,7 +264,7 @@ def load_jwks(text: str) -> dict[str, Any]:
 REVOKE_PATH = "/v1/oauth/revoke"
 
 
-def revocation_endpoint(authenticator: Any):  # noqa: ANN201 - a Starlette endpoint
+def revocation_endpoint(authenticator: Any):
     """``POST /v1/oauth/revoke`` (RFC 7009 form ``token=…``): a client revokes its own token, an admin any.
 
     Answers 200 ``{}`` once the token is revoked, 400 for a missing token, 401 for an invalid one,
@@ -281,7 +291,7 @@ def revocation_endpoint(authenticator: Any):  # noqa: ANN201 - a Starlette endpo
                 raise errors.ForbiddenError(f"client {caller.client_id!r} may revoke only its own tokens")
             authenticator.codec.revoke(token)
             return JSONResponse({}, headers={"Cache-Control": "no-store"})
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - one mapping for every error, see responses.py
             return from_exception(exc)
 
     return endpoint

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import boto3
 import httpx
@@ -43,7 +42,7 @@ def vending(s3_server, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tup
     store.close()
 
 
-def scoped_s3(s3_server, credential: dict) -> object:  # noqa: ANN001
+def scoped_s3(s3_server, credential: dict) -> object:
     config = credential["config"]
     return boto3.client(
         "s3", endpoint_url=s3_server.endpoint, region_name="us-east-1", aws_access_key_id=config["s3.access-key-id"],
@@ -51,7 +50,7 @@ def scoped_s3(s3_server, credential: dict) -> object:  # noqa: ANN001
     )  # fmt: skip
 
 
-def denied(call) -> bool:  # noqa: ANN001
+def denied(call) -> bool:
     try:
         call()
     except ClientError as exc:
@@ -59,7 +58,7 @@ def denied(call) -> bool:  # noqa: ANN001
     return False
 
 
-def test_clients_without_keys_read_and_write_through_vended_credentials(vending, s3_server, unique_name: str) -> None:  # noqa: ANN001
+def test_clients_without_keys_read_and_write_through_vended_credentials(vending, s3_server, unique_name: str) -> None:
     server, _ = vending
     keyless = RestCatalog("keyless", uri=server.uri, warehouse="lakeview", **VENDED)
     keyless.create_namespace(unique_name)
@@ -99,7 +98,7 @@ def test_clients_without_keys_read_and_write_through_vended_credentials(vending,
     assert con.sql(f"SELECT sum(id) FROM lake.{unique_name}.orders").fetchone() == (6,)
 
 
-def test_read_only_callers_get_read_only_credentials(vending, s3_server, unique_name: str) -> None:  # noqa: ANN001
+def test_read_only_callers_get_read_only_credentials(vending, s3_server, unique_name: str) -> None:
     server, secured = vending
     writer = RestCatalog("w", uri=server.uri, warehouse="lakeview", **VENDED)
     writer.create_namespace(unique_name)
@@ -123,7 +122,7 @@ def test_read_only_callers_get_read_only_credentials(vending, s3_server, unique_
     assert writer.load_table(f"{unique_name}.t").scan().to_arrow().column("id").to_pylist() == [5]
 
 
-def test_a_local_warehouse_vends_nothing(rest_catalog, catalog_server: CatalogServer, unique_name: str) -> None:  # noqa: ANN001
+def test_a_local_warehouse_vends_nothing(rest_catalog, catalog_server: CatalogServer, unique_name: str) -> None:
     rest_catalog.create_namespace(unique_name)
     rest_catalog.create_table(f"{unique_name}.t", SCHEMA)
     url = f"{catalog_server.uri}/v1/lakeview/namespaces/{unique_name}/tables"

@@ -4,7 +4,6 @@ filters, partitions, pagination of plan tasks, time travel, and position deletes
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from urllib.parse import quote
 
 import httpx
@@ -43,12 +42,12 @@ def catalogs(server: CatalogServer) -> tuple[RestCatalog, RestCatalog]:
     return client, remote
 
 
-def planned(table, row_filter=None, snapshot_id=None) -> list[str]:  # noqa: ANN001
+def planned(table, row_filter=None, snapshot_id=None) -> list[str]:
     scan = table.scan(row_filter=row_filter, snapshot_id=snapshot_id) if row_filter else table.scan(snapshot_id=snapshot_id)
     return sorted(task.file.file_path for task in scan.plan_files())
 
 
-def rows(table, row_filter=None, snapshot_id=None) -> list[tuple]:  # noqa: ANN001
+def rows(table, row_filter=None, snapshot_id=None) -> list[tuple]:
     scan = table.scan(row_filter=row_filter, snapshot_id=snapshot_id) if row_filter else table.scan(snapshot_id=snapshot_id)
     return sorted(tuple(r.values()) for r in scan.to_arrow().to_pylist())
 

@@ -112,7 +112,7 @@ def test_read_scope_caps_the_grants(store: CatalogStore) -> None:
 class _Jwks(BaseHTTPRequestHandler):
     document: bytes = b""
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+    def do_GET(self) -> None:
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.end_headers()
@@ -143,7 +143,7 @@ def idp_token(key: rsa.RSAPrivateKey, subject: str, audience: str = "lakeview", 
     return jwt.encode(claims, key, algorithm="RS256", headers={"kid": kid})
 
 
-def test_an_external_issuers_tokens_through_its_jwks(store: CatalogStore, idp) -> None:  # noqa: ANN001
+def test_an_external_issuers_tokens_through_its_jwks(store: CatalogStore, idp) -> None:
     key, url, jwks = idp
     oidc = {"issuer": IDP, "jwks_url": url, "audience": "lakeview", "privileges": {"svc-etl": {"*": "admin"}}}
     with CatalogServer(store, authenticator=build_authenticator(auth_config(oidc), KEY_NEW)) as server:
