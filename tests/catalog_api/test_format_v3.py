@@ -84,7 +84,10 @@ def test_spark_writes_a_v3_table_that_pyiceberg_and_duckdb_read(
         spark.conf.set(key, value)
     ns = f"v3cat.{unique_name}"
     spark.sql(f"CREATE NAMESPACE {ns}")
-    spark.sql(f"CREATE TABLE {ns}.orders (id BIGINT, qty INT) USING iceberg TBLPROPERTIES ('format-version'='3')")
+    spark.sql(
+        f"CREATE TABLE {ns}.orders (id BIGINT, qty INT) USING iceberg TBLPROPERTIES ('format-version'='3', "
+        "'write.delete.mode'='merge-on-read', 'write.update.mode'='merge-on-read')"
+    )
     spark.sql(f"INSERT INTO {ns}.orders VALUES (1, 10), (2, 20), (3, 30)")
     spark.sql(f"ALTER TABLE {ns}.orders ADD COLUMN note STRING")
     spark.sql(f"INSERT INTO {ns}.orders VALUES (4, 40, 'four')")
@@ -92,6 +95,8 @@ def test_spark_writes_a_v3_table_that_pyiceberg_and_duckdb_read(
     spark.sql(f"UPDATE {ns}.orders SET qty = 31 WHERE id = 3")
     expected = [(1, 10, None), (3, 31, None), (4, 40, "four")]
     assert sorted(tuple(r) for r in spark.sql(f"SELECT * FROM {ns}.orders").collect()) == expected
+    formats = {r[0] for r in spark.sql(f"SELECT file_format FROM {ns}.orders.delete_files").collect()}
+    assert formats == {"PUFFIN"}  # the deletes are v3 deletion vectors
 
     table = rest_catalog.load_table(f"{unique_name}.orders")
     assert table.format_version == 3
