@@ -18,7 +18,9 @@ from catalog_api.auth import PUBLIC_PATHS, Authenticator, AuthMiddleware, token_
 from catalog_api.idempotency import IdempotencyMiddleware
 from catalog_api.responses import error_response
 from catalog_api.routes import build_routes
+from catalog_api.scan_routes import MANIFESTS_PER_TASK, add_scan_routes
 from catalog_api.store import CatalogStore
+from catalog_api.tokens import REVOKE_PATH, revocation_endpoint
 from catalog_api.view_routes import add_view_routes
 
 
@@ -29,9 +31,11 @@ def build_app(
     extra_routes: Sequence[BaseRoute] = (),
     middleware: Sequence[Middleware] = (),
     public_paths: frozenset[str] = frozenset(),
+    plan_manifests_per_task: int = MANIFESTS_PER_TASK,
 ) -> Starlette:
     """The catalog app; ``authenticator=None`` is auth mode ``none`` (loopback only, see server.py).
-    ``public_paths``: more paths served without a token (the console's page and assets)."""
+    ``public_paths``: more paths served without a token (the console's page and assets);
+    ``plan_manifests_per_task``: data manifests per plan task of server-side scan planning."""
 
     async def health(request: Request) -> Response:
         return JSONResponse({"status": "ok", "warehouse": store.name})
@@ -43,7 +47,10 @@ def build_app(
         return error_response(405, "MethodNotAllowedException", f"{request.method} is not allowed on {request.url.path}")
 
     iceberg_routes = [Route("/v1/oauth/tokens", token_endpoint(authenticator), methods=["POST"])]
-    iceberg_routes += build_routes(store, add_view_routes)
+    iceberg_routes.append(Route(REVOKE_PATH, revocation_endpoint(authenticator), methods=["POST"]))
+    if authenticator is not None and authenticator.codec is not None:
+        authenticator.codec.revocations.attach(store.engine)  # revocations shared by every catalog process
+    iceberg_routes += build_routes(store, lambda b: (add_view_routes(b), add_scan_routes(b, plan_manifests_per_task)))
     stack = [Middleware(IdempotencyMiddleware, store=store)]  # innermost: replays only authorized requests
     if authenticator is not None:
         stack.insert(0, Middleware(AuthMiddleware, authenticator=authenticator, public_paths=PUBLIC_PATHS | public_paths))

@@ -1,8 +1,8 @@
 """OAuth2 client credentials for the catalog: hashed client secrets, short-lived signed bearer
 tokens, and the middleware that turns a token into a :class:`~catalog_api.access.Principal`.
 
-Tokens are ``lv1.<payload>.<signature>`` with an HMAC-SHA256 signature, so any catalog
-process holding the same signing key accepts them (scale-out) and nothing is stored.
+Tokens are standard signed JWTs (``catalog_api/tokens.py``: scope, expiry, key rotation,
+revocation, an external OIDC issuer), so any catalog process holding the same keys accepts them.
 Secrets are stored only as ``scrypt$<n>$<r>$<p>$<salt hex>$<hash hex>`` (see :func:`hash_secret`).
 """
 
@@ -12,9 +12,7 @@ import base64
 import binascii
 import hashlib
 import hmac
-import json
 import secrets
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from urllib.parse import parse_qs
@@ -25,6 +23,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from catalog_api.access import PRINCIPAL_KEY, Principal, Privilege
 from catalog_api.responses import error_response
+from catalog_api.tokens import ExternalIssuer, TokenCodec, load_jwks
 from lakeview import errors
 from lakeview.config.auth import AuthConfig, check_secret_hash, load_signing_key
 from lakeview.config.models import ProjectConfig
@@ -75,37 +74,35 @@ class Authenticator:
     clients: Mapping[str, Client]
     token_ttl: int = 3600
     signing_key: bytes = field(default_factory=lambda: secrets.token_bytes(32))
+    codec: TokenCodec | None = None  # JWTs (tokens.py); default: HS256 with signing_key, no external issuer
+    external_grants: Mapping[str, dict[str, Privilege]] = field(default_factory=dict)  # OIDC subject → grants
 
-    def issue(self, client_id: str, secret: str) -> str:
-        """A bearer token for a client whose secret matches. Raises NotAuthorizedError."""
+    def __post_init__(self) -> None:
+        if self.codec is None:
+            self.codec = TokenCodec(self.signing_key)
+
+    def issue(self, client_id: str, secret: str, scopes: tuple[str, ...] = ()) -> str:
+        """A signed JWT for a client whose secret matches, with the scopes asked for. Raises NotAuthorizedError."""
         client = self.clients.get(client_id)
         if client is None or not verify_secret(secret, client.secret_hash):
             raise errors.NotAuthorizedError("unknown client or wrong secret")
-        payload = json.dumps({"sub": client_id, "exp": int(time.time()) + self.token_ttl}, separators=(",", ":"))
-        body = _b64(payload.encode())
-        return f"lv1.{body}.{self._sign(body)}"
+        return self.codec.issue(client_id, self.token_ttl, scopes)  # type: ignore[union-attr]
 
     def principal(self, token: str) -> Principal:
-        """The principal a token stands for. Raises NotAuthorizedError (forged, expired, unknown client)."""
-        try:
-            version, body, signature = token.split(".")
-        except ValueError:
-            raise errors.NotAuthorizedError("malformed bearer token") from None
-        if version != "lv1" or not hmac.compare_digest(signature, self._sign(body)):
-            raise errors.NotAuthorizedError("invalid bearer token")
-        try:
-            claims = json.loads(_unb64(body))
-        except (ValueError, binascii.Error):
-            raise errors.NotAuthorizedError("malformed bearer token") from None
-        if claims.get("exp", 0) < time.time():
-            raise errors.NotAuthorizedError("bearer token expired; request a new one")
-        client = self.clients.get(claims.get("sub"))
-        if client is None:
-            raise errors.NotAuthorizedError("the token's client no longer exists")
-        return Principal(claims["sub"], client.grants)
-
-    def _sign(self, body: str) -> str:
-        return _b64(hmac.new(self.signing_key, body.encode(), hashlib.sha256).digest())
+        """The principal a token stands for. Raises NotAuthorizedError (forged, expired, revoked, unknown client)."""
+        claims = self.codec.verify(token)  # type: ignore[union-attr]
+        if claims.external:
+            grants = self.external_grants.get(claims.subject)
+            if grants is None:
+                raise errors.NotAuthorizedError(f"the identity provider's subject {claims.subject!r} has no grants")
+        else:
+            client = self.clients.get(claims.subject)
+            if client is None:
+                raise errors.NotAuthorizedError("the token's client no longer exists")
+            grants = client.grants
+        if claims.read_only:
+            grants = {ns: min(p, Privilege.READ) for ns, p in grants.items()}
+        return Principal(claims.subject, grants)
 
 
 class AuthMiddleware:
@@ -152,7 +149,7 @@ def token_endpoint(authenticator: Authenticator | None):  # noqa: ANN201 - a Sta
         if not client_id or secret is None:
             return _oauth_error(400, "invalid_request", "client_id and client_secret are required")
         try:
-            token = authenticator.issue(client_id, secret)
+            token = authenticator.issue(client_id, secret, tuple(form.get("scope", "").split()))
         except errors.NotAuthorizedError as exc:
             return _oauth_error(401, "invalid_client", str(exc))
         return JSONResponse(
@@ -172,28 +169,36 @@ def _oauth_error(status: int, error: str, description: str) -> Response:
     return JSONResponse({"error": error, "error_description": description}, status_code=status)
 
 
-def _b64(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
-
-
-def _unb64(text: str) -> bytes:
-    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-
-
-def build_authenticator(config: AuthConfig, signing_key: bytes | None = None) -> Authenticator | None:
-    """The catalog's Authenticator for ``config`` (None in mode ``none``)."""
+def build_authenticator(
+    config: AuthConfig, signing_key: bytes | None = None, retired_keys: tuple[bytes, ...] = (), jwks: dict | None = None
+) -> Authenticator | None:
+    """The catalog's Authenticator for ``config`` (None in mode ``none``); ``jwks``: the OIDC issuer's file."""
     if not config.enabled:
         return None
     clients = {
         client_id: Client(c.secret_hash, {ns: Privilege.parse(p) for ns, p in c.privileges.items()})
         for client_id, c in config.clients.items()
     }
-    options = {"signing_key": signing_key} if signing_key else {}
-    return Authenticator(clients, token_ttl=config.token_ttl, **options)
+    key = signing_key or secrets.token_bytes(32)
+    external, external_grants = None, {}
+    if config.oidc is not None:
+        oidc = config.oidc
+        external = ExternalIssuer(oidc.issuer, jwks, oidc.jwks_url, oidc.audience, oidc.subject_claim)
+        external_grants = {
+            subject: {ns: Privilege.parse(p) for ns, p in grants.items()} for subject, grants in oidc.privileges.items()
+        }
+    codec = TokenCodec(key, retired_keys, external)
+    return Authenticator(
+        clients, token_ttl=config.token_ttl, signing_key=key, codec=codec, external_grants=external_grants
+    )
 
 
 def project_authenticator(project: ProjectConfig) -> Authenticator | None:
     """The Authenticator for a ProjectConfig's ``[auth]`` (None in mode ``none``)."""
     auth = project.auth
-    key = load_signing_key(project.resolve(auth.signing_key_file)) if auth.enabled and auth.signing_key_file else None
-    return build_authenticator(auth, key)
+    if not auth.enabled:
+        return None
+    key = load_signing_key(project.resolve(auth.signing_key_file)) if auth.signing_key_file else None
+    retired = tuple(project.resolve(path).read_bytes().strip() for path in auth.retired_signing_key_files)
+    jwks = load_jwks(project.resolve(auth.oidc.jwks_file).read_text()) if auth.oidc is not None and auth.oidc.jwks_file else None
+    return build_authenticator(auth, key, retired, jwks)

@@ -31,7 +31,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from catalog_api.access import Privilege, authorize
+from catalog_api.access import Privilege, authorize, principal_of
+from catalog_api.credentials import CredentialVendor, wants_vending, with_credentials
 from catalog_api.responses import from_exception, model_response, parse_body
 from catalog_api.store import CatalogStore, MetadataCache, TableChange, check_name
 from lakeview import errors
@@ -103,6 +104,7 @@ def build_routes(store: CatalogStore, extra: Callable[[RouteBuilder], None] | No
     """The catalog's routes, relative to the ``/iceberg`` mount; ``extra`` adds more (views)."""
     builder = RouteBuilder(store)
     responses = MetadataCache(size=1024)  # serialized load-table bodies, keyed by metadata location
+    vendor = CredentialVendor.from_properties(dict(store._catalog.properties)) if store.remote else None
 
     async def get_config(request: Request) -> Response:
         warehouse = request.query_params.get("warehouse")
@@ -180,10 +182,17 @@ def build_routes(store: CatalogStore, extra: Callable[[RouteBuilder], None] | No
         mode = request.query_params.get("snapshots", "all")
         if mode not in ("all", "refs"):
             raise errors.BadRequestError(f"snapshots must be 'all' or 'refs', not {mode!r}")
-        if store.inline_reads:  # a local SQLite read (~50 µs) is cheaper than a thread hop and the GIL handoff
-            location, metadata = store.load_metadata(identifier)
-        else:
-            location, metadata = await run_in_threadpool(store.load_metadata, identifier)
+        # A pointer read on SQLite (~50 µs) or PostgreSQL is cheaper than a thread hop and the GIL handoff;
+        # a metadata file not in the cache (maybe on S3) is read in the thread pool.
+        loaded = store.load_cached_metadata(identifier) if store.inline_reads else None
+        if loaded is None:
+            loaded = await run_in_threadpool(store.load_metadata, identifier)
+        location, metadata = loaded
+        if vendor is not None and wants_vending(request.headers):
+            credential = await run_in_threadpool(vendor.vend, metadata.location, may_write(request, identifier[:-1]))
+            plain = table_json(location, store.metadata_json(location, metadata), config=True)
+            body = with_credentials(plain, credential)
+            return Response(body, media_type="application/json", headers={"Cache-Control": "no-store"})
         return table_response(request, location, metadata, mode)
 
     def table_response(request: Request, location: str, metadata: TableMetadata, mode: str) -> Response:
@@ -251,10 +260,11 @@ def build_routes(store: CatalogStore, extra: Callable[[RouteBuilder], None] | No
 
     async def load_credentials(request: Request) -> Response:
         identifier = table_param(request)
-        if not await run_in_threadpool(store.table_exists, identifier):
-            raise errors.NoSuchTableError(f"Table does not exist: {'.'.join(identifier)}")
-        # A local warehouse needs no storage credentials.
-        return JSONResponse({"storage-credentials": []})
+        _, metadata = await run_in_threadpool(store.load_metadata, identifier)
+        if vendor is None:  # a local warehouse (or vending off) needs no storage credentials
+            return JSONResponse({"storage-credentials": []})
+        credential = await run_in_threadpool(vendor.vend, metadata.location, may_write(request, identifier[:-1]))
+        return JSONResponse({"storage-credentials": [credential]}, headers={"Cache-Control": "no-store"})
 
     async def commit_transaction(request: Request) -> Response:
         body = await parse_body(request, CommitTransactionRequest)
@@ -306,6 +316,15 @@ async def rename_pair(request: Request) -> tuple[Identifier, Identifier]:
     authorize(request, source[:-1], Privilege.WRITE)
     authorize(request, target[:-1], Privilege.WRITE)
     return source, target
+
+
+def may_write(request: Request, namespace: Identifier) -> bool:
+    """Whether vended credentials may write: the caller holds write on the namespace (always without auth)."""
+    principal = principal_of(request)
+    if principal is None:
+        return True
+    held = principal.privilege_on(namespace)
+    return held is not None and held >= Privilege.WRITE
 
 
 def etag_of(mode: str, location: str) -> str:

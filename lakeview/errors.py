@@ -133,3 +133,22 @@ class UnprocessableEntityError(CatalogError, TerminalError):
 
     status = 422
     kind = "UnprocessableEntityException"
+
+
+class NoSuchPlanIdError(NotFoundError):
+    """A scan plan id the catalog did not issue (or for another table)."""
+
+    kind = "NoSuchPlanIdException"
+
+
+class NoSuchPlanTaskError(NotFoundError):
+    """A plan-task token the catalog did not issue for this table's snapshot."""
+
+    kind = "NoSuchPlanTaskException"
+
+
+class UnsupportedOperationError(CatalogError, TerminalError):
+    """A valid request for something this catalog does not do (e.g. incremental scan planning)."""
+
+    status = 406
+    kind = "UnsupportedOperationException"

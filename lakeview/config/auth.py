@@ -5,6 +5,13 @@
 mode = "oauth2"                 # or "none" (the default; loopback only)
 token_ttl = 3600                # seconds a bearer token lives
 signing_key_file = "secrets/catalog.key"   # shared by every catalog process; default: random per process
+retired_signing_key_files = ["secrets/catalog-2026-10.key"]  # rotation: tokens they signed stay valid until exp
+
+[auth.oidc]                     # optional: also accept an identity provider's JWTs
+issuer = "https://idp.example.com/"          # must equal the tokens' iss
+jwks_url = "https://idp.example.com/jwks"    # or jwks_file = "secrets/idp-jwks.json"
+audience = "lakeview"                         # optional: required aud
+privileges = { "svc-etl" = { analytics = "write" } }   # token subject → namespace → privilege
 
 [auth.clients.spark]
 secret_hash = "scrypt$16384$8$1$<salt hex>$<hash hex>"   # catalog_api.auth.hash_secret("...")
@@ -19,7 +26,7 @@ import secrets
 from enum import Enum
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
 def check_secret_hash(stored: str) -> str:
@@ -75,6 +82,41 @@ class AuthClientConfig(BaseModel):
         return value
 
 
+def _check_privileges(value: dict[str, str]) -> dict[str, str]:
+    for namespace, privilege in value.items():
+        if privilege.lower() not in ("read", "write", "admin"):
+            raise ValueError(f"privilege {privilege!r} for {namespace!r} is not valid; use read, write or admin")
+    return value
+
+
+class OidcConfig(BaseModel):
+    """An external OIDC issuer whose signed JWTs the catalog accepts (keys from its JWKS)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    issuer: str = Field(description="the issuer's identifier; a token's iss claim must equal it")
+    jwks_file: str | None = Field(None, description="file with the issuer's JWKS (JSON), relative to the project")
+    jwks_url: str | None = Field(None, description="URL of the issuer's JWKS, fetched and cached for 5 minutes")
+    audience: str | None = Field(None, description="required aud claim; default: aud is not checked")
+    subject_claim: str = Field("sub", description="the claim naming the caller, looked up in privileges")
+    privileges: dict[str, dict[str, str]] = Field(
+        default_factory=dict, description="subject → namespace or '*' → read, write or admin"
+    )
+
+    @field_validator("privileges")
+    @classmethod
+    def _privileges(cls, value: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
+        for grants in value.values():
+            _check_privileges(grants)
+        return value
+
+    @model_validator(mode="after")
+    def _one_jwks(self) -> OidcConfig:
+        if (self.jwks_file is None) == (self.jwks_url is None):
+            raise ValueError("set exactly one of jwks_file and jwks_url")
+        return self
+
+
 class AuthConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -93,6 +135,10 @@ class AuthConfig(BaseModel):
             "has its own key)"
         ),
     )
+    retired_signing_key_files: list[str] = Field(
+        default_factory=list, description="keys rotated out: tokens they signed are accepted until they expire"
+    )
+    oidc: OidcConfig | None = Field(None, description="an external identity provider whose tokens are accepted")
     clients: dict[str, AuthClientConfig] = Field(default_factory=dict, description="the OAuth2 clients, by client id")
 
     @property

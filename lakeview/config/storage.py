@@ -40,6 +40,13 @@ class S3Config(_Strict):
     secret_access_key: str | None = Field(None, description="default: `AWS_SECRET_ACCESS_KEY`")
     session_token: str | None = Field(None, description="default: `AWS_SESSION_TOKEN`")
     path_style: bool = Field(True, description="bucket in the path, not the host name (MinIO, SeaweedFS)")
+    vended_credentials_ttl: int | None = Field(
+        None, ge=900, le=43200,
+        description="seconds that credentials vended to catalog clients live (STS AssumeRole); unset: no vending",
+    )
+    vended_credentials_role_arn: str | None = Field(
+        None, description="role the catalog assumes to vend credentials (AWS); unset: the catalog's own identity (SeaweedFS)"
+    )
 
     def resolved(self) -> dict[str, str | None]:
         """Endpoint, region and credentials with the AWS environment as fallback."""
@@ -78,6 +85,8 @@ class S3Config(_Strict):
             "s3.secret-access-key": r["secret_access_key"],
             "s3.session-token": r["session_token"],
             "s3.force-virtual-addressing": "false" if self.path_style else "true",
+            "lakeview.vended-credentials-ttl": str(self.vended_credentials_ttl) if self.vended_credentials_ttl else None,
+            "lakeview.vended-credentials-role-arn": self.vended_credentials_role_arn,
         }
         return {k: v for k, v in props.items() if v}
 
