@@ -53,6 +53,8 @@ def step(graph: Graph, deltas: dict[str, pa.Table]) -> pa.Table:
             outputs[id(op)] = op.step(rt, [outputs[id(i)] for i in op.inputs])
     rt.epoch += 1
     out = outputs[id(graph.output)]
+    if out.num_rows > 1:  # a projection may map a -1 and a +1 onto one row: the view sees their net
+        out = rt.duck.consolidate("SELECT * FROM o", graph.output.columns, o=out)
     return out.rename_columns(graph.names + [WEIGHT])
 
 

@@ -71,6 +71,8 @@ class Filter(Operator):
         return f"Filter {self.predicate}"
 
     def step(self, rt: Runtime, deltas: list[pa.Table]) -> pa.Table:
+        if deltas[0].num_rows == 0:
+            return deltas[0]
         return rt.duck.query(f"SELECT * FROM d WHERE {self.predicate}", d=deltas[0])
 
 
@@ -85,8 +87,16 @@ class Project(Operator):
         return f"Project {', '.join(shown)}"
 
     def step(self, rt: Runtime, deltas: list[pa.Table]) -> pa.Table:
+        delta = deltas[0]
+        plain = {q(c): c for c in self.inputs[0].columns}
+        if all(e in plain for e in self.exprs):  # a rename: no SQL needed
+            return delta.select([plain[e] for e in self.exprs] + [WEIGHT]).rename_columns(self.columns + [WEIGHT])
+        if delta.num_rows == 0 and hasattr(self, "_empty"):
+            return self._empty
         select = ", ".join(f"{e} AS {q(c)}" for c, e in zip(self.columns, self.exprs))
-        return rt.duck.query(f"SELECT {select}, {WEIGHT} FROM d", d=deltas[0])
+        out = rt.duck.query(f"SELECT {select}, {WEIGHT} FROM d", d=delta)
+        self._empty = out.schema.empty_table()
+        return out
 
 
 @dataclass(eq=False)

@@ -48,6 +48,8 @@ class MemoryStateStore:
         held = self.tables.get(table.name)
         if held is None or keys is None or not table.key:
             return held
+        if keys.num_rows == 0 or held.num_rows == 0:
+            return held.schema.empty_table()
         on = " AND ".join(f"s.{q(k)} IS NOT DISTINCT FROM k.{q(k)}" for k in table.key)
         return self.duck.query(f"SELECT s.* FROM held s SEMI JOIN keys k ON {on}", held=held, keys=keys)
 

@@ -33,6 +33,7 @@ class Duck:
 
     def __init__(self) -> None:
         self.con = duckdb.connect()
+        self.con.execute("SET threads = 1")  # small per-epoch queries: threads cost more than they give
         self.queries = 0
 
     def query(self, sql: str, **tables: pa.Table) -> pa.Table:

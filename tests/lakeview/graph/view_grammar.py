@@ -45,7 +45,8 @@ class Inputs:
         deltas = {}
         for t in TABLES:
             rows, out = self.rows[t], []
-            for _ in range(self.r.randint(0, 6)):
+            first = not rows and self.next_id < 100
+            for _ in range(self.r.randint(5, 9) if first else self.r.randint(0, 5)):
                 kind = self.r.choice(["insert", "insert", "delete", "update"]) if rows else "insert"
                 if kind == "insert":
                     row = random_row(self.r, self.next_id)
@@ -79,6 +80,9 @@ class Query:
     def item(self, alias: str) -> str:
         t = self.r.choice(TABLES)
         roll = self.r.random()
+        if roll < 0.05:  # a subquery nested in a subquery
+            return (f"(SELECT id, k, g, v, x FROM {t} WHERE k IN (SELECT k FROM {self.r.choice(TABLES)} "
+                    f"WHERE v > 0)) {alias}")
         if roll < 0.15:
             return f"(SELECT id, k, g, v, x FROM {t} WHERE {self.r.choice(['v > 0', 'g <> ' + repr('b'), 'x IS NOT NULL'])}) {alias}"
         if roll < 0.25:
