@@ -338,6 +338,10 @@ class Builder:
 
     # -- SELECT ---------------------------------------------------------------------------------------------
     def select(self, sel: exp.Select, hints: dict[str, int]) -> tuple[Operator, list[str]]:
+        for part in sel.expressions + [sel.args.get(k) for k in ("group", "having", "qualify", "order")]:
+            if part is not None and self.is_subquery_predicate(part):
+                raise refused(part.sql(dialect="duckdb")[:80], "a subquery is maintained only in FROM or as a "
+                              "top-level AND-ed [NOT] IN / [NOT] EXISTS of WHERE")
         from_hints = self.rank_hints(sel)
         rel = self.from_where(sel, from_hints)
         op, render = rel.op, Render(rel.scope)

@@ -69,7 +69,8 @@ def _refuse_select(select: exp.Select) -> None:
     if isinstance(select.args.get("distinct"), exp.Distinct) and select.args["distinct"].args.get("on"):
         raise refused("DISTINCT ON", "not an operator of the graph (use ROW_NUMBER() ... = 1)")
     group = select.args.get("group")
-    if group is not None and any(group.args.get(k) for k in ("grouping_sets", "cube", "rollup")):
+    if group is not None and (any(group.args.get(k) for k in ("grouping_sets", "cube", "rollup")) or any(
+            isinstance(g, (exp.Rollup, exp.Cube, exp.GroupingSets)) for g in group.expressions)):
         raise refused("GROUPING SETS / ROLLUP / CUBE", "not an operator of the graph")
 
 
@@ -93,6 +94,10 @@ def sql_type(dtype: pa.DataType) -> str:
 def qualify(tree: exp.Expr, schemas: dict[str, pa.Schema]) -> exp.Expr:
     """sqlglot's qualify: tables aliased, columns qualified, stars expanded. Raises UnsupportedSQLError."""
     schema = {name: {f.name: sql_type(f.type) for f in s} for name, s in schemas.items()}
+    ctes = {c.alias_or_name for c in tree.find_all(exp.CTE)}
+    for table in tree.find_all(exp.Table):
+        if isinstance(table.this, exp.Identifier) and table.name not in ctes and table.name not in schema:
+            raise refused(f"table {table.name}", f"not an input of this view (inputs: {', '.join(sorted(schema))})")
     try:
         return sqlglot_qualify(tree, schema=schema, dialect="duckdb", quote_identifiers=False,
                                validate_qualify_columns=True)
