@@ -29,6 +29,7 @@ class Rel:
 
     op: Operator
     scope: Scope
+    inputs: frozenset[str] = frozenset()  # the view's inputs read below (for size hints)
 
 
 @dataclass
@@ -167,7 +168,8 @@ class Builder:
             src = self.add(Source, [], [self.fresh(f"{name}_{c}") for c in cols], name=name)
             self.sources[name] = [src]
         src = self.sources[name][0]
-        return self.renamed(src, [f.name for f in self.schemas[name]], alias)
+        rel = self.renamed(src, [f.name for f in self.schemas[name]], alias)
+        return Rel(rel.op, rel.scope, frozenset([name]))
 
     def renamed(self, op: Operator, names: list[str], alias: str) -> Rel:
         cols = [self.fresh(f"{alias}_{n}") for n in names]
@@ -179,8 +181,11 @@ class Builder:
         if from_ is None:
             raise refused("SELECT without FROM", "a view reads at least one input")
         joins = sel.args.get("joins") or []
-        rel = self.table(from_.this, hints)
+        rel: Rel | None = self.table(from_.this, hints)
         run: list[tuple[Rel, list[exp.Expr]]] = []
+        if self.sizes and not any((j.side or "") for j in joins):  # all inner: any input may start the chain
+            run.append((rel, []))
+            rel = None
         for j in joins:
             if j.args.get("kind") and j.args["kind"].upper() not in ("INNER", "CROSS", "OUTER"):
                 raise refused(f"{j.args['kind'].upper()} JOIN", "not a join the graph maintains")
@@ -206,10 +211,18 @@ class Builder:
             rel = self.semi(rel, c)
         return rel
 
-    def inner_run(self, rel: Rel, run: list[tuple[Rel, list[exp.Expr]]]) -> Rel:
-        """Join a run of inner joins, next always an input connected by an equality, smallest (by size hint) first."""
+    def inner_run(self, rel: Rel | None, run: list[tuple[Rel, list[exp.Expr]]]) -> Rel:
+        """Join a run of inner joins, next always an input connected by an equality, smallest (by size hint) first.
+
+        With no ``rel`` the chain starts at the smallest input, so that the large (fact) input joins late and
+        fewer joins keep a fact-sized state.
+        """
         pool = list(run)
         conds = [c for _, cs in run for c in cs]
+        if rel is None:
+            start = min(pool, key=lambda p: self.size_of(p[0]))
+            pool.remove(start)
+            rel = start[0]
         while pool:
             def connected(r: Rel) -> bool:
                 return any(self.equality(c, rel.scope, r.scope) for c in conds)
@@ -226,8 +239,7 @@ class Builder:
         return rel
 
     def size_of(self, rel: Rel) -> int:
-        tables = {alias for alias, _ in rel.scope}
-        return min((self.sizes.get(t, 1 << 62) for t in tables), default=1 << 62)
+        return max((self.sizes.get(t, 1 << 62) for t in rel.inputs), default=1 << 62)
 
     @staticmethod
     def columns_of(node: exp.Expr) -> set[tuple[str, str]]:
@@ -258,7 +270,7 @@ class Builder:
         condition = " AND ".join(f"({render.sql(c)})" for c in conds) or "TRUE"
         op = self.add(Join, [left.op, right.op], left.op.columns + right.op.columns, kind=kind,
                       left_key=lk, right_key=rk, condition=condition)
-        return Rel(op, scope)
+        return Rel(op, scope, left.inputs | right.inputs)
 
     # -- IN / EXISTS ----------------------------------------------------------------------------------------
     @staticmethod

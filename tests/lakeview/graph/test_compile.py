@@ -66,10 +66,12 @@ def test_explain_lists_operators_state_tables_and_cost_and_joins_small_inputs_fi
     text = explain(graph)
     assert text.splitlines()[0] == "view: region, category, revenue, orders"
     joins = [line.strip() for line in text.splitlines() if ": Join " in line]
-    # printed from the output down: the last join printed is the first joined, which starts with the fact
-    # table and its smallest connected neighbour's chain: orders ⋈ products, ⋈ customers, ⋈ regions
+    # printed from the output down, so the first join made is printed last: the chain starts at the smallest
+    # input (regions), adds its connected neighbours smallest first, and the 50M-row fact table joins late
     assert len(joins) == 3 and all("INNER" in j for j in joins)
-    assert "r_region_id" in joins[0] and "c_customer_id" in joins[1] and "p_product_id" in joins[2]
+    assert "o_product_id=p_product_id" in joins[0]
+    assert "c_customer_id=o_customer_id" in joins[1]
+    assert "r_region_id=c_region_id" in joins[2]
     assert "Aggregate GROUP BY" in text and "[linear]" in text
     assert text.count("state ") == 7  # two per join, one for the aggregate
     assert "cost: per changed group (one record)" in text
