@@ -93,3 +93,33 @@ def test_star_schema_view_maintained_through_dimension_updates():
     got = sorted((r["region"], r["category"], int(r["revenue"]), r["orders"], r[WEIGHT]) for r in out.to_pylist())
     assert got == [("north", "coffee", 5, 1, 1), ("north", "tea", 5, 1, -1),
                    ("south", "coffee", 1, 1, 1), ("south", "tea", 1, 1, -1)]
+
+
+def test_eager_aggregation_keeps_one_row_per_join_key_instead_of_one_per_fact_row():
+    sql = ("SELECT p.category, SUM(o.amount) AS revenue, COUNT(*) AS n, AVG(o.amount) AS mean FROM orders o "
+           "JOIN products p ON o.product_id = p.product_id GROUP BY p.category")
+    sizes = {"orders": 1_000_000, "products": 100}
+    eager, lazy = compile_view(sql, STAR, sizes=sizes), compile_view(sql, STAR, sizes=sizes, eager=False)
+
+    def z(name: str, *rows: tuple) -> pa.Table:
+        schema = STAR[name].append(pa.field(WEIGHT, pa.int64()))
+        return pa.Table.from_pylist([dict(zip(schema.names, r)) for r in rows], schema=schema)
+
+    orders = z("orders", *[(i, 100 + i % 2, 1, i, 1) for i in range(6)])
+    products = z("products", (100, "tea", 1), (101, "cake", 1))
+    outs = [step(g, {"orders": orders, "products": products}) for g in (eager, lazy)]
+    changed = {"products": z("products", (101, "cake", -1), (101, "tea", 1))}
+    outs += [step(g, changed) for g in (eager, lazy)]
+
+    def rows(t: pa.Table) -> list:
+        return sorted((r["category"], float(r["revenue"]), r["n"], r["mean"], r[WEIGHT]) for r in t.to_pylist())
+
+    assert rows(outs[0]) == rows(outs[1]) == [("cake", 9.0, 3, 3.0, 1), ("tea", 6.0, 3, 2.0, 1)]
+    assert rows(outs[2]) == rows(outs[3]) == [("cake", 9.0, 3, 3.0, -1), ("tea", 6.0, 3, 2.0, -1),
+                                              ("tea", 15.0, 6, 2.5, 1)]
+    # the join's order side holds one pre-aggregated row per product (2), not one per order (6)
+    def order_side(graph) -> str:
+        return next(line for line in explain(graph).splitlines() if ": Join" not in line and "key (o_product_id" in line)
+
+    assert "2 rows" in order_side(eager) and "6 rows" in order_side(lazy)
+    assert explain(eager).count("Aggregate GROUP BY") == 2  # one below the join, one above

@@ -91,11 +91,13 @@ class Query:
             return f"{name} {alias}"
         return f"{t} {alias}"
 
-    def from_clause(self, n: int) -> str:
+    def from_clause(self, n: int, inner_only: bool = False) -> str:
         self.aliases = [f"a{i}" for i in range(n)]
         sql = f"FROM {self.item('a0')}"
         for i in range(1, n):
             kind = self.r.choice(["JOIN", "JOIN", "LEFT JOIN", "RIGHT JOIN", "FULL JOIN", "CROSS JOIN"])
+            if inner_only:
+                kind = "JOIN"
             item = self.item(f"a{i}")
             if kind == "CROSS JOIN" and n <= 2:
                 sql += f" CROSS JOIN {item}"
@@ -149,7 +151,7 @@ class Query:
 
     def build(self) -> str:
         r = self.r
-        shape = r.choice(["project", "aggregate", "aggregate", "topk", "topk_sub", "agg_topk", "limit", "union",
+        shape = r.choice(["project", "aggregate", "aggregate", "fact_aggregate", "topk", "topk_sub", "agg_topk", "limit", "union",
                           "distinct"])
         n = r.choice([1, 2, 2, 3, 3, 4])
         if shape == "union":
@@ -172,6 +174,18 @@ class Query:
                     body += f" GROUP BY {', '.join(group)}"
                     if r.random() < 0.3:
                         body += f" HAVING COUNT(*) > {r.randint(1, 2)}"
+            elif shape == "fact_aggregate":  # aggregates of one input over inner joins: eager aggregation applies
+                frm = self.from_clause(max(n, 2), inner_only=True)
+                where = f" WHERE a0.v > {r.randint(-2, 2)}" if r.random() < 0.4 else ""
+                aggs = ["COUNT(*)", "SUM(a0.v)", "AVG(a0.x)", "COUNT(a0.v)", "MIN(a0.g)", "MAX(a0.x)",
+                        "COUNT(*) FILTER (WHERE a0.v > 1)", "SUM(a0.x) FILTER (WHERE a0.g <> 'a')"]
+                picked = ", ".join(f"{r.choice(aggs)} AS m{i}" for i in range(r.randint(1, 3)))
+                group = list(dict.fromkeys(f"{r.choice(self.aliases[1:] + ['a0'])}.{r.choice('kg')}"
+                                           for _ in range(r.randint(0, 2))))
+                sel = ", ".join([f"{g} AS g{i}" for i, g in enumerate(group)] + [picked])
+                body = f"SELECT {sel} {frm}{where}" + (f" GROUP BY {', '.join(group)}" if group else "")
+                if group and r.random() < 0.3:
+                    body += " HAVING SUM(a0.v) > 1"
             elif shape in ("topk", "topk_sub"):
                 part = self.col("kg")
                 func = r.choice(["ROW_NUMBER", "RANK", "DENSE_RANK"])
@@ -238,14 +252,19 @@ class Failure:
     diff: str
 
 
-def run_seed(seed: int, epochs: int = 6) -> Failure | None:
-    """Run one random query over random changes; the first epoch where the graph and DuckDB disagree, if any."""
+def run_seed(seed: int, epochs: int = 6, eager: bool | None = None) -> Failure | None:
+    """Run one random query over random changes; the first epoch where the graph and DuckDB disagree, if any.
+
+    ``eager`` None: the seed decides whether aggregates are pushed below joins (eager aggregation).
+    """
     query = random_query(seed)
     r = random.Random(seed * 7919 + 1)
+    if eager is None:
+        eager = r.random() < 0.5
     inputs = Inputs(r)
     schemas = {t: SCHEMA for t in TABLES}
     try:
-        graph = compile_view(query, schemas)
+        graph = compile_view(query, schemas, eager=eager)
     except Exception as e:  # noqa: BLE001 - a refusal of grammar SQL is a failure to report
         return Failure(seed, query, -1, f"compile: {type(e).__name__}: {e}")
     con = duckdb.connect()
