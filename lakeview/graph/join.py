@@ -30,10 +30,6 @@ def touched_keys(rt: Runtime, parts: list[tuple[pa.Table, list[str]]], names: li
     return rt.duck.query(" UNION ".join(selects), **tables)
 
 
-def renamed(rt: Runtime, keys: pa.Table, names: list[str]) -> pa.Table:
-    return keys.rename_columns(names)
-
-
 @dataclass(eq=False)
 class Join(Operator):
     """Equi-join (keys may be empty: a cross/theta join) with the full ON condition as ``condition``."""
@@ -88,7 +84,7 @@ class Join(Operator):
         if self.left_key:
             keys = touched_keys(rt, [(da, self.left_key), (db, self.right_key)], self.left_key)
             a = rt.store.lookup(self.left_state, keys)
-            b = rt.store.lookup(self.right_state, renamed(rt, keys, self.right_key))
+            b = rt.store.lookup(self.right_state, keys.rename_columns(self.right_key))
         else:
             a = rt.store.lookup(self.left_state, None)
             b = rt.store.lookup(self.right_state, None)
@@ -154,7 +150,7 @@ class SemiJoin(Operator):
         if self.left_key:
             keys = touched_keys(rt, [(da, self.left_key), (db, self.right_key)], self.left_key)
             a = rt.store.lookup(self.left_state, keys)
-            b = rt.store.lookup(self.right_state, renamed(rt, keys, self.right_key))
+            b = rt.store.lookup(self.right_state, keys.rename_columns(self.right_key))
         else:
             a = rt.store.lookup(self.left_state, None)
             b = rt.store.lookup(self.right_state, None)

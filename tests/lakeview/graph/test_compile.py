@@ -119,7 +119,8 @@ def test_eager_aggregation_keeps_one_row_per_join_key_instead_of_one_per_fact_ro
                                               ("tea", 15.0, 6, 2.5, 1)]
     # the join's order side holds one pre-aggregated row per product (2), not one per order (6)
     def order_side(graph) -> str:
-        return next(line for line in explain(graph).splitlines() if ": Join" not in line and "key (o_product_id" in line)
+        lines = explain(graph).splitlines()
+        return next(line for line in lines if ": Join" not in line and "key (o_product_id" in line)
 
     assert "2 rows" in order_side(eager) and "6 rows" in order_side(lazy)
     assert explain(eager).count("Aggregate GROUP BY") == 2  # one below the join, one above

@@ -84,7 +84,8 @@ class Query:
             return (f"(SELECT id, k, g, v, x FROM {t} WHERE k IN (SELECT k FROM {self.r.choice(TABLES)} "
                     f"WHERE v > 0)) {alias}")
         if roll < 0.15:
-            return f"(SELECT id, k, g, v, x FROM {t} WHERE {self.r.choice(['v > 0', 'g <> ' + repr('b'), 'x IS NOT NULL'])}) {alias}"
+            cond = self.r.choice(["v > 0", "g <> 'b'", "x IS NOT NULL"])
+            return f"(SELECT id, k, g, v, x FROM {t} WHERE {cond}) {alias}"
         if roll < 0.25:
             name = f"c{len(self.ctes)}"
             self.ctes.append(f"{name} AS (SELECT id, k + 0 AS k, COALESCE(g, 'z') AS g, v, x FROM {t})")
@@ -151,8 +152,8 @@ class Query:
 
     def build(self) -> str:
         r = self.r
-        shape = r.choice(["project", "aggregate", "aggregate", "fact_aggregate", "topk", "topk_sub", "agg_topk", "limit", "union",
-                          "distinct"])
+        shape = r.choice(["project", "aggregate", "aggregate", "fact_aggregate", "topk", "topk_sub", "agg_topk",
+                          "limit", "union", "distinct"])
         n = r.choice([1, 2, 2, 3, 3, 4])
         if shape == "union":
             left = self.simple(r.randint(1, 2))
