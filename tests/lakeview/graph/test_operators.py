@@ -205,3 +205,11 @@ def test_subquery_under_or_is_refused(sql):
 
     with pytest.raises(UnsupportedSQLError, match="subquery"):
         compile_view(sql, SCHEMAS)
+
+
+def test_full_join_without_equality_reads_the_whole_other_side():
+    view = View("SELECT a.id, b.id AS bid FROM a FULL JOIN b ON a.v < b.v")
+    assert "key (none)" in view_explain(view)
+    assert view(a=z((1, 0, "x", 5, 1)), b=z((10, 0, "y", 3, 1))) == [(1, None, 1), (None, 10, 1)]
+    assert view(b=z((11, 0, "y", 9, 1))) == [(1, None, -1), (1, 11, 1)]
+    assert view(a=z((1, 0, "x", 5, -1), (1, 0, "x", 1, 1))) == [(1, 10, 1), (None, 10, -1)]

@@ -107,7 +107,9 @@ class Query:
             j = self.r.randrange(i)
             on = f"a{j}.{self.r.choice(['k', 'k', 'g'])} = a{i}.{{col}}"
             on = on.replace("{col}", on.split(".")[1].split(" ")[0])
-            if self.r.random() < 0.3:
+            if self.r.random() < 0.08:  # no equality at all: a theta join over the whole other side
+                on = f"a{j}.v < a{i}.v"
+            elif self.r.random() < 0.3:
                 on += self.r.choice([f" AND a{j}.v < a{i}.v", f" AND a{i}.g <> 'a'", f" AND a{j}.x <= a{i}.x"])
             sql += f" {kind} {item} ON {on}"
         return sql
@@ -204,6 +206,10 @@ class Query:
                 order = f"SUM({self.col('v')}) DESC" + (f", {g2}" if func == "ROW_NUMBER" else "")
                 body = (f"SELECT {g1} AS grp, {g2} AS kk, COUNT(*) AS c, {func}() OVER (PARTITION BY {g1} "
                         f"ORDER BY {order}) AS r {frm}{where} GROUP BY {g1}, {g2} QUALIFY r <= {r.randint(1, 2)}")
+            elif r.random() < 0.4:  # ORDER BY an aggregate, LIMIT
+                key = self.col("kg")
+                body = (f"SELECT {key} AS g0, COUNT(*) AS c, SUM({self.col('v')}) AS s {frm}{where} GROUP BY {key} "
+                        f"ORDER BY c DESC, g0 LIMIT {r.randint(1, 3)}")
             else:
                 off = f" OFFSET {r.randint(1, 2)}" if r.random() < 0.3 else ""
                 body = (f"SELECT {self.scalar()} AS e0, {self.ids()} {frm}{where} ORDER BY {self.ids()} "
