@@ -181,7 +181,8 @@ class Builder:
         if from_ is None:
             raise refused("SELECT without FROM", "a view reads at least one input")
         joins = sel.args.get("joins") or []
-        rel: Rel | None = self.table(from_.this, hints)
+        pushed, plain, subs = self.split_where(sel, from_, joins)
+        rel: Rel | None = self.pushed(self.table(from_.this, hints), from_.this, pushed)
         run: list[tuple[Rel, list[exp.Expr]]] = []
         if self.sizes and not any((j.side or "") for j in joins):  # all inner: any input may start the chain
             run.append((rel, []))
@@ -191,7 +192,7 @@ class Builder:
                 raise refused(f"{j.args['kind'].upper()} JOIN", "not a join the graph maintains")
             if j.args.get("using"):
                 raise refused("JOIN ... USING", "could not be rewritten to ON")
-            right = self.table(j.this, hints)
+            right = self.pushed(self.table(j.this, hints), j.this, pushed)
             side = (j.side or "").lower()
             if side in ("left", "right", "full"):
                 rel = self.inner_run(rel, run)
@@ -200,9 +201,6 @@ class Builder:
             else:
                 run.append((right, conjuncts(j.args.get("on"))))
         rel = self.inner_run(rel, run)
-        plain, subs = [], []
-        for c in conjuncts(sel.args.get("where")):
-            (subs if self.is_subquery_predicate(c) else plain).append(c)
         if plain:
             render = Render(rel.scope)
             pred = " AND ".join(f"({render.sql(c)})" for c in plain)
@@ -210,6 +208,39 @@ class Builder:
         for c in subs:
             rel = self.semi(rel, c)
         return rel
+
+    def split_where(self, sel: exp.Select, from_: exp.Expr, joins: list[exp.Expr]) -> tuple[
+            dict[str, list[exp.Expr]], list[exp.Expr], list[exp.Expr]]:
+        """WHERE's conjuncts: those on one input that no outer join NULL-extends (filtered before the joins, so
+        the joins keep less state), the other plain ones, and the IN / EXISTS ones."""
+        items = [from_.this] + [j.this for j in joins]
+        nullable: set[str] = set()
+        for i, j in enumerate(joins, start=1):
+            side = (j.side or "").upper()
+            if side in ("LEFT", "FULL"):
+                nullable.add(items[i].alias_or_name)
+            if side in ("RIGHT", "FULL"):
+                nullable |= {x.alias_or_name for x in items[:i]}
+        pushed: dict[str, list[exp.Expr]] = {}
+        plain, subs = [], []
+        for c in conjuncts(sel.args.get("where")):
+            if self.is_subquery_predicate(c):
+                subs.append(c)
+                continue
+            tables = {col.table for col in c.find_all(exp.Column)}
+            if len(tables) == 1 and not tables & nullable and not any(c.find_all(exp.AggFunc, exp.Window)):
+                pushed.setdefault(tables.pop(), []).append(c)
+            else:
+                plain.append(c)
+        return pushed, plain, subs
+
+    def pushed(self, rel: Rel, node: exp.Expr, pushed: dict[str, list[exp.Expr]]) -> Rel:
+        conds = pushed.get(node.alias_or_name)
+        if not conds:
+            return rel
+        render = Render(rel.scope)
+        pred = " AND ".join(f"({render.sql(c)})" for c in conds)
+        return Rel(self.add(Filter, [rel.op], rel.op.columns, predicate=pred), rel.scope, rel.inputs)
 
     def inner_run(self, rel: Rel | None, run: list[tuple[Rel, list[exp.Expr]]]) -> Rel:
         """Join a run of inner joins, next always an input connected by an equality, smallest (by size hint) first.

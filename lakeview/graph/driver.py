@@ -8,7 +8,7 @@ import pyarrow as pa
 
 from lakeview.errors import UnsupportedSQLError
 from lakeview.graph.operators import Operator, Runtime, Source
-from lakeview.graph.state import MemoryStateStore, StateStore
+from lakeview.graph.state import MemoryStateStore, StateStore, StateTable
 from lakeview.graph.zset import WEIGHT, Duck
 
 
@@ -27,6 +27,10 @@ class Graph:
     def __post_init__(self) -> None:
         duck = Duck()
         self.runtime = Runtime(duck, MemoryStateStore(duck))
+
+    def state_tables(self) -> list[StateTable]:
+        """Every state table of every operator (what a table-backed store must create and commit per epoch)."""
+        return [t for op in self.operators for t in op.state_tables()]
 
     def use_store(self, store: StateStore) -> None:
         """Keep state in ``store`` instead of memory (before the first step)."""
@@ -82,8 +86,7 @@ def explain(graph: Graph) -> str:
         if again:
             return
         seen.add(id(op))
-        if op.state_tables():
-            lines.append(f"{pad}    cost: {op.cost}")
+        lines.append(f"{pad}    cost: {op.cost}")
         for table in op.state_tables():
             held = f", {store.rows(table)} rows" if hasattr(store, "rows") else ""
             key = ", ".join(table.key) or "none"

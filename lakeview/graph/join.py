@@ -44,6 +44,8 @@ class Join(Operator):
         self.right_state = self.state("right", self.right_key, f"rows of {self.inputs[1].id} by key")
         self.cost = "per changed row × matching rows of the other side" if self.left_key else (
             "whole other side per changed row (no equality in ON)")
+        if self.kind != "inner":
+            self.cost += "; NULL-extension: both sides' rows under each changed key"
 
     @property
     def left_columns(self) -> list[str]:

@@ -30,7 +30,7 @@ class Operator:
     id: str
     inputs: list[Operator]
     columns: list[str]
-    cost: str = field(default="per changed row", init=False)
+    cost: str = field(default="linear: per changed row, no state", init=False)
 
     def state_tables(self) -> list[StateTable]:
         """The state tables this operator keeps (none for a linear operator)."""
@@ -56,6 +56,9 @@ class Source(Operator):
 
     def describe(self) -> str:
         return f"Source {self.name} ({', '.join(self.columns)})"
+
+    def __post_init__(self) -> None:
+        self.cost = "the input's changes"
 
     def step(self, rt: Runtime, deltas: list[pa.Table]) -> pa.Table:
         return deltas[0].rename_columns(self.columns + [WEIGHT])
