@@ -38,35 +38,62 @@ class StateStore(Protocol):
 
 
 class MemoryStateStore:
-    """State tables as consolidated arrow Z-sets in memory; lookups and merges run in DuckDB."""
+    """State tables in memory as appended arrow chunks: an apply costs its delta; a lookup scans the chunks for
+    its keys and nets the weights of what it found; the chunks are merged once they pile up."""
+
+    merge_after = 16
 
     def __init__(self, duck: Duck | None = None) -> None:
         self.duck = duck or Duck()
-        self.tables: dict[str, pa.Table] = {}
+        self.tables: dict[str, list[pa.Table]] = {}
+
+    def _held(self, name: str) -> pa.Table:
+        chunks = self.tables[name]
+        return chunks[0] if len(chunks) == 1 else pa.concat_tables(chunks)
 
     def lookup(self, table: StateTable, keys: pa.Table | None) -> pa.Table | None:
-        held = self.tables.get(table.name)
-        if held is None or keys is None or not table.key:
+        if table.name not in self.tables:
+            return None
+        held = self._held(table.name)
+        columns = data_columns(held)
+        if keys is not None and table.key:
+            if keys.num_rows == 0 or held.num_rows == 0:
+                return held.schema.empty_table()
+            on = " AND ".join(f"s.{q(k)} IS NOT DISTINCT FROM k.{q(k)}" for k in table.key)
+            return self.duck.consolidate(f"SELECT s.* FROM held s SEMI JOIN keys k ON {on}", columns,
+                                         held=held, keys=keys).cast(held.schema)
+        if len(self.tables[table.name]) == 1:
             return held
-        if keys.num_rows == 0 or held.num_rows == 0:
-            return held.schema.empty_table()
-        on = " AND ".join(f"s.{q(k)} IS NOT DISTINCT FROM k.{q(k)}" for k in table.key)
-        return self.duck.query(f"SELECT s.* FROM held s SEMI JOIN keys k ON {on}", held=held, keys=keys)
+        return self._merge(table.name)
 
     def apply(self, table: StateTable, delta: pa.Table) -> None:
-        held = self.tables.get(table.name)
-        if held is None:
-            held = delta.schema.empty_table()
+        chunks = self.tables.setdefault(table.name, [])
+        if not chunks:
+            chunks.append(delta.schema.empty_table())
         if delta.num_rows == 0:
-            self.tables[table.name] = held
             return
-        columns = data_columns(delta)
+        schema = chunks[0].schema
+        try:
+            chunks.append(delta.select(schema.names).cast(schema))
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, KeyError):
+            chunks.append(delta)
+            self._merge(table.name)
+            return
+        if len(chunks) > self.merge_after:
+            self._merge(table.name)
+
+    def _merge(self, name: str) -> pa.Table:
+        chunks = self.tables[name]
+        columns = data_columns(chunks[0])
         select = f"SELECT {cols_sql(columns)}, {WEIGHT}"
-        self.tables[table.name] = self.duck.consolidate(
-            union_sql([f"{select} FROM held", f"{select} FROM delta"]), columns, held=held, delta=delta
-        )
+        tables = {f"c{i}": c for i, c in enumerate(chunks)}
+        merged = self.duck.consolidate(union_sql([f"{select} FROM c{i}" for i in range(len(chunks))]), columns,
+                                       **tables)
+        self.tables[name] = [merged]
+        return merged
 
     def rows(self, table: StateTable) -> int:
         """How many distinct rows ``table`` holds (for explain and benches)."""
-        held = self.tables.get(table.name)
-        return 0 if held is None else held.num_rows
+        if table.name not in self.tables:
+            return 0
+        return self._merge(table.name).num_rows
