@@ -124,3 +124,11 @@ def test_eager_aggregation_keeps_one_row_per_join_key_instead_of_one_per_fact_ro
 
     assert "2 rows" in order_side(eager) and "6 rows" in order_side(lazy)
     assert explain(eager).count("Aggregate GROUP BY") == 2  # one below the join, one above
+
+
+def test_step_names_an_unknown_input_and_a_delta_missing_columns():
+    graph = compile_view("SELECT id FROM a", SCHEMAS)
+    with pytest.raises(UnsupportedSQLError, match=r"no input named \['c'\]"):
+        step(graph, {"c": pa.table({"id": [1], WEIGHT: [1]})})
+    with pytest.raises(UnsupportedSQLError, match="lacks the columns"):
+        step(graph, {"a": pa.table({"id": [1], WEIGHT: [1]})})
