@@ -22,9 +22,9 @@ from lakeview.errors import SetupError
 def create_app() -> Starlette:
     project_file = os.environ.get("LAKEVIEW_PROJECT")
     if project_file:
-        from lakeview.auth_config import project_authenticator
-        from lakeview.config import load_project
-        from lakeview.embedded import open_store
+        from catalog_api.auth import project_authenticator
+        from lakeview.project import load_project
+        from catalog_api.store import open_store
 
         project = load_project(project_file)
         if project.auth.enabled and not project.auth.signing_key_file:

@@ -23,7 +23,7 @@ from catalog_api.responses import from_exception
 from lakeview import errors
 
 if TYPE_CHECKING:
-    from lakeview.config import ProjectConfig
+    from lakeview.config.models import ProjectConfig
 
 
 def _authorize(request: Request, namespace: str, write: bool) -> None:
@@ -44,8 +44,8 @@ def _may_read(request: Request, namespace: str) -> bool:
 
 def lakeview_routes(project: ProjectConfig, store: Any) -> list[BaseRoute]:
     """The ``/lakeview/v1`` mount for ``build_app(extra_routes=...)``."""
-    from lakeview.ingest import SourceIngest
-    from lakeview.status import view_status, view_statuses
+    from lakeview.ops.ingest import SourceIngest
+    from catalog_api.status import view_status, view_statuses
 
     ingesters: dict[str, SourceIngest] = {}
     readers: dict[str, set[str]] = {}  # source -> namespaces of the views reading it
@@ -54,7 +54,7 @@ def lakeview_routes(project: ProjectConfig, store: Any) -> list[BaseRoute]:
             readers.setdefault(source, set()).add(view.namespace)
 
     def one_view(name: str) -> Any:
-        from lakeview.registration import with_registrar_reasons
+        from catalog_api.registrars.service import with_registrar_reasons
 
         return with_registrar_reasons(project, [view_status(project, store, name)])[0]  # REGISTRAR_DOWN as in the list
 
@@ -105,7 +105,7 @@ def lakeview_routes(project: ProjectConfig, store: Any) -> list[BaseRoute]:
 
 
 def _sources_of(sql: str) -> tuple[str, ...]:
-    from lakeview.plan import plan_view
+    from lakeview.sql.planner import plan_view
 
     try:
         return tuple(plan_view("_", sql).sources)

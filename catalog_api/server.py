@@ -13,7 +13,7 @@ import uvicorn
 from catalog_api.app import build_app
 from catalog_api.auth import Authenticator
 from catalog_api.store import CatalogStore
-from lakeview.config import is_loopback
+from lakeview.config.models import is_loopback
 from lakeview.errors import SetupError
 
 

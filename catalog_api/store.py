@@ -52,6 +52,7 @@ from sqlalchemy import bindparam, delete, event, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError, OperationalError
 
 from lakeview import errors
+from lakeview.config.models import ProjectConfig, file_io_properties
 
 log = logging.getLogger("lakeview.catalog")
 
@@ -491,13 +492,6 @@ class CatalogStore:
         delete_files(io, {s.manifest_list for s in metadata.snapshots}, "manifest list")
         delete_files(io, {entry.metadata_file for entry in metadata.metadata_log} | {metadata_location}, "metadata")
 
-    @property
-    def views(self) -> Any:
-        """The store's :class:`~catalog_api.views.ViewCatalog` (Iceberg views)."""
-        from catalog_api.views import ViewCatalog
-
-        return ViewCatalog(self)
-
     def commit_table(
         self, identifier: Identifier, requirements: tuple[TableRequirement, ...], updates: tuple[TableUpdate, ...]
     ) -> CommitTableResponse:
@@ -710,4 +704,8 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor.close()
 
 
-__all__ = ["CatalogStore", "TableChange", "check_name"]
+__all__ = ["CatalogStore", "TableChange", "check_name", "open_store"]
+
+
+def open_store(project: ProjectConfig) -> CatalogStore:
+    return CatalogStore(project.catalog_store_url, project.warehouse_uri, project.lake.name, properties=file_io_properties(project))
