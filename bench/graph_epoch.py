@@ -16,9 +16,9 @@ import argparse
 import os
 import random
 import statistics
-from collections import Counter
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import duckdb
@@ -26,7 +26,7 @@ import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from lakeview.graph import WEIGHT, compile_view, step  # noqa: E402
+from lakeview.graph import WEIGHT, compile_view, step
 
 SCHEMAS = {
     "orders": pa.schema([("order_id", pa.int64()), ("product_id", pa.int64()), ("customer_id", pa.int64()),

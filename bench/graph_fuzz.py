@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.lakeview.graph.view_grammar import random_query, run_seed  # noqa: E402
+from tests.lakeview.graph.view_grammar import random_query, run_seed
 
 
 def main() -> int:

@@ -7,13 +7,13 @@ Columns are renamed to names unique in the graph, so every operator's SQL refers
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import pyarrow as pa
 from sqlglot import exp
 
-from lakeview.graph.aggregate import SUPPORTED, AggSpec, Aggregate
+from lakeview.graph.aggregate import SUPPORTED, Aggregate, AggSpec
 from lakeview.graph.join import Join, SemiJoin
 from lakeview.graph.operators import Distinct, Filter, Operator, Project, Source, UnionAll
 from lakeview.graph.passes import conjuncts, int_literal, refused
@@ -139,8 +139,8 @@ class Builder:
         if node.args.get("distinct"):
             op = self.add(Distinct, [op], op.columns)
         if node.args.get("order") is not None and node.args.get("limit") is not None:
-            scope = {("", n): c for n, c in zip(names, op.columns)}
-            op = self.limit(op, node, Render(scope), {n: c for n, c in zip(names, op.columns)}, hidden=0)
+            scope = {("", n): c for n, c in zip(names, op.columns, strict=True)}
+            op = self.limit(op, node, Render(scope), {n: c for n, c in zip(names, op.columns, strict=True)}, hidden=0)
         elif node.args.get("limit") is not None:
             raise refused("LIMIT without ORDER BY", "which rows it keeps is unspecified")
         return op, names
@@ -174,7 +174,7 @@ class Builder:
     def renamed(self, op: Operator, names: list[str], alias: str) -> Rel:
         cols = [self.fresh(f"{alias}_{n}") for n in names]
         proj = self.add(Project, [op], cols, exprs=[q(c) for c in op.columns])
-        return Rel(proj, {(alias, n): c for n, c in zip(names, cols)})
+        return Rel(proj, {(alias, n): c for n, c in zip(names, cols, strict=True)})
 
     def from_where(self, sel: exp.Select, hints: dict[str, dict[str, int]]) -> Rel:
         from_ = sel.args.get("from_") or sel.args.get("from")
@@ -255,10 +255,7 @@ class Builder:
             pool.remove(start)
             rel = start[0]
         while pool:
-            def connected(r: Rel) -> bool:
-                return any(self.equality(c, rel.scope, r.scope) for c in conds)
-
-            linked = [p for p in pool if connected(p[0])] or pool
+            linked = [p for p in pool if any(self.equality(c, rel.scope, p[0].scope) for c in conds)] or pool
             pick = min(linked, key=lambda p: self.size_of(p[0]))
             pool.remove(pick)
             scope = {**rel.scope, **pick[0].scope}
@@ -410,7 +407,7 @@ class Builder:
         cols = [self.fresh(n) for n in names]
         limit = sel.args.get("limit")
         hidden: list[str] = []
-        by_name = dict(zip(names, cols))
+        by_name = dict(zip(names, cols, strict=True))
         if limit is not None:
             for o in order_exprs:
                 if not (isinstance(o, exp.Column) and not o.table and o.name in by_name):
@@ -508,7 +505,7 @@ class Builder:
             pre_exprs.append("1")
         pre = self.add(Project, [rel.op], pre_cols, exprs=pre_exprs)
         agg_op = self.add(Aggregate, [pre], group_cols + [s.out for s in specs], group=group_cols, aggs=specs)
-        by_group = {g.sql(): c for g, c in zip(group, group_cols)}
+        by_group = {g.sql(): c for g, c in zip(group, group_cols, strict=True)}
 
         def replace(n: exp.Expr) -> str | None:
             return by_unit.get(n.sql()) or by_group.get(n.sql())

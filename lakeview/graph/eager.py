@@ -31,9 +31,8 @@ def _units(select: exp.Select) -> list[exp.Expr]:
     roots = select.expressions + [select.args[k] for k in ("having", "order") if select.args.get(k)]
     for root in roots:
         for node in root.walk():
-            if isinstance(node, exp.Filter) and isinstance(node.this, exp.AggFunc):
-                found.append(node)
-            elif isinstance(node, exp.AggFunc) and not isinstance(node.parent, exp.Filter):
+            unit = isinstance(node, exp.Filter) and isinstance(node.this, exp.AggFunc)
+            if unit or (isinstance(node, exp.AggFunc) and not isinstance(node.parent, exp.Filter)):
                 found.append(node)
     return found
 
@@ -70,9 +69,8 @@ def _rewrite(select: exp.Select, sizes: dict[str, int], mode: bool | None) -> No
     else:  # COUNT(*) alone: the largest input by size hint, else the first
         fact_alias = max(by_alias, key=lambda a: sizes.get(by_alias[a].name, 0))
     fact = by_alias[fact_alias]
-    if mode is None:
-        if fact.name not in sizes or any(sizes.get(i.name, 0) > sizes[fact.name] for i in items):
-            return
+    if mode is None and (fact.name not in sizes or any(sizes.get(i.name, 0) > sizes[fact.name] for i in items)):
+        return
     # WHERE conjuncts on the fact input alone move into the pre-aggregate
     where = conjuncts(select.args.get("where"))
     inner_where = [c for c in where if {col.table for col in c.find_all(exp.Column)} == {fact_alias}]
@@ -93,7 +91,7 @@ def _rewrite(select: exp.Select, sizes: dict[str, int], mode: bool | None) -> No
     for i, u in enumerate(units):
         agg, filt = (u.this, u.expression) if isinstance(u, exp.Filter) else (u, None)
 
-        def partial(func: exp.Expr, name: str) -> exp.Column:
+        def partial(func: exp.Expr, name: str, filt: exp.Expr | None = filt) -> exp.Column:
             node = exp.Filter(this=func, expression=filt.copy()) if filt is not None else func
             partials.append(exp.alias_(node, name))
             return exp.column(name, table=fact_alias)

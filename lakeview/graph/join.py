@@ -24,7 +24,7 @@ def touched_keys(rt: Runtime, parts: list[tuple[pa.Table, list[str]]], names: li
     """The distinct keys (columns ``names``) appearing in any of the deltas, each read by its own key columns."""
     selects, tables = [], {}
     for i, (delta, key) in enumerate(parts):
-        select = ", ".join(f"{q(k)} AS {q(n)}" for k, n in zip(key, names))
+        select = ", ".join(f"{q(k)} AS {q(n)}" for k, n in zip(key, names, strict=True))
         selects.append(f"SELECT DISTINCT {select} FROM d{i}")
         tables[f"d{i}"] = delta
     return rt.duck.query(" UNION ".join(selects), **tables)
@@ -59,7 +59,7 @@ class Join(Operator):
         return [self.left_state, self.right_state]
 
     def describe(self) -> str:
-        keys = ", ".join(f"{a}={b}" for a, b in zip(self.left_key, self.right_key)) or "none"
+        keys = ", ".join(f"{a}={b}" for a, b in zip(self.left_key, self.right_key, strict=True)) or "none"
         return f"Join {self.kind.upper()} key ({keys}) ON {self.condition}"
 
     def _inner(self, x: str, y: str) -> str:
@@ -133,7 +133,7 @@ class SemiJoin(Operator):
         return [self.left_state, self.right_state]
 
     def describe(self) -> str:
-        keys = ", ".join(f"{a}={b}" for a, b in zip(self.left_key, self.right_key)) or "none"
+        keys = ", ".join(f"{a}={b}" for a, b in zip(self.left_key, self.right_key, strict=True)) or "none"
         return f"{'AntiJoin' if self.anti else 'SemiJoin'} key ({keys}) ON {self.condition}"
 
     def _kept(self, x: str, y: str, sign: str) -> str:

@@ -86,7 +86,7 @@ class Project(Operator):
     exprs: list[str] = field(default_factory=list)
 
     def describe(self) -> str:
-        shown = [e if e == q(c) else f"{e} AS {c}" for c, e in zip(self.columns, self.exprs)]
+        shown = [e if e == q(c) else f"{e} AS {c}" for c, e in zip(self.columns, self.exprs, strict=True)]
         return f"Project {', '.join(shown)}"
 
     def step(self, rt: Runtime, deltas: list[pa.Table]) -> pa.Table:
@@ -96,7 +96,7 @@ class Project(Operator):
             return delta.select([plain[e] for e in self.exprs] + [WEIGHT]).rename_columns(self.columns + [WEIGHT])
         if delta.num_rows == 0 and hasattr(self, "_empty"):
             return self._empty
-        select = ", ".join(f"{e} AS {q(c)}" for c, e in zip(self.columns, self.exprs))
+        select = ", ".join(f"{e} AS {q(c)}" for c, e in zip(self.columns, self.exprs, strict=True))
         out = rt.duck.query(f"SELECT {select}, {WEIGHT} FROM d", d=delta)
         self._empty = out.schema.empty_table()
         return out
@@ -111,8 +111,8 @@ class UnionAll(Operator):
 
     def step(self, rt: Runtime, deltas: list[pa.Table]) -> pa.Table:
         parts = []
-        for i, (op, _) in enumerate(zip(self.inputs, deltas)):
-            select = ", ".join(f"{q(src)} AS {q(dst)}" for src, dst in zip(op.columns, self.columns))
+        for i, (op, _) in enumerate(zip(self.inputs, deltas, strict=True)):
+            select = ", ".join(f"{q(src)} AS {q(dst)}" for src, dst in zip(op.columns, self.columns, strict=True))
             parts.append(f"SELECT {select}, {WEIGHT} FROM d{i}")
         return rt.duck.query(union_sql(parts), **{f"d{i}": d for i, d in enumerate(deltas)})
 

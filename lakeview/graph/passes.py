@@ -58,7 +58,7 @@ def refuse(tree: exp.Expr) -> exp.Expr:
             raise refused(node.key.upper(), "set difference and intersection are not operators of the graph")
         if isinstance(node, exp.Select):
             _refuse_select(node)
-        if isinstance(node, exp.Lateral) or isinstance(node, exp.Unnest):
+        if isinstance(node, (exp.Lateral, exp.Unnest)):
             raise refused(node.sql(dialect="duckdb")[:60], "LATERAL and UNNEST are not operators of the graph")
     return tree
 

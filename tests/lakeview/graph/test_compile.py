@@ -82,7 +82,7 @@ def test_star_schema_view_maintained_through_dimension_updates():
 
     def z(name: str, *rows: tuple) -> pa.Table:
         schema = STAR[name].append(pa.field(WEIGHT, pa.int64()))
-        return pa.Table.from_pylist([dict(zip(schema.names, r)) for r in rows], schema=schema)
+        return pa.Table.from_pylist([dict(zip(schema.names, r, strict=True)) for r in rows], schema=schema)
 
     step(graph, {"regions": z("regions", (1, "north", 1), (2, "south", 1)),
                  "customers": z("customers", (10, 1, 1), (11, 2, 1)),
@@ -103,7 +103,7 @@ def test_eager_aggregation_keeps_one_row_per_join_key_instead_of_one_per_fact_ro
 
     def z(name: str, *rows: tuple) -> pa.Table:
         schema = STAR[name].append(pa.field(WEIGHT, pa.int64()))
-        return pa.Table.from_pylist([dict(zip(schema.names, r)) for r in rows], schema=schema)
+        return pa.Table.from_pylist([dict(zip(schema.names, r, strict=True)) for r in rows], schema=schema)
 
     orders = z("orders", *[(i, 100 + i % 2, 1, i, 1) for i in range(6)])
     products = z("products", (100, "tea", 1), (101, "cake", 1))

@@ -14,7 +14,8 @@ SCHEMAS = {"a": T, "b": T}
 def z(*rows: tuple) -> pa.Table:
     """A Z-set of ``a``/``b`` rows: (id, k, g, v, weight)."""
     names = T.names + [WEIGHT]
-    return pa.Table.from_pylist([dict(zip(names, r)) for r in rows], schema=T.append(pa.field(WEIGHT, pa.int64())))
+    schema = T.append(pa.field(WEIGHT, pa.int64()))
+    return pa.Table.from_pylist([dict(zip(names, r, strict=True)) for r in rows], schema=schema)
 
 
 class Bag(list):

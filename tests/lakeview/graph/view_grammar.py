@@ -272,7 +272,7 @@ def run_seed(seed: int, epochs: int = 6, eager: bool | None = None) -> Failure |
     schemas = {t: SCHEMA for t in TABLES}
     try:
         graph = compile_view(query, schemas, eager=eager)
-    except Exception as e:  # noqa: BLE001 - a refusal of grammar SQL is a failure to report
+    except Exception as e:
         return Failure(seed, query, -1, f"compile: {type(e).__name__}: {e}")
     con = duckdb.connect()
     view: Counter = Counter()
@@ -280,7 +280,7 @@ def run_seed(seed: int, epochs: int = 6, eager: bool | None = None) -> Failure |
         deltas = inputs.epoch()
         try:
             delta = step(graph, {t: d for t, d in deltas.items() if t in graph.schemas})
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             return Failure(seed, query, epoch, f"step: {type(e).__name__}: {e}")
         view.update(multiset(delta, weighted=True))
         view = Counter({k: w for k, w in view.items() if w != 0})
