@@ -214,3 +214,14 @@ def test_full_join_without_equality_reads_the_whole_other_side():
     assert view(a=z((1, 0, "x", 5, 1)), b=z((10, 0, "y", 3, 1))) == [(1, None, 1), (None, 10, 1)]
     assert view(b=z((11, 0, "y", 9, 1))) == [(1, None, -1), (1, 11, 1)]
     assert view(a=z((1, 0, "x", 5, -1), (1, 0, "x", 1, 1))) == [(1, 10, 1), (None, 10, -1)]
+
+
+def test_a_cte_read_twice_is_one_shared_subgraph():
+    view = View("WITH c AS (SELECT k, SUM(v) AS s FROM a GROUP BY k) "
+                "SELECT x.k, y.s FROM c x JOIN c y ON x.k = y.k + 1")
+    assert "(shared, shown above)" in view_explain(view)
+    assert view_explain(view).count("Aggregate GROUP BY") == 1
+    out = view(a=z((1, 1, "x", 5, 1), (2, 2, "x", 7, 1), (3, 2, "x", 1, 1)))
+    assert Bag((k, int(s), w) for k, s, w in out) == [(2, 5, 1)]
+    out = view(a=z((4, 1, "x", 2, 1)))
+    assert Bag((k, int(s), w) for k, s, w in out) == [(2, 5, -1), (2, 7, 1)]
