@@ -1,0 +1,99 @@
+"""One driver for every graph: ``step`` runs an epoch through the operators in order; ``explain`` prints them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+from lakeview.errors import UnsupportedSQLError
+from lakeview.graph.operators import Operator, Runtime, Source
+from lakeview.graph.state import MemoryStateStore, StateStore, StateTable
+from lakeview.graph.zset import WEIGHT, Duck
+
+
+@dataclass(eq=False)
+class Graph:
+    """A compiled view: operators in topological order, its inputs' schemas, its output op and column names."""
+
+    sql: str
+    operators: list[Operator]
+    sources: dict[str, list[Source]]
+    schemas: dict[str, pa.Schema]
+    output: Operator
+    names: list[str]
+    runtime: Runtime = field(init=False)
+
+    def __post_init__(self) -> None:
+        duck = Duck()
+        self.runtime = Runtime(duck, MemoryStateStore(duck))
+
+    def state_tables(self) -> list[StateTable]:
+        """Every state table of every operator (what a table-backed store must create and commit per epoch)."""
+        return [t for op in self.operators for t in op.state_tables()]
+
+    def use_store(self, store: StateStore) -> None:
+        """Keep state in ``store`` instead of memory (before the first step)."""
+        self.runtime.store = store
+
+
+def step(graph: Graph, deltas: dict[str, pa.Table]) -> pa.Table:
+    """Apply one epoch of input changes (each a Z-set with the weight column ``__w``); return the view's delta.
+
+    Inputs not named get an empty delta. Raises UnsupportedSQLError for an input the view does not read or a
+    delta without the input's columns.
+    """
+    unknown = set(deltas) - set(graph.schemas)
+    if unknown:
+        raise UnsupportedSQLError(f"no input named {sorted(unknown)} in this view (inputs: {sorted(graph.schemas)})")
+    rt = graph.runtime
+    outputs: dict[int, pa.Table] = {}
+    for name, sources in graph.sources.items():
+        delta = _conform(graph, name, deltas.get(name))
+        for source in sources:
+            outputs[id(source)] = source.step(rt, [delta])
+    for op in graph.operators:
+        if id(op) not in outputs:
+            outputs[id(op)] = op.step(rt, [outputs[id(i)] for i in op.inputs])
+    rt.epoch += 1
+    out = outputs[id(graph.output)]
+    if out.num_rows > 1:  # a projection may map a -1 and a +1 onto one row: the view sees their net
+        out = rt.duck.consolidate("SELECT * FROM o", graph.output.columns, o=out)
+    return out.rename_columns(graph.names + [WEIGHT])
+
+
+def _conform(graph: Graph, name: str, delta: pa.Table | None) -> pa.Table:
+    schema = graph.schemas[name]
+    weighted = schema.append(pa.field(WEIGHT, pa.int64()))
+    if delta is None:
+        return weighted.empty_table()
+    missing = [f.name for f in weighted if f.name not in delta.column_names]
+    if missing:
+        raise UnsupportedSQLError(f"the delta for {name} lacks the columns {missing}")
+    return delta.select(weighted.names).cast(weighted)
+
+
+def explain(graph: Graph) -> str:
+    """The operator tree from the output down, each operator with its state tables (key, rows held) and cost."""
+    lines: list[str] = [f"view: {', '.join(graph.names)}"]
+    store = graph.runtime.store
+    seen: set[int] = set()
+
+    def walk(op: Operator, depth: int) -> None:
+        pad = "  " * depth
+        again = " (shared, shown above)" if id(op) in seen else ""
+        lines.append(f"{pad}{op.id}: {op.describe()}{again}")
+        if again:
+            return
+        seen.add(id(op))
+        lines.append(f"{pad}    cost: {op.cost}")
+        for table in op.state_tables():
+            held = f", {store.rows(table)} rows" if hasattr(store, "rows") else ""
+            key = ", ".join(table.key) or "none"
+            lines.append(f"{pad}    state {table.name} key ({key}){held}: {table.holds}")
+        for child in op.inputs:
+            walk(child, depth + 1)
+
+    walk(graph.output, 0)
+    return "\n".join(lines)
+

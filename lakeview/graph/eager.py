@@ -1,0 +1,121 @@
+"""Eager aggregation: a pass that pushes a GROUP BY's aggregates below its inner joins onto one input.
+
+``SELECT p.category, SUM(o.amount) FROM orders o JOIN products p ON o.product_id = p.product_id GROUP BY 1``
+becomes the same query over ``(SELECT o.product_id, SUM(o.amount) AS lv_p0, ... FROM orders o GROUP BY
+o.product_id) o``: the joins then keep one row per product instead of one per order, so a product's change
+costs per product, not per order. It applies when every aggregate reads only that input and decomposes
+(SUM, COUNT, COUNT(*), AVG, MIN, MAX, each with a FILTER; not DISTINCT), every join is INNER, and no window
+or subquery predicate is involved. The input's columns used anywhere else become the pre-aggregate's keys.
+"""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+from lakeview.graph.passes import conjuncts
+
+DECOMPOSABLE = (exp.Sum, exp.Count, exp.Avg, exp.Min, exp.Max)
+
+
+def eager_aggregation(tree: exp.Expr, sizes: dict[str, int], mode: bool | None) -> exp.Expr:
+    """Rewrite every eligible SELECT; ``mode`` None: only when ``sizes`` show the pushed-to input is the largest."""
+    if mode is False:
+        return tree
+    for select in list(tree.find_all(exp.Select)):
+        _rewrite(select, sizes, mode)
+    return tree
+
+
+def _units(select: exp.Select) -> list[exp.Expr]:
+    found = []
+    roots = select.expressions + [select.args[k] for k in ("having", "order") if select.args.get(k)]
+    for root in roots:
+        for node in root.walk():
+            unit = isinstance(node, exp.Filter) and isinstance(node.this, exp.AggFunc)
+            if unit or (isinstance(node, exp.AggFunc) and not isinstance(node.parent, exp.Filter)):
+                found.append(node)
+    return found
+
+
+def _rewrite(select: exp.Select, sizes: dict[str, int], mode: bool | None) -> None:
+    from_ = select.args.get("from_") or select.args.get("from")
+    joins = select.args.get("joins") or []
+    if from_ is None or not joins or any((j.side or "") or (j.args.get("kind") or "").upper() not in ("", "INNER")
+                                         for j in joins):
+        return
+    if select.args.get("qualify") or any(select.find_all(exp.Window)) or select.args.get("limit"):
+        return
+    if select.args.get("group") is None and not _units(select):
+        return
+    items = [from_.this] + [j.this for j in joins]
+    if not all(isinstance(i, exp.Table) for i in items):
+        return
+    if any(isinstance(n, (exp.Subquery, exp.Exists)) for n in select.walk() if n is not select):
+        return
+    units = _units(select)
+    if not units:
+        return
+    aliases: set[str] = set()
+    for u in units:
+        agg = u.this if isinstance(u, exp.Filter) else u
+        if not isinstance(agg, DECOMPOSABLE) or isinstance(agg.this, exp.Distinct):
+            return
+        aliases |= {c.table for c in u.find_all(exp.Column)}
+    if len(aliases) > 1:
+        return
+    by_alias = {i.alias_or_name: i for i in items}
+    if aliases:
+        fact_alias = aliases.pop()
+    else:  # COUNT(*) alone: the largest input by size hint, else the first
+        fact_alias = max(by_alias, key=lambda a: sizes.get(by_alias[a].name, 0))
+    fact = by_alias[fact_alias]
+    if mode is None and (fact.name not in sizes or any(sizes.get(i.name, 0) > sizes[fact.name] for i in items)):
+        return
+    # WHERE conjuncts on the fact input alone move into the pre-aggregate
+    where = conjuncts(select.args.get("where"))
+    inner_where = [c for c in where if {col.table for col in c.find_all(exp.Column)} == {fact_alias}]
+    outer_where = [c for c in where if c not in inner_where]
+    # the fact input's columns used outside its aggregates are the pre-aggregate's keys
+    unit_ids = {id(n) for u in units for n in u.walk()}
+    keys: dict[str, exp.Column] = {}
+    rest = [select.args.get("where") and exp.and_(*outer_where) if outer_where else None, select.args.get("group")] \
+        + select.expressions + [j.args.get("on") for j in joins] + [select.args.get("having"), select.args.get("order")]
+    for root in rest:
+        if root is None:
+            continue
+        for col in root.find_all(exp.Column):
+            if col.table == fact_alias and id(col) not in unit_ids:
+                keys.setdefault(col.name, col)
+    partials: list[exp.Expr] = []
+    replacements: dict[int, exp.Expr] = {}
+    for i, u in enumerate(units):
+        agg, filt = (u.this, u.expression) if isinstance(u, exp.Filter) else (u, None)
+
+        def partial(func: exp.Expr, name: str, filt: exp.Expr | None = filt) -> exp.Column:
+            node = exp.Filter(this=func, expression=filt.copy()) if filt is not None else func
+            partials.append(exp.alias_(node, name))
+            return exp.column(name, table=fact_alias)
+
+        arg = agg.this
+        if isinstance(agg, exp.Count):
+            c = partial(exp.Count(this=arg.copy() if arg is not None else exp.Star()), f"lv_n{i}")
+            new: exp.Expr = exp.cast(exp.func("COALESCE", exp.Sum(this=c), exp.Literal.number(0)), "BIGINT")
+        elif isinstance(agg, exp.Sum):
+            new = exp.Sum(this=partial(exp.Sum(this=arg.copy()), f"lv_s{i}"))
+        elif isinstance(agg, (exp.Min, exp.Max)):
+            new = type(agg)(this=partial(type(agg)(this=arg.copy()), f"lv_m{i}"))
+        else:  # AVG = total / count over the partials
+            s = partial(exp.Sum(this=arg.copy()), f"lv_s{i}")
+            n = partial(exp.Count(this=arg.copy()), f"lv_n{i}")
+            new = exp.Div(this=exp.cast(exp.Sum(this=s), "DOUBLE"),
+                          expression=exp.func("NULLIF", exp.Sum(this=n), exp.Literal.number(0)))
+        replacements[id(u)] = new
+    pre = exp.select(*[exp.alias_(exp.column(k, table=fact_alias), k) for k in keys], *partials).from_(fact.copy())
+    if inner_where:
+        pre = pre.where(exp.and_(*inner_where))
+    if keys:
+        pre = pre.group_by(*[exp.column(k, table=fact_alias) for k in keys])
+    for u in units:
+        u.replace(replacements[id(u)])
+    fact.replace(exp.Subquery(this=pre, alias=exp.TableAlias(this=exp.to_identifier(fact_alias))))
+    select.set("where", exp.Where(this=exp.and_(*outer_where)) if outer_where else None)
