@@ -86,6 +86,8 @@ class Authenticator:
 
     def principal(self, token: str) -> Principal:
         """The principal a token stands for. Raises NotAuthorizedError (forged, expired, unknown client)."""
+        if not token.isascii():  # compare_digest refuses non-ASCII str: such a token is simply invalid
+            raise errors.NotAuthorizedError("malformed bearer token")
         try:
             version, body, signature = token.split(".")
         except ValueError:
