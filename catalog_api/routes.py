@@ -372,6 +372,8 @@ def paginate(request: Request, items: list[Any]) -> tuple[list[Any], str | None]
             after = json.loads(bytes.fromhex(token))
         except ValueError:
             raise errors.BadRequestError(f"pageToken {token!r} is not a token this catalog issued") from None
+        if not _issued_shape(after):
+            raise errors.BadRequestError(f"pageToken {token!r} is not a token this catalog issued")
         try:
             start = next((i for i, item in enumerate(items) if _sort_key(item) > _sort_key(after)), len(items))
         except TypeError:  # a token decoding to a value of another shape was not issued here
@@ -379,6 +381,19 @@ def paginate(request: Request, items: list[Any]) -> tuple[list[Any], str | None]
     page = items[start : start + size]
     more = start + size < len(items)
     return page, (json.dumps(page[-1]).encode().hex() if more and page else None)
+
+
+def _issued_shape(after: Any) -> bool:
+    """A page token decodes to a namespace (list of names) or a table identifier, as :func:`paginate` issues."""
+    if isinstance(after, list):
+        return all(isinstance(level, str) for level in after)
+    return (
+        isinstance(after, dict)
+        and set(after) == {"namespace", "name"}
+        and isinstance(after["name"], str)
+        and isinstance(after["namespace"], list)
+        and _issued_shape(after["namespace"])
+    )
 
 
 def _sort_key(item: Any) -> Any:

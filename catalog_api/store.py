@@ -68,8 +68,9 @@ def check_name(kind: str, name: str) -> str:
     """Reject names that could escape the warehouse or confuse a path. Raises BadRequestError."""
     if not name:
         raise errors.BadRequestError(f"{kind} name is empty")
-    if len(name.encode("utf-8", "surrogatepass")) > MAX_NAME:  # file systems count bytes, not characters
-        raise errors.BadRequestError(f"{kind} name is longer than {MAX_NAME} bytes in UTF-8")
+    limit = MAX_NAME - len(".db") if kind == "namespace" else MAX_NAME  # a namespace's directory is <name>.db
+    if len(name.encode("utf-8", "surrogatepass")) > limit:  # file systems count bytes, not characters
+        raise errors.BadRequestError(f"{kind} name is longer than {limit} bytes in UTF-8")
     if name in (".", "..") or "/" in name or "\\" in name or _CONTROL.search(name):
         raise errors.BadRequestError(f"{kind} name {name!r} contains a path separator, '..' or a control character")
     return name
