@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import hashlib
 import hmac
 import json
@@ -19,11 +20,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from urllib.parse import parse_qs
 
+import anyio
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from catalog_api.access import PRINCIPAL_KEY, Principal, Privilege
+from catalog_api.rate_limit import SlidingWindow
+from catalog_api.request_limits import read_body
 from catalog_api.responses import error_response
 from lakeview import errors
 from lakeview.auth_config import check_secret_hash
@@ -33,6 +37,7 @@ __all__ = ["AuthMiddleware", "Authenticator", "Client", "check_secret_hash", "ha
 TOKEN_PATH = "/iceberg/v1/oauth/tokens"
 PUBLIC_PATHS = frozenset({"/healthz", TOKEN_PATH})
 _SCRYPT = (2**14, 8, 1)
+HASH_CONCURRENCY = 2  # scrypt is CPU- and memory-bound: more at once only queues on the cores
 
 
 def hash_secret(secret: str, salt: bytes | None = None) -> str:
@@ -74,11 +79,23 @@ class Authenticator:
     clients: Mapping[str, Client]
     token_ttl: int = 3600
     signing_key: bytes = field(default_factory=lambda: secrets.token_bytes(32))
+    token_attempts_per_minute: int = 600  # per client address (429 beyond); one proxy may front many clients
+    token_failures_per_minute: int = 20  # wrong secrets per client id: guessing stays slow
+    secret_checks: int = field(default=0, init=False, compare=False)  # hashes computed (unknown ids too)
+    hashing: int = field(default=0, init=False, compare=False)  # hashes in progress right now
 
     def issue(self, client_id: str, secret: str) -> str:
-        """A bearer token for a client whose secret matches. Raises NotAuthorizedError."""
+        """A bearer token for a client whose secret matches. Raises NotAuthorizedError.
+
+        An unknown client id is hashed against a dummy hash, so it costs what a known one does."""
         client = self.clients.get(client_id)
-        if client is None or not verify_secret(secret, client.secret_hash):
+        self.hashing += 1
+        try:
+            matches = verify_secret(secret, client.secret_hash if client is not None else _dummy_hash())
+        finally:
+            self.hashing -= 1
+            self.secret_checks += 1
+        if client is None or not matches:
             raise errors.NotAuthorizedError("unknown client or wrong secret")
         payload = json.dumps({"sub": client_id, "exp": int(time.time()) + self.token_ttl}, separators=(",", ":"))
         body = _b64(payload.encode())
@@ -109,6 +126,11 @@ class Authenticator:
         return _b64(hmac.new(self.signing_key, body.encode(), hashlib.sha256).digest())
 
 
+@functools.cache
+def _dummy_hash() -> str:
+    return hash_secret(secrets.token_urlsafe(16))
+
+
 class AuthMiddleware:
     """Require ``Authorization: Bearer <token>`` on every path but the public ones."""
 
@@ -135,12 +157,27 @@ class AuthMiddleware:
 
 
 def token_endpoint(authenticator: Authenticator | None):  # noqa: ANN201 - a Starlette endpoint
-    """``POST /v1/oauth/tokens``: the client_credentials grant, secrets in HTTP Basic or the form."""
+    """``POST /v1/oauth/tokens``: the client_credentials grant, secrets in HTTP Basic or the form.
+
+    Secret hashing (scrypt, deliberately slow) runs in worker threads, at most HASH_CONCURRENCY at a
+    time, never on the event loop; attempts are rate-limited per client address and failures per
+    client id (429 with Retry-After)."""
+    per_address = SlidingWindow(authenticator.token_attempts_per_minute if authenticator else 1)
+    failures_per_client = SlidingWindow(authenticator.token_failures_per_minute if authenticator else 1)
+    hashing = anyio.CapacityLimiter(HASH_CONCURRENCY)
 
     async def endpoint(request: Request) -> Response:
         if authenticator is None:
             return _oauth_error(400, "unsupported_grant_type", "this catalog runs without auth (mode none)")
-        form = {k: v[0] for k, v in parse_qs((await request.body()).decode("utf-8", "replace")).items()}
+        address = request.client.host if request.client else "-"
+        wait = per_address.hit(f"address:{address}")
+        if wait is not None:
+            return _too_many(wait, f"too many token requests from {address}")
+        try:
+            raw = await read_body(request, limit=64 * 1024)
+        except errors.PayloadTooLargeError as exc:
+            return _oauth_error(413, "invalid_request", str(exc))
+        form = {k: v[0] for k, v in parse_qs(raw.decode("utf-8", "replace")).items()}
         if form.get("grant_type") != "client_credentials":
             return _oauth_error(400, "unsupported_grant_type", "only grant_type=client_credentials is supported")
         client_id, secret = form.get("client_id"), form.get("client_secret")
@@ -152,9 +189,13 @@ def token_endpoint(authenticator: Authenticator | None):  # noqa: ANN201 - a Sta
                 return _oauth_error(400, "invalid_request", "malformed HTTP Basic credentials")
         if not client_id or secret is None:
             return _oauth_error(400, "invalid_request", "client_id and client_secret are required")
+        wait = failures_per_client.over(f"client:{client_id}")  # checked before the hash: a refusal is cheap
+        if wait is not None:
+            return _too_many(wait, f"too many failed token requests for client {client_id!r}")
         try:
-            token = authenticator.issue(client_id, secret)
+            token = await anyio.to_thread.run_sync(authenticator.issue, client_id, secret, limiter=hashing)
         except errors.NotAuthorizedError as exc:
+            failures_per_client.hit(f"client:{client_id}")
             return _oauth_error(401, "invalid_client", str(exc))
         return JSONResponse(
             {
@@ -167,6 +208,12 @@ def token_endpoint(authenticator: Authenticator | None):  # noqa: ANN201 - a Sta
         )
 
     return endpoint
+
+
+def _too_many(wait: int, description: str) -> Response:
+    response = _oauth_error(429, "slow_down", f"{description}; retry in {wait} s")
+    response.headers["Retry-After"] = str(wait)
+    return response
 
 
 def _oauth_error(status: int, error: str, description: str) -> Response:
