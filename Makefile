@@ -6,7 +6,7 @@ VENV := .venv
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 PYTEST_ARGS ?=
 
-.PHONY: demo test setup check-java check-postgres clean
+.PHONY: demo test setup check-java check-postgres check-chromium clean
 
 setup: $(STAMP)
 
@@ -44,7 +44,20 @@ check-postgres:
 	    echo "error: PostgreSQL 15 binaries not found in $(PG_BIN); install the Debian package postgresql-15"; exit 1; \
 	  fi; }
 
-test: check-java check-postgres $(STAMP)
+# The console tests (tests/console) drive Debian's chromium through Playwright; no browser is downloaded.
+CHROMIUM ?= /usr/bin/chromium
+check-chromium:
+	@test -x $(CHROMIUM) || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing chromium (the console tests run in a real headless browser) ..."; \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null 2>&1 || { \
+	      apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null; } || { \
+	      echo "error: apt-get install chromium failed"; exit 1; }; \
+	  else \
+	    echo "error: chromium not found at $(CHROMIUM); install the Debian package chromium"; exit 1; \
+	  fi; }
+
+test: check-java check-postgres check-chromium $(STAMP)
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
 
 clean:

@@ -53,7 +53,7 @@ def land(directory: Path, rows: int, groups: int) -> None:
 
 
 def project_for(directory: Path, mode: str, rows: int):  # noqa: ANN201 - ProjectConfig
-    from lakeview.config import parse_project
+    from lakeview.project import parse_project
 
     feed = {"operation": "op", "key": ["order_id"], "sequence": "seq", "insert": ["c"], "update": ["u"], "delete": ["d"]}
     return parse_project(
@@ -73,7 +73,8 @@ def project_for(directory: Path, mode: str, rows: int):  # noqa: ANN201 - Projec
 
 def child(mode: str, view: str, directory: Path, rows: int) -> None:
     from catalog_api.server import CatalogServer
-    from lakeview.embedded import make_writer, open_store, state_writer_factory
+    from writers.registry import make_writer, state_writer_factory
+    from catalog_api.store import open_store
     from spark_jobs.pipeline import ViewPipeline
     from spark_jobs.session import build_session
 
@@ -88,7 +89,7 @@ def child(mode: str, view: str, directory: Path, rows: int) -> None:
 
 
 def view_rows(directory: Path, mode: str, view: str, rows: int):  # noqa: ANN201 - pyarrow Table
-    from lakeview import tables
+    from catalog_api import view_tables as tables
 
     return tables.read_rows(project_for(directory, mode, rows), view)
 
@@ -104,7 +105,7 @@ def main() -> None:
     if args.child:
         child(args.child, args.view, args.dir, args.rows)
         return
-    from lakeview import oracle
+    from lakeview.ivm import oracle
 
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp)

@@ -88,8 +88,8 @@ def land(directory: Path, rows: int, files: int = 8) -> None:
 
 
 def child(mode: str, directory: Path, rows: int) -> None:
-    from lakeview.config import parse_project
-    from lakeview.embedded import make_writer
+    from lakeview.project import parse_project
+    from writers.registry import make_writer
     from spark_jobs.pipeline import ViewPipeline
     from spark_jobs.session import build_session
 

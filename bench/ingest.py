@@ -27,10 +27,11 @@ from rich.table import Table
 
 from catalog_api.lakeview_routes import lakeview_app_options
 from catalog_api.server import CatalogServer
-from lakeview.config import parse_project
-from lakeview.embedded import make_writer, open_store
-from lakeview.generator import make_orders
-from writers.base import Change, Epoch
+from lakeview.project import parse_project
+from writers.registry import make_writer
+from catalog_api.store import open_store
+from lakeview.cli.generator import make_orders
+from lakeview.ivm.commits import Change, Epoch
 
 SCHEMA = "order_id BIGINT, product_id BIGINT, quantity INT, ts TIMESTAMP"
 

@@ -33,9 +33,9 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from bench.history import SCHEMA as ORDERS, land_parquet  # noqa: E402
-from lakeview.config import parse_project  # noqa: E402
-from lakeview.duck import connect  # noqa: E402
-from lakeview.embedded import EmbeddedStack  # noqa: E402
+from lakeview.project import parse_project
+from lakeview.sql.duck import connect
+from lakeview.stack.embedded import EmbeddedStack
 
 PRODUCTS = "product_id BIGINT, category STRING, op STRING, seq BIGINT"
 FEED = {"operation": "op", "key": ["product_id"], "sequence": "seq", "insert": ["c"], "update": ["u"], "delete": ["d"]}

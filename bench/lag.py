@@ -30,9 +30,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import duckdb  # noqa: E402
 
 from bench.history import SCHEMA, generate_history, land_parquet, orders_sql  # noqa: E402
-from lakeview.config import parse_project  # noqa: E402
-from lakeview.duck import connect_catalog  # noqa: E402
-from lakeview.embedded import EmbeddedStack  # noqa: E402
+from lakeview.project import parse_project
+from lakeview.sql.duck import connect_catalog
+from lakeview.stack.embedded import EmbeddedStack
 
 SQL = "SELECT product_id, SUM(quantity) AS total_sold, COUNT(*) AS orders FROM orders GROUP BY product_id"
 

@@ -42,7 +42,7 @@ from rich.table import Table  # noqa: E402
 
 from catalog_api.server import CatalogServer  # noqa: E402
 from catalog_api.store import CatalogStore  # noqa: E402
-from writers.base import Change, Epoch  # noqa: E402
+from lakeview.ivm.commits import Change, Epoch
 from writers.iceberg import IcebergWriter  # noqa: E402
 from spark_jobs.executor_reads import ExecutorReads  # noqa: E402
 from writers.live_files import LiveFiles  # noqa: E402

@@ -45,8 +45,8 @@ from rich.table import Table  # noqa: E402
 
 from catalog_api.server import CatalogServer  # noqa: E402
 from catalog_api.store import CatalogStore  # noqa: E402
-from lakeview.duck import connect_catalog  # noqa: E402
-from writers.base import Change, Epoch  # noqa: E402
+from lakeview.sql.duck import connect_catalog
+from lakeview.ivm.commits import Change, Epoch
 from writers.iceberg import IcebergWriter  # noqa: E402
 from writers.iceberg_maintenance import maintain_iceberg  # noqa: E402
 from writers.live_files import LiveFiles  # noqa: E402

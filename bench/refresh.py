@@ -43,9 +43,9 @@ from rich.table import Table  # noqa: E402
 import sqlglot  # noqa: E402
 
 from bench.history import SCHEMA, generate_history, land_parquet  # noqa: E402
-from lakeview.config import parse_project  # noqa: E402
-from lakeview.duck import connect  # noqa: E402
-from lakeview.embedded import EmbeddedStack  # noqa: E402
+from lakeview.project import parse_project
+from lakeview.sql.duck import connect
+from lakeview.stack.embedded import EmbeddedStack
 
 VIEWS = {
     "sales": "SELECT product_id, SUM(quantity) AS total_sold, COUNT(*) AS orders FROM orders GROUP BY product_id",

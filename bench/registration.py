@@ -30,10 +30,10 @@ from catalog_api.registrars.filesystem import FilesystemRegistrar  # noqa: E402
 from catalog_api.registrars.glue import GlueRegistrar  # noqa: E402
 from catalog_api.server import CatalogServer  # noqa: E402
 from catalog_api.store import CatalogStore  # noqa: E402
-from lakeview.config import parse_project  # noqa: E402
-from lakeview.registration import RegistrationService, published_table  # noqa: E402
+from lakeview.project import parse_project
+from catalog_api.registrars.service import RegistrationService, published_table
 from tests.registrars.conftest import MotoServer  # noqa: E402
-from writers.base import Change, Epoch  # noqa: E402
+from lakeview.ivm.commits import Change, Epoch
 from writers.iceberg import IcebergWriter  # noqa: E402
 
 SCHEMA = pa.schema([("k", pa.int64()), ("total", pa.int64())])

@@ -32,7 +32,8 @@ from rich.table import Table
 
 from catalog_api.server import CatalogServer
 from catalog_api.store import CatalogStore
-from writers.base import Change, Epoch, SnapshotWriter
+from lakeview.ivm.commits import Change, Epoch
+from writers.base import SnapshotWriter
 from writers.delta import DeltaWriter
 from writers.maintenance import MaintenancePolicy
 

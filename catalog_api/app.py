@@ -14,7 +14,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 
-from catalog_api.auth import AuthMiddleware, Authenticator, token_endpoint
+from catalog_api.auth import PUBLIC_PATHS, AuthMiddleware, Authenticator, token_endpoint
 from catalog_api.bind_guard import LoopbackOnly
 from catalog_api.idempotency import IdempotencyMiddleware
 from catalog_api.responses import error_response
@@ -29,8 +29,10 @@ def build_app(
     authenticator: Authenticator | None = None,
     extra_routes: Sequence[BaseRoute] = (),
     middleware: Sequence[Middleware] = (),
+    public_paths: frozenset[str] = frozenset(),
 ) -> Starlette:
-    """The catalog app; ``authenticator=None`` is auth mode ``none`` (loopback only, see server.py)."""
+    """The catalog app; ``authenticator=None`` is auth mode ``none`` (loopback only, see server.py).
+    ``public_paths``: more paths served without a token (the console's page and assets)."""
 
     async def health(request: Request) -> Response:
         return JSONResponse({"status": "ok", "warehouse": store.name})
@@ -45,7 +47,7 @@ def build_app(
     iceberg_routes += build_routes(store, add_view_routes)
     stack = [Middleware(IdempotencyMiddleware, store=store)]  # innermost: replays only authorized requests
     if authenticator is not None:
-        stack.insert(0, Middleware(AuthMiddleware, authenticator=authenticator))
+        stack.insert(0, Middleware(AuthMiddleware, authenticator=authenticator, public_paths=PUBLIC_PATHS | public_paths))
     else:  # however the app is served (uvicorn, gunicorn, workers), no auth means loopback connections only
         stack.insert(0, Middleware(LoopbackOnly))
     return Starlette(

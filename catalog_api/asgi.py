@@ -29,9 +29,9 @@ def create_app() -> Starlette:
     without ``[auth]`` (and the app answers 403 to non-loopback connections without auth anyway)."""
     project_file = os.environ.get("LAKEVIEW_PROJECT")
     if project_file:
-        from lakeview.auth_config import project_authenticator
-        from lakeview.config import load_project
-        from lakeview.embedded import open_store
+        from catalog_api.auth import project_authenticator
+        from lakeview.project import load_project
+        from catalog_api.store import open_store
 
         project = load_project(project_file)
         refuse_open_command_line(project.auth.enabled)

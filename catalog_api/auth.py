@@ -30,9 +30,10 @@ from catalog_api.rate_limit import SlidingWindow
 from catalog_api.request_limits import read_body
 from catalog_api.responses import error_response
 from lakeview import errors
-from lakeview.auth_config import check_secret_hash
+from lakeview.config.auth import AuthConfig, check_secret_hash, load_signing_key
+from lakeview.config.models import ProjectConfig
 
-__all__ = ["AuthMiddleware", "Authenticator", "Client", "check_secret_hash", "hash_secret", "token_endpoint", "verify_secret"]
+__all__ = ["AuthMiddleware", "Authenticator", "Client", "build_authenticator", "check_secret_hash", "hash_secret", "project_authenticator", "token_endpoint", "verify_secret"]
 
 TOKEN_PATH = "/iceberg/v1/oauth/tokens"
 PUBLIC_PATHS = frozenset({"/healthz", TOKEN_PATH})
@@ -226,3 +227,22 @@ def _b64(data: bytes) -> str:
 
 def _unb64(text: str) -> bytes:
     return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+def build_authenticator(config: AuthConfig, signing_key: bytes | None = None) -> Authenticator | None:
+    """The catalog's Authenticator for ``config`` (None in mode ``none``)."""
+    if not config.enabled:
+        return None
+    clients = {
+        client_id: Client(c.secret_hash, {ns: Privilege.parse(p) for ns, p in c.privileges.items()})
+        for client_id, c in config.clients.items()
+    }
+    options = {"signing_key": signing_key} if signing_key else {}
+    return Authenticator(clients, token_ttl=config.token_ttl, **options)
+
+
+def project_authenticator(project: ProjectConfig) -> Authenticator | None:
+    """The Authenticator for a ProjectConfig's ``[auth]`` (None in mode ``none``)."""
+    auth = project.auth
+    key = load_signing_key(project.resolve(auth.signing_key_file)) if auth.enabled and auth.signing_key_file else None
+    return build_authenticator(auth, key)

@@ -23,7 +23,7 @@ from catalog_api.responses import from_exception
 from lakeview import errors
 
 if TYPE_CHECKING:
-    from lakeview.config import ProjectConfig
+    from lakeview.config.models import ProjectConfig
 
 
 def _authorize(request: Request, namespace: str, write: bool) -> None:
@@ -44,8 +44,8 @@ def _may_read(request: Request, namespace: str) -> bool:
 
 def lakeview_routes(project: ProjectConfig, store: Any) -> list[BaseRoute]:
     """The ``/lakeview/v1`` mount for ``build_app(extra_routes=...)``."""
-    from lakeview.ingest import SourceIngest
-    from lakeview.status import view_status, view_statuses
+    from lakeview.ops.ingest import SourceIngest
+    from catalog_api.status import view_status, view_statuses
 
     ingesters: dict[str, SourceIngest] = {}
     readers: dict[str, set[str]] = {}  # source -> namespaces of the views reading it
@@ -54,7 +54,7 @@ def lakeview_routes(project: ProjectConfig, store: Any) -> list[BaseRoute]:
             readers.setdefault(source, set()).add(view.namespace)
 
     def one_view(name: str) -> Any:
-        from lakeview.registration import with_registrar_reasons
+        from catalog_api.registrars.service import with_registrar_reasons
 
         return with_registrar_reasons(project, [view_status(project, store, name)])[0]  # REGISTRAR_DOWN as in the list
 
@@ -92,10 +92,13 @@ def lakeview_routes(project: ProjectConfig, store: Any) -> list[BaseRoute]:
         headers = {"Idempotency-Replayed": "true"} if result.replayed else {}
         return JSONResponse(result.as_dict(), headers=headers)
 
+    from catalog_api.console.routes import console_api_routes
+
     return [
         Mount(
             "/lakeview/v1",
             routes=[
+                *console_api_routes(project, store),  # the console's JSON (lineage, history, snapshots, plans)
                 Route("/views", list_views, methods=["GET"]),
                 Route("/views/{name}", get_view, methods=["GET"]),
                 Route("/sources/{name}/rows", post_rows, methods=["POST"]),
@@ -105,7 +108,7 @@ def lakeview_routes(project: ProjectConfig, store: Any) -> list[BaseRoute]:
 
 
 def _sources_of(sql: str) -> tuple[str, ...]:
-    from lakeview.plan import plan_view
+    from lakeview.sql.planner import plan_view
 
     try:
         return tuple(plan_view("_", sql).sources)
@@ -114,13 +117,17 @@ def _sources_of(sql: str) -> tuple[str, ...]:
 
 
 def lakeview_app_options(project: ProjectConfig | None, store: Any) -> dict[str, Any]:
-    """``build_app``/``CatalogServer`` options that add ``/lakeview/v1``, ``/metrics`` and the
-    request-latency middleware (``project=None``: metrics only, no views known)."""
+    """``build_app``/``CatalogServer`` options that add ``/lakeview/v1``, the console at ``/ui/``,
+    ``/metrics`` and the request-latency middleware (``project=None``: metrics only, no views known)."""
     from starlette.middleware import Middleware
 
     from catalog_api.metrics import RequestLatencyMiddleware, metrics_route
 
     routes: list[BaseRoute] = [metrics_route(project, store)]
+    options: dict[str, Any] = {}
     if project is not None:
-        routes += lakeview_routes(project, store)
-    return {"extra_routes": routes, "middleware": [Middleware(RequestLatencyMiddleware)]}
+        from catalog_api.console.routes import console_public_paths, console_static_routes
+
+        routes += lakeview_routes(project, store) + console_static_routes()
+        options["public_paths"] = console_public_paths()  # the page asks for a token itself
+    return {"extra_routes": routes, "middleware": [Middleware(RequestLatencyMiddleware)], **options}

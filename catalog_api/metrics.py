@@ -22,7 +22,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 if TYPE_CHECKING:
-    from lakeview.config import ProjectConfig
+    from lakeview.config.models import ProjectConfig
 
 CATALOG_REQUEST_SECONDS = Histogram(
     "lakeview_catalog_request_seconds",
@@ -84,7 +84,7 @@ class ViewCollector:
         self.store = store
 
     def collect(self):  # noqa: ANN201 - prometheus-client's collector protocol
-        from lakeview.status import view_statuses
+        from catalog_api.status import view_statuses
 
         lag = GaugeMetricFamily("lakeview_view_lag_seconds", "Freshness lag: now minus the arrival of the newest input the view reflects.", labels=["view"])
         target = GaugeMetricFamily("lakeview_view_target_lag_seconds", "The view's freshness SLO (target_lag).", labels=["view"])

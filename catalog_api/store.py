@@ -55,6 +55,7 @@ from sqlalchemy.exc import IntegrityError, OperationalError
 from catalog_api.confinement import Confinement
 from catalog_api.inert_properties import refuse_implementations
 from lakeview import errors
+from lakeview.config.models import ProjectConfig, file_io_properties
 
 log = logging.getLogger("lakeview.catalog")
 
@@ -534,13 +535,6 @@ class CatalogStore:
             return False  # the table parser names the problem
         return isinstance(data, dict) and ("view-uuid" in data or "current-version-id" in data)
 
-    @property
-    def views(self) -> Any:
-        """The store's :class:`~catalog_api.views.ViewCatalog` (Iceberg views)."""
-        from catalog_api.views import ViewCatalog
-
-        return ViewCatalog(self)
-
     def commit_table(
         self, identifier: Identifier, requirements: tuple[TableRequirement, ...], updates: tuple[TableUpdate, ...]
     ) -> CommitTableResponse:
@@ -777,4 +771,8 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor.close()
 
 
-__all__ = ["CatalogStore", "TableChange", "check_name"]
+__all__ = ["CatalogStore", "TableChange", "check_name", "open_store"]
+
+
+def open_store(project: ProjectConfig) -> CatalogStore:
+    return CatalogStore(project.catalog_store_url, project.warehouse_uri, project.lake.name, properties=file_io_properties(project))

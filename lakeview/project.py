@@ -1,64 +1,176 @@
-"""``lakeview init``: an example project (config + a sample data generator)."""
+"""Load and validate a project file: the typed config models plus the checks that need the
+SQL planner (every view planned at load, so an unsupported view fails before anything runs)."""
 
 from __future__ import annotations
 
+import tomllib
 from pathlib import Path
+from typing import Any
 
-from lakeview.config import PROJECT_FILE
-from lakeview.errors import ConfigError
+from pydantic import BaseModel, ValidationError
 
-EXAMPLE_CONFIG = """\
-# Lakeview project: sources are landing directories, views are SQL kept fresh incrementally.
-# Reference: README.md, "Configuration".
-
-[lake]
-warehouse = "lake"          # view tables, checkpoints and the SQLite catalog store live here
-name = "lakeview"           # warehouse name = the REST catalog prefix
-
-[server]
-host = "127.0.0.1"          # loopback only until auth is configured
-port = {port}
-
-[sources.orders]
-format = "json"             # json (one object per line), csv (with header) or parquet
-path = "landing/orders"     # land files atomically: write elsewhere (or as .name), then rename
-schema = "order_id BIGINT, product_id BIGINT, quantity INT, ts TIMESTAMP"
-
-[views.sales_by_product]
-sql = \"\"\"
-SELECT product_id, SUM(quantity) AS total_sold, COUNT(*) AS orders
-FROM orders
-GROUP BY product_id
-\"\"\"
-format = "iceberg"
-cadence = "{cadence}"            # one snapshot per tick at most; "manual" = only `lakeview refresh`
-namespace = "analytics"
-"""
-
-GENERATOR = '''\
-"""Land sample orders into landing/orders: python generate_orders.py [COUNT] [SEED]"""
-
-import sys
-import time
-from pathlib import Path
-
-from lakeview.generator import land_json, make_orders
-
-count = int(sys.argv[1]) if len(sys.argv) > 1 else 100
-seed = int(sys.argv[2]) if len(sys.argv) > 2 else int(time.time())
-landing = Path(__file__).parent / "landing" / "orders"
-path = land_json(landing, f"orders-{time.time_ns()}.json", make_orders(count, seed=seed, first_id=seed * 1_000_000))
-print(f"landed {count} orders in {path}")
-'''
+from lakeview.config.auth import AuthClientConfig, AuthConfig
+from lakeview.config.console import ConsoleConfig
+from lakeview.config.models import (
+    PROJECT_FILE,
+    ChangeFeedConfig,
+    GlueConfig,
+    HiveConfig,
+    ImagesConfig,
+    LakeConfig,
+    ProjectConfig,
+    RegistrarName,
+    ServerConfig,
+    SourceConfig,
+    SparkConfig,
+    ViewConfig,
+    _check_name,
+    is_loopback,
+)
+from lakeview.config.storage import MaintenanceConfig, RetentionConfig, S3Config
+from lakeview.errors import ConfigError, UnsupportedSQLError
 
 
-def init_project(directory: Path, *, port: int = 8181, cadence: str = "5s", force: bool = False) -> Path:
-    """Write ``lakeview.toml`` and ``generate_orders.py`` into ``directory``."""
-    directory.mkdir(parents=True, exist_ok=True)
-    config = directory / PROJECT_FILE
-    if config.exists() and not force:
-        raise ConfigError(str(config), "-", "a project already exists here; pass --force to overwrite it")
-    config.write_text(EXAMPLE_CONFIG.format(port=port, cadence=cadence))
-    (directory / "generate_orders.py").write_text(GENERATOR)
-    (directory / "landing" / "orders").mkdir(parents=True, exist_ok=True)
+def load_project(path: str | Path = PROJECT_FILE) -> ProjectConfig:
+    """Read and validate a project file. Raises :class:`ConfigError`."""
+    file = Path(path)
+    if file.is_dir():
+        file = file / PROJECT_FILE
+    if not file.exists():
+        raise ConfigError(str(file), "-", "file not found; create one with `lakeview init DIR`")
+    try:
+        data = tomllib.loads(file.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(str(file), "-", f"not valid TOML: {exc}") from exc
+    return parse_project(data, file=str(file), root=file.resolve().parent)
+
+
+def parse_project(data: dict[str, Any], *, file: str = PROJECT_FILE, root: Path = Path(".")) -> ProjectConfig:
+    """Validate an already-parsed project document (see :func:`load_project`)."""
+    try:
+        config = ProjectConfig.model_validate({**data, "root": root, "file": file})
+    except ValidationError as exc:
+        raise _config_error(file, data, exc) from None
+    _check_views(config)
+    _check_auth(config)
+    _check_registrars(config)
     return config
+
+
+def _check_auth(config: ProjectConfig) -> None:
+    """Auth mode ``none`` only on loopback; oauth2 needs at least one client."""
+    if not config.auth.enabled and not is_loopback(config.server.host):
+        raise ConfigError(
+            config.file,
+            "server.host",
+            f"{config.server.host!r} is not a loopback address; binding elsewhere requires [auth] mode = \"oauth2\" "
+            "with clients; use 127.0.0.1 (or ::1, localhost) otherwise",
+        )
+    if config.auth.enabled and not config.auth.clients:
+        raise ConfigError(config.file, "auth.clients", "mode oauth2 needs at least one [auth.clients.NAME] entry")
+
+
+
+
+def _check_registrars(config: ProjectConfig) -> None:
+    for name, view in config.views.items():
+        if RegistrarName.HIVE in view.registrars and config.hive is None:
+            raise ConfigError(config.file, f"views.{name}.register", "'hive' needs a [hive] table with uri = \"thrift://HOST:PORT\"")
+        if view.registrars and not view.materialize:
+            raise ConfigError(config.file, f"views.{name}.register", "an inline view (materialize = false) lives only in the REST catalog")
+
+
+def _check_views(config: ProjectConfig) -> None:
+    from lakeview.sql.planner import plan_view
+
+    for name, view in config.views.items():
+        _check_name_at(config.file, f"views.{name}", name)
+        if not view.materialize:
+            from lakeview.sql.dialects import check_inline_view
+
+            check_inline_view(config, name)
+            continue
+        try:
+            plan = plan_view(name, view.sql, view.dialect)
+        except UnsupportedSQLError as exc:
+            raise ConfigError(config.file, f"views.{name}.sql", str(exc)) from None
+        from lakeview.ivm.changefeed import check_view_over_sources
+
+        problem = check_view_over_sources(plan, config)
+        if problem:
+            raise ConfigError(config.file, f"views.{name}.sql", problem)
+        from lakeview.sql.watermark import check as check_watermark
+
+        source = config.sources.get(plan.sources[0]) if plan.sources else None
+        if problem := check_watermark(plan, view.watermark, view.event_time, source):
+            raise ConfigError(config.file, f"views.{name}.watermark", problem)
+        if view.watermark and source is None:  # an upstream view's changes may retract rows of closed windows
+            raise ConfigError(config.file, f"views.{name}.watermark", "a watermark applies to a view over a source, not over another view")
+        for source in plan.sources:
+            if source not in config.sources and source not in config.views:  # a view may read another view (lakeview.dag)
+                known = ", ".join(sorted(config.sources)) or "none declared"
+                views = ", ".join(sorted(v for v in config.views if v != name)) or "none"
+                raise ConfigError(
+                    config.file,
+                    f"views.{name}.sql",
+                    f"reads {source!r}, which is not a declared source (declared: {known}) nor a view (views: {views}); "
+                    f"add a [sources.{source}] table",
+                )
+        from lakeview.ivm.combine import check_combined_view
+
+        if problem := check_combined_view(plan, config):
+            raise ConfigError(config.file, f"views.{name}.sql", problem)
+    for name in config.sources:
+        _check_name_at(config.file, f"sources.{name}", name)
+    from lakeview.sql.dag import check_dag
+
+    check_dag(config)
+    from lakeview.sql.groups import check_groups
+
+    check_groups(config)
+
+
+def _check_name_at(file: str, key: str, name: str) -> None:
+    try:
+        _check_name(name)
+    except ValueError as exc:
+        raise ConfigError(file, key, str(exc)) from None
+
+
+def _config_error(file: str, data: dict[str, Any], exc: ValidationError) -> ConfigError:
+    error = exc.errors()[0]
+    loc = [str(part) for part in error["loc"]]
+    key = ".".join(loc) or "-"
+    if error["type"] == "extra_forbidden":
+        parent = ".".join(loc[:-1])
+        model = _model_at(loc[:-1])
+        valid = ", ".join(sorted(f.alias or n for n, f in model.model_fields.items() if n not in ("root", "file")))
+        where = f"in [{parent}]" if parent else "at the top level"
+        return ConfigError(file, key, f"unknown key {where}; valid keys: {valid}")
+    message = str(error["msg"]).removeprefix("Value error, ")
+    if error["type"] == "missing":
+        return ConfigError(file, key, "required key is missing")
+    value = error.get("input")
+    if error["type"] == "enum":
+        return ConfigError(file, key, f"{value!r} is not valid; {message.lower()}")
+    return ConfigError(file, key, message if repr(value) in message else f"{value!r}: {message}")
+
+
+def _model_at(loc: list[str]) -> type[BaseModel]:
+    """The config model that owns the keys at ``loc`` (used to list the valid keys)."""
+    nested: dict[str, type[BaseModel]] = {"s3": S3Config, "retention": RetentionConfig, "maintenance": MaintenanceConfig}
+    if loc and loc[-1] in nested and len(loc) == {"lake": 2, "views": 3}.get(loc[0]):
+        return nested[loc[-1]]
+    if loc[:1] == ["auth"] and len(loc) == 3 and loc[1] == "clients":
+        return AuthClientConfig
+    models: dict[str, type[BaseModel]] = {"auth": AuthConfig, "lake": LakeConfig, "glue": GlueConfig, "hive": HiveConfig, "server": ServerConfig, "spark": SparkConfig,
+                                       "console": ConsoleConfig}
+    if not loc:
+        return ProjectConfig
+    if loc[0] in models:
+        return models[loc[0]]
+    if loc[0] == "sources":
+        return {"changes": ChangeFeedConfig, "images": ImagesConfig}.get(loc[2], SourceConfig) if len(loc) == 3 else SourceConfig
+    if loc[0] == "views":
+        return ViewConfig
+    return ProjectConfig

@@ -35,14 +35,15 @@ import logging
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from lakeview.changefeed import DELETE, OP, images_sql, latest_sql
-from lakeview.plan import COUNT, ROWS, WEIGHT, KeyedAggregatePlan
-from writers.base import CommitRecord, Epoch, SnapshotWriter
+from lakeview.ivm.changefeed import DELETE, OP, images_sql, latest_sql
+from lakeview.sql.plan import COUNT, ROWS, WEIGHT, KeyedAggregatePlan
+from lakeview.ivm.commits import CommitRecord, Epoch
+from writers.base import SnapshotWriter
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from lakeview.config import ProjectConfig
+    from lakeview.config.models import ProjectConfig
 
     from spark_jobs.pipeline import ViewPipeline
     from writers.staged_files import WrittenFile
@@ -133,7 +134,7 @@ def _stamped(pipeline: ViewPipeline, epoch: Epoch, spark: SparkSession, net: str
     wm, plan = pipeline.watermark, pipeline.plan
     if wm is None or (pipeline.feed is None and pipeline.images is None):
         return epoch  # an append stream's watermark is stamped by the pipeline
-    from lakeview.watermark import LATE
+    from lakeview.sql.watermark import LATE
 
     where = f" WHERE {plan.where}" if plan.where else ""
     newest = spark.sql(f"SELECT max(unix_micros(`{wm.column}`)) AS t FROM {net} AS {plan.alias}{where}").first()["t"]
@@ -164,7 +165,7 @@ def _relations(pipeline: ViewPipeline, good: DataFrame) -> tuple[str, str, str |
         spark.sql(f"SELECT *, CAST(1 AS INT) AS {WEIGHT} FROM {name('_images')}").createOrReplaceTempView(name("_zset"))
         return name("_zset"), name("_images"), name("_images"), [images]
     if pipeline.images is not None:
-        from lakeview.schema import parse_ddl
+        from lakeview.config.schema import parse_ddl
 
         good.createOrReplaceTempView(name("_images"))
         columns = [c.name for c in parse_ddl(pipeline.source_config.schema_)]

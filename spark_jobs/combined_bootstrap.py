@@ -38,11 +38,12 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from lakeview.changefeed import DELETE, OP
-from lakeview.joins import JoinPlan, JoinSide
-from lakeview.plan import COUNT, WEIGHT, KeyedAggregatePlan
+from lakeview.ivm.changefeed import DELETE, OP
+from lakeview.sql.joins import JoinPlan, JoinSide
+from lakeview.sql.plan import COUNT, WEIGHT, KeyedAggregatePlan
 from spark_jobs.bootstrap import Bootstrap, group_state_sql, multiset_state_sql, net_rows_sql, retracts_unheld, write_in_order
-from writers.base import Epoch, SnapshotWriter
+from lakeview.ivm.commits import Epoch
+from writers.base import SnapshotWriter
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

@@ -26,9 +26,10 @@ from typing import TYPE_CHECKING
 import duckdb
 import pyarrow as pa
 
-from lakeview.plan import WEIGHT, KeyedAggregatePlan
-from lakeview.schema import parse_ddl
-from writers.base import CommitRecord, Epoch
+from lakeview.sql.plan import WEIGHT, KeyedAggregatePlan
+from lakeview.config.schema import parse_ddl
+from lakeview.ivm.commits import CommitRecord, Epoch
+from spark_jobs.streams import collect_arrow
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -92,8 +93,6 @@ def maintain_small_batch(pipeline: ViewPipeline, good: DataFrame, epoch: Epoch, 
 def batch_rows(pipeline: ViewPipeline, good: DataFrame, files: list[Path] | None) -> pa.Table:
     """The batch's good rows as Arrow: from its Parquet files when nothing can be quarantined,
     else collected from Spark."""
-    from spark_jobs.pipeline import collect_arrow
-
     source = pipeline.source_config
     if files and source.format.reader_format == "parquet" and not pipeline.quarantine.checks(None):
         columns = parse_ddl(source.schema_)

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from lakeview.plan import WEIGHT
+from lakeview.sql.plan import WEIGHT
 from spark_jobs.executor_writes import IcebergFiles, _map_in_arrow, _write_partition, iceberg_target
 from writers.live_files import POS
 
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from pyiceberg.table import Table
     from pyspark.sql import DataFrame, SparkSession
 
-    from lakeview.config import ProjectConfig
+    from lakeview.config.models import ProjectConfig
     from writers.base import SnapshotWriter
     from writers.live_files import Found, LiveTable
 

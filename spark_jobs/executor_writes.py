@@ -34,8 +34,9 @@ import pyarrow as pa
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-    from lakeview.config import ProjectConfig
-    from writers.base import CommitRecord, Epoch, SnapshotWriter
+    from lakeview.config.models import ProjectConfig
+    from lakeview.ivm.commits import CommitRecord, Epoch
+    from writers.base import SnapshotWriter
     from writers.staged_files import WrittenFile
 
 FILE_BYTES = 128 * 1024 * 1024  # Arrow bytes a task buffers before writing one data file
@@ -96,7 +97,7 @@ def append_on_executors(writer: SnapshotWriter, rows: DataFrame, epoch: Epoch, p
     """Append ``rows`` to the view's table as ONE snapshot for ``epoch``, the data files written
     by the executors. A replayed epoch writes nothing; files of a commit that never lands are
     orphans ``lakeview maintain`` removes."""
-    from lakeview.embedded import file_io_properties
+    from lakeview.config.models import file_io_properties
     from lakeview.errors import WriterError
     from spark_jobs import faults
     from writers.delta import DeltaWriter

@@ -19,12 +19,13 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from lakeview.config import ProjectConfig
+from lakeview.config.models import ProjectConfig
 from lakeview.errors import WriterError
-from lakeview.groups import groups_of
+from lakeview.sql.groups import groups_of
 from spark_jobs import faults
-from spark_jobs.pipeline import ViewPipeline, start_query
-from writers.base import CommitRecord
+from spark_jobs.pipeline import ViewPipeline
+from spark_jobs.streams import start_query
+from lakeview.ivm.commits import CommitRecord
 from writers.group import IcebergGroupWriter, StagedWriter
 
 if TYPE_CHECKING:

@@ -21,25 +21,28 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from lakeview.changefeed import OP, images_sql, latest_sql, operation_sql
-from lakeview.combine import CombinedMaintainer, side_table_names, source_mirror_name
-from lakeview.ivm import state_table_names
-from lakeview.joins import JoinPlan, joined_column, sql_over_sources
-from lakeview.plan import WEIGHT, KeyedAggregatePlan, plan_view
-from lakeview.schema import parse_ddl
-from lakeview.source_log import logged_files
-from lakeview.union import UnionPlan
-from lakeview.view_changes import upstream_position
+from lakeview.ivm.changefeed import OP, images_sql, latest_sql, operation_sql
+from lakeview.ivm.combine import CombinedMaintainer, side_table_names, source_mirror_name
+from lakeview.ivm.zsets import state_table_names
+from lakeview.sql.joins import JoinPlan, joined_column, sql_over_sources
+from lakeview.sql.plan import WEIGHT, KeyedAggregatePlan
+from lakeview.sql.planner import plan_view
+from lakeview.config.schema import parse_ddl
+from lakeview.ops.source_log import logged_files
+from lakeview.sql.union import UnionPlan
+from spark_jobs.view_changes import upstream_position
 from spark_jobs import faults
 from spark_jobs.executor_reads import on_executors
 from spark_jobs.quarantine import CORRUPT, FILE, Quarantine
-from writers.base import CommitRecord, Epoch, SnapshotWriter
+from spark_jobs.streams import collect_arrow, file_stream, reconcile_checkpoint, start_query, state_table_writer
+from lakeview.ivm.commits import CommitRecord, Epoch
+from writers.base import SnapshotWriter
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
-    from lakeview.config import ProjectConfig
+    from lakeview.config.models import ProjectConfig
 
 log = logging.getLogger("lakeview.pipeline")
 SOURCE_TAG = "__lv_src"
@@ -65,8 +68,8 @@ class CombinedPipeline:
         on_commit: Callable[[CommitRecord], None] | None = None,
         state_writer: Callable[[str], SnapshotWriter] | None = None,
     ) -> None:
-        from lakeview.dag import deleting_sources, upstreams_of
-        from lakeview.view_changes import ChangePublisher
+        from lakeview.sql.dag import deleting_sources, upstreams_of
+        from spark_jobs.view_changes import ChangePublisher
         from spark_jobs.upstream import with_upstream_source
 
         self.spark = spark
@@ -106,9 +109,7 @@ class CombinedPipeline:
         return self.plan.sources
 
     def _iceberg_state_writer(self, name: str) -> SnapshotWriter:
-        from spark_jobs.pipeline import ViewPipeline
-
-        return ViewPipeline._iceberg_state_writer(self, name)  # type: ignore[arg-type]
+        return state_table_writer(self.writer, self.view, self.config.namespace, name)
 
     # --- schemas (Spark's analysis over empty batches) ------------------------------------
     def _empty(self, source: str, weighted: bool = False) -> DataFrame:
@@ -150,9 +151,7 @@ class CombinedPipeline:
 
     def prepare(self) -> None:
         """Create the view's, its operators' and its mirrors' tables; reconcile Spark's checkpoint."""
-        from lakeview.inline import sql_properties
-        from spark_jobs.pipeline import ViewPipeline
-
+        from lakeview.sql.dialects import sql_properties
         for source in self.sources:
             self.project.source_path(source).mkdir(parents=True, exist_ok=True)
         m = self.maintainer
@@ -179,7 +178,7 @@ class CombinedPipeline:
             m.mirrors[source] = self._state_writer(source_mirror_name(self.view, source))
             m.mirrors[source].ensure_table(schema, tuple(feed.key), owned)
         m.source_columns = {s: [c.name for c in parse_ddl(self.configs[s].schema_) if c.name != WEIGHT] for s in self.sources}
-        ViewPipeline.reconcile_checkpoint(self)  # type: ignore[arg-type]
+        self._last_epoch = reconcile_checkpoint(self.view, self.checkpoint, self.maintainer, self.writer)
         self.publish_changes()  # epochs committed before a crash, not yet published
 
     def publish_changes(self) -> None:
@@ -191,8 +190,6 @@ class CombinedPipeline:
     def source_stream(self) -> DataFrame:
         """Every source's file stream, tagged and prefixed, as one stream."""
         from pyspark.sql import functions as F
-
-        from spark_jobs.pipeline import file_stream
 
         streams = []
         for index, source in enumerate(self.sources):
@@ -206,8 +203,6 @@ class CombinedPipeline:
         return combined
 
     def start(self, available_now: bool = False) -> StreamingQuery:
-        from spark_jobs.pipeline import start_query
-
         faults.install(self)  # type: ignore[arg-type]
         return start_query(self.source_stream(), f"lakeview_{self.view}", self.checkpoint, self._process, self.config.cadence, available_now)
 
@@ -230,8 +225,6 @@ class CombinedPipeline:
 
     def _process_batch(self, batch: DataFrame, epoch_id: int) -> CommitRecord | None:
         from pyspark.sql import functions as F
-
-        from spark_jobs.pipeline import collect_arrow
 
         spark = batch.sparkSession  # temp views of a foreachBatch live in the batch's session
         started = time.perf_counter()

@@ -21,18 +21,23 @@ from typing import TYPE_CHECKING, TypeVar
 
 import pyarrow as pa
 
-from lakeview.changefeed import OP, feed_key, images_sql, latest_sql, mirror_table_name, operation_sql
-from lakeview.config import NewColumns, ProjectConfig, SourceFormat
+from lakeview.ivm.changefeed import OP, images_sql, latest_sql, mirror_table_name, operation_sql
+from lakeview.sql.dag import feed_key
+from lakeview.config.models import NewColumns, ProjectConfig, SourceFormat
 from lakeview.errors import WriterError
-from lakeview.ivm import state_table_names
-from lakeview.maintain import ViewMaintainer
-from lakeview.plan import WEIGHT, AppendPlan, KeyedAggregatePlan, plan_view
-from lakeview.schema import parse_ddl
-from lakeview.source_log import batch_files
+from lakeview.ivm.zsets import state_table_names
+from lakeview.ivm.maintain import ViewMaintainer
+from lakeview.sql.plan import WEIGHT, AppendPlan, KeyedAggregatePlan
+from lakeview.sql.planner import plan_view
+from lakeview.config.schema import parse_ddl
+from lakeview.ops.source_log import batch_files
 from spark_jobs import faults
 from spark_jobs.executor_reads import on_executors
 from spark_jobs.quarantine import CORRUPT, FILE, Quarantine
-from writers.base import CommitRecord, Epoch, SnapshotWriter
+from spark_jobs.streams import collect_arrow, file_stream, reconcile_checkpoint, start_query, state_table_writer
+from lakeview.ivm.commits import CommitRecord, Epoch
+from writers.base import SnapshotWriter
+from spark_jobs.streams import source_reader
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -40,7 +45,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
-    from lakeview.cadence import Cadence
+    from lakeview.config.cadence import Cadence
     from spark_jobs.bootstrap import Bootstrap
 
 log = logging.getLogger("lakeview.pipeline")
@@ -70,10 +75,10 @@ class ViewPipeline:
         state_writer: Callable[[str], SnapshotWriter] | None = None,
     ) -> None:
         self.spark = spark
-        from lakeview.evolution import with_evolved_sources
+        from lakeview.config.evolution import with_evolved_sources
 
         project = with_evolved_sources(project)  # sources with new_columns = "evolve": as evolved so far
-        from lakeview.view_changes import ChangePublisher
+        from spark_jobs.view_changes import ChangePublisher
         from spark_jobs.upstream import upstream_key, with_upstream_source
 
         self.publisher = ChangePublisher.for_view(project, view, writer)  # None unless other views read this one
@@ -93,7 +98,7 @@ class ViewPipeline:
         self._state_writer = lambda name: on_executors(made(name), spark, project)
         self.images = self.source_config.images
         self.maintainer = ViewMaintainer(plan=self.plan, view=writer, feed=self.feed, feed_key=self.upstream_key or feed_key(self.source_config))
-        from lakeview.watermark import Watermark, delay_us, event_column
+        from lakeview.sql.watermark import Watermark, delay_us, event_column
 
         column = event_column(self.plan, self.config.event_time)
         self.watermark = Watermark(delay_us(self.config.watermark), column) if self.config.watermark and column else None
@@ -114,12 +119,7 @@ class ViewPipeline:
 
     def _iceberg_state_writer(self, name: str) -> SnapshotWriter:
         """A state table next to the view's, through the same catalog."""
-        catalog = getattr(self.writer, "catalog", None)
-        if catalog is None:
-            raise WriterError(f"{self.view}: its SQL needs state tables, which are kept in Iceberg; use format = 'iceberg'")
-        from writers.iceberg import IcebergWriter
-
-        return IcebergWriter(catalog, self.config.namespace, name, compaction=getattr(self.writer, "compaction", None))
+        return state_table_writer(self.writer, self.view, self.config.namespace, name)
 
     def _schema_of(self, sql_for: Callable[[str], str], weighted: bool = False) -> pa.Schema:
         """Spark's result schema of some SQL over an empty batch of the source."""
@@ -151,7 +151,7 @@ class ViewPipeline:
         """Create the view's (and its state) tables (a group reconciles its one checkpoint itself)."""
         self.project.source_path(self.source).mkdir(parents=True, exist_ok=True)
         properties = {"lakeview.sql": self.config.sql, "lakeview.cadence": str(self.config.cadence)}
-        from lakeview.inline import sql_properties  # the view's SQL per reader dialect, as table properties
+        from lakeview.sql.dialects import sql_properties
 
         properties.update(sql_properties(self.config.sql, self.config.dialect))
         m = self.maintainer
@@ -173,25 +173,13 @@ class ViewPipeline:
             m.source_columns = source_schema.names
         self._add_source_columns()  # a restart after the source evolved
         if self.watermark is not None:  # resume the rule where the last commit left it
-            from lakeview.watermark import Watermark
+            from lakeview.sql.watermark import Watermark
 
             wm = self.watermark
             self.watermark = Watermark.recover(wm.delay_us, wm.column, [w.last_commit() for w in m.tables()])
 
     def reconcile_checkpoint(self) -> None:
-        m = self.maintainer
-        last = m.last_epoch()
-        has_progress = (self.checkpoint / "commits").exists() and any((self.checkpoint / "commits").iterdir())
-        if last is None and has_progress:
-            log.warning("%s: the table has no commits but a checkpoint exists; starting over", self.view)
-            shutil.rmtree(self.checkpoint)
-        elif last is not None and not (self.checkpoint / "offsets").exists():
-            raise WriterError(
-                f"{self.view}: the table is at epoch {last} but Spark's checkpoint {self.checkpoint} is "
-                "missing, so the sources' positions are unknown; drop the view's table to rebuild it"
-            )
-        view_last = self.writer.last_commit() if m.view_is_state else None
-        self._last_epoch = view_last.epoch if view_last else None
+        self._last_epoch = reconcile_checkpoint(self.view, self.checkpoint, self.maintainer, self.writer)
 
     def start(self, available_now: bool = False) -> StreamingQuery:
         """Start the streaming query (``available_now``: process what has landed, then stop)."""
@@ -266,7 +254,8 @@ class ViewPipeline:
         """``new_columns = "evolve"``: add the batch's new input columns to the source schema
         (and to ``SELECT *`` views' tables), and read the batch again when the stream's schema
         (fixed when the query started) lacks columns the source has now."""
-        from lakeview.evolution import SourceEvolution, batch_files, record_added, with_evolved_sources
+        from lakeview.config.evolution import record_added, with_evolved_sources
+        from spark_jobs.evolution import SourceEvolution, batch_files
 
         # The batch's files as Spark's file-source log names them (_frontier); a Spark job only when unknown.
         files = sorted(str(p) for p in self._batch_paths) if self._batch_paths is not None else batch_files(batch, FILE)
@@ -364,7 +353,7 @@ class ViewPipeline:
         feed's: stamped by the maintainer)."""
         if self.watermark is None or self.feed is not None or self.images is not None:
             return {}
-        from lakeview.watermark import LATE
+        from lakeview.sql.watermark import LATE
 
         name = self._temp_name("_events")
         good.createOrReplaceTempView(name)
@@ -431,49 +420,6 @@ class ViewPipeline:
         files = batch_files(self.checkpoint, log_offset) if log_offset is not None else []
         newest = max((f.modified_ms for f in files), default=None)
         self._batch_paths = [f.path for f in files] if log_offset is not None else None  # None: unknown
-        from lakeview.view_changes import upstream_position  # over a view: the upstream epoch/snapshot reached
+        from spark_jobs.view_changes import upstream_position
 
         return {self.source: {"log_offset": log_offset, "files": len(files), **upstream_position(files)}}, newest
-
-
-def source_reader(reader: T, quarantine: Quarantine) -> T:
-    """A stream or batch reader of ``quarantine``'s source as Lakeview reads it: its (evolved)
-    schema, malformed rows kept in the corrupt-record column."""
-    source = quarantine.config
-    reader = reader.format(source.format.reader_format).schema(quarantine.read_schema())  # type: ignore[attr-defined]
-    if source.format is SourceFormat.CSV:
-        reader = reader.option("header", "true")
-    if source.format.reader_format in ("json", "csv"):
-        reader = reader.option("mode", "PERMISSIVE").option("columnNameOfCorruptRecord", CORRUPT)
-    return reader
-
-
-def file_stream(spark: SparkSession, project: ProjectConfig, source: str, quarantine: Quarantine) -> DataFrame:
-    """A source's file stream, each row with its file (``[spark] max_files_per_trigger`` bounds
-    each batch, so each delta the driver holds)."""
-    reader = source_reader(spark.readStream, quarantine)
-    if project.spark.max_files_per_trigger:
-        reader = reader.option("maxFilesPerTrigger", project.spark.max_files_per_trigger)
-    return reader.load(str(project.source_path(source))).selectExpr("*", f"_metadata.file_path AS {FILE}")
-
-
-def start_query(
-    stream: DataFrame, name: str, checkpoint: Path, process: Callable[[DataFrame, int], None], cadence: Cadence, available_now: bool
-) -> StreamingQuery:
-    """Start ``stream``'s query, ``process`` per batch (``available_now`` or a manual cadence:
-    what has landed, then stop)."""
-    writer = stream.writeStream.queryName(name).option("checkpointLocation", str(checkpoint)).foreachBatch(process)
-    if available_now or cadence.is_manual:
-        writer = writer.trigger(availableNow=True)
-    else:
-        writer = writer.trigger(processingTime=cadence.spark_trigger)
-    return writer.start()
-
-
-def collect_arrow(df: DataFrame) -> pa.Table:
-    """Collect a (small) DataFrame to the driver as Arrow, keeping exact types."""
-    from pyspark.sql.pandas.types import to_arrow_schema
-
-    schema = to_arrow_schema(df.schema)
-    batches = df._collect_as_arrow()
-    return pa.Table.from_batches(batches, schema=schema) if batches else schema.empty_table()

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from lakeview.config import ProjectConfig
-from lakeview.schema import parse_ddl
+from lakeview.config.models import ProjectConfig
+from lakeview.config.schema import parse_ddl
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -129,7 +129,7 @@ class Quarantine:
         """A change feed's late images (decided in the driver, after the mirror lookup or from a
         row's before/after images: lakeview.watermark), in their own file so the epoch's
         malformed rows stay and a replay rewrites it."""
-        from lakeview.plan import WEIGHT
+        from lakeview.sql.plan import WEIGHT
 
         rows = [{"file": None, "reason": f"{reason}; {'retracted old' if row.pop(WEIGHT) < 0 else 'new'} image left out",
                  "record": json.dumps(row, default=str)} for row in images.to_pylist()]

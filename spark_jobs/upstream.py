@@ -12,10 +12,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from lakeview.config import ProjectConfig, SourceConfig
-from lakeview.dag import upstream_of, upstreams_of, view_key
-from lakeview.plan import WEIGHT, plan_view, sql_over_sources
-from lakeview.view_changes import reader_path
+from lakeview.config.models import ProjectConfig, SourceConfig
+from lakeview.sql.dag import upstream_of, upstreams_of, view_key
+from lakeview.sql.plan import WEIGHT, sql_over_sources
+from lakeview.sql.planner import plan_view
+from spark_jobs.view_changes import reader_path
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -10,7 +10,8 @@ import pytest
 
 from catalog_api.server import CatalogServer
 from catalog_api.store import CatalogStore
-from lakeview.config import ProjectConfig, parse_project
+from lakeview.config.models import ProjectConfig
+from lakeview.project import parse_project
 
 ORDERS_SCHEMA = "order_id BIGINT, product_id BIGINT, quantity INT, ts TIMESTAMP"
 SALES_SQL = "SELECT product_id, SUM(quantity) AS total_sold, COUNT(*) AS orders FROM orders GROUP BY product_id"

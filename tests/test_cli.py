@@ -21,7 +21,7 @@ def test_cli_start_does_not_import_spark() -> None:
 
 
 def test_every_command_has_help() -> None:
-    for command in ("init", "up", "serve", "status", "query", "refresh", "verify", "demo"):
+    for command in ("init", "up", "serve", "ui", "status", "query", "refresh", "verify", "demo"):
         result = run(command, "--help")
         assert result.returncode == 0, result.stderr
         assert "Usage" in result.stdout

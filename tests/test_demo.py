@@ -9,7 +9,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from lakeview.demo import run_demo
+from lakeview.cli.demo import run_demo
 
 
 def test_demo_then_query_and_verify_from_the_cli(spark, tmp_path: Path) -> None:

@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from lakeview.config import load_project
+from lakeview.project import load_project
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 
 from catalog_api.server import free_port
-from lakeview.generator import land_json, make_orders
+from lakeview.cli.generator import land_json, make_orders
 from tests.waiting import wait_for
 
 CLI = [sys.executable, "-m", "lakeview.cli"]

@@ -22,7 +22,8 @@ from deltalake.exceptions import CommitFailedError, DeltaError, DeltaProtocolErr
 
 from lakeview.errors import CommitConflictError, WriterError
 from writers.arrow_ops import rows_with_keys, rows_without_keys
-from writers.base import Change, CommitRecord, Epoch, SnapshotWriter, backoff_s
+from lakeview.ivm.commits import Change, CommitRecord, Epoch, backoff_s
+from writers.base import SnapshotWriter
 from writers.staged_files import WrittenFile, append_delta_files
 
 log = logging.getLogger("lakeview.writers.delta")

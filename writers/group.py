@@ -19,7 +19,7 @@ from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.table import CommitTableRequest, TableIdentifier
 
 from lakeview.errors import CommitConflictError, WriterError
-from writers.base import Change, CommitRecord, Epoch, backoff_s
+from lakeview.ivm.commits import Change, CommitRecord, Epoch, backoff_s
 from writers.iceberg import IcebergWriter, last_commit_of
 from writers.staged_files import WrittenFile, stage_iceberg_files
 

@@ -48,7 +48,8 @@ from pyiceberg.table.update.snapshot import UpdateSnapshot, _OverwriteFiles
 
 from lakeview.errors import CommitConflictError, WriterError
 from writers.arrow_ops import rows_at_most, rows_with_keys, rows_without_keys
-from writers.base import Change, CommitRecord, Epoch, SnapshotWriter, backoff_s
+from lakeview.ivm.commits import Change, CommitRecord, Epoch, backoff_s
+from writers.base import SnapshotWriter
 from writers.live_files import Found, LiveFiles
 from writers.maintenance import MAINTENANCE, MaintenancePolicy
 from writers.metadata_memo import transaction

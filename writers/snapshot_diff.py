@@ -22,9 +22,11 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from lakeview.duck import arrow_sql
+from lakeview.sql.duck import arrow_sql
 from lakeview.errors import WriterError
-from writers.base import CommitRecord, SnapshotWriter
+from lakeview.ivm.zsets import summed
+from lakeview.ivm.commits import CommitRecord
+from writers.base import SnapshotWriter
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -66,14 +68,6 @@ def consolidate(removed: pa.Table, added: pa.Table, schema: pa.Schema) -> pa.Tab
         ]
     )
     return summed(both)
-
-
-def summed(zset: pa.Table) -> pa.Table:
-    """A Z-set (columns plus ``__lv_w``) with identical rows summed (NULLs equal) and rows
-    whose weights cancel dropped; same columns and types."""
-    cols = ", ".join(f'"{n}"' for n in zset.column_names if n != WEIGHT)
-    sql = f"SELECT {cols}, CAST(SUM({WEIGHT}) AS INTEGER) AS {WEIGHT} FROM z GROUP BY ALL HAVING SUM({WEIGHT}) <> 0"
-    return arrow_sql(sql, z=zset).select(zset.column_names).cast(zset.schema)
 
 
 def _for(writer: SnapshotWriter, iceberg, delta):  # noqa: ANN001, ANN202 - one function per format

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from writers.base import CommitRecord, Epoch
+from lakeview.ivm.commits import CommitRecord, Epoch
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable

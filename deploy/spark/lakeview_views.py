@@ -14,7 +14,7 @@ Under spark-submit the session takes master and driver address from spark-submit
 
 import sys
 
-from lakeview.cli import main
+from lakeview.cli.main import main
 
 if __name__ == "__main__":
     main(["up", *sys.argv[1:]])

@@ -4,7 +4,7 @@ import sys
 import time
 from pathlib import Path
 
-from lakeview.generator import land_json, make_orders
+from lakeview.cli.generator import land_json, make_orders
 
 count = int(sys.argv[1]) if len(sys.argv) > 1 else 100
 seed = time.time_ns() % 1_000_000

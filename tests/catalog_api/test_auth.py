@@ -15,7 +15,7 @@ from catalog_api.access import Privilege
 from catalog_api.auth import Authenticator, Client, hash_secret
 from catalog_api.server import CatalogServer
 from catalog_api.store import CatalogStore
-from lakeview.duck import connect
+from lakeview.sql.duck import connect
 from lakeview.errors import SetupError
 
 SECRETS = {"admin": "admin-secret", "writer": "writer-secret", "reader": "reader-secret"}
@@ -130,7 +130,7 @@ def test_auth_none_is_refused_off_loopback(tmp_path: Path) -> None:
 
 
 def test_auth_config_is_validated() -> None:
-    from lakeview.config import parse_project
+    from lakeview.project import parse_project
     from lakeview.errors import ConfigError
 
     good = {"secret_hash": hash_secret("s"), "privileges": {"*": "read"}}

@@ -12,7 +12,7 @@ from pyiceberg.types import LongType, NestedField, StringType
 from pyiceberg.view.metadata import SQLViewRepresentation, ViewRepresentation, ViewVersion
 
 from catalog_api.server import CatalogServer
-from lakeview.duck import connect_catalog
+from lakeview.sql.duck import connect_catalog
 from spark_jobs.session import spark_catalog_conf
 
 SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string())])

@@ -8,7 +8,7 @@ import pytest
 from pyiceberg.exceptions import NoSuchTableError
 
 from catalog_api.server import CatalogServer
-from lakeview.duck import connect_catalog
+from lakeview.sql.duck import connect_catalog
 
 SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string())])
 

@@ -6,8 +6,8 @@ import duckdb
 import pyarrow as pa
 import sqlglot
 
-from lakeview.changefeed import OP, latest_sql, operation_sql
-from lakeview.config import ChangeFeedConfig
+from lakeview.ivm.changefeed import OP, latest_sql, operation_sql
+from lakeview.config.models import ChangeFeedConfig
 
 
 def duck(sql: str, **tables: pa.Table) -> pa.Table:

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pyarrow as pa
 
 from writers.arrow_ops import rows_at_most, rows_with_keys, rows_without_keys
-from writers.base import Change, CommitRecord, Epoch, SnapshotWriter
+from lakeview.ivm.commits import Change, CommitRecord, Epoch
+from writers.base import SnapshotWriter
 
 
 class MemoryWriter(SnapshotWriter):

@@ -1,6 +1,6 @@
 import pytest
 
-from lakeview.cadence import parse_cadence
+from lakeview.config.cadence import parse_cadence
 
 
 @pytest.mark.parametrize(("text", "seconds"), [("5s", 5), ("1m", 60), ("1h", 3600), ("500ms", 0.5), ("1.5m", 90)])

@@ -23,18 +23,20 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from lakeview.changefeed import OP, latest_sql, operation_sql
-from lakeview.combine import CombinedMaintainer
-from lakeview.config import ChangeFeedConfig, ProjectConfig, parse_project
-from lakeview.dag import upstreams_of, view_key
-from lakeview.duck import arrow_sql
-from lakeview.joins import JoinPlan
-from lakeview.maintain import ViewMaintainer
-from lakeview.oracle import compare
-from lakeview.plan import WEIGHT, KeyedAggregatePlan, plan_view
+from lakeview.ivm.changefeed import OP, latest_sql, operation_sql
+from lakeview.ivm.combine import CombinedMaintainer
+from lakeview.config.models import ChangeFeedConfig, ProjectConfig
+from lakeview.project import parse_project
+from lakeview.sql.dag import upstreams_of, view_key
+from lakeview.sql.duck import arrow_sql
+from lakeview.sql.joins import JoinPlan
+from lakeview.ivm.maintain import ViewMaintainer
+from lakeview.ivm.oracle import compare
+from lakeview.sql.plan import WEIGHT, KeyedAggregatePlan
+from lakeview.sql.planner import plan_view
 from tests.lakeview.duck_batch import feed_source_toml, spark_sql
 from tests.lakeview.memory_writer import MemoryWriter
-from writers.base import Epoch
+from lakeview.ivm.commits import Epoch
 from writers.snapshot_diff import consolidate
 
 PROJECT = feed_source_toml("orders", "order_id BIGINT, product_id BIGINT, quantity BIGINT, price BIGINT, op STRING, seq BIGINT", "order_id") + feed_source_toml("products", "sku BIGINT, product_id BIGINT, category STRING, op STRING, seq BIGINT", "sku") + """

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from lakeview.config import load_project
+from lakeview.project import load_project
 from lakeview.errors import ConfigError
 
 GOOD = """

@@ -12,12 +12,18 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from lakeview.config import load_project
-from lakeview.dag import chain_of, check_dag, downstreams_of, topological_order, upstream_of, view_key
+from lakeview.project import load_project
+from lakeview.sql.dag import chain_of, check_dag, downstreams_of, topological_order, upstream_of, view_key
 from lakeview.errors import ConfigError
-from lakeview.explain import explain
-from lakeview.view_changes import ChangePublisher, change_file_name, consumed_files, parse_change_file, upstream_position
-from writers.base import Change, Epoch
+from lakeview.ivm.explain import explain
+from spark_jobs.view_changes import (
+    ChangePublisher,
+    change_file_name,
+    consumed_files,
+    parse_change_file,
+    upstream_position,
+)
+from lakeview.ivm.commits import Change, Epoch
 from writers.delta import DeltaWriter
 
 CHAIN = """

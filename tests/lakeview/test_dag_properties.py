@@ -19,17 +19,18 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lakeview.chain_oracle import over_rows
-from lakeview.config import load_project
-from lakeview.dag import chain_of, upstream_of
-from lakeview.maintain import ViewMaintainer
-from lakeview.oracle import compare
-from lakeview.plan import KeyedAggregatePlan, plan_view
-from lakeview.view_changes import ChangePublisher, parse_change_file, reader_path
+from lakeview.stack.chain_oracle import over_rows
+from lakeview.project import load_project
+from lakeview.sql.dag import chain_of, upstream_of
+from lakeview.ivm.maintain import ViewMaintainer
+from lakeview.ivm.oracle import compare
+from lakeview.sql.plan import KeyedAggregatePlan
+from lakeview.sql.planner import plan_view
+from spark_jobs.view_changes import ChangePublisher, parse_change_file, reader_path
 from spark_jobs.upstream import upstream_key
 from tests.lakeview.duck_batch import duck, feed_source_toml, latest_changes, spark_sql
 from tests.lakeview.memory_writer import MemoryWriter
-from writers.base import Epoch
+from lakeview.ivm.commits import Epoch
 from writers.delta import DeltaWriter
 
 PROJECT = feed_source_toml("orders", "order_id BIGINT, product_id BIGINT, quantity BIGINT, price BIGINT, op STRING, seq BIGINT", "order_id") + """

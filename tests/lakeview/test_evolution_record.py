@@ -6,8 +6,8 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from lakeview.config import parse_project
-from lakeview.evolution import added_columns, effective_ddl, record_added
+from lakeview.project import parse_project
+from lakeview.config.evolution import added_columns, effective_ddl, record_added
 
 
 def test_concurrent_views_record_every_new_column_once(tmp_path: Path) -> None:

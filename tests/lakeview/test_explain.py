@@ -6,7 +6,7 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from lakeview.cli import app
+from lakeview.cli.main import app
 
 PROJECT = """
 [sources.changes]

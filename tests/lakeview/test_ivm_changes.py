@@ -9,13 +9,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lakeview.config import ChangeFeedConfig
-from lakeview.maintain import ViewMaintainer
-from lakeview.oracle import compare
-from lakeview.plan import KeyedAggregatePlan, plan_view
+from lakeview.config.models import ChangeFeedConfig
+from lakeview.ivm.maintain import ViewMaintainer
+from lakeview.ivm.oracle import compare
+from lakeview.sql.plan import KeyedAggregatePlan
+from lakeview.sql.planner import plan_view
 from tests.lakeview.duck_batch import duck, latest_changes, spark_sql
 from tests.lakeview.memory_writer import MemoryWriter
-from writers.base import Epoch
+from lakeview.ivm.commits import Epoch
 
 FEED = ChangeFeedConfig(operation="op", key=["id"], sequence="seq", insert=["I"], update=["U"], delete=["D"])
 SCHEMA = pa.schema([("id", pa.int64()), ("k", pa.int64()), ("x", pa.int64()), ("op", pa.string()), ("seq", pa.int64())])

@@ -10,16 +10,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lakeview.combine import CombinedMaintainer
-from lakeview.config import ChangeFeedConfig
+from lakeview.ivm.combine import CombinedMaintainer
+from lakeview.config.models import ChangeFeedConfig
 from lakeview.errors import UnsupportedSQLError
-from lakeview.joins import JoinPlan
-from lakeview.oracle import compare
-from lakeview.plan import KeyedAggregatePlan, plan_view
-from lakeview.union import UnionPlan
+from lakeview.sql.joins import JoinPlan
+from lakeview.ivm.oracle import compare
+from lakeview.sql.plan import KeyedAggregatePlan
+from lakeview.sql.planner import plan_view
+from lakeview.sql.union import UnionPlan
 from tests.lakeview.duck_batch import duck, latest_changes, spark_sql
 from tests.lakeview.memory_writer import MemoryWriter
-from writers.base import Epoch
+from lakeview.ivm.commits import Epoch
 
 # --- planning -------------------------------------------------------------------------------
 
@@ -244,8 +245,8 @@ def test_replayed_epoch_after_a_crash_between_commits_changes_nothing() -> None:
 
 
 def test_explain_shows_the_join_operator_its_state_and_key(tmp_path) -> None:
-    from lakeview.config import parse_project
-    from lakeview.explain import explain
+    from lakeview.project import parse_project
+    from lakeview.ivm.explain import explain
 
     data = {
         "sources": {
@@ -272,7 +273,7 @@ def test_explain_shows_the_join_operator_its_state_and_key(tmp_path) -> None:
 
 
 def test_config_names_a_join_column_missing_from_its_source(tmp_path) -> None:
-    from lakeview.config import parse_project
+    from lakeview.project import parse_project
     from lakeview.errors import ConfigError
 
     data = {
@@ -288,7 +289,7 @@ def test_config_names_a_join_column_missing_from_its_source(tmp_path) -> None:
 
 
 def test_config_accepts_an_aggregate_over_a_join_view(tmp_path) -> None:
-    from lakeview.config import parse_project
+    from lakeview.project import parse_project
     from lakeview.errors import ConfigError
 
     data = {
@@ -302,7 +303,7 @@ def test_config_accepts_an_aggregate_over_a_join_view(tmp_path) -> None:
         },
     }
     project = parse_project(data, file="lakeview.toml", root=tmp_path)
-    from lakeview.dag import downstreams_of, view_key
+    from lakeview.sql.dag import downstreams_of, view_key
 
     assert downstreams_of(project, "enriched") == ["per_category"]
     assert view_key(project, "enriched") is None, "an inner join of append-only sources is append-only"

@@ -8,7 +8,7 @@ import datetime as dt
 
 import pyarrow as pa
 
-from lakeview.oracle import compare
+from lakeview.ivm.oracle import compare
 
 
 def test_instant_and_utc_wall_clock_compare_equal_but_other_times_do_not() -> None:

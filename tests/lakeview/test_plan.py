@@ -10,8 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lakeview.errors import UnsupportedSQLError
-from lakeview.ivm import merge_groups
-from lakeview.plan import AggregateFunction, plan_view
+from lakeview.ivm.zsets import merge_groups
+from lakeview.sql.plan import AggregateFunction
+from lakeview.sql.planner import plan_view
 
 
 def test_group_by_is_keyed_aggregate() -> None:

@@ -12,15 +12,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lakeview.errors import UnsupportedSQLError
-from lakeview.maintain import ViewMaintainer
-from lakeview.oracle import compare
-from lakeview.plan import KeyedAggregatePlan, plan_view
-from lakeview.watermark import LATE, Watermark, delay_us
-from lakeview.windows import parse_interval
+from lakeview.ivm.maintain import ViewMaintainer
+from lakeview.ivm.oracle import compare
+from lakeview.sql.plan import KeyedAggregatePlan
+from lakeview.sql.planner import plan_view
+from lakeview.sql.watermark import LATE, Watermark, delay_us
+from lakeview.sql.windows import parse_interval
 from tests.lakeview.duck_batch import duck, latest_changes
 from tests.lakeview.memory_writer import MemoryWriter
 from tests.lakeview.test_ivm_changes import FEED, apply_python, run_epoch
-from writers.base import Epoch
+from lakeview.ivm.commits import Epoch
 
 UTC = dt.timezone.utc
 T0 = dt.datetime(2026, 1, 1, tzinfo=UTC)
@@ -310,7 +311,7 @@ WINDOWED = "SELECT window(ts, '10 minutes').start AS ws, COUNT(*) AS n FROM even
     ],
 )
 def test_watermark_settings_are_checked_when_the_project_loads(tmp_path, view: dict, sources: dict, message: str) -> None:
-    from lakeview.config import parse_project
+    from lakeview.project import parse_project
     from lakeview.errors import ConfigError
 
     if "changes" in sources.get("events", {}):
@@ -321,7 +322,7 @@ def test_watermark_settings_are_checked_when_the_project_loads(tmp_path, view: d
 
 
 def test_a_watermarked_window_over_a_change_feed_is_accepted(tmp_path) -> None:
-    from lakeview.config import parse_project
+    from lakeview.project import parse_project
 
     feed = {**EVENTS, "schema": EVENTS["schema"] + ", op STRING", "changes": {"operation": "op", "key": ["id"], "sequence": "id"}}
     data = {"sources": {"events": feed}, "views": {"v": {"sql": WINDOWED, "watermark": "10 minutes"}}}
@@ -329,14 +330,14 @@ def test_a_watermarked_window_over_a_change_feed_is_accepted(tmp_path) -> None:
 
 
 def test_a_watermarked_window_over_a_before_after_image_feed_is_accepted(tmp_path) -> None:
-    from lakeview.config import parse_project
+    from lakeview.project import parse_project
 
     data = {"sources": {"events": {**EVENTS, "images": {"key": ["id"]}}}, "views": {"v": {"sql": WINDOWED, "watermark": "10 minutes"}}}
     assert parse_project(data, file=str(tmp_path / "lakeview.toml"), root=tmp_path).views["v"].watermark == "10 minutes"
 
 
 def test_a_declared_event_time_gives_a_plain_aggregate_a_watermark(tmp_path) -> None:
-    from lakeview.config import parse_project
+    from lakeview.project import parse_project
 
     data = {"sources": {"events": EVENTS}, "views": {"v": {"sql": "SELECT k, COUNT(*) AS n FROM events GROUP BY k", "watermark": "1 minute", "event_time": "ts"}}}
     assert parse_project(data, file=str(tmp_path / "lakeview.toml"), root=tmp_path).views["v"].watermark == "1 minute"

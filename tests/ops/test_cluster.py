@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 
 from catalog_api.server import free_port
-from lakeview.config import load_project
-from lakeview.embedded import open_store
-from lakeview.generator import land_json, make_orders
+from lakeview.project import load_project
+from catalog_api.store import open_store
+from lakeview.cli.generator import land_json, make_orders
 from tests.waiting import wait_for
-from lakeview.status import ViewStatus, view_statuses
+from catalog_api.status import ViewStatus, view_statuses
 
 CLI = [sys.executable, "-m", "lakeview.cli"]
 

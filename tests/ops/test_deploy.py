@@ -20,8 +20,8 @@ import yaml
 # typer 0.29 vendors click as typer._click: the CLI's commands and usage errors are that one's.
 from typer._click import exceptions as click_errors
 
-from lakeview.cli import app
-from lakeview.config import load_project, parse_project
+from lakeview.cli.main import app
+from lakeview.project import load_project, parse_project
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 ROOT = DEPLOY.parent

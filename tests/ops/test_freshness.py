@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from lakeview.config import parse_project
+from lakeview.project import parse_project
 from lakeview.errors import ConfigError
-from lakeview.freshness import (
+from lakeview.ops.freshness import (
     CommitPoint,
     DegradedReason,
     RuntimeSignals,

@@ -9,9 +9,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 
-from lakeview import oracle
-from lakeview.embedded import EmbeddedStack
-from lakeview.generator import make_orders
+from lakeview.ivm import oracle
+from lakeview.stack.embedded import EmbeddedStack
+from lakeview.cli.generator import make_orders
 from tests.conftest import ORDERS_SCHEMA
 
 APPEND_SQL = "SELECT order_id, product_id, quantity, ts FROM orders"
@@ -114,7 +114,7 @@ def test_concurrent_ingest_is_exactly_once_across_a_restart(spark, make_project,
 
 def test_ingest_and_status_honour_catalog_auth(spark, catalog_server, lake_dir, tmp_path, unique_name: str, monkeypatch) -> None:
     from catalog_api.auth import hash_secret
-    from lakeview.config import parse_project
+    from lakeview.project import parse_project
 
     view = unique_name
     data = {

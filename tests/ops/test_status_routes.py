@@ -10,11 +10,12 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 from rich.console import Console
 
-from lakeview.embedded import EmbeddedStack, open_store
-from lakeview.generator import land_json, make_orders
-from lakeview.progress import BackfillProgress, work_progress
-from lakeview.runtime import read_runtime
-from lakeview.status import status_table, view_status
+from lakeview.stack.embedded import EmbeddedStack
+from catalog_api.store import open_store
+from lakeview.cli.generator import land_json, make_orders
+from lakeview.ops.progress import BackfillProgress, work_progress
+from lakeview.ops.runtime import read_runtime
+from catalog_api.status import status_table, view_status
 from tests.conftest import SALES_SQL
 from tests.waiting import wait_for
 

@@ -14,8 +14,9 @@ import pyarrow as pa
 import pytest
 
 from catalog_api.server import free_port
-from lakeview.config import ProjectConfig, parse_project
-from writers.base import Change, Epoch
+from lakeview.config.models import ProjectConfig
+from lakeview.project import parse_project
+from lakeview.ivm.commits import Change, Epoch
 from writers.iceberg import IcebergWriter
 
 MOTO = str(Path(sys.executable).with_name("moto_server"))
@@ -107,7 +108,7 @@ def view_project(make_project, unique_name: str) -> Callable[..., ProjectConfig]
 
 
 def iceberg_writer(rest_catalog, project: ProjectConfig, view: str) -> IcebergWriter:
-    from lakeview.inline import sql_properties
+    from lakeview.sql.dialects import sql_properties
 
     config = project.views[view]
     writer = IcebergWriter(rest_catalog, config.namespace, view)

@@ -9,9 +9,9 @@ from pathlib import Path
 import boto3
 import pytest
 
-from lakeview.cli import main
-from lakeview.config import load_project
-from lakeview.embedded import EmbeddedStack
+from lakeview.cli.main import main
+from lakeview.project import load_project
+from lakeview.stack.embedded import EmbeddedStack
 from tests.registrars.conftest import commit, iceberg_writer
 
 VIEW_SQL = "SELECT product_id, SUM(quantity) AS total_sold, MAX(label) AS label FROM orders GROUP BY product_id"

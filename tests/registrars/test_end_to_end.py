@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import boto3
 
-from lakeview.config import GlueConfig
-from lakeview.duck import connect, connect_catalog
-from lakeview.embedded import EmbeddedStack
-from lakeview.generator import land_json, make_orders
-from lakeview.registration import degraded_reasons, published_table
+from lakeview.config.models import GlueConfig
+from lakeview.sql.duck import connect, connect_catalog
+from lakeview.stack.embedded import EmbeddedStack
+from lakeview.cli.generator import land_json, make_orders
+from catalog_api.registrars.service import degraded_reasons, published_table
 from tests.conftest import SALES_SQL
 
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from catalog_api.registrars.filesystem import VERSION_HINT, FilesystemRegistrar
-from lakeview.duck import connect
-from lakeview.registration import delta_location, published_table
+from lakeview.sql.duck import connect
+from catalog_api.registrars.service import delta_location, published_table
 from tests.registrars.conftest import commit, delta_table, iceberg_writer, sorted_rows
 
 

@@ -6,7 +6,7 @@ import pytest
 
 from catalog_api.registrars.glue import GlueRegistrar
 from lakeview.errors import RegistrarConflictError
-from lakeview.registration import delta_location, published_table
+from catalog_api.registrars.service import delta_location, published_table
 from tests.registrars.conftest import commit, delta_table, iceberg_writer, sorted_rows
 
 
@@ -81,7 +81,7 @@ def test_delta_view_is_registered_with_provider_and_location(moto, glue_client, 
         ("product_id", "bigint"), ("total_sold", "bigint"), ("label", "string")
     ]
     # A reader that follows the Glue location reads the rows.
-    from lakeview.duck import connect
+    from lakeview.sql.duck import connect
 
     rows = connect("delta").sql(f"SELECT * FROM delta_scan('{entry['StorageDescriptor']['Location']}')").fetchall()
     assert rows == [(1, 10, "a")]

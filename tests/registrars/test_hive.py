@@ -15,7 +15,7 @@ import pytest
 
 from catalog_api.registrars.hive import HiveRegistrar
 from lakeview.errors import RegistrarConflictError, RegistrarError
-from lakeview.registration import delta_location, published_table
+from catalog_api.registrars.service import delta_location, published_table
 from tests.registrars.conftest import commit, delta_table, free_port, iceberg_writer, sorted_rows
 from tests.registrars.hms import BridgedMetastore, can_unshare
 
@@ -97,7 +97,7 @@ def test_delta_view_in_hms(hms, view_project, unique_name) -> None:
     assert registration.parameters["spark.sql.sources.provider"] == "delta"
     assert registration.parameters["table_type"] == "DELTA"
     assert registration.parameters["EXTERNAL"] == "TRUE"
-    from lakeview.duck import connect
+    from lakeview.sql.duck import connect
 
     assert connect("delta").sql(f"SELECT * FROM delta_scan('{path}')").fetchall() == [(1, 10, "a")]
 

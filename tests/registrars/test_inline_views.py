@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from lakeview.errors import ConfigError
-from lakeview.inline import publish_inline_view, publish_inline_views, sql_properties
+from lakeview.stack.inline import publish_inline_view, publish_inline_views
+from lakeview.sql.dialects import sql_properties
 from tests.registrars.conftest import commit, iceberg_writer
 
 BASE_SQL = "SELECT product_id, SUM(quantity) AS total_sold, MAX(label) AS label FROM orders GROUP BY product_id"
@@ -79,7 +80,7 @@ def test_materialized_view_sql_per_dialect() -> None:
 
 
 def test_pipeline_stamps_materialized_view_sql_per_dialect(spark, make_project, catalog_server, rest_catalog, unique_name) -> None:
-    from lakeview.embedded import make_writer
+    from writers.registry import make_writer
     from spark_jobs.pipeline import ViewPipeline
     from tests.conftest import SALES_SQL
 

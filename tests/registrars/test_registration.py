@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import boto3
 
-from lakeview.embedded import EmbeddedStack
-from lakeview.registration import REGISTRAR_DOWN, RegistrationService, degraded_reasons, published_table
-from lakeview.status import view_statuses
+from lakeview.stack.embedded import EmbeddedStack
+from catalog_api.registrars.service import REGISTRAR_DOWN, RegistrationService, degraded_reasons, published_table
+from catalog_api.status import view_statuses
 from tests.registrars.conftest import MotoServer, commit, iceberg_writer, sorted_rows
 from tests.waiting import wait_for
-from writers.base import CommitRecord
+from lakeview.ivm.commits import CommitRecord
 
 
 def glue_pointer(endpoint: str, namespace: str, name: str) -> str | None:
@@ -87,7 +87,7 @@ def _epoch(view: str, number: int, totals: dict[int, int]):
     import pyarrow as pa
 
     from tests.registrars.conftest import SCHEMA
-    from writers.base import Change, Epoch
+    from lakeview.ivm.commits import Change, Epoch
 
     rows = pa.table({"product_id": list(totals), "total_sold": list(totals.values()), "label": ["x"] * len(totals)}, schema=SCHEMA)
     return Epoch(view, number, {"orders": number}), Change(rows, ("product_id",))

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from lakeview.cli import main
-from lakeview.trino import catalog_files, render
+from lakeview.cli.main import main
+from lakeview.cli.trino import catalog_files, render
 from tests.registrars.conftest import free_port
 
 # Reference: property names as documented by Trino (docs/src/main/sphinx/object-storage/

@@ -13,9 +13,12 @@ from datetime import timedelta
 from pathlib import Path
 
 from catalog_api.server import CatalogServer
-from lakeview import oracle, tables
-from lakeview.config import SparkConfig
-from lakeview.embedded import EmbeddedStack, make_writer, open_store, state_writer_factory
+from lakeview.ivm import oracle
+from catalog_api import view_tables as tables
+from lakeview.config.models import SparkConfig
+from lakeview.stack.embedded import EmbeddedStack
+from writers.registry import make_writer, state_writer_factory
+from catalog_api.store import open_store
 from spark_jobs.pipeline import ViewPipeline
 from spark_jobs.quarantine import quarantined_rows
 from tests.spark_jobs.test_changes import land
@@ -119,7 +122,7 @@ def test_aggregates_and_projections_backfill_on_the_executors(spark, catalog_ser
 
 
 def test_append_source_aggregates_backfill_on_the_executors(spark, catalog_server: CatalogServer, make_project, unique_name: str) -> None:
-    from lakeview.generator import land_json, make_orders
+    from lakeview.cli.generator import land_json, make_orders
 
     p = unique_name[:30]
     views = {

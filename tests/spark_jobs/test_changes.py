@@ -9,8 +9,8 @@ import os
 from pathlib import Path
 
 from catalog_api.server import CatalogServer
-from lakeview import oracle
-from lakeview.status import view_statuses
+from lakeview.ivm import oracle
+from catalog_api.status import view_statuses
 from spark_jobs.quarantine import quarantined_rows
 from tests.spark_jobs.test_pipeline import read_view, start
 

@@ -13,9 +13,10 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from lakeview import oracle
-from lakeview.config import ProjectConfig, parse_project
-from lakeview.embedded import open_store
+from lakeview.ivm import oracle
+from lakeview.config.models import ProjectConfig
+from lakeview.project import parse_project
+from catalog_api.store import open_store
 from tests.spark_jobs.test_changes import EPOCHS, FEED, SCHEMA, land
 
 SQL = "SELECT product_id, SUM(quantity) AS total, MIN(quantity) AS lo, COUNT(*) AS n FROM changes GROUP BY product_id"

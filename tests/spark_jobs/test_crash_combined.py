@@ -15,11 +15,12 @@ from pathlib import Path
 
 from deltalake import DeltaTable
 
-from lakeview import oracle, tables
-from lakeview.chain_oracle import expected_rows, over_relations
-from lakeview.config import ProjectConfig
-from lakeview.embedded import open_store
-from lakeview.view_changes import reader_path
+from lakeview.ivm import oracle
+from catalog_api import view_tables as tables
+from lakeview.stack.chain_oracle import expected_rows, over_relations
+from lakeview.config.models import ProjectConfig
+from catalog_api.store import open_store
+from spark_jobs.view_changes import reader_path
 from spark_jobs.quarantine import quarantined_rows
 from tests.spark_jobs.test_changes import land
 from tests.spark_jobs.test_crash import project_on_disk

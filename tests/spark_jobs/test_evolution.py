@@ -11,9 +11,9 @@ import json
 from pathlib import Path
 
 from catalog_api.server import CatalogServer
-from lakeview import oracle
-from lakeview.duck import connect
-from lakeview.evolution import added_columns
+from lakeview.ivm import oracle
+from lakeview.sql.duck import connect
+from lakeview.config.evolution import added_columns
 from tests.spark_jobs.test_changes import land
 from tests.spark_jobs.test_pipeline import read_view, start
 

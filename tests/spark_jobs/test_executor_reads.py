@@ -12,16 +12,20 @@ from pathlib import Path
 import pytest
 
 from catalog_api.server import CatalogServer
-from lakeview import tables
-from lakeview.config import SparkConfig, parse_project
-from lakeview.embedded import EmbeddedStack, make_writer, open_store
+from catalog_api import view_tables as tables
+from lakeview.config.models import SparkConfig
+from lakeview.project import parse_project
+from lakeview.stack.embedded import EmbeddedStack
+from writers.registry import make_writer
+from catalog_api.store import open_store
 from spark_jobs.executor_reads import ExecutorReads
 from tests.s3_server import ACCESS_KEY, SECRET_KEY
 from tests.spark_jobs.test_changes import land
 from tests.spark_jobs.test_view_dag import BATCHES, FEED, SCHEMA, assert_chain_equals_recompute, chain, order
 from writers.iceberg import IcebergWriter
 from writers.maintenance import MAINTENANCE
-from writers.snapshot_diff import snapshot_change, summed
+from lakeview.ivm.zsets import summed
+from writers.snapshot_diff import snapshot_change
 
 MORE = [
     [order("u", i, 3, 7) for i in (2, 3, 6)] + [order("c", 20, 0, 4), order("d", 10)],
@@ -134,7 +138,7 @@ def test_remote_writer_equals_a_model_every_epoch(mode: str, spark, rest_catalog
 
     import pyarrow as pa
 
-    from writers.base import Change, Epoch
+    from lakeview.ivm.commits import Change, Epoch
     from writers.maintenance import MaintenancePolicy
     from writers.snapshot_diff import WEIGHT
 
@@ -185,7 +189,7 @@ def test_killed_before_publishing_the_change_is_derived_on_the_executors(spark, 
     Spark job (bound 0): the chain still equals the full recompute."""
     import signal
 
-    from lakeview.view_changes import reader_path
+    from spark_jobs.view_changes import reader_path
     from tests.spark_jobs.test_crash import project_on_disk
     from tests.spark_jobs.test_view_dag import refresh_in_subprocess
 

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import json
 
-from lakeview import oracle, tables
-from lakeview.chain_oracle import over_rows
-from lakeview.config import SparkConfig
-from lakeview.embedded import EmbeddedStack
+from lakeview.ivm import oracle
+from catalog_api import view_tables as tables
+from lakeview.stack.chain_oracle import over_rows
+from lakeview.config.models import SparkConfig
+from lakeview.stack.embedded import EmbeddedStack
 from spark_jobs.executor_reads import ExecutorReads
 from spark_jobs.multi_source import CombinedPipeline
 from tests.spark_jobs.test_changes import land

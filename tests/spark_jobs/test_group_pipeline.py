@@ -14,15 +14,15 @@ import pyarrow.compute as pc
 from pyiceberg.catalog.rest import RestCatalog
 
 from catalog_api.server import CatalogServer
-from lakeview import oracle
-from lakeview.duck import connect_catalog
-from lakeview.cadence import parse_cadence
-from lakeview.config import SparkConfig
-from lakeview.embedded import EmbeddedStack
-from lakeview.generator import land_json, make_orders
-from lakeview.runtime import read_runtime
-from lakeview.status import view_statuses
-from lakeview.source_log import files_up_to
+from lakeview.ivm import oracle
+from lakeview.sql.duck import connect_catalog
+from lakeview.config.cadence import parse_cadence
+from lakeview.config.models import SparkConfig
+from lakeview.stack.embedded import EmbeddedStack
+from lakeview.cli.generator import land_json, make_orders
+from lakeview.ops.runtime import read_runtime
+from catalog_api.status import view_statuses
+from lakeview.ops.source_log import files_up_to
 from tests.conftest import SALES_SQL
 from tests.waiting import wait_for
 from writers.staged_files import WRITTEN_BY
@@ -238,7 +238,7 @@ def test_sigkill_mid_group_commit_then_restart_commits_every_table_once(tmp_path
     their state tables and change-feed mirrors) with epoch 0 once."""
     from collections import Counter
 
-    from lakeview.embedded import open_store
+    from catalog_api.store import open_store
     from tests.spark_jobs.test_changes import EPOCHS, FEED, SCHEMA, land
     from tests.spark_jobs.test_crash import SQL, project_on_disk, refresh
 

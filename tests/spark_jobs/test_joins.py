@@ -7,9 +7,9 @@ from __future__ import annotations
 import json
 
 from catalog_api.server import CatalogServer
-from lakeview import oracle
-from lakeview.explain import explain
-from lakeview.runtime import count_pending_files
+from lakeview.ivm import oracle
+from lakeview.ivm.explain import explain
+from lakeview.ops.runtime import count_pending_files
 from tests.spark_jobs.test_changes import land
 from tests.spark_jobs.test_pipeline import read_view, start
 
@@ -141,7 +141,7 @@ def test_join_view_sigkilled_mid_epoch_then_verify_says_equal(spark, tmp_path) -
     import sys
     from collections import Counter
 
-    from lakeview.embedded import open_store
+    from catalog_api.store import open_store
     from tests.spark_jobs.test_crash import ROOT, project_on_disk, refresh
     from tests.spark_jobs.test_view_dag import refresh_in_process
 

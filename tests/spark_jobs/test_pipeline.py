@@ -8,11 +8,11 @@ from pathlib import Path
 import pyarrow as pa
 
 from catalog_api.server import CatalogServer
-from lakeview import oracle
-from lakeview.duck import connect_catalog
-from lakeview.embedded import make_writer
-from lakeview.generator import land_json, make_orders
-from lakeview.source_log import files_up_to
+from lakeview.ivm import oracle
+from lakeview.sql.duck import connect_catalog
+from writers.registry import make_writer
+from lakeview.cli.generator import land_json, make_orders
+from lakeview.ops.source_log import files_up_to
 from spark_jobs.pipeline import ViewPipeline
 from tests.conftest import SALES_SQL
 

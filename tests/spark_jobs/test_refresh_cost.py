@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from catalog_api.server import CatalogServer
 from bench.history import land_parquet
-from lakeview import oracle
+from lakeview.ivm import oracle
 from tests.spark_jobs.test_pipeline import read_view, start
 
 SCHEMA = "order_id BIGINT, product_id BIGINT, quantity INT, ts TIMESTAMP"

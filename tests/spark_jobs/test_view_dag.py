@@ -17,13 +17,14 @@ from pathlib import Path
 import pyarrow as pa
 from typer.testing import CliRunner
 
-from lakeview import oracle, tables
-from lakeview.chain_oracle import expected_rows, over_rows
-from lakeview.cli import app
-from lakeview.embedded import EmbeddedStack
-from lakeview.explain import explain
-from lakeview.maintenance import maintain_view
-from lakeview.view_changes import reader_path
+from lakeview.ivm import oracle
+from catalog_api import view_tables as tables
+from lakeview.stack.chain_oracle import expected_rows, over_rows
+from lakeview.cli.main import app
+from lakeview.stack.embedded import EmbeddedStack
+from lakeview.ivm.explain import explain
+from lakeview.stack.maintenance import maintain_view
+from spark_jobs.view_changes import reader_path
 from tests.spark_jobs.test_changes import land
 from tests.spark_jobs.test_crash import project_on_disk
 
@@ -171,7 +172,7 @@ def test_crash_between_upstream_commit_and_publication(spark, tmp_path: Path) ->
 def test_views_over_an_append_only_view(spark, catalog_server, make_project, unique_name: str) -> None:
     """An append-only source -> a filtering append view (no key; its change files carry a
     timestamp column) -> a self-mergeable aggregate over it, refreshed batch by batch."""
-    from lakeview.generator import land_json, make_orders
+    from lakeview.cli.generator import land_json, make_orders
 
     filtered, totals = f"{unique_name[:40]}_f", f"{unique_name[:40]}_t"
     views = {

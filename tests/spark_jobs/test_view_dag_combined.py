@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import json
 
-from lakeview import oracle, tables
-from lakeview.chain_oracle import expected_rows, over_relations
-from lakeview.embedded import EmbeddedStack
+from lakeview.ivm import oracle
+from catalog_api import view_tables as tables
+from lakeview.stack.chain_oracle import expected_rows, over_relations
+from lakeview.stack.embedded import EmbeddedStack
 from tests.spark_jobs.test_changes import land
 from tests.spark_jobs.test_view_dag import BATCHES, FEED, SCHEMA
 

@@ -8,9 +8,10 @@ import json
 from datetime import datetime, timedelta, timezone
 
 from catalog_api.server import CatalogServer
-from lakeview import oracle, tables
-from lakeview.explain import explain
-from lakeview.status import view_statuses
+from lakeview.ivm import oracle
+from catalog_api import view_tables as tables
+from lakeview.ivm.explain import explain
+from catalog_api.status import view_statuses
 from spark_jobs.quarantine import quarantined_rows
 from tests.spark_jobs.test_changes import FEED, change, land
 from tests.spark_jobs.test_pipeline import read_view, start
@@ -101,8 +102,8 @@ def test_tumbling_and_hopping_windows_with_a_watermark(spark, catalog_server: Ca
 def test_watermark_survives_a_restart_and_lakeview_verify_agrees(spark, catalog_server: CatalogServer, lake_dir, tmp_path, unique_name: str) -> None:
     from typer.testing import CliRunner
 
-    from lakeview.cli import app
-    from lakeview.config import load_project
+    from lakeview.cli.main import app
+    from lakeview.project import load_project
 
     toml = f"""
 [lake]

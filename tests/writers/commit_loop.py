@@ -8,7 +8,8 @@ import sys
 
 import pyarrow as pa
 
-from writers.base import Change, Epoch, SnapshotWriter
+from lakeview.ivm.commits import Change, Epoch
+from writers.base import SnapshotWriter
 
 
 def open_writer(fmt: str, where: str, name: str) -> SnapshotWriter:

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 
 from catalog_api.server import CatalogServer
-from lakeview.duck import connect, connect_catalog
+from lakeview.sql.duck import connect, connect_catalog
 from writers.base import SnapshotWriter
 from writers.delta import DeltaWriter, history_of
 from writers.iceberg import IcebergWriter

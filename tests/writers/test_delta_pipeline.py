@@ -3,11 +3,12 @@ verify read the Delta log."""
 
 from __future__ import annotations
 
-from lakeview import oracle, tables
-from lakeview.cli import main
-from lakeview.embedded import make_writer, state_writer_factory
-from lakeview.generator import land_json, make_orders
-from lakeview.status import view_statuses
+from lakeview.ivm import oracle
+from catalog_api import view_tables as tables
+from lakeview.cli.main import main
+from writers.registry import make_writer, state_writer_factory
+from lakeview.cli.generator import land_json, make_orders
+from catalog_api.status import view_statuses
 from spark_jobs.pipeline import ViewPipeline
 from tests.conftest import SALES_SQL
 

@@ -14,12 +14,15 @@ from pathlib import Path
 import pytest
 
 from catalog_api.server import CatalogServer
-from lakeview import oracle, tables
-from lakeview.maintenance import maintain_view
-from lakeview.config import ProjectConfig, SparkConfig, parse_project
-from lakeview.duck import attach_sql, connect
-from lakeview.embedded import make_writer, open_store, state_writer_factory
-from lakeview.generator import land_json, make_orders
+from lakeview.ivm import oracle
+from catalog_api import view_tables as tables
+from lakeview.stack.maintenance import maintain_view
+from lakeview.config.models import ProjectConfig, SparkConfig
+from lakeview.project import parse_project
+from lakeview.sql.duck import attach_sql, connect
+from writers.registry import make_writer, state_writer_factory
+from catalog_api.store import open_store
+from lakeview.cli.generator import land_json, make_orders
 from spark_jobs.pipeline import ViewPipeline
 from tests.conftest import ORDERS_SCHEMA
 from tests.s3_server import ACCESS_KEY, SECRET_KEY
@@ -40,7 +43,7 @@ def newest_summary(project: ProjectConfig, view: str) -> dict[str, str]:
     if project.views[view].format.value == "delta":
         from deltalake import DeltaTable
 
-        from lakeview.embedded import delta_storage_options
+        from lakeview.config.models import delta_storage_options
 
         entry = DeltaTable(project.table_location(view), storage_options=delta_storage_options(project)).history(1)[0]
         return {k: str(v) for k, v in entry.items() if k.startswith("lakeview.")}
@@ -215,7 +218,7 @@ def test_crash_between_executor_writes_and_commit_replays_without_duplicates(fmt
 
 
 def test_explain_states_where_each_view_kind_holds_its_delta(make_project) -> None:
-    from lakeview.explain import explain
+    from lakeview.ivm.explain import explain
 
     project = make_project(views={"appended": {"sql": SQL}, "sums": {"sql": "SELECT product_id, SUM(quantity) AS q FROM orders GROUP BY product_id"}})
     bounded = project.model_copy(update={"spark": SparkConfig(driver_rows_max=1000, max_files_per_trigger=20)})

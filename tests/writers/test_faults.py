@@ -15,12 +15,13 @@ import pyarrow as pa
 import pytest
 
 from catalog_api.server import CatalogServer
-from lakeview import tables
-from lakeview.embedded import make_writer, open_store
+from catalog_api import view_tables as tables
+from writers.registry import make_writer
+from catalog_api.store import open_store
 from tests.s3_server import ACCESS_KEY, SECRET_KEY
 from tests.writers.commit_loop import open_writer
 from tests.writers.test_object_storage import s3_project
-from writers.base import Change, Epoch
+from lakeview.ivm.commits import Change, Epoch
 from writers.delta_maintenance import maintain_delta
 from writers.iceberg_maintenance import maintain_iceberg, reachable_files
 from writers.maintenance import MaintenancePolicy

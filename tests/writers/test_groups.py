@@ -10,8 +10,8 @@ import pyarrow as pa
 import pytest
 
 from catalog_api.server import CatalogServer
-from lakeview.duck import connect_catalog
-from writers.base import Change, Epoch
+from lakeview.sql.duck import connect_catalog
+from lakeview.ivm.commits import Change, Epoch
 from writers.group import IcebergGroupWriter
 from writers.iceberg import IcebergWriter
 
@@ -133,7 +133,7 @@ def test_group_rejects_non_members(rest_catalog, unique_name: str) -> None:
     ],
 )
 def test_group_members_must_share_format_cadence_and_sources(other: dict, problem: str) -> None:
-    from lakeview.config import parse_project
+    from lakeview.project import parse_project
     from lakeview.errors import ConfigError
 
     sources = {"o": {"format": "json", "path": "o", "schema": "a INT, b INT"}, "p": {"format": "json", "path": "p", "schema": "a INT"}}
@@ -151,7 +151,7 @@ def test_group_members_must_share_format_cadence_and_sources(other: dict, proble
 def test_explain_says_who_a_grouped_view_commits_with(tmp_path) -> None:
     from typer.testing import CliRunner
 
-    from lakeview.cli import app
+    from lakeview.cli.main import app
 
     (tmp_path / "lakeview.toml").write_text(
         '[sources.o]\nformat = "json"\npath = "o"\nschema = "a INT, b INT"\n'

@@ -11,7 +11,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from writers.base import Change, Epoch
+from lakeview.ivm.commits import Change, Epoch
 from writers.delta_maintenance import maintain_delta
 from writers.iceberg_maintenance import maintain_iceberg
 from writers.maintenance import MaintenancePolicy
@@ -74,8 +74,8 @@ def test_maintenance_expires_compacts_and_removes_orphans_without_changing_data(
 
 
 def test_lakeview_maintain_runs_a_pass_with_progress(make_project, catalog_server, unique_name: str, capsys) -> None:
-    from lakeview.cli import main
-    from lakeview.embedded import make_writer
+    from lakeview.cli.main import main
+    from writers.registry import make_writer
 
     view = unique_name
     retention = {"keep_snapshots": 2}
@@ -105,8 +105,8 @@ def test_lakeview_maintain_runs_a_pass_with_progress(make_project, catalog_serve
 
 @pytest.mark.parametrize("fmt", ["iceberg", "delta"])
 def test_background_maintenance_runs_while_commits_continue(fmt: str, make_project, catalog_server, unique_name: str) -> None:
-    from lakeview.embedded import make_writer
-    from lakeview.maintenance import MaintenanceThread
+    from writers.registry import make_writer
+    from lakeview.stack.maintenance import MaintenanceThread
 
     view = unique_name
     project = make_project(
@@ -207,7 +207,8 @@ def test_retention_by_count_bounds_history_and_metadata_and_kept_snapshots_read_
 
 def test_delta_log_retention_on_s3_deletes_old_log_entries_and_keeps_kept_versions(s3_server, tmp_path: Path, unique_name: str, monkeypatch) -> None:
     from catalog_api.server import CatalogServer
-    from lakeview.embedded import make_writer, open_store
+    from writers.registry import make_writer
+    from catalog_api.store import open_store
     from tests.s3_server import ACCESS_KEY, SECRET_KEY
     from tests.writers.test_object_storage import BUCKET, s3_project
 

@@ -15,9 +15,9 @@ import pytest
 from pyiceberg.exceptions import ValidationException
 from pyiceberg.manifest import DataFileContent
 
-from lakeview.duck import connect_catalog
+from lakeview.sql.duck import connect_catalog
 from tests.writers.conftest import NAMESPACE, IcebergLake
-from writers.base import EPOCH, Change, Epoch
+from lakeview.ivm.commits import EPOCH, Change, Epoch
 from writers.iceberg import IcebergWriter
 from writers.iceberg_maintenance import maintain_iceberg
 from writers.live_files import LiveFiles

@@ -9,12 +9,15 @@ import pyarrow as pa
 import pytest
 
 from catalog_api.server import CatalogServer
-from lakeview import tables
-from lakeview.config import ProjectConfig, parse_project
-from lakeview.duck import attach_sql, connect
-from lakeview.embedded import file_io_properties, make_writer, open_store
+from catalog_api import view_tables as tables
+from lakeview.config.models import ProjectConfig
+from lakeview.project import parse_project
+from lakeview.sql.duck import attach_sql, connect
+from lakeview.config.models import file_io_properties
+from writers.registry import make_writer
+from catalog_api.store import open_store
 from tests.s3_server import ACCESS_KEY, SECRET_KEY
-from writers.base import Change, Epoch
+from lakeview.ivm.commits import Change, Epoch
 
 BUCKET = "lake-tests"
 SQL = "SELECT product_id, SUM(quantity) AS total_sold, COUNT(*) AS orders FROM orders GROUP BY product_id"

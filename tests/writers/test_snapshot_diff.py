@@ -8,7 +8,7 @@ from collections import Counter
 
 import pyarrow as pa
 
-from writers.base import Change, Epoch
+from lakeview.ivm.commits import Change, Epoch
 from writers.snapshot_diff import WEIGHT, commits_after, snapshot_change, snapshot_rows
 
 SCHEMA = pa.schema([("k", pa.int64()), ("name", pa.string()), ("amount", pa.float64())])

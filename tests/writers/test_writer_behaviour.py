@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from writers.base import Change, Epoch
+from lakeview.ivm.commits import Change, Epoch
 
 SCHEMA = pa.schema([("k", pa.int64()), ("total", pa.int64())])
 

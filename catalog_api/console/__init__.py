@@ -1,0 +1,1 @@
+"""The browser console at ``/ui/``: static pages (``static/``) over JSON routes under ``/lakeview/v1``."""

@@ -1,0 +1,1 @@
+"""Core: the typed project configuration (pydantic models, unknown keys rejected), cadence, schema."""

@@ -1,0 +1,1 @@
+"""Core: incremental view maintenance over Z-sets (per-epoch arithmetic), the recompute oracle, explain."""

@@ -1,0 +1,113 @@
+"""Change-feed sources: rows carrying an operation (insert/update/delete) become a Z-set.
+
+A change row is the new image of the row with its key (a delete needs only the key). To
+retract the old image of an update or a delete, each view over a change feed keeps a
+*mirror*: the current row per key (``<namespace>.__lv_state_<view>_src``), looked up by the
+keys a batch touches only. Per batch and key the newest change (by the ``sequence`` column)
+wins; the Z-set is the mirror's old row with weight −1 plus the new image with weight +1
+(none for a delete). The mirror is committed last in an epoch, so a replayed epoch finds
+the old images it needs.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from lakeview.sql.plan import WEIGHT, AppendPlan, KeyedAggregatePlan
+from lakeview.config.schema import parse_ddl
+from lakeview.ivm.commits import Change
+from lakeview.sql.dag import feed_key
+
+if TYPE_CHECKING:
+    from lakeview.config.models import ChangeFeedConfig, ImagesConfig, ProjectConfig, SourceConfig
+
+OP = "__lv_op"  # the normalised operation: 'insert', 'update' or 'delete' (NULL: unknown)
+INSERT, UPDATE, DELETE = "insert", "update", "delete"
+
+
+def mirror_table_name(view: str) -> str:
+    return f"__lv_state_{view}_src"
+
+
+def check_view_over_sources(plan: AppendPlan | KeyedAggregatePlan, project: ProjectConfig) -> str | None:
+    """What is wrong with a view over its (change-feed) source, or None."""
+    source = project.sources.get(plan.sources[0])
+    if source is None:
+        return None  # reported by the config check that names the declared sources
+    columns = {c.name.lower() for c in parse_ddl(source.schema_)}
+    missing = [c for c in source.required if c.lower() not in columns]
+    if missing:
+        return f"source {plan.sources[0]!r}: required column(s) {', '.join(missing)} are not in its schema"
+    if source.changes is not None and source.images is not None:
+        return f"source {plan.sources[0]!r}: declare either [changes] (an operation column) or [images] (before/after), not both"
+    key = feed_key(source)
+    if key is None:
+        return None
+    named = [*key] + ([source.changes.operation, source.changes.sequence] if source.changes else [])
+    absent = [c for c in named if c.lower() not in columns]
+    if absent:
+        return f"change feed {plan.sources[0]!r}: column(s) {', '.join(absent)} are not in its schema"
+    if isinstance(plan, AppendPlan) and not plan.star:
+        selected = {c.lower() for c in plan.plain_columns}
+        lacking = [k for k in key if k.lower() not in selected]
+        if lacking:
+            return (
+                f"a projection over the change feed {plan.sources[0]!r} must select its key column(s) "
+                f"{', '.join(lacking)} unchanged, so updates and deletes can be applied by key; "
+                "nearest supported form: add them to the SELECT list (or aggregate with GROUP BY)"
+            )
+    return None
+
+
+def images_sql(images: ImagesConfig, columns: list[str], relation: str) -> str:
+    """Spark SQL: a before/after-image batch as a Z-set (before −1, after +1)."""
+    def side(name: str, weight: int) -> str:
+        cols = ", ".join(f"`{name}`.`{c}` AS `{c}`" for c in columns)
+        return f"SELECT {cols}, {weight} AS {WEIGHT} FROM {relation} WHERE `{name}` IS NOT NULL"
+
+    return f"{side(images.before, -1)} UNION ALL {side(images.after, 1)}"
+
+
+def operation_sql(feed: ChangeFeedConfig) -> str:
+    """Spark SQL mapping the feed's operation column to 'insert' / 'update' / 'delete' (else NULL)."""
+
+    def values(items: list[str]) -> str:
+        return ", ".join("'" + v.replace("'", "''") + "'" for v in items)
+
+    op = f"`{feed.operation}`"
+    return (
+        f"CASE WHEN {op} IN ({values(feed.insert)}) THEN '{INSERT}' WHEN {op} IN ({values(feed.update)}) THEN '{UPDATE}' "
+        f"WHEN {op} IN ({values(feed.delete)}) THEN '{DELETE}' END"
+    )
+
+
+def latest_sql(feed: ChangeFeedConfig, relation: str) -> str:
+    """Spark SQL: the newest change per key of a batch (rows with a known operation)."""
+    keys = ", ".join(f"`{k}`" for k in feed.key)
+    return (
+        f"SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY {keys} ORDER BY `{feed.sequence}` DESC) AS __lv_rn "
+        f"FROM {relation} WHERE {OP} IS NOT NULL) WHERE __lv_rn = 1"
+    )
+
+
+def normalize(latest: pa.Table, old: pa.Table, feed: ChangeFeedConfig, columns: list[str]) -> tuple[pa.Table, Change]:
+    """The batch's Z-set over the source's ``columns`` (plus the weight) and the mirror's change.
+
+    ``latest``: the newest change per key (source columns + ``__lv_op``); ``old``: the mirror's
+    rows for those keys.
+    """
+    key = tuple(feed.key)
+    ops = latest.column(OP)
+    images = latest.filter(pc.not_equal(ops, DELETE)).select(columns)
+    deleted = latest.filter(pc.equal(ops, DELETE)).select(list(key))
+    old = old.select(columns).cast(images.schema) if old.num_rows else images.schema.empty_table()
+    zset = pa.concat_tables(
+        [
+            old.append_column(WEIGHT, pa.array([-1] * old.num_rows, pa.int32())),
+            images.append_column(WEIGHT, pa.array([1] * images.num_rows, pa.int32())),
+        ]
+    )
+    return zset, Change(rows=images, key=key, deletes=deleted if deleted.num_rows else None)

@@ -1,0 +1,214 @@
+"""Turn one epoch's delta into the changes the writers commit (no Spark, no table format here).
+
+Changes are Z-sets: each row carries a weight (+1 insert, −1 delete; an update is both).
+A keyed aggregate keeps its state in Lakeview-owned tables next to the view
+(``<namespace>.__lv_state_<view>_<n>``, written with the same writer):
+
+- table 0, the **group state**, keyed by the view's key: the hidden row count
+  (``__lv_rows``; a group at 0 leaves the view), and per aggregate its weighted sum and its
+  non-null count (SUM, AVG = sum / count, COUNT);
+- table *i+1*, a **value multiset** per MIN/MAX/COUNT(DISTINCT) argument, keyed by (view key,
+  value) with the value's multiplicity: MIN/MAX/COUNT(DISTINCT) of a group after a delete are
+  read from it, never by rescanning the history.
+
+Only the rows of the groups an epoch touches are looked up (by key) and rewritten. Each state
+table applies an epoch at most once (its snapshots carry the epoch, like the view's); the
+view's rows for the touched groups are a pure function of the state *after* the epoch, so a
+crash between any two commits is repaired by replaying the epoch: tables that have it skip,
+the others apply it, and the view is finalized from the state read back.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+from lakeview.sql.duck import arrow_sql as _sql
+from lakeview.sql.plan import COUNT, ROWS, VALUE, WEIGHT, AppendPlan, KeyedAggregatePlan
+from lakeview.ivm.commits import Change, CommitRecord, Epoch
+
+if TYPE_CHECKING:
+    from writers.base import SnapshotWriter
+
+
+def change_for(plan: AppendPlan | KeyedAggregatePlan, delta: pa.Table, writer: SnapshotWriter) -> Change:
+    """The change that moves a view whose own rows are its whole state forward by ``delta``
+    (append views over append-only input; self-mergeable keyed aggregates)."""
+    if plan.is_append or delta.num_rows == 0:
+        return Change(rows=delta, key=plan.key)
+    assert isinstance(plan, KeyedAggregatePlan)
+    current = writer.lookup(delta.select(list(plan.keys)))
+    return Change(rows=merge_groups(plan, delta, current), key=plan.keys)
+
+
+def merge_groups(plan: KeyedAggregatePlan, delta: pa.Table, current: pa.Table) -> pa.Table:
+    """Each delta group's new row: its stored row (if any) merged with the delta."""
+    current = current.select(delta.column_names) if current.num_rows else delta.schema.empty_table()
+    return _sql(plan.merge_sql(), delta=delta, current=current)
+
+
+def state_table_names(view: str, plan: KeyedAggregatePlan) -> list[str]:
+    """Names of the view's state tables: group state, then one per value multiset."""
+    return [f"__lv_state_{view}_{i}" for i in range(1 + len(plan.multisets))]
+
+
+@dataclass
+class ViewStores:
+    """The tables one keyed-aggregate view is kept in: the view and its state tables."""
+
+    view: SnapshotWriter
+    groups: SnapshotWriter
+    multisets: list[SnapshotWriter] = field(default_factory=list)
+
+
+def apply_epoch(
+    plan: KeyedAggregatePlan,
+    epoch: Epoch,
+    group_delta: pa.Table,
+    multiset_deltas: list[pa.Table],
+    stores: ViewStores,
+    closed: Callable[[SnapshotWriter], pa.Table] | None = None,
+) -> CommitRecord | None:
+    """Fold one epoch's state deltas into the state tables and commit the view's change.
+
+    ``group_delta`` is :meth:`KeyedAggregatePlan.group_delta_sql`'s result, ``multiset_deltas``
+    one :meth:`~KeyedAggregatePlan.multiset_delta_sql` result per multiset. Idempotent per epoch.
+    ``closed``: a state table's rows of windows closed by the watermark, deleted in the same
+    commit (:mod:`lakeview.watermark`).
+    """
+    if group_delta.num_rows == 0:
+        if closed is not None:  # nothing consumed (e.g. every row late): still drop closed windows' state
+            for writer, key in zip([stores.groups, *stores.multisets], [plan.keys] + [(*plan.keys, VALUE)] * len(stores.multisets)):
+                gone = closed(writer)
+                if gone.num_rows:
+                    writer.commit(epoch, Change(rows=gone.schema.empty_table(), key=key, deletes=gone.select(list(key))))
+        return None
+    keys = plan.keys
+    # a global aggregate (no key) has one group: the key-less table row
+    touched = _distinct(group_delta.select(list(keys))) if keys else group_delta.select([]).slice(0, 1)
+    groups = _advance(stores.groups, epoch, touched, lambda old: merge_group_state(plan, group_delta, old), keys, ROWS, closed)
+    values = [
+        _advance(writer, epoch, touched, lambda old, d=delta: merge_multiset(plan, d, old), (*keys, VALUE), COUNT, closed)
+        for writer, delta in zip(stores.multisets, multiset_deltas)
+    ]
+    return stores.view.commit(epoch, view_change(plan, touched, finalize(plan, groups, values)))
+
+
+def _advance(
+    writer: SnapshotWriter,
+    epoch: Epoch,
+    touched: pa.Table,
+    merge: Callable[[pa.Table], pa.Table],
+    key: tuple[str, ...],
+    count: str,
+    closed: Callable[[SnapshotWriter], pa.Table] | None = None,
+) -> pa.Table:
+    """Apply one state table's delta (unless the table already has the epoch); return the
+    state rows of the touched groups after the epoch."""
+    old = writer.lookup(touched)
+    last = writer.last_commit()
+    if last is not None and last.epoch >= epoch.number:
+        return old  # applied before a crash: ``old`` is already the state after the epoch
+    merged = merge(old)
+    if not key:  # a global aggregate's one state row is replaced whole (kept at count 0)
+        writer.commit(epoch, Change(rows=merged, key=()))
+        return merged
+    change = state_change(merged, key, count)
+    gone = closed(writer) if closed is not None else None
+    if gone is not None and gone.num_rows:
+        # no touched group is in a closed window (its rows would be late), so this cannot clash
+        drop = gone.select(list(key)).cast(pa.schema([merged.schema.field(k) for k in key]))
+        deletes = drop if change.deletes is None else pa.concat_tables([change.deletes.cast(drop.schema), drop])
+        change = Change(rows=change.rows, key=key, deletes=deletes)
+    writer.commit(epoch, change)
+    match = " AND ".join(f'o."{k}" IS NOT DISTINCT FROM m."{k}"' for k in key)
+    kept = _sql(f"SELECT o.* FROM o WHERE NOT EXISTS (SELECT 1 FROM m WHERE {match})", o=_or_empty(old, merged), m=merged)
+    after = pa.concat_tables([merged, kept.cast(merged.schema)]) if kept.num_rows else merged
+    return _sql(f"SELECT * FROM a WHERE {count} <> 0", a=after).cast(merged.schema)
+
+
+def merge_group_state(plan: KeyedAggregatePlan, delta: pa.Table, old: pa.Table) -> pa.Table:
+    """Each touched group's new state: stored counts and sums plus the delta's."""
+    items = [f'd."{k}"' for k in plan.keys]
+    sums = set(plan.sum_columns())
+    for column in plan.state_columns():
+        if column in sums:
+            count = column[:-2] + "_c"
+            total = f"COALESCE(o.{count}, 0) + COALESCE(d.{count}, 0)"
+            # A sum with no values left is NULL (not a float residue of retractions).
+            items.append(f"CASE WHEN {total} = 0 THEN NULL ELSE COALESCE(o.{column}, 0) + COALESCE(d.{column}, 0) END AS {column}")
+        else:
+            items.append(f"COALESCE(o.{column}, 0) + COALESCE(d.{column}, 0) AS {column}")
+    sql = f"SELECT {', '.join(items)} FROM d LEFT JOIN o ON {plan.key_match('d', 'o')}"
+    return _sql(sql, d=delta, o=_or_empty(old, delta)).cast(_state_schema(delta, old))
+
+
+def merge_multiset(plan: KeyedAggregatePlan, delta: pa.Table, old: pa.Table) -> pa.Table:
+    """New multiplicity of each (group, value) in the delta."""
+    key = (*plan.keys, VALUE)
+    items = [f'd."{k}"' for k in key] + [f"COALESCE(o.{COUNT}, 0) + d.{COUNT} AS {COUNT}"]
+    sql = f"SELECT {', '.join(items)} FROM d LEFT JOIN o ON {plan.key_match('d', 'o', key)}"
+    return _sql(sql, d=delta, o=_or_empty(old, delta)).cast(_state_schema(delta, old))
+
+
+def state_change(merged: pa.Table, key: tuple[str, ...], count: str) -> Change:
+    """Upsert state rows with a non-zero count; delete the ones that reached zero."""
+    live = _sql(f"SELECT * FROM m WHERE {count} <> 0", m=merged).cast(merged.schema)
+    gone = _sql(f"SELECT {', '.join(chr(34) + k + chr(34) for k in key)} FROM m WHERE {count} = 0", m=merged)
+    return Change(rows=live, key=key, deletes=gone if gone.num_rows else None)
+
+
+def finalize(plan: KeyedAggregatePlan, groups: pa.Table, multisets: list[pa.Table]) -> pa.Table:
+    """The view rows of the given groups' state (groups at 0 rows or failing HAVING: none)."""
+    names = tuple(f"m{i}" for i in range(len(multisets)))
+    return _sql(plan.finalize_sql("g", names), g=groups, **dict(zip(names, multisets)))
+
+
+def view_change(plan: KeyedAggregatePlan, touched: pa.Table, rows: pa.Table) -> Change:
+    """Upsert the touched groups' rows; delete the touched groups that have none any more."""
+    if not plan.keys:  # a global aggregate: its one row replaces the table's
+        return Change(rows=rows, key=())
+    names = ", ".join(f't."{k}"' for k in plan.keys)
+    gone = _sql(f"SELECT {names} FROM t WHERE NOT EXISTS (SELECT 1 FROM r WHERE {plan.key_match('t', 'r')})", t=touched, r=rows)
+    return Change(rows=rows, key=plan.keys, deletes=gone if gone.num_rows else None)
+
+
+def keyed_append_change(plan: AppendPlan, key: tuple[str, ...], weighted: pa.Table) -> Change:
+    """An append view over a change feed, keyed by the feed's key: per key, the row with a
+    positive net weight is upserted; keys left with none are deleted."""
+    columns = [c for c in weighted.column_names if c != "__lv_w"]
+    cols = ", ".join(f'"{c}"' for c in columns)
+    net = f"SELECT {cols}, SUM(__lv_w) AS w FROM z GROUP BY ALL"
+    rows = _sql(f"SELECT {cols} FROM ({net}) WHERE w > 0", z=weighted)
+    match = " AND ".join(f'u."{k}" IS NOT DISTINCT FROM z."{k}"' for k in key)
+    keys = ", ".join(f'z."{k}"' for k in key)
+    # Only a key whose old row is retracted (net weight < 0) without a new one is deleted;
+    # an update to an identical row nets to 0 and changes nothing.
+    gone = _sql(f"SELECT DISTINCT {keys} FROM ({net}) AS z WHERE w < 0 AND NOT EXISTS (SELECT 1 FROM u WHERE {match})", z=weighted, u=rows)
+    return Change(rows=rows, key=key, deletes=gone if gone.num_rows else None)
+
+
+def _distinct(table: pa.Table) -> pa.Table:
+    return _sql("SELECT DISTINCT * FROM t", t=table).cast(table.schema)
+
+
+def _or_empty(old: pa.Table, like: pa.Table) -> pa.Table:
+    return old.select(like.column_names) if old.num_rows else like.schema.empty_table()
+
+
+def _state_schema(delta: pa.Table, old: pa.Table) -> pa.Schema:
+    """The state table's schema when known (the stored rows), else the delta's."""
+    schema = old.schema if set(delta.column_names) <= set(old.column_names) and old.num_columns else delta.schema
+    return pa.schema([schema.field(n) for n in delta.column_names])
+
+
+def summed(zset: pa.Table) -> pa.Table:
+    """A Z-set (columns plus ``__lv_w``) with identical rows summed (NULLs equal) and rows
+    whose weights cancel dropped; same columns and types."""
+    cols = ", ".join(f'"{n}"' for n in zset.column_names if n != WEIGHT)
+    sql = f"SELECT {cols}, CAST(SUM({WEIGHT}) AS INTEGER) AS {WEIGHT} FROM z GROUP BY ALL HAVING SUM({WEIGHT}) <> 0"
+    return _sql(sql, z=zset).select(zset.column_names).cast(zset.schema)

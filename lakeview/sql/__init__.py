@@ -1,0 +1,1 @@
+"""Core: SQL analysis (sqlglot) and each view's incremental plan; the view DAG; DuckDB over Arrow."""

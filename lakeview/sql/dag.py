@@ -1,0 +1,194 @@
+"""Views over views: the project's views as a DAG, kept in topological order.
+
+A view may read FROM another (materialized) view. The upstream publishes each epoch's change
+as a Z-set file (:mod:`lakeview.view_changes`); the downstream is an ordinary streaming query
+over those files, with its own cadence and checkpoint. This module is the config side (no
+Spark): who reads whom, the order views start in, and the checks made when the project loads
+(cycles, inline upstreams, keys) so a bad DAG is refused with the cycle or the key named.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from lakeview.errors import ConfigError
+from lakeview.sql.joins import JoinPlan
+from lakeview.sql.plan import AppendPlan, KeyedAggregatePlan
+from lakeview.sql.planner import plan_view
+from lakeview.sql.union import UnionPlan
+
+if TYPE_CHECKING:
+    from lakeview.config.models import ProjectConfig, SourceConfig
+
+
+def _plan(project: ProjectConfig, view: str) -> AppendPlan | KeyedAggregatePlan | JoinPlan | UnionPlan:
+    config = project.views[view]
+    return plan_view(view, config.sql, config.dialect)
+
+
+def upstream_of(project: ProjectConfig, view: str) -> str | None:
+    """The view ``view`` reads from, or None when it reads a declared source."""
+    read = _views_read(project, view)  # an inline view is published, never maintained: none
+    return read[0] if read else None
+
+
+def upstreams_of(project: ProjectConfig, view: str) -> list[str]:
+    """Every view ``view`` reads (a join or UNION ALL may read two), in the order its SQL names them."""
+    return _views_read(project, view)
+
+
+def is_combined(project: ProjectConfig, view: str) -> bool:
+    """Whether ``view`` is a join or a UNION ALL (several sources, kept by spark_jobs.multi_source)."""
+    return _plan(project, view).kind in ("join", "union")
+
+
+def downstreams_of(project: ProjectConfig, view: str) -> list[str]:
+    """The views reading ``view`` directly."""
+    return [name for name in project.views if view in _views_read(project, name)]
+
+
+def chain_of(project: ProjectConfig, view: str) -> list[str]:
+    """``view`` and its upstreams, base view last (``[top, middle, base]``)."""
+    chain = [view]
+    while (up := upstream_of(project, chain[-1])) is not None:
+        chain.append(up)
+    return chain
+
+
+def topological_order(project: ProjectConfig, names: list[str]) -> list[str]:
+    """``names`` with every upstream (of every branch of a join or union) before the views
+    reading it (otherwise in the given order)."""
+    ordered: list[str] = []
+
+    def visit(view: str) -> None:
+        for upstream in _views_read(project, view):
+            visit(upstream)
+        if view in names and view not in ordered:
+            ordered.append(view)
+
+    for name in names:
+        visit(name)
+    return ordered
+
+
+def view_key(project: ProjectConfig, view: str) -> tuple[str, ...] | None:
+    """The key of a view's rows (None: append-only): a keyed aggregate's GROUP BY names; a
+    projection over a change feed, the feed's key; a projection over a keyed view, that key; a
+    join or UNION ALL, its output key (:func:`lakeview.combine.output_key`: every column when
+    its rows may repeat and be retracted)."""
+    plan = _plan(project, view)
+    if plan.kind in ("join", "union"):
+        return output_key(plan, deleting_sources(project, view))  # type: ignore[arg-type]
+    if plan.is_keyed_aggregate:
+        return plan.key  # type: ignore[return-value]
+    source = plan.sources[0]
+    if source in project.sources:
+        return feed_key(project.sources[source])
+    return view_key(project, source)
+
+
+def check_dag(project: ProjectConfig) -> None:
+    """Refuse cycles, views over inline views or over join/UNION ALL views, ``SELECT *`` over a
+    view, and projections over a keyed view that drop its key (a join or UNION ALL may read
+    views: a view's published changes are a weighted input like a before/after-image feed).
+    Raises :class:`ConfigError` naming the view and the problem."""
+    for name in project.views:
+        cycle = _cycle_from(project, name)
+        if cycle:
+            raise ConfigError(
+                project.file,
+                f"views.{name}.sql",
+                f"views read each other in a cycle: {' -> '.join(cycle)}; a view may read only views that do not "
+                "read it back (directly or through other views)",
+            )
+    for name in project.views:
+        upstreams = upstreams_of(project, name)
+        for upstream in upstreams:
+            if not project.views[upstream].materialize:
+                raise ConfigError(project.file, f"views.{name}.sql",
+                                  f"reads the inline view {upstream!r} (materialize = false), which keeps no changes to read; "
+                                  f"set materialize = true on {upstream!r} or read its sources")
+            if is_combined(project, upstream) and _plan(project, name).is_append and _is_multiset(project, upstream):
+                raise ConfigError(project.file, f"views.{name}.sql",
+                                  f"a projection over the JOIN or UNION ALL view {upstream!r}, whose rows may repeat and be "
+                                  "retracted (it has no key but the whole row), is not supported yet; nearest supported form: "
+                                  f"aggregate it with GROUP BY, or put the projection into {upstream!r}'s SQL")
+        if not upstreams or is_combined(project, name):
+            continue  # a join or UNION ALL reads its upstreams' Z-sets as weighted inputs: any key, any columns
+        upstream = upstreams[0]
+        plan = _plan(project, name)
+        if plan.is_append and getattr(plan, "star", False):
+            raise ConfigError(project.file, f"views.{name}.sql",
+                              f"SELECT * over the view {upstream!r} is not supported; name the columns")
+        key = view_key(project, upstream)
+        if key == ():
+            raise ConfigError(project.file, f"views.{name}.sql",
+                              f"reading the one-row global aggregate view {upstream!r} is not supported yet; nearest "
+                              f"supported form: GROUP BY a column in {upstream!r}, or read its source directly")
+        if plan.is_append and key is not None:
+            selected = {c.lower() for c in plan.plain_columns}  # type: ignore[union-attr]
+            lacking = [k for k in key if k.lower() not in selected]
+            if lacking:
+                raise ConfigError(
+                    project.file,
+                    f"views.{name}.sql",
+                    f"a projection over the view {upstream!r} must select its key column(s) {', '.join(lacking)} "
+                    "unchanged, so its updates and deletes apply by key; nearest supported form: add them to the "
+                    "SELECT list (or aggregate with GROUP BY)",
+                )
+
+
+def deleting_sources(project: ProjectConfig, view: str) -> set[str]:
+    """The sources of a join or UNION ALL whose rows can be retracted: change feeds, image
+    feeds and upstream views (their published changes carry −1 rows)."""
+    found = set()
+    for source in _plan(project, view).sources:
+        config = project.sources.get(source)
+        if config is None or config.changes is not None or config.images is not None:
+            found.add(source)
+    return found
+
+
+def _is_multiset(project: ProjectConfig, view: str) -> bool:
+    """A join or UNION ALL view kept as a multiset keyed by the whole row (rows may repeat)."""
+    plan = _plan(project, view)
+    return not (plan.top is not None and plan.top.is_keyed_aggregate) and plan.retracts(deleting_sources(project, view))  # type: ignore[union-attr]
+
+
+def _cycle_from(project: ProjectConfig, view: str, path: tuple[str, ...] = ()) -> list[str] | None:
+    """A cycle reached by following the views ``view`` reads, as ``[a, b, a]``; None if none."""
+    if view in path:
+        return [*path[path.index(view):], view]
+    for upstream in _views_read(project, view):
+        cycle = _cycle_from(project, upstream, (*path, view))
+        if cycle:
+            return cycle
+    return None
+
+
+def _views_read(project: ProjectConfig, view: str) -> list[str]:
+    """The (declared) views a materialized view reads, in the order its SQL names them."""
+    if not project.views[view].materialize:
+        return []
+    return [s for s in _plan(project, view).sources if s in project.views and s not in project.sources]
+
+
+def feed_key(source: SourceConfig) -> tuple[str, ...] | None:
+    """The key of a change-feed source (operation column or before/after images), else None."""
+    if source.changes is not None:
+        return tuple(source.changes.key)
+    if source.images is not None:
+        return tuple(source.images.key)
+    return None
+
+
+def output_key(plan: JoinPlan | UnionPlan, deleting: set[str]) -> tuple[str, ...] | None:
+    """The view's key: the top aggregate's group key; for a projection whose rows can be
+    retracted, every output column (the view is a multiset upserted by whole row); else none
+    (append-only)."""
+    top = plan.top
+    if top is not None and isinstance(top, KeyedAggregatePlan):
+        return top.keys
+    if not plan.retracts(deleting):
+        return None
+    return tuple(top.columns) if isinstance(top, AppendPlan) else tuple(plan.columns)  # type: ignore[union-attr]

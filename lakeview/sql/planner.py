@@ -1,0 +1,27 @@
+"""A view's SQL to its incremental plan: one source, a join, or a UNION ALL (each planned by its
+own module; :mod:`lakeview.sql.plan` holds the plan models and the one-source planner)."""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+from lakeview.errors import UnsupportedSQLError
+from lakeview.sql.joins import JoinPlan, plan_join
+from lakeview.sql.plan import SUPPORTED, AppendPlan, KeyedAggregatePlan, parse_statement, plan_select
+from lakeview.sql.union import UnionPlan, is_union_subquery, plan_union
+
+
+def plan_view(view: str, sql: str, dialect: str = "spark") -> AppendPlan | KeyedAggregatePlan | JoinPlan | UnionPlan:
+    """Analyse a view's SQL (``dialect``: spark, duckdb or trino; transpiled to Spark SQL).
+    Raises :class:`UnsupportedSQLError` naming the construct, its line and the nearest supported form."""
+    tree = parse_statement(sql, dialect)
+    if isinstance(tree, exp.SetOperation):  # UNION ALL of projections: lakeview.sql.union
+        return plan_union(view, sql, tree, tree.sql("spark") if dialect != "spark" else sql)
+    if not isinstance(tree, exp.Select):
+        raise UnsupportedSQLError(f"expected a SELECT statement, got {sql.strip()[:80]!r}; {SUPPORTED}")
+    if not (tree.args.get("with_") or tree.args.get("with")):  # joins and unions have their own planners
+        if tree.args.get("joins"):
+            return plan_join(view, sql, tree, tree.sql("spark") if dialect != "spark" else sql)
+        if (union := is_union_subquery(tree)) is not None:
+            return plan_union(view, sql, union, tree.sql("spark") if dialect != "spark" else sql, outer=tree)
+    return plan_select(view, sql, tree, dialect)

@@ -1,0 +1,1 @@
+"""Top: the wiring that starts the catalog, the views' Spark queries, maintenance and publishing together."""

@@ -1,0 +1,229 @@
+"""The embedded stack: the catalog service plus one streaming query per view, in one process.
+
+Spark is imported only when views start, so the catalog-only paths stay light.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from catalog_api.metrics import timed
+from catalog_api.server import CatalogServer
+from catalog_api.store import CatalogStore
+from catalog_api.auth import project_authenticator
+from lakeview.config.models import ProjectConfig, TableFormat
+from lakeview.errors import ConfigError
+from lakeview.ops.runtime import RuntimePublisher
+from lakeview.ivm.commits import CommitRecord
+from writers.base import SnapshotWriter
+from catalog_api.store import open_store
+from writers.registry import make_writer, rest_catalog, state_writer_factory
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from catalog_api.registrars.service import RegistrationService
+    from spark_jobs.pipeline import ViewPipeline
+
+log = logging.getLogger("lakeview")
+
+
+@contextlib.contextmanager
+def catalog_for(project: ProjectConfig) -> Iterator[str]:
+    """The URI of the project's running catalog, or of a temporary one on a free loopback port
+    (stopped on exit) when none answers — so one-shot commands work with or without `up`."""
+    import httpx
+
+    try:
+        running = httpx.get(project.catalog_uri + "/v1/config", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        running = False
+    if running:
+        yield project.catalog_uri
+        return
+    stack = EmbeddedStack(project, port=0).start_catalog(history=False)
+    try:
+        yield stack.catalog_uri
+    finally:
+        stack.stop()
+
+
+class EmbeddedStack:
+    """Catalog + views. Use as a context manager; ``stop()`` is safe to call twice."""
+
+    def __init__(self, project: ProjectConfig, *, port: int | None = None, catalog_uri: str | None = None) -> None:
+        """``catalog_uri``: commit through a catalog that already runs elsewhere (no server here)."""
+        self.project = project
+        port = project.server.port if port is None else port
+        from catalog_api.lakeview_routes import lakeview_app_options
+
+        self.external_catalog_uri = catalog_uri
+        self.history: Any = None  # lakeview.stack.history_sampler.HistorySampler while the catalog serves the console
+        if catalog_uri is None:
+            store = open_store(project)
+            self.server = CatalogServer(
+                store,
+                host=project.server.host,
+                port=port,
+                authenticator=project_authenticator(project),
+                **lakeview_app_options(project, store),
+            )
+        self.runtime: RuntimePublisher | None = None
+        self.spark: SparkSession | None = None
+        self.pipelines: dict[str, ViewPipeline] = {}
+        self.maintenance: Any = None  # lakeview.maintenance.MaintenanceThread while views run
+        self.registration: RegistrationService | None = None
+        self.queries: dict[str, Any] = {}  # view -> its streaming query (a group's members share one)
+        self.groups: dict[str, Any] = {}  # group -> spark_jobs.group_pipeline.GroupPipeline
+
+    @property
+    def catalog_uri(self) -> str:
+        return self.external_catalog_uri or self.server.uri
+
+    def start_catalog(self, *, history: bool = True) -> EmbeddedStack:
+        """Serve the catalog (and the console; ``history=False``: without sampling its history,
+        for a temporary catalog serving one command)."""
+        if self.external_catalog_uri is None:
+            self.server.start()
+            if history and self.history is None:  # the console's lag and backlog history (/ui/)
+                from lakeview.stack.history_sampler import HistorySampler
+
+                self.history = HistorySampler(self.project, self.server.store).start()
+        return self
+
+    def start_views(
+        self,
+        views: list[str] | None = None,
+        *,
+        spark: SparkSession | None = None,
+        available_now: bool = False,
+        on_commit: Callable[[CommitRecord], None] | None = None,
+    ) -> None:
+        """Prepare each view's table and start its streaming query (manual views only with
+        ``available_now``, i.e. ``lakeview refresh``)."""
+        from spark_jobs.pipeline import ViewPipeline
+        from spark_jobs.session import build_session
+
+        from lakeview.sql.dag import topological_order
+
+        names = topological_order(self.project, list(self.project.views) if views is None else views)  # upstreams first
+        on_commit = self._with_registration(on_commit)
+        self.spark = spark or self.spark or build_session(
+            catalog_uri=self.catalog_uri,
+            warehouse=self.project.lake.name,
+            master=self.project.spark.master,
+            extra=self.project.spark.conf,
+        )
+        for name in names:
+            if not self.project.views[name].materialize:
+                continue  # an inline view: published as an Iceberg view below, never maintained
+            if self.project.views[name].cadence.is_manual and not available_now:
+                log.info("%s: manual cadence; refresh it with `lakeview refresh %s`", name, name)
+                continue
+            if self.project.views[name].group is not None:
+                self._start_group(self.project.views[name].group, on_commit, available_now)  # type: ignore[arg-type]
+                continue
+            writer = make_writer(self.project, name, self.catalog_uri)
+            writer.commit = timed(name, writer.commit)  # type: ignore[method-assign]  # commit latency metric
+            pipeline = ViewPipeline(
+                self.spark, self.project, name, writer, on_commit, state_writer=state_writer_factory(self.project, name)
+            )
+            pipeline.prepare()
+            self.pipelines[name] = pipeline
+            self.queries[name] = pipeline.start(available_now=available_now)
+        self._publish_inline_views()
+        if not available_now and self.maintenance is None and self.pipelines:
+            # Background table health (retention, compaction, orphans); it never blocks commits.
+            from lakeview.stack.maintenance import MaintenanceThread
+
+            self.maintenance = MaintenanceThread(self.project, list(self.pipelines), self.catalog_uri).start()
+        sources = {view: pipeline.source for view, pipeline in self.pipelines.items()}
+        if self.runtime is None and self.queries:
+            self.runtime = RuntimePublisher(self.project, self.queries, sources).start()
+        elif self.runtime is not None:
+            self.runtime.sources.update(sources)
+
+    def _start_group(self, group: str, on_commit: Callable[[CommitRecord], None] | None, available_now: bool) -> None:
+        """Start the one query of a view group (once; starting any member starts them all, so
+        ``lakeview refresh MEMBER`` refreshes the whole group)."""
+        if group in self.groups:
+            return
+        from spark_jobs.group_pipeline import GroupPipeline
+
+        assert self.spark is not None
+        pipeline = GroupPipeline(self.spark, self.project, group, rest_catalog(self.project, f"lakeview-group-{group}", self.catalog_uri), on_commit)
+        pipeline.prepare()
+        assert pipeline.writer is not None
+        for view in pipeline.views:  # one transaction is every member's commit latency
+            pipeline.writer.commit = timed(view, pipeline.writer.commit)  # type: ignore[method-assign]
+        query = pipeline.start(available_now=available_now)
+        self.groups[group] = pipeline
+        for view, member in pipeline.pipelines.items():
+            self.pipelines[view] = member
+            self.queries[view] = query
+
+    def _publish_inline_views(self) -> None:
+        """Inline views (``materialize = false``) as Iceberg views in the catalog, once the tables
+        they read exist; a failure is logged, never stops the materialized views."""
+        from lakeview.stack.inline import inline_views, publish_inline_views
+
+        if inline_views(self.project):
+            for name, outcome in publish_inline_views(self.project).items():
+                log.info("%s: inline view %s", name, outcome)
+
+    def _with_registration(self, on_commit: Callable[[CommitRecord], None] | None) -> Callable[[CommitRecord], None] | None:
+        """Fan each commit out to the view's registrars (Glue, HMS, paths) in the background:
+        ``notify`` only sets a flag, so a slow or failing registrar never blocks a commit."""
+        if self.registration is None:
+            from catalog_api.registrars.service import RegistrationService, registered_elsewhere
+
+            for view, registrar, namespace in registered_elsewhere(self.project):
+                log.warning("%s.%s is still registered in %s but no longer configured there; `lakeview prune` removes it", namespace, view, registrar)
+            service = RegistrationService(self.project)
+            if not service.has_work:
+                return on_commit
+            self.registration = service.start()
+        registration = self.registration
+
+        def fan_out(record: CommitRecord) -> None:
+            registration.notify(record.view)
+            if on_commit is not None:
+                on_commit(record)
+
+        return fan_out
+
+    def stop_views(self) -> None:
+        if self.maintenance is not None:
+            self.maintenance.stop()
+            self.maintenance = None
+        if self.registration is not None:
+            self.registration.stop()
+            self.registration = None
+        if self.runtime is not None:
+            self.runtime.stop()  # records the views as STOPPED for `lakeview status`
+            self.runtime = None
+        for name, query in list(self.queries.items()):
+            try:
+                query.stop()
+            except Exception:  # stopping must go on for the others
+                log.exception("%s: error while stopping its query", name)
+            del self.queries[name]
+        self.groups.clear()
+
+    def stop(self) -> None:
+        self.stop_views()
+        if self.history is not None:
+            self.history.stop()
+            self.history = None
+        if self.external_catalog_uri is None:
+            self.server.stop()
+
+    def __enter__(self) -> EmbeddedStack:
+        return self.start_catalog()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
