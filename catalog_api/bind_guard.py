@@ -56,8 +56,9 @@ def command_line_hosts(argv: Sequence[str], environ: Mapping[str, str]) -> list[
     return hosts
 
 
-def refuse_open_command_line(authenticated: bool, argv: Sequence[str] | None = None,
-                             environ: Mapping[str, str] | None = None) -> None:
+def refuse_open_command_line(
+    authenticated: bool, argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None
+) -> None:
     """The ASGI factory's check: raise SetupError if the server process was told to bind a
     non-loopback host without auth."""
     import multiprocessing

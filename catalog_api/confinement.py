@@ -66,7 +66,11 @@ class Confinement:
         except errors.NoSuchNamespaceError:
             descendants = []
         warehouse = self.store.warehouse
-        children = [f"{warehouse}/{'/'.join(d)}" for d in descendants if len(d) > len(namespace) and d[: len(namespace)] == namespace]
+        children = [
+            f"{warehouse}/{'/'.join(d)}"
+            for d in descendants
+            if len(d) > len(namespace) and d[: len(namespace)] == namespace
+        ]
         return self.prefixes(namespace), children
 
     def _normalize(self, location: str) -> str:

@@ -19,7 +19,20 @@ import socket
 import time
 from typing import Any
 
-from sqlalchemy import Column, Integer, LargeBinary, MetaData, String, Table, delete, insert, inspect, select, text, update
+from sqlalchemy import (
+    Column,
+    Integer,
+    LargeBinary,
+    MetaData,
+    String,
+    Table,
+    delete,
+    insert,
+    inspect,
+    select,
+    text,
+    update,
+)
 from sqlalchemy.exc import IntegrityError
 from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Message, Receive, Scope, Send

@@ -129,7 +129,8 @@ def build_routes(store: CatalogStore, extra: Callable[[RouteBuilder], None] | No
         namespace = tuple(body.namespace)
         authorize(request, namespace, Privilege.ADMIN)
         if "location" in body.properties:
-            store.confinement.check_namespace_location(namespace, body.properties["location"], is_warehouse_admin(request))
+            location = body.properties["location"]
+            store.confinement.check_namespace_location(namespace, location, is_warehouse_admin(request))
         await run_in_threadpool(store.create_namespace, namespace, body.properties)
         return model_response(NamespaceResponse(namespace=namespace, properties=body.properties))
 

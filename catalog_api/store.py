@@ -454,7 +454,9 @@ class CatalogStore:
             self.confinement.check(namespace, metadata_location, "metadata-location")
             try:
                 if self._is_view_metadata(metadata_location):
-                    raise errors.BadRequestError(f"{metadata_location!r} is a view metadata file; register it as a view")
+                    raise errors.BadRequestError(
+                        f"{metadata_location!r} is a view metadata file; register it as a view"
+                    )
                 metadata = self.read_metadata(metadata_location)
             except errors.BadRequestError:
                 raise

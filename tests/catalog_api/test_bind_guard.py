@@ -21,8 +21,12 @@ REFUSAL = "refusing to serve the catalog (ASGI factory) on"
 
 
 def factory_env(tmp_path: Path, **extra: str) -> dict[str, str]:
-    return {**os.environ, "LAKEVIEW_CATALOG_STORE": f"sqlite:///{tmp_path / 'c.db'}",
-            "LAKEVIEW_WAREHOUSE": str(tmp_path / "wh"), **extra}
+    return {
+        **os.environ,
+        "LAKEVIEW_CATALOG_STORE": f"sqlite:///{tmp_path / 'c.db'}",
+        "LAKEVIEW_WAREHOUSE": str(tmp_path / "wh"),
+        **extra,
+    }
 
 
 def run_uvicorn(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -30,12 +34,15 @@ def run_uvicorn(args: list[str], env: dict[str, str]) -> subprocess.CompletedPro
     return subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
 
 
-@pytest.mark.parametrize("args, env", [
-    (["--host", "0.0.0.0"], {}),
-    (["--host=0.0.0.0", "--workers", "2"], {}),
-    ([], {"UVICORN_HOST": "0.0.0.0"}),
-    (["--host", "::"], {}),
-])
+@pytest.mark.parametrize(
+    "args, env",
+    [
+        (["--host", "0.0.0.0"], {}),
+        (["--host=0.0.0.0", "--workers", "2"], {}),
+        ([], {"UVICORN_HOST": "0.0.0.0"}),
+        (["--host", "::"], {}),
+    ],
+)
 def test_asgi_factory_refuses_a_non_loopback_bind_without_auth(
     tmp_path: Path, args: list[str], env: dict[str, str]
 ) -> None:
@@ -60,8 +67,10 @@ def test_an_app_served_without_auth_answers_403_off_loopback(tmp_path: Path) -> 
     if address is None:
         pytest.skip("this machine has no non-loopback IPv4 address")
     port = free_port(address)
-    code = ("import uvicorn; from catalog_api.asgi import create_app; "
-            f"uvicorn.run(create_app(), host={address!r}, port={port}, log_level='warning')")
+    code = (
+        "import uvicorn; from catalog_api.asgi import create_app; "
+        f"uvicorn.run(create_app(), host={address!r}, port={port}, log_level='warning')"
+    )
     process = subprocess.Popen([sys.executable, "-c", code], env=factory_env(tmp_path), stderr=subprocess.PIPE)
     try:
         response = None

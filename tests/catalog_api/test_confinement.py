@@ -29,7 +29,11 @@ GRANTS = {
 ARROW = pa.schema([pa.field("id", pa.int64())])
 SCHEMA_JSON = {"type": "struct", "schema-id": 0, "fields": [{"id": 1, "name": "id", "type": "long", "required": False}]}
 VIEW_VERSION = {
-    "version-id": 1, "schema-id": 0, "timestamp-ms": 1, "summary": {}, "default-namespace": ["sales"],
+    "version-id": 1,
+    "schema-id": 0,
+    "timestamp-ms": 1,
+    "summary": {},
+    "default-namespace": ["sales"],
     "representations": [{"type": "sql", "sql": "select 1 as id", "dialect": "spark"}],
 }
 _AUTHENTICATOR = Authenticator(
@@ -53,8 +57,10 @@ class Lake:
         )  # fmt: skip
 
     def api(self, client: str) -> httpx.Client:
-        response = httpx.post(f"{self.server.uri}/v1/oauth/tokens", data={
-            "grant_type": "client_credentials", "client_id": client, "client_secret": SECRETS[client]})
+        response = httpx.post(
+            f"{self.server.uri}/v1/oauth/tokens",
+            data={"grant_type": "client_credentials", "client_id": client, "client_secret": SECRETS[client]},
+        )
         token = response.json()["access_token"]
         base = f"{self.server.uri}/v1/{self.server.store.name}"
         return httpx.Client(base_url=base, headers={"Authorization": f"Bearer {token}"}, timeout=60)
@@ -113,16 +119,29 @@ def test_table_locations_outside_the_namespace_are_refused(lake: Lake) -> None:
     wh = lake.warehouse
     for location in (f"{wh}/finance", f"{wh}/finance.db", f"{wh}/finance.db/ledger", f"{wh}/sales.db/../finance.db/x"):
         if lake.warehouse.startswith("s3://") and ".." in location:
-            assert_refused(sales.post("/namespaces/sales/tables", json={
-                "name": "evil", "schema": SCHEMA_JSON, "location": location}), 400, "outside the warehouse")
+            assert_refused(
+                sales.post(
+                    "/namespaces/sales/tables", json={"name": "evil", "schema": SCHEMA_JSON, "location": location}
+                ),
+                400,
+                "outside the warehouse",
+            )
             continue
-        assert_refused(sales.post("/namespaces/sales/tables", json={
-            "name": "evil", "schema": SCHEMA_JSON, "location": location}), 403, "outside namespace 'sales'")
+        assert_refused(
+            sales.post("/namespaces/sales/tables", json={"name": "evil", "schema": SCHEMA_JSON, "location": location}),
+            403,
+            "outside namespace 'sales'",
+        )
         staged = {"name": "evil", "schema": SCHEMA_JSON, "location": location, "stage-create": True}
         assert_refused(sales.post("/namespaces/sales/tables", json=staged), 403, "outside namespace 'sales'")
-    assert_refused(sales.post("/namespaces/sales/tables", json={
-        "name": "evil", "schema": SCHEMA_JSON, "location": lake.outside}), 400, "outside the warehouse")
-    ok = sales.post("/namespaces/sales/tables", json={"name": "mine", "schema": SCHEMA_JSON, "location": f"{wh}/sales/mine"})
+    assert_refused(
+        sales.post("/namespaces/sales/tables", json={"name": "evil", "schema": SCHEMA_JSON, "location": lake.outside}),
+        400,
+        "outside the warehouse",
+    )
+    ok = sales.post(
+        "/namespaces/sales/tables", json={"name": "mine", "schema": SCHEMA_JSON, "location": f"{wh}/sales/mine"}
+    )
     assert ok.status_code == 200, ok.text
     # set-location into finance
     move = {"requirements": [], "updates": [{"action": "set-location", "location": f"{wh}/finance.db/ledger"}]}
@@ -133,10 +152,15 @@ def test_table_locations_outside_the_namespace_are_refused(lake: Lake) -> None:
     for key in ("write.data.path", "write.object-storage.path", "write.folder-storage.path", "write.metadata.path"):
         for target, status in ((f"{wh}/finance.db/ledger/data", 403), (lake.outside, 400)):
             body = {"name": "paths", "schema": SCHEMA_JSON, "properties": {key: target}}
-            assert_refused(sales.post("/namespaces/sales/tables", json=body), status, key if status == 403 else "outside")
+            assert_refused(
+                sales.post("/namespaces/sales/tables", json=body), status, key if status == 403 else "outside"
+            )
             update = {"requirements": [], "updates": [{"action": "set-properties", "updates": {key: target}}]}
             assert_refused(sales.post("/namespaces/sales/tables/mine", json=update), status)
-    inside = {"requirements": [], "updates": [{"action": "set-properties", "updates": {"write.data.path": f"{wh}/sales/mine/d"}}]}
+    inside = {
+        "requirements": [],
+        "updates": [{"action": "set-properties", "updates": {"write.data.path": f"{wh}/sales/mine/d"}}],
+    }
     assert sales.post("/namespaces/sales/tables/mine", json=inside).status_code == 200
     names = {i["name"] for i in sales.get("/namespaces/sales/tables").json()["identifiers"]}
     assert names == {"mine"}
@@ -154,9 +178,13 @@ def test_register_only_table_metadata_of_the_callers_namespace(lake: Lake) -> No
     io = admin._load_file_io(location=copy)
     with io.new_output(copy).create() as stream:
         stream.write(io.new_input(ledger.metadata_location).open().read())
-    assert_refused(sales.post("/namespaces/sales/register", json={"name": "copied", "metadata-location": copy}), 403, "finance")
+    assert_refused(
+        sales.post("/namespaces/sales/register", json={"name": "copied", "metadata-location": copy}), 403, "finance"
+    )
     # a view's metadata file is not a table
-    view = sales.post("/namespaces/sales/views", json={"name": "v", "schema": SCHEMA_JSON, "view-version": VIEW_VERSION})
+    view = sales.post(
+        "/namespaces/sales/views", json={"name": "v", "schema": SCHEMA_JSON, "view-version": VIEW_VERSION}
+    )
     assert view.status_code == 200, view.text
     as_table = {"name": "from_view", "metadata-location": view.json()["metadata-location"]}
     assert_refused(sales.post("/namespaces/sales/register", json=as_table), 400, "view metadata")
@@ -179,8 +207,13 @@ def test_views_and_namespace_locations_are_confined(lake: Lake) -> None:
     assert_refused(sales.post("/namespaces/sales/properties", json=grant), 403)
     # ... while the warehouse admin may grant a prefix, which the namespace then owns
     shared = f"{wh}/shared/sales_area"
-    assert lake.api("admin").post("/namespaces/sales/properties", json={"updates": {"location": shared}}).status_code == 200
-    granted = sales.post("/namespaces/sales/tables", json={"name": "g", "schema": SCHEMA_JSON, "location": f"{shared}/g"})
+    assert (
+        lake.api("admin").post("/namespaces/sales/properties", json={"updates": {"location": shared}}).status_code
+        == 200
+    )
+    granted = sales.post(
+        "/namespaces/sales/tables", json={"name": "g", "schema": SCHEMA_JSON, "location": f"{shared}/g"}
+    )
     assert granted.status_code == 200, granted.text
     finance_intact(lake)
 
@@ -205,4 +238,3 @@ def test_namespace_listing_shows_only_namespaces_with_a_privilege(lake: Lake) ->
     listed = lake.api("sales_writer").get("/namespaces").json()["namespaces"]
     assert ["sales"] in listed and ["finance"] not in listed
     assert ["finance"] in lake.api("admin").get("/namespaces").json()["namespaces"]
-

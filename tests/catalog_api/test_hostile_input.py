@@ -17,7 +17,11 @@ from catalog_api.store import CatalogStore
 
 EMPTY_SCHEMA = {"type": "struct", "fields": []}
 VIEW_VERSION = {
-    "version-id": 1, "schema-id": 0, "timestamp-ms": 1, "summary": {}, "default-namespace": ["x"],
+    "version-id": 1,
+    "schema-id": 0,
+    "timestamp-ms": 1,
+    "summary": {},
+    "default-namespace": ["x"],
     "representations": [{"type": "sql", "sql": "select 1 as id", "dialect": "spark"}],
 }
 
@@ -68,8 +72,13 @@ def test_names_are_limited_in_utf8_bytes(ns: httpx.Client) -> None:
     client_error(ns.post("/namespaces", json={"namespace": ["é" * 255]}), 400, "bytes in UTF-8")
     client_error(ns.post("/namespaces", json={"namespace": ["é" * 126 + "x"]}), 400, "252 bytes")
     client_error(ns.post(f"/namespaces/{name}/tables", json={"name": "é" * 255, "schema": EMPTY_SCHEMA}), 400, "bytes")
-    client_error(ns.post(f"/namespaces/{name}/views", json={"name": "é" * 128, "schema": EMPTY_SCHEMA,
-                                                            "view-version": VIEW_VERSION}), 400, "bytes")
+    client_error(
+        ns.post(
+            f"/namespaces/{name}/views", json={"name": "é" * 128, "schema": EMPTY_SCHEMA, "view-version": VIEW_VERSION}
+        ),
+        400,
+        "bytes",
+    )
     longest = "é" * 127  # 254 bytes: fits a file name
     created = ns.post(f"/namespaces/{name}/tables", json={"name": longest, "schema": EMPTY_SCHEMA})
     assert created.status_code == 200, created.text
@@ -81,13 +90,34 @@ def test_names_are_limited_in_utf8_bytes(ns: httpx.Client) -> None:
 
 def test_malformed_schemas_and_properties_are_a_400(ns: httpx.Client) -> None:
     name = ns.headers["x-ns"]
-    list_without_element = {"type": "struct", "fields": [
-        {"id": 1, "name": "xs", "required": False, "type": {"type": "list", "element-id": 2, "element-required": False}}]}
+    list_without_element = {
+        "type": "struct",
+        "fields": [
+            {
+                "id": 1,
+                "name": "xs",
+                "required": False,
+                "type": {"type": "list", "element-id": 2, "element-required": False},
+            }
+        ],
+    }
     client_error(ns.post(f"/namespaces/{name}/tables", json={"name": "l", "schema": list_without_element}))
-    client_error(ns.post(f"/namespaces/{name}/tables", json={"name": "p", "schema": EMPTY_SCHEMA, "properties": [None]}))
+    client_error(
+        ns.post(f"/namespaces/{name}/tables", json={"name": "p", "schema": EMPTY_SCHEMA, "properties": [None]})
+    )
     client_error(ns.post("/namespaces", json={"namespace": ["p"], "properties": [None]}))
-    nested_default = {"type": "struct", "fields": [{"id": 1, "name": "s", "required": False, "initial-default": {"a": 1},
-                      "type": {"type": "struct", "fields": [{"id": 2, "name": "a", "type": "int", "required": False}]}}]}
+    nested_default = {
+        "type": "struct",
+        "fields": [
+            {
+                "id": 1,
+                "name": "s",
+                "required": False,
+                "initial-default": {"a": 1},
+                "type": {"type": "struct", "fields": [{"id": 2, "name": "a", "type": "int", "required": False}]},
+            }
+        ],
+    }
     client_error(ns.post(f"/namespaces/{name}/tables", json={"name": "d", "schema": nested_default}))
     update = {"requirements": [], "updates": [{"action": "add-schema", "schema": nested_default}]}
     assert ns.post(f"/namespaces/{name}/tables", json={"name": "ok", "schema": EMPTY_SCHEMA}).status_code == 200
@@ -98,7 +128,9 @@ def test_malformed_schemas_and_properties_are_a_400(ns: httpx.Client) -> None:
 
 def test_a_views_metadata_file_cannot_be_registered_as_a_table(ns: httpx.Client) -> None:
     name = ns.headers["x-ns"]
-    view = ns.post(f"/namespaces/{name}/views", json={"name": "v", "schema": EMPTY_SCHEMA, "view-version": VIEW_VERSION})
+    view = ns.post(
+        f"/namespaces/{name}/views", json={"name": "v", "schema": EMPTY_SCHEMA, "view-version": VIEW_VERSION}
+    )
     assert view.status_code == 200, view.text
     body = {"name": "t", "metadata-location": view.json()["metadata-location"]}
     client_error(ns.post(f"/namespaces/{name}/register", json=body), 400, "view metadata")
@@ -113,7 +145,10 @@ def test_a_non_ascii_bearer_token_is_a_401(tmp_path) -> None:
         for token in ("lv1.é.x".encode(), b"\xff\xfe", "Ω".encode()):
             response = httpx.get(f"{server.uri}/v1/lakeview/namespaces", headers={"Authorization": b"Bearer " + token})
             client_error(response, 401)
-        basic = httpx.post(f"{server.uri}/v1/oauth/tokens", data={"grant_type": "client_credentials"},
-                           headers={"Authorization": b"Basic \xff\xfe"})
+        basic = httpx.post(
+            f"{server.uri}/v1/oauth/tokens",
+            data={"grant_type": "client_credentials"},
+            headers={"Authorization": b"Basic \xff\xfe"},
+        )
         assert basic.status_code in (400, 401), basic.text
     store.close()

@@ -23,9 +23,22 @@ SCHEMA_JSON = {"type": "struct", "schema-id": 0, "fields": [{"id": 1, "name": "i
 
 
 def start_catalog(tmp_path: Path, port: int) -> subprocess.Popen:
-    env = {**os.environ, "LAKEVIEW_CATALOG_STORE": f"sqlite:///{tmp_path / 'c.db'}", "LAKEVIEW_WAREHOUSE": str(tmp_path / "wh")}
-    command = [sys.executable, "-m", "uvicorn", "--factory", "catalog_api.asgi:create_app", "--port", str(port),
-               "--log-level", "warning"]
+    env = {
+        **os.environ,
+        "LAKEVIEW_CATALOG_STORE": f"sqlite:///{tmp_path / 'c.db'}",
+        "LAKEVIEW_WAREHOUSE": str(tmp_path / "wh"),
+    }
+    command = [
+        sys.executable,
+        "-m",
+        "uvicorn",
+        "--factory",
+        "catalog_api.asgi:create_app",
+        "--port",
+        str(port),
+        "--log-level",
+        "warning",
+    ]
     process = subprocess.Popen(command, env=env)
     for _ in range(1200):
         try:
@@ -51,16 +64,24 @@ def test_retry_after_the_server_was_killed_mid_request_runs(tmp_path: Path) -> N
         os.mkfifo(target)
         key = str(uuid.uuid4())
         body = {"name": "reg", "metadata-location": str(target)}
-        hung = threading.Thread(target=lambda: _quietly(lambda: httpx.post(
-            f"{base}/namespaces/ns/register", json=body, headers={"Idempotency-Key": key}, timeout=600)))
+        hung = threading.Thread(
+            target=lambda: _quietly(
+                lambda: httpx.post(
+                    f"{base}/namespaces/ns/register", json=body, headers={"Idempotency-Key": key}, timeout=600
+                )
+            )
+        )
         hung.start()
         store = CatalogStore(f"sqlite:///{tmp_path / 'c.db'}", tmp_path / "wh", "lakeview")
-        from catalog_api.idempotency import PENDING, idempotency_keys
         from sqlalchemy import select
+
+        from catalog_api.idempotency import PENDING, idempotency_keys
 
         for _ in range(1200):  # wait until the server holds the key pending
             with store.engine.connect() as conn:
-                row = conn.execute(select(idempotency_keys.c.status).where(idempotency_keys.c.idempotency_key == key)).first()
+                row = conn.execute(
+                    select(idempotency_keys.c.status).where(idempotency_keys.c.idempotency_key == key)
+                ).first()
             if row is not None and row[0] == PENDING:
                 break
             time.sleep(0.05)
@@ -87,7 +108,7 @@ def test_retry_after_the_server_was_killed_mid_request_runs(tmp_path: Path) -> N
         store.close()
 
 
-def _quietly(call) -> None:  # noqa: ANN001
+def _quietly(call) -> None:
     try:
         call()
     except httpx.HTTPError:

@@ -20,7 +20,11 @@ PROBE = "lv_import_probe"
 KEYS = ["write.py-location-provider.impl", "py-io-impl", "write.location-provider.impl", "io-impl"]
 SCHEMA_JSON = {"type": "struct", "schema-id": 0, "fields": [{"id": 1, "name": "id", "type": "long", "required": False}]}
 VIEW_VERSION = {
-    "version-id": 1, "schema-id": 0, "timestamp-ms": 1, "summary": {}, "default-namespace": ["x"],
+    "version-id": 1,
+    "schema-id": 0,
+    "timestamp-ms": 1,
+    "summary": {},
+    "default-namespace": ["x"],
     "representations": [{"type": "sql", "sql": "select 1 as id", "dialect": "spark"}],
 }
 
@@ -30,7 +34,11 @@ def marker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """An importable module that, if the server ever imported or called it, leaves a marker file."""
     marker = tmp_path / "imported.marker"
     code = f"import pathlib\npathlib.Path({str(marker)!r}).write_text('imported')\n"
-    code += "class Provider:\n    def __init__(self, *a, **k):\n        pathlib.Path(" + repr(str(marker)) + ").write_text('called')\n"
+    code += (
+        "class Provider:\n    def __init__(self, *a, **k):\n        pathlib.Path("
+        + repr(str(marker))
+        + ").write_text('called')\n"
+    )
     (tmp_path / f"{PROBE}.py").write_text(code)
     monkeypatch.syspath_prepend(str(tmp_path))
     yield marker
@@ -56,15 +64,21 @@ def test_every_route_taking_properties_refuses_implementation_names(
     client, ns = api(catalog_server), unique_name
     assert client.post("/namespaces", json={"namespace": [ns]}).status_code == 200
     assert client.post(f"/namespaces/{ns}/tables", json={"name": "t", "schema": SCHEMA_JSON}).status_code == 200
-    assert client.post(f"/namespaces/{ns}/views", json={"name": "v", "schema": SCHEMA_JSON,
-                                                        "view-version": VIEW_VERSION}).status_code == 200
+    assert (
+        client.post(
+            f"/namespaces/{ns}/views", json={"name": "v", "schema": SCHEMA_JSON, "view-version": VIEW_VERSION}
+        ).status_code
+        == 200
+    )
     table = client.get(f"/namespaces/{ns}/tables/t").json()
     view = client.get(f"/namespaces/{ns}/views/v").json()
     for key in KEYS:
         props = {key: f"{PROBE}.Provider"}
         refused(client.post("/namespaces", json={"namespace": [f"{ns}_2"], "properties": props}), key)
         refused(client.post(f"/namespaces/{ns}/properties", json={"updates": props}), key)
-        refused(client.post(f"/namespaces/{ns}/tables", json={"name": "c", "schema": SCHEMA_JSON, "properties": props}), key)
+        refused(
+            client.post(f"/namespaces/{ns}/tables", json={"name": "c", "schema": SCHEMA_JSON, "properties": props}), key
+        )
         staged = {"name": "s", "schema": SCHEMA_JSON, "properties": props, "stage-create": True}
         refused(client.post(f"/namespaces/{ns}/tables", json=staged), key)
         set_props = {"action": "set-properties", "updates": props}
@@ -86,7 +100,9 @@ def test_every_route_taking_properties_refuses_implementation_names(
         refused(client.post("/transactions/commit", json={"table-changes": [creating]}), key)
         # register: a crafted table metadata file in the namespace's own storage
         crafted = dict(table["metadata"], properties=props)
-        path = Path(catalog_server.store.warehouse) / f"{ns}.db" / "crafted" / "metadata" / f"{uuid.uuid4()}.metadata.json"
+        path = (
+            Path(catalog_server.store.warehouse) / f"{ns}.db" / "crafted" / "metadata" / f"{uuid.uuid4()}.metadata.json"
+        )
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(crafted))
         refused(client.post(f"/namespaces/{ns}/register", json={"name": "r", "metadata-location": str(path)}), key)
@@ -95,7 +111,10 @@ def test_every_route_taking_properties_refuses_implementation_names(
         refused(client.post(f"/namespaces/{ns}/views/v", json={"requirements": [], "updates": [set_props]}), key)
         view_path = path.with_name(f"{uuid.uuid4()}.view.metadata.json")
         view_path.write_text(json.dumps(dict(view["metadata"], properties=props)))
-        refused(client.post(f"/namespaces/{ns}/register-view", json={"name": "rv", "metadata-location": str(view_path)}), key)
+        refused(
+            client.post(f"/namespaces/{ns}/register-view", json={"name": "rv", "metadata-location": str(view_path)}),
+            key,
+        )
     names = {i["name"] for i in client.get(f"/namespaces/{ns}/tables").json()["identifiers"]}
     assert names == {"t"}  # nothing refused was registered
     assert client.get(f"/namespaces/{ns}/tables/t").json()["metadata"]["properties"].get(KEYS[0]) is None
@@ -115,8 +134,10 @@ def test_a_legacy_table_carrying_an_implementation_property_is_served_without_lo
     with store.engine.begin() as conn:
         store._insert_pointer(conn, (ns, "legacy"), str(path), TABLE_TYPE)
     assert client.get(f"/namespaces/{ns}/tables/legacy").status_code == 200
-    committed = client.post(f"/namespaces/{ns}/tables/legacy", json={
-        "requirements": [], "updates": [{"action": "set-properties", "updates": {"owner": "ops"}}]})
+    committed = client.post(
+        f"/namespaces/{ns}/tables/legacy",
+        json={"requirements": [], "updates": [{"action": "set-properties", "updates": {"owner": "ops"}}]},
+    )
     assert committed.status_code == 200, committed.text
     assert committed.json()["metadata"]["properties"]["owner"] == "ops"
     assert store.load_table((ns, "legacy")).metadata.properties["owner"] == "ops"

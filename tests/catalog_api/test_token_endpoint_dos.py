@@ -30,10 +30,14 @@ def slow_hash(secret: str) -> str:
 
 @pytest.fixture()
 def served(tmp_path) -> Iterator[tuple[CatalogServer, Authenticator]]:
-    clients = {"fast": Client(hash_secret("fast-secret"), {"*": Privilege.READ}),
-               "other": Client(hash_secret("other-secret"), {"*": Privilege.READ}),
-               "slow": Client(slow_hash("slow-secret"), {"*": Privilege.READ})}
-    authenticator = Authenticator(clients, signing_key=b"d" * 32, token_attempts_per_minute=40, token_failures_per_minute=3)
+    clients = {
+        "fast": Client(hash_secret("fast-secret"), {"*": Privilege.READ}),
+        "other": Client(hash_secret("other-secret"), {"*": Privilege.READ}),
+        "slow": Client(slow_hash("slow-secret"), {"*": Privilege.READ}),
+    }
+    authenticator = Authenticator(
+        clients, signing_key=b"d" * 32, token_attempts_per_minute=40, token_failures_per_minute=3
+    )
     store = CatalogStore(f"sqlite:///{tmp_path / 'c.db'}", tmp_path / "wh", "lakeview")
     with CatalogServer(store, authenticator=authenticator) as server:
         yield server, authenticator
@@ -48,7 +52,9 @@ def ask(server: CatalogServer, client_id: str, secret: str) -> httpx.Response:
 def test_health_answers_while_secret_hashes_run(served: tuple[CatalogServer, Authenticator]) -> None:
     server, authenticator = served
     results: list[int] = []
-    workers = [threading.Thread(target=lambda: results.append(ask(server, "slow", "wrong").status_code)) for _ in range(2)]
+    workers = [
+        threading.Thread(target=lambda: results.append(ask(server, "slow", "wrong").status_code)) for _ in range(2)
+    ]
     for worker in workers:
         worker.start()
     while authenticator.hashing == 0 and len(results) < 2:  # wait until a hash is running in the server
