@@ -58,11 +58,11 @@ def main() -> None:
             quiet = latencies(api, "/namespaces/b/tables/t", args.requests)
             stop, attempts = threading.Event(), [0]
 
-            def flood() -> None:
+            def flood(stop: threading.Event = stop, attempts: list[int] = attempts, uri: str = server.uri) -> None:
                 with httpx.Client() as c:
                     while not stop.is_set():
                         bad = {"grant_type": "client_credentials", "client_id": "app", "client_secret": "wrong"}
-                        c.post(f"{server.uri}/v1/oauth/tokens", data=bad)
+                        c.post(f"{uri}/v1/oauth/tokens", data=bad)
                         attempts[0] += 1
 
             threads = [threading.Thread(target=flood) for _ in range(args.flooders)]
