@@ -113,3 +113,24 @@ def _quietly(call) -> None:
         call()
     except httpx.HTTPError:
         pass  # the server was killed under this request
+
+
+def test_a_pending_key_whose_lease_ran_out_on_another_host_is_taken_over(catalog_server, unique_name: str) -> None:
+    """Another host's process (its pid cannot be checked from here) stopped renewing: the lease decides."""
+    from sqlalchemy import insert
+
+    from catalog_api.idempotency import PENDING, idempotency_keys
+
+    key, now = str(uuid.uuid4()), int(time.time())
+    path = "/iceberg/v1/lakeview/namespaces"
+    with catalog_server.store.engine.begin() as conn:
+        conn.execute(
+            insert(idempotency_keys).values(
+                idempotency_key=key, request=f"- POST {path}", status=PENDING, created_at=now - 60,
+                owner="a-host-that-died:4242", lease_until=now - 1,
+            )
+        )  # fmt: skip
+    url = f"http://127.0.0.1:{catalog_server.port}{path}"
+    response = httpx.post(url, json={"namespace": [unique_name]}, headers={"Idempotency-Key": key}, timeout=60)
+    assert response.status_code == 200, response.text
+    assert httpx.get(f"{url}/{unique_name}").status_code == 200
