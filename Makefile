@@ -6,7 +6,7 @@ VENV := .venv
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 PYTEST_ARGS ?=
 
-.PHONY: demo test setup check-java check-postgres check-chromium clean
+.PHONY: demo test lint setup check-java check-postgres check-chromium clean
 
 setup: $(STAMP)
 
@@ -57,7 +57,13 @@ check-chromium:
 	    echo "error: chromium not found at $(CHROMIUM); install the Debian package chromium"; exit 1; \
 	  fi; }
 
-test: check-java check-postgres check-chromium $(STAMP)
+# Lint, format and the layer contracts (pyproject.toml) first: a cycle or an upward import fails the build.
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/lint-imports
+
+test: check-java check-postgres check-chromium lint $(STAMP)
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
 
 clean:

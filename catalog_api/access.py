@@ -64,3 +64,18 @@ def authorize(conn: HTTPConnection, namespace: Identifier, needed: Privilege) ->
             f"client {principal.client_id!r} has {what} privilege on namespace {'.'.join(namespace)!r}; "
             f"this needs {needed.name.lower()}"
         )
+
+
+def is_warehouse_admin(conn: HTTPConnection) -> bool:
+    """Admin on ``*`` (or no auth): may grant a namespace a storage prefix outside its own."""
+    principal = principal_of(conn)
+    return principal is None or principal.grants.get("*") == Privilege.ADMIN
+
+
+def can_see(conn: HTTPConnection, namespace: Identifier) -> bool:
+    """A namespace is listed to callers with some privilege on it or on a namespace below it."""
+    principal = principal_of(conn)
+    if principal is None or principal.privilege_on(namespace) is not None:
+        return True
+    dotted = ".".join(namespace) + "."
+    return any(grant.startswith(dotted) for grant in principal.grants)

@@ -15,6 +15,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 
 from catalog_api.auth import PUBLIC_PATHS, Authenticator, AuthMiddleware, token_endpoint
+from catalog_api.bind_guard import LoopbackOnly
 from catalog_api.idempotency import IdempotencyMiddleware
 from catalog_api.responses import error_response
 from catalog_api.routes import build_routes
@@ -54,6 +55,8 @@ def build_app(
     stack = [Middleware(IdempotencyMiddleware, store=store)]  # innermost: replays only authorized requests
     if authenticator is not None:
         stack.insert(0, Middleware(AuthMiddleware, authenticator=authenticator, public_paths=PUBLIC_PATHS | public_paths))
+    else:  # however the app is served (uvicorn, gunicorn, workers), no auth means loopback connections only
+        stack.insert(0, Middleware(LoopbackOnly))
     return Starlette(
         routes=[Route("/healthz", health), Mount("/iceberg", routes=iceberg_routes), *extra_routes],
         middleware=[*middleware, *stack],

@@ -2,6 +2,10 @@
 
     LAKEVIEW_PROJECT=path/to/lakeview.toml uvicorn --factory catalog_api.asgi:create_app --workers 2 --port 8181
 
+binds 127.0.0.1 (uvicorn's default). ``--host 0.0.0.0`` (or any non-loopback host) is refused unless the
+project configures ``[auth] mode = "oauth2"``; without auth the app also answers 403 to any connection
+that did not arrive on loopback, whatever server runs it.
+
 or, without a project file, ``LAKEVIEW_CATALOG_STORE`` (SQLAlchemy URL), ``LAKEVIEW_WAREHOUSE`` and
 optionally ``LAKEVIEW_WAREHOUSE_NAME``. Workers share the store (SQLite in WAL mode or PostgreSQL),
 whose compare-and-swap keeps them one catalog; with ``[auth]`` every worker must read the same
@@ -15,11 +19,14 @@ import os
 from starlette.applications import Starlette
 
 from catalog_api.app import build_app
+from catalog_api.bind_guard import refuse_open_command_line
 from catalog_api.store import CatalogStore
 from lakeview.errors import SetupError
 
 
 def create_app() -> Starlette:
+    """The catalog app for an ASGI server. Raises SetupError for a non-loopback ``--host``/``--bind``
+    without ``[auth]`` (and the app answers 403 to non-loopback connections without auth anyway)."""
     project_file = os.environ.get("LAKEVIEW_PROJECT")
     if project_file:
         from catalog_api.auth import project_authenticator
@@ -27,6 +34,7 @@ def create_app() -> Starlette:
         from lakeview.project import load_project
 
         project = load_project(project_file)
+        refuse_open_command_line(project.auth.enabled)
         if project.auth.enabled and not project.auth.signing_key_file:
             raise SetupError("several catalog workers need [auth] signing_key_file so they accept each other's tokens")
         return build_app(open_store(project), authenticator=project_authenticator(project))
@@ -34,4 +42,5 @@ def create_app() -> Starlette:
         url, warehouse = os.environ["LAKEVIEW_CATALOG_STORE"], os.environ["LAKEVIEW_WAREHOUSE"]
     except KeyError as exc:
         raise SetupError(f"set LAKEVIEW_PROJECT, or {exc.args[0]} (and LAKEVIEW_CATALOG_STORE/LAKEVIEW_WAREHOUSE)") from None
+    refuse_open_command_line(authenticated=False)  # without a project there is no [auth]
     return build_app(CatalogStore(url, warehouse, os.environ.get("LAKEVIEW_WAREHOUSE_NAME", "lakeview")))

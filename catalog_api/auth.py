@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import hashlib
 import hmac
 import secrets
@@ -17,11 +18,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from urllib.parse import parse_qs
 
+import anyio
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from catalog_api.access import PRINCIPAL_KEY, Principal, Privilege
+from catalog_api.rate_limit import SlidingWindow
+from catalog_api.request_limits import read_body
 from catalog_api.responses import error_response
 from catalog_api.tokens import ExternalIssuer, TokenCodec, load_jwks
 from lakeview import errors
@@ -33,6 +37,7 @@ __all__ = ["AuthMiddleware", "Authenticator", "Client", "build_authenticator", "
 TOKEN_PATH = "/iceberg/v1/oauth/tokens"
 PUBLIC_PATHS = frozenset({"/healthz", TOKEN_PATH})
 _SCRYPT = (2**14, 8, 1)
+HASH_CONCURRENCY = 2  # scrypt is CPU- and memory-bound: more at once only queues on the cores
 
 
 def hash_secret(secret: str, salt: bytes | None = None) -> str:
@@ -76,20 +81,34 @@ class Authenticator:
     signing_key: bytes = field(default_factory=lambda: secrets.token_bytes(32))
     codec: TokenCodec | None = None  # JWTs (tokens.py); default: HS256 with signing_key, no external issuer
     external_grants: Mapping[str, dict[str, Privilege]] = field(default_factory=dict)  # OIDC subject → grants
+    token_attempts_per_minute: int = 600  # per client address (429 beyond); one proxy may front many clients
+    token_failures_per_minute: int = 20  # wrong secrets per client id: guessing stays slow
+    secret_checks: int = field(default=0, init=False, compare=False)  # hashes computed (unknown ids too)
+    hashing: int = field(default=0, init=False, compare=False)  # hashes in progress right now
 
     def __post_init__(self) -> None:
         if self.codec is None:
             self.codec = TokenCodec(self.signing_key)
 
     def issue(self, client_id: str, secret: str, scopes: tuple[str, ...] = ()) -> str:
-        """A signed JWT for a client whose secret matches, with the scopes asked for. Raises NotAuthorizedError."""
+        """A signed JWT for a client whose secret matches, with the scopes asked for. Raises NotAuthorizedError.
+
+        An unknown client id is hashed against a dummy hash, so it costs what a known one does."""
         client = self.clients.get(client_id)
-        if client is None or not verify_secret(secret, client.secret_hash):
+        self.hashing += 1
+        try:
+            matches = verify_secret(secret, client.secret_hash if client is not None else _dummy_hash())
+        finally:
+            self.hashing -= 1
+            self.secret_checks += 1
+        if client is None or not matches:
             raise errors.NotAuthorizedError("unknown client or wrong secret")
         return self.codec.issue(client_id, self.token_ttl, scopes)  # type: ignore[union-attr]
 
     def principal(self, token: str) -> Principal:
         """The principal a token stands for. Raises NotAuthorizedError (forged, expired, revoked, unknown client)."""
+        if not token.isascii():  # a token is ASCII; anything else is simply invalid (never a 500)
+            raise errors.NotAuthorizedError("malformed bearer token")
         claims = self.codec.verify(token)  # type: ignore[union-attr]
         if claims.external:
             grants = self.external_grants.get(claims.subject)
@@ -103,6 +122,11 @@ class Authenticator:
         if claims.read_only:
             grants = {ns: min(p, Privilege.READ) for ns, p in grants.items()}
         return Principal(claims.subject, grants)
+
+
+@functools.cache
+def _dummy_hash() -> str:
+    return hash_secret(secrets.token_urlsafe(16))
 
 
 class AuthMiddleware:
@@ -131,12 +155,27 @@ class AuthMiddleware:
 
 
 def token_endpoint(authenticator: Authenticator | None):  # noqa: ANN201 - a Starlette endpoint
-    """``POST /v1/oauth/tokens``: the client_credentials grant, secrets in HTTP Basic or the form."""
+    """``POST /v1/oauth/tokens``: the client_credentials grant, secrets in HTTP Basic or the form.
+
+    Secret hashing (scrypt, deliberately slow) runs in worker threads, at most HASH_CONCURRENCY at a
+    time, never on the event loop; attempts are rate-limited per client address and failures per
+    client id (429 with Retry-After)."""
+    per_address = SlidingWindow(authenticator.token_attempts_per_minute if authenticator else 1)
+    failures_per_client = SlidingWindow(authenticator.token_failures_per_minute if authenticator else 1)
+    hashing = anyio.CapacityLimiter(HASH_CONCURRENCY)
 
     async def endpoint(request: Request) -> Response:
         if authenticator is None:
             return _oauth_error(400, "unsupported_grant_type", "this catalog runs without auth (mode none)")
-        form = {k: v[0] for k, v in parse_qs((await request.body()).decode("utf-8", "replace")).items()}
+        address = request.client.host if request.client else "-"
+        wait = per_address.hit(f"address:{address}")
+        if wait is not None:
+            return _too_many(wait, f"too many token requests from {address}")
+        try:
+            raw = await read_body(request, limit=64 * 1024)
+        except errors.PayloadTooLargeError as exc:
+            return _oauth_error(413, "invalid_request", str(exc))
+        form = {k: v[0] for k, v in parse_qs(raw.decode("utf-8", "replace")).items()}
         if form.get("grant_type") != "client_credentials":
             return _oauth_error(400, "unsupported_grant_type", "only grant_type=client_credentials is supported")
         client_id, secret = form.get("client_id"), form.get("client_secret")
@@ -148,9 +187,15 @@ def token_endpoint(authenticator: Authenticator | None):  # noqa: ANN201 - a Sta
                 return _oauth_error(400, "invalid_request", "malformed HTTP Basic credentials")
         if not client_id or secret is None:
             return _oauth_error(400, "invalid_request", "client_id and client_secret are required")
+        wait = failures_per_client.over(f"client:{client_id}")  # checked before the hash: a refusal is cheap
+        if wait is not None:
+            return _too_many(wait, f"too many failed token requests for client {client_id!r}")
         try:
-            token = authenticator.issue(client_id, secret, tuple(form.get("scope", "").split()))
+            token = await anyio.to_thread.run_sync(
+                authenticator.issue, client_id, secret, tuple(form.get("scope", "").split()), limiter=hashing
+            )
         except errors.NotAuthorizedError as exc:
+            failures_per_client.hit(f"client:{client_id}")
             return _oauth_error(401, "invalid_client", str(exc))
         return JSONResponse(
             {
@@ -163,6 +208,12 @@ def token_endpoint(authenticator: Authenticator | None):  # noqa: ANN201 - a Sta
         )
 
     return endpoint
+
+
+def _too_many(wait: int, description: str) -> Response:
+    response = _oauth_error(429, "slow_down", f"{description}; retry in {wait} s")
+    response.headers["Retry-After"] = str(wait)
+    return response
 
 
 def _oauth_error(status: int, error: str, description: str) -> Response:

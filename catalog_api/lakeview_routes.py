@@ -19,6 +19,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 
+from catalog_api.request_limits import read_body
 from catalog_api.responses import from_exception
 from lakeview import errors
 
@@ -82,7 +83,7 @@ def lakeview_routes(project: ProjectConfig, store: Any) -> list[BaseRoute]:
             ingest = ingesters.get(name)
             if ingest is None:
                 ingest = ingesters[name] = await run_in_threadpool(SourceIngest, project, name)
-            body = await request.body()
+            body = await read_body(request)  # at most MAX_BODY_BYTES: a bigger batch is a 413, split it
             key = request.headers.get("idempotency-key")
             result = await run_in_threadpool(ingest.ingest, body, request.headers.get("content-type", ""), key)
         except errors.LakeviewError as exc:

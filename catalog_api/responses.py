@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Any, TypeVar
 
@@ -11,6 +10,7 @@ from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from catalog_api.request_limits import json_body
 from lakeview import errors
 
 log = logging.getLogger("lakeview.catalog")
@@ -24,7 +24,10 @@ def error_response(status: int, kind: str, message: str) -> JSONResponse:
 def from_exception(exc: Exception) -> JSONResponse:
     """The one mapping from exceptions to HTTP responses."""
     if isinstance(exc, errors.CatalogError):
-        return error_response(exc.status, exc.kind, str(exc))
+        response = error_response(exc.status, exc.kind, str(exc))
+        if isinstance(exc, errors.TooManyRequestsError):
+            response.headers["Retry-After"] = str(exc.retry_after)
+        return response
     if isinstance(exc, ValidationError):
         return error_response(400, "BadRequestException", _validation_message(exc))
     log.exception("unexpected error in the catalog")
@@ -40,19 +43,17 @@ async def parse_body(request: Request, model: type[M], defaults: dict[str, Any] 
 
     ``defaults`` fills keys the spec marks optional but pyiceberg's model requires.
     """
-    raw = await request.body()
-    try:
-        data: Any = json.loads(raw or b"null")
-    except json.JSONDecodeError as exc:
-        raise errors.BadRequestError(f"request body is not valid JSON: {exc}") from None
-    except UnicodeDecodeError:
-        raise errors.BadRequestError("request body is not valid JSON: not UTF-8") from None
+    data = await json_body(request)
     if not isinstance(data, dict):
         raise errors.BadRequestError(f"request body must be a JSON object for {model.__name__}")
     try:
         return model.model_validate({**(defaults or {}), **data})
     except ValidationError as exc:
         raise errors.BadRequestError(f"invalid {model.__name__}: {_validation_message(exc)}") from None
+    except errors.CatalogError:
+        raise
+    except Exception as exc:  # pyiceberg's validators raise KeyError/TypeError/... for malformed input
+        raise errors.BadRequestError(f"invalid {model.__name__}: {type(exc).__name__}: {exc}") from None
 
 
 def _validation_message(exc: ValidationError) -> str:

@@ -31,7 +31,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from catalog_api.access import Privilege, authorize, principal_of
+from catalog_api.access import Privilege, authorize, can_see, is_warehouse_admin, principal_of
 from catalog_api.credentials import CredentialVendor, wants_vending, with_credentials
 from catalog_api.responses import from_exception, model_response, parse_body
 from catalog_api.store import CatalogStore, MetadataCache, TableChange, check_name
@@ -121,7 +121,7 @@ def build_routes(store: CatalogStore, extra: Callable[[RouteBuilder], None] | No
         if parent:
             authorize(request, parent, Privilege.READ)
         namespaces = await run_in_threadpool(store.list_namespaces, parent)
-        page, token = paginate(request, [list(ns) for ns in namespaces])
+        page, token = paginate(request, [list(ns) for ns in namespaces if can_see(request, ns)])
         return JSONResponse({"namespaces": page, **({"next-page-token": token} if token else {})})
 
     async def create_namespace(request: Request) -> Response:
@@ -130,6 +130,9 @@ def build_routes(store: CatalogStore, extra: Callable[[RouteBuilder], None] | No
             raise errors.BadRequestError("namespace must have at least one level")
         namespace = tuple(body.namespace)
         authorize(request, namespace, Privilege.ADMIN)
+        if "location" in body.properties:
+            location = body.properties["location"]
+            store.confinement.check_namespace_location(namespace, location, is_warehouse_admin(request))
         await run_in_threadpool(store.create_namespace, namespace, body.properties)
         return model_response(NamespaceResponse(namespace=namespace, properties=body.properties))
 
@@ -146,6 +149,9 @@ def build_routes(store: CatalogStore, extra: Callable[[RouteBuilder], None] | No
 
     async def update_namespace(request: Request) -> Response:
         body = await parse_body(request, UpdateNamespaceRequest)
+        if "location" in body.updates:
+            location = body.updates["location"]
+            store.confinement.check_namespace_location(namespace_param(request), location, is_warehouse_admin(request))
         summary = await run_in_threadpool(store.update_namespace, namespace_param(request), set(body.removals), body.updates)
         return model_response(UpdateNamespacePropertiesResponse(**summary))
 
@@ -386,10 +392,28 @@ def paginate(request: Request, items: list[Any]) -> tuple[list[Any], str | None]
             after = json.loads(bytes.fromhex(token))
         except ValueError:
             raise errors.BadRequestError(f"pageToken {token!r} is not a token this catalog issued") from None
-        start = next((i for i, item in enumerate(items) if _sort_key(item) > _sort_key(after)), len(items))
+        if not _issued_shape(after):
+            raise errors.BadRequestError(f"pageToken {token!r} is not a token this catalog issued")
+        try:
+            start = next((i for i, item in enumerate(items) if _sort_key(item) > _sort_key(after)), len(items))
+        except TypeError:  # a token decoding to a value of another shape was not issued here
+            raise errors.BadRequestError(f"pageToken {token!r} is not a token this catalog issued") from None
     page = items[start : start + size]
     more = start + size < len(items)
     return page, (json.dumps(page[-1]).encode().hex() if more and page else None)
+
+
+def _issued_shape(after: Any) -> bool:
+    """A page token decodes to a namespace (list of names) or a table identifier, as :func:`paginate` issues."""
+    if isinstance(after, list):
+        return all(isinstance(level, str) for level in after)
+    return (
+        isinstance(after, dict)
+        and set(after) == {"namespace", "name"}
+        and isinstance(after["name"], str)
+        and isinstance(after["namespace"], list)
+        and _issued_shape(after["namespace"])
+    )
 
 
 def _sort_key(item: Any) -> Any:

@@ -12,8 +12,8 @@ import uvicorn
 
 from catalog_api.app import build_app
 from catalog_api.auth import Authenticator
+from catalog_api.bind_guard import refuse_open_bind
 from catalog_api.store import CatalogStore
-from lakeview.config.models import is_loopback
 from lakeview.errors import SetupError
 
 
@@ -28,11 +28,7 @@ class CatalogServer:
         authenticator: Authenticator | None = None,
         **app_options: Any,
     ) -> None:
-        if authenticator is None and not is_loopback(host):
-            raise SetupError(
-                f"refusing to serve the catalog on {host} without auth (mode none is loopback-only); "
-                "configure [auth] mode = \"oauth2\" with clients, or bind 127.0.0.1"
-            )
+        refuse_open_bind(host, authenticator is not None)
         self.store = store
         self.host = host
         self.port = port or free_port(host)
@@ -43,7 +39,13 @@ class CatalogServer:
 
     @property
     def uri(self) -> str:
-        return f"http://{self.host}:{self.port}/iceberg"
+        return f"http://{self.authority}/iceberg"
+
+    @property
+    def authority(self) -> str:
+        """``host:port``, with an IPv6 host in brackets (``[::1]:8181``)."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}"
 
     def start(self, timeout: float = 15.0) -> CatalogServer:
         if _port_taken(self.host, self.port):
@@ -53,7 +55,7 @@ class CatalogServer:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             try:
-                if httpx.get(f"http://{self.host}:{self.port}/healthz", timeout=1).status_code == 200:
+                if httpx.get(f"http://{self.authority}/healthz", timeout=1).status_code == 200:
                     return self
             except httpx.HTTPError:
                 pass
@@ -79,12 +81,19 @@ class CatalogServer:
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """A port free on ``host`` right now (servers in tests and the demo bind loopback)."""
-    with socket.socket() as sock:
+    """A port free on ``host`` right now (servers in tests and the demo bind loopback; IPv6 too)."""
+    with socket.socket(_family(host)) as sock:
         sock.bind((host, 0))
         return sock.getsockname()[1]
 
 
 def _port_taken(host: str, port: int) -> bool:
-    with socket.socket() as sock:
+    with socket.socket(_family(host)) as sock:
         return sock.connect_ex((host, port)) == 0
+
+
+def _family(host: str) -> socket.AddressFamily:
+    try:
+        return socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)[0][0]
+    except socket.gaierror:
+        return socket.AF_INET

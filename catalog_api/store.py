@@ -14,10 +14,11 @@ swaps every pointer in ONE database transaction with a compare-and-swap per row
 from __future__ import annotations
 
 import contextlib
+import gzip
+import json
 import logging
 import os
 import re
-import shutil
 import sqlite3
 import threading
 import time
@@ -35,7 +36,6 @@ from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC, PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.serializers import Compressor, FromInputFile
 from pyiceberg.table import CommitTableResponse, Table, TableProperties
-from pyiceberg.table.locations import load_location_provider
 from pyiceberg.table.metadata import (
     TableMetadata,
     TableMetadataUtil,
@@ -44,6 +44,7 @@ from pyiceberg.table.metadata import (
 from pyiceberg.table.sorting import UNSORTED_SORT_ORDER, SortOrder
 from pyiceberg.table.update import (
     AssertCreate,
+    SetPropertiesUpdate,
     TableRequirement,
     TableUpdate,
     _apply_table_update,
@@ -55,6 +56,8 @@ from sqlalchemy import bindparam, delete, event, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError, OperationalError
 
 from catalog_api import format_v3, namespace_keys
+from catalog_api.confinement import Confinement
+from catalog_api.inert_properties import refuse_implementations
 from lakeview import errors
 from lakeview.config.models import ProjectConfig, file_io_properties
 
@@ -72,8 +75,9 @@ def check_name(kind: str, name: str) -> str:
     """Reject names that could escape the warehouse or confuse a path. Raises BadRequestError."""
     if not name:
         raise errors.BadRequestError(f"{kind} name is empty")
-    if len(name) > MAX_NAME:
-        raise errors.BadRequestError(f"{kind} name is longer than {MAX_NAME} characters")
+    limit = MAX_NAME - len(".db") if kind == "namespace" else MAX_NAME  # a namespace's directory is <name>.db
+    if len(name.encode("utf-8", "surrogatepass")) > limit:  # file systems count bytes, not characters
+        raise errors.BadRequestError(f"{kind} name is longer than {limit} bytes in UTF-8")
     if name in (".", "..") or "/" in name or "\\" in name or _CONTROL.search(name):
         raise errors.BadRequestError(f"{kind} name {name!r} contains a path separator, '..' or a control character")
     return name
@@ -185,6 +189,7 @@ class CatalogStore:
         self._raw_reads = self.engine.dialect.name == "postgresql" or self.inline_reads  # not in-memory SQLite
         marker = "?" if self.engine.dialect.paramstyle == "qmark" else "%s"
         self._reader_sql = {kind: sql.replace("?", marker) for kind, sql in _RAW_POINTER.items()}
+        self.confinement = Confinement(self)  # which prefixes each namespace owns (see confinement.py)
 
     @contextlib.contextmanager
     def _write(self) -> Iterator[Any]:
@@ -211,6 +216,7 @@ class CatalogStore:
     def create_namespace(self, namespace: Identifier, properties: Properties) -> None:
         for part in namespace:
             check_name("namespace", part)
+        refuse_implementations(properties, "namespace")
         if "location" in properties:
             self.check_location(properties["location"])
         with _mapped():
@@ -247,6 +253,7 @@ class CatalogStore:
         overlap = removals & set(updates)
         if overlap:
             raise errors.UnprocessableEntityError(f"properties both removed and updated: {', '.join(sorted(overlap))}")
+        refuse_implementations(updates, "namespace")
         if "location" in updates:
             self.check_location(updates["location"])
         with _mapped():
@@ -413,7 +420,7 @@ class CatalogStore:
             identifier=identifier,
             metadata=metadata,
             metadata_location=location,
-            io=self._catalog._load_file_io(metadata.properties, location),
+            io=load_file_io(self._catalog.properties, location),  # never the table's properties: they are data
             catalog=self._catalog,
         )
 
@@ -430,15 +437,15 @@ class CatalogStore:
         """Create a table (or, with ``stage``, only its metadata: nothing is written or registered)."""
         check_name("table", identifier[-1])
         namespace = identifier[:-1]
+        refuse_implementations(properties, "table")
         with _mapped():
             if not self._catalog.namespace_exists(namespace_keys.encode(namespace)):
                 raise errors.NoSuchNamespaceError(f"Namespace does not exist: {namespace_keys.display(namespace)}")
-            if location:
-                location = self.check_location(location)
-            else:
+            if not location:
                 key = namespace_keys.encode(namespace)
                 location = self._catalog._get_default_warehouse_location(key, identifier[-1])
-                self.check_location(location)
+            location = self.confinement.check(namespace, location, "table location")
+            self.confinement.check_paths(namespace, properties)
             format_version = int(properties.get(TableProperties.FORMAT_VERSION, TableProperties.DEFAULT_FORMAT_VERSION))
             format_v3.check_format_version(format_version)
             format_v3.check_schema_defaults(schema, format_version)
@@ -454,7 +461,7 @@ class CatalogStore:
             fresh = format_v3.carry_defaults(schema, metadata.schema())  # pyiceberg's fresh ids drop defaults
             if fresh is not metadata.schema():
                 metadata = metadata.model_copy(update={"schemas": [fresh]})
-            metadata_location = load_location_provider(location, properties).new_table_metadata_file_location()
+            metadata_location = metadata_file_location(location, properties, 0)
             self.check_location(metadata_location)
             if stage:
                 return metadata_location, metadata
@@ -468,17 +475,27 @@ class CatalogStore:
     def register_table(self, identifier: Identifier, metadata_location: str, overwrite: bool = False) -> tuple[str, TableMetadata]:
         """Register an existing metadata file as a table (``overwrite`` replaces a table's pointer)."""
         check_name("table", identifier[-1])
+        namespace = identifier[:-1]
         self.check_location(metadata_location)
         with _mapped():
-            if not self._catalog.namespace_exists(namespace_keys.encode(identifier[:-1])):
-                raise errors.NoSuchNamespaceError(f"Namespace does not exist: {'.'.join(identifier[:-1])}")
+            if not self._catalog.namespace_exists(namespace_keys.encode(namespace)):
+                raise errors.NoSuchNamespaceError(f"Namespace does not exist: {namespace_keys.display(namespace)}")
+            self.confinement.check(namespace, metadata_location, "metadata-location")
             try:
+                if self._is_view_metadata(metadata_location):
+                    raise errors.BadRequestError(
+                        f"{metadata_location!r} is a view metadata file; register it as a view"
+                    )
                 metadata = self.read_metadata(metadata_location)
+            except errors.BadRequestError:
+                raise
             except FileNotFoundError:
                 raise errors.BadRequestError(f"metadata file {metadata_location!r} does not exist") from None
             except Exception as exc:  # any parse failure is the caller's bad file
                 raise errors.BadRequestError(f"{metadata_location!r} is not a table metadata file: {exc}") from None
-            self.check_location(metadata.location)
+            self.confinement.check(namespace, metadata.location, "table location")
+            self.confinement.check_paths(namespace, metadata.properties)
+            refuse_implementations(metadata.properties, "table")
             current = self._pointer(identifier, TABLE_TYPE)
             with _exists_guard(identifier), self._write() as conn:
                 if current is not None and overwrite:
@@ -494,32 +511,60 @@ class CatalogStore:
         """Unregister a table; with ``purge`` also delete its data and metadata files."""
         location = self._drop(identifier, TABLE_TYPE)
         if purge:
-            self._purge(location)
+            self._purge(identifier[:-1], location)
 
-    def _purge(self, metadata_location: str) -> None:
+    def _purge(self, namespace: Identifier, metadata_location: str) -> None:
+        """Delete the files the table's own metadata lists, and only those under its namespace's prefixes:
+        a table's metadata is client-written, so it may list another namespace's files."""
+        rule = self.confinement.rule(namespace)
+
+        def allowed(path: str) -> bool:
+            return self.confinement.allows(namespace, path, rule)
+
+        if not allowed(metadata_location):
+            log.warning("purge: %s is outside namespace %s's storage; deleting nothing", metadata_location, namespace)
+            return
         try:
             metadata = self.read_metadata(metadata_location)
         except Exception:  # the pointer is gone already; a missing file leaves nothing to delete
             log.warning("purge: cannot read %s", metadata_location)
             return
-        if self.remote:
-            self._purge_remote(metadata_location, metadata)
-            return
-        directory = Path(self.check_location(metadata.location))
-        # Only under the warehouse, and never the warehouse root itself.
-        if directory != Path(self.warehouse) and directory.is_dir():
-            shutil.rmtree(directory, ignore_errors=True)
-
-    def _purge_remote(self, metadata_location: str, metadata: TableMetadata) -> None:
-        """Delete every file the table's metadata reaches (pyiceberg's purge, without its drop)."""
-        from pyiceberg.catalog import delete_data_files, delete_files
-
         io = load_file_io(self._catalog.properties, metadata_location)
-        manifests = [m for snapshot in metadata.snapshots for m in snapshot.manifests(io)]
-        delete_data_files(io, manifests)
-        delete_files(io, {m.manifest_path for m in manifests}, "manifest")
-        delete_files(io, {s.manifest_list for s in metadata.snapshots}, "manifest list")
-        delete_files(io, {entry.metadata_file for entry in metadata.metadata_log} | {metadata_location}, "metadata")
+        files = {metadata_location} | {entry.metadata_file for entry in metadata.metadata_log}
+        files |= {s.statistics_path for s in getattr(metadata, "statistics", [])}
+        files |= {s.statistics_path for s in getattr(metadata, "partition_statistics", [])}
+        for snapshot in metadata.snapshots:
+            if not allowed(snapshot.manifest_list):
+                continue
+            files.add(snapshot.manifest_list)
+            try:
+                manifests = snapshot.manifests(io)
+            except OSError:
+                continue
+            for manifest in manifests:
+                if not allowed(manifest.manifest_path):
+                    continue
+                files.add(manifest.manifest_path)
+                with contextlib.suppress(OSError):
+                    files |= {e.data_file.file_path for e in manifest.fetch_manifest_entry(io, discard_deleted=False)}
+        for path in sorted(f for f in files if allowed(f)):
+            with contextlib.suppress(OSError):
+                io.delete(path)
+        if not self.remote and allowed(metadata.location):
+            _remove_empty_directories(Path(self.check_location(metadata.location)))
+
+    def _is_view_metadata(self, location: str) -> bool:
+        """True for a view metadata file (pyiceberg would parse one as v1 table metadata)."""
+        io = load_file_io(self._catalog.properties, location)
+        with io.new_input(location).open() as stream:
+            raw = stream.read(64 * 1024 * 1024)
+        if location.endswith(".gz") or raw[:2] == b"\x1f\x8b":
+            raw = gzip.decompress(raw)
+        try:
+            data = json.loads(raw)
+        except ValueError:
+            return False  # the table parser names the problem
+        return isinstance(data, dict) and ("view-uuid" in data or "current-version-id" in data)
 
     # ---------------------------------------------------------------- pointers of any kind (views.py uses these)
     def names(self, namespace: Identifier, kind: str) -> list[Identifier]:
@@ -599,6 +644,9 @@ class CatalogStore:
             raise _missing(TABLE_TYPE, identifier)
         if creating and not self._catalog.namespace_exists(namespace_keys.encode(identifier[:-1])):
             raise errors.NoSuchNamespaceError(f"Namespace does not exist: {'.'.join(identifier[:-1])}")
+        for table_update in change.updates:  # refused before pyiceberg sees them, whatever else the commit holds
+            if isinstance(table_update, SetPropertiesUpdate):
+                refuse_implementations(table_update.updates, "table", current.properties if current else None)
         with _mapped():
             for requirement in change.requirements:
                 requirement.validate(current)
@@ -617,9 +665,14 @@ class CatalogStore:
                 ) from None
         if current is not None and metadata == current:
             return _Staged(identifier, location, location, current, changed=False)  # type: ignore[arg-type]
+        before = current.properties if current is not None else {}
+        refuse_implementations(metadata.properties, "table", before)
         self.check_location(metadata.location)
+        if current is None or metadata.location != current.location:
+            self.confinement.check(identifier[:-1], metadata.location, "table location")
+        self.confinement.check_paths(identifier[:-1], metadata.properties, before)
         version = SqlCatalog._parse_metadata_version(location) + 1 if location else 0
-        new_location = load_location_provider(metadata.location, metadata.properties).new_table_metadata_file_location(version)
+        new_location = metadata_file_location(metadata.location, metadata.properties, version)
         self.check_location(new_location)  # write.metadata.path must not point the catalog's writes elsewhere
         return _Staged(identifier, location, new_location, metadata, changed=True)
 
@@ -697,6 +750,22 @@ class CatalogStore:
     def default_location(self, identifier: Identifier) -> str:
         with _mapped():
             return self._catalog._get_default_warehouse_location(namespace_keys.encode(identifier[:-1]), identifier[-1])
+
+
+def metadata_file_location(location: str, properties: Properties, version: int) -> str:
+    """Where a table's next metadata file goes (pyiceberg's layout, computed here: the catalog never asks a
+    table-chosen location provider)."""
+    base = (properties.get(TableProperties.WRITE_METADATA_PATH) or f"{location.rstrip('/')}/metadata").rstrip("/")
+    return f"{base}/{version:05d}-{uuid.uuid4()}.metadata.json"
+
+
+def _remove_empty_directories(root: Path) -> None:
+    """Remove ``root`` and the directories below it that a purge left empty (never a file)."""
+    if not root.is_dir():
+        return
+    for directory, _dirs, _files in sorted(os.walk(root), key=lambda entry: -len(entry[0])):
+        with contextlib.suppress(OSError):
+            os.rmdir(directory)
 
 
 @contextlib.contextmanager

@@ -16,6 +16,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.typedef import Identifier, Properties
 from pyiceberg.view.metadata import ViewHistoryEntry, ViewMetadata, ViewVersion
 
+from catalog_api.inert_properties import refuse_implementations
 from catalog_api.store import VIEW_TYPE, CatalogStore, check_name
 from lakeview import errors
 
@@ -118,8 +119,9 @@ class ViewCatalog:
         check_name("view", identifier[-1])
         if not self.store.namespace_exists(identifier[:-1]):
             raise errors.NoSuchNamespaceError(f"Namespace does not exist: {'.'.join(identifier[:-1])}")
+        refuse_implementations(properties, "view")
         base = self.store.check_location(location) if location else self.store.default_location(identifier)
-        self.store.check_location(base)
+        base = self.store.confinement.check(identifier[:-1], base, "view location")
         version = version.model_copy(update={"version_id": 1, "schema_id": schema.schema_id})
         metadata = ViewMetadata(
             view_uuid=str(uuid.uuid4()),
@@ -142,10 +144,13 @@ class ViewCatalog:
         self.store.check_location(metadata_location)
         if not self.store.namespace_exists(identifier[:-1]):
             raise errors.NoSuchNamespaceError(f"Namespace does not exist: {'.'.join(identifier[:-1])}")
+        self.store.confinement.check(identifier[:-1], metadata_location, "metadata-location")
         try:
             metadata = self.read(metadata_location)
         except (OSError, ValidationError, ValueError) as exc:
             raise errors.BadRequestError(f"{metadata_location!r} is not a readable view metadata file: {exc}") from None
+        self.store.confinement.check(identifier[:-1], metadata.location, "view location")
+        refuse_implementations(metadata.properties, "view")
         if self.store.table_exists(identifier):
             raise errors.AlreadyExistsError(f"Table or view already exists: {'.'.join(identifier)}")
         self.store.insert_pointer(identifier, metadata_location, VIEW_TYPE)
@@ -160,7 +165,10 @@ class ViewCatalog:
             if requirement.uuid != current.view_uuid:
                 raise errors.CommitConflictError(f"view UUID is {current.view_uuid}, not {requirement.uuid}")
         metadata = apply_view_updates(current, updates)
+        refuse_implementations(metadata.properties, "view", current.properties)
         self.store.check_location(metadata.location)
+        if metadata.location != current.location:
+            self.store.confinement.check(identifier[:-1], metadata.location, "view location")
         if metadata == current:
             return location, current
         version = int(location.rsplit("/", 1)[-1].split("-", 1)[0]) + 1 if "/metadata/" in location else 1

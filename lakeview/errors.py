@@ -152,3 +152,21 @@ class UnsupportedOperationError(CatalogError, TerminalError):
 
     status = 406
     kind = "UnsupportedOperationException"
+
+
+class PayloadTooLargeError(BadRequestError):
+    """A request body over the catalog's size limit (nothing was parsed)."""
+
+    status = 413
+    kind = "PayloadTooLargeException"
+
+
+class TooManyRequestsError(CatalogError, TransientError):
+    """A client over a rate limit; ``retry_after`` seconds until it may try again."""
+
+    status = 429
+    kind = "TooManyRequestsException"
+
+    def __init__(self, message: str, retry_after: int = 1) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from catalog_api.server import CatalogServer
 
-SPEC = Path("/work/shared/specs/iceberg-rest-catalog-open-api.yaml")
+SPEC = Path(__file__).parent / "spec" / "iceberg-rest-catalog-open-api.yaml"  # a copy of the Iceberg REST spec
 SCHEMA = {"type": "struct", "fields": [{"id": 1, "name": "id", "type": "long", "required": False}]}
 VALID_BODIES: dict[str, dict[str, Any]] = {
     "namespaces": {"namespace": ["fuzz"], "properties": {"a": "b"}},

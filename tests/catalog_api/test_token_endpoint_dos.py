@@ -1,0 +1,94 @@
+"""Issue #16 finding 4: the token endpoint cannot stall the catalog or tell client ids apart.
+
+Secret hashing runs off the event loop (health checks answer while hashes run), unknown client
+ids are hashed like known ones, and attempts beyond the rate limit get 429 with Retry-After."""
+
+from __future__ import annotations
+
+import secrets
+import threading
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from catalog_api.access import Privilege
+from catalog_api.auth import Authenticator, Client, hash_secret
+from catalog_api.server import CatalogServer
+from catalog_api.store import CatalogStore
+
+
+def slow_hash(secret: str) -> str:
+    """A valid scrypt hash 16x the default work (p=16): each check takes a while, at 16 MiB."""
+    import hashlib
+
+    salt = secrets.token_bytes(16)
+    digest = hashlib.scrypt(secret.encode(), salt=salt, n=2**14, r=8, p=16, dklen=32)
+    return f"scrypt${2**14}$8$16${salt.hex()}${digest.hex()}"
+
+
+@pytest.fixture()
+def served(tmp_path) -> Iterator[tuple[CatalogServer, Authenticator]]:
+    clients = {
+        "fast": Client(hash_secret("fast-secret"), {"*": Privilege.READ}),
+        "other": Client(hash_secret("other-secret"), {"*": Privilege.READ}),
+        "slow": Client(slow_hash("slow-secret"), {"*": Privilege.READ}),
+    }
+    authenticator = Authenticator(
+        clients, signing_key=b"d" * 32, token_attempts_per_minute=40, token_failures_per_minute=3
+    )
+    store = CatalogStore(f"sqlite:///{tmp_path / 'c.db'}", tmp_path / "wh", "lakeview")
+    with CatalogServer(store, authenticator=authenticator) as server:
+        yield server, authenticator
+    store.close()
+
+
+def ask(server: CatalogServer, client_id: str, secret: str) -> httpx.Response:
+    form = {"grant_type": "client_credentials", "client_id": client_id, "client_secret": secret}
+    return httpx.post(f"{server.uri}/v1/oauth/tokens", data=form, timeout=120)
+
+
+def test_health_answers_while_secret_hashes_run(served: tuple[CatalogServer, Authenticator]) -> None:
+    server, authenticator = served
+    results: list[int] = []
+    workers = [
+        threading.Thread(target=lambda: results.append(ask(server, "slow", "wrong").status_code)) for _ in range(2)
+    ]
+    for worker in workers:
+        worker.start()
+    while authenticator.hashing == 0 and len(results) < 2:  # wait until a hash is running in the server
+        time.sleep(0.001)
+    health = httpx.get(f"http://{server.host}:{server.port}/healthz", timeout=120)
+    still_hashing = authenticator.hashing > 0
+    for worker in workers:
+        worker.join()
+    assert health.status_code == 200 and health.json()["status"] == "ok"
+    assert still_hashing, "the health check waited for the secret hashes (they ran on the event loop)"
+    assert results == [401, 401]
+
+
+def test_unknown_client_ids_cost_a_hash_like_known_ones(served: tuple[CatalogServer, Authenticator]) -> None:
+    server, authenticator = served
+    before = authenticator.secret_checks
+    unknown, known = ask(server, "nobody", "x"), ask(server, "fast", "wrong")
+    assert unknown.status_code == known.status_code == 401
+    assert unknown.json() == known.json()  # the same answer: nothing tells an unknown id from a wrong secret
+    assert authenticator.secret_checks == before + 2
+    assert ask(server, "fast", "fast-secret").status_code == 200
+
+
+def test_token_attempts_beyond_the_limit_get_429_with_retry_after(served: tuple[CatalogServer, Authenticator]) -> None:
+    server, authenticator = served
+    assert [ask(server, "fast", "guess").status_code for _ in range(3)] == [401, 401, 401]
+    checks = authenticator.secret_checks
+    limited = ask(server, "fast", "guess")
+    assert limited.status_code == 429 and limited.json()["error"] == "slow_down"
+    assert int(limited.headers["Retry-After"]) >= 1
+    assert authenticator.secret_checks == checks  # refused before hashing: a flood costs no scrypt
+    assert ask(server, "fast", "fast-secret").status_code == 429  # the id is locked for the window, right secret or not
+    assert ask(server, "other", "other-secret").status_code == 200  # other clients are not
+    # per address: every attempt counts, whatever the client id
+    codes = [ask(server, f"id{i}", "x").status_code for i in range(40)]
+    assert 429 in codes and set(codes) <= {401, 429}
+    assert httpx.get(f"http://{server.host}:{server.port}/healthz").status_code == 200
