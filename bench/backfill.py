@@ -1,5 +1,5 @@
 """A keyed view's first batch over existing history (a backfill): merged in the driver vs written
-by the executors (``spark_jobs.bootstrap``).
+by the executors (``spark_jobs.executors.bootstrap``).
 
     python bench/backfill.py [--rows 2000000] [--groups 1000000]
 
@@ -73,7 +73,7 @@ def project_for(directory: Path, mode: str, rows: int):  # noqa: ANN201 - Projec
 
 def child(mode: str, view: str, directory: Path, rows: int) -> None:
     from catalog_api.server import CatalogServer
-    from catalog_api.store import open_store
+    from catalog_api.store.catalog import open_store
     from spark_jobs.pipeline import ViewPipeline
     from spark_jobs.session import build_session
     from writers.registry import make_writer, state_writer_factory
@@ -89,7 +89,7 @@ def child(mode: str, view: str, directory: Path, rows: int) -> None:
 
 
 def view_rows(directory: Path, mode: str, view: str, rows: int):  # noqa: ANN201 - pyarrow Table
-    from catalog_api import view_tables as tables
+    from catalog_api.ops import view_tables as tables
 
     return tables.read_rows(project_for(directory, mode, rows), view)
 

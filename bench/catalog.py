@@ -259,7 +259,7 @@ def main() -> None:
             for clients in (1, 4):
                 rows.append(asyncio.run(commit_rate(base, pid, "lakeview/sqlite", clients, args.duration)))
         if not args.no_postgres:
-            from catalog_api.local_postgres import LocalPostgres
+            from catalog_api.store.local_postgres import LocalPostgres
 
             with LocalPostgres(durable=True) as pg, catalog_process(pg.url, work / "pg-warehouse", args.workers) as (base, pid):
                 url = table_with_snapshots(base, "bench", "t", 50)

@@ -25,9 +25,9 @@ import pyarrow as pa
 from rich.console import Console
 from rich.table import Table
 
-from catalog_api.lakeview_routes import lakeview_app_options
+from catalog_api.ops.routes import lakeview_app_options
 from catalog_api.server import CatalogServer
-from catalog_api.store import open_store
+from catalog_api.store.catalog import open_store
 from lakeview.cli.generator import make_orders
 from lakeview.ivm.commits import Change, Epoch
 from lakeview.project import parse_project

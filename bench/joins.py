@@ -2,7 +2,7 @@
 
 ``orders`` (``--orders`` rows of history, Parquet, append-only) JOIN ``products`` (``--products``
 rows, a JSON change feed keyed by ``product_id``) with a ``GROUP BY category`` on top, kept by
-the embedded stack (:class:`lakeview.embedded.EmbeddedStack`: the REST catalog, one streaming
+the embedded stack (:class:`lakeview.stack.embedded.EmbeddedStack`: the REST catalog, one streaming
 query over both sources, Iceberg tables for the view, its state, the join sides and the
 products mirror). After the backfill, each epoch lands ``--batch`` new orders and
 ``--updates`` product updates (category changes, which move every order of those products)

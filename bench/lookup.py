@@ -2,7 +2,7 @@
 
 For each ``--rows`` size, a keyed Iceberg view (``product_id`` key, ``total_sold``, ``orders``)
 is built through the real REST catalog (:class:`catalog_api.server.CatalogServer`, SQLite
-store, a temp warehouse) with :class:`writers.iceberg.IcebergWriter`: one epoch inserts every
+store, a temp warehouse) with :class:`writers.iceberg.writer.IcebergWriter`: one epoch inserts every
 row, then each epoch upserts ``--batch`` random existing keys as a view pipeline does (the
 writer's ``lookup`` of the keys, then ``commit``: one data file and one position-delete file).
 
@@ -11,7 +11,7 @@ Four ways to find the stored rows, same rows: ``int64`` keys through the writer'
 (``LiveFiles(use_index=False)``: one pyarrow membership test over the table, what every epoch
 cost before the index); ``float64`` keys, which cannot be indexed (NaN and -0.0 do not hash as
 the writers compare) and are probed file by file; ``int64`` keys on Spark's executors, as for a
-table past ``[spark] driver_keys_max`` (:mod:`spark_jobs.executor_reads`: a Spark job reads the
+table past ``[spark] driver_keys_max`` (:mod:`spark_jobs.executors.reads`: a Spark job reads the
 live files, the driver holds no row; local[2] here, so two executor threads). The first upsert epoch (which builds the index) and one
 more are warm-up; then the median of ``--repeats`` epochs of: lookup, commit (stage + catalog
 commit), and their sum. Every lookup must find every key. Prints one table; the last column is
@@ -41,11 +41,11 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from catalog_api.server import CatalogServer  # noqa: E402
-from catalog_api.store import CatalogStore  # noqa: E402
+from catalog_api.store.catalog import CatalogStore
 from lakeview.ivm.commits import Change, Epoch
-from spark_jobs.executor_reads import ExecutorReads  # noqa: E402
-from writers.iceberg import IcebergWriter  # noqa: E402
-from writers.live_files import LiveFiles  # noqa: E402
+from spark_jobs.executors.reads import ExecutorReads
+from writers.iceberg.live_files import LiveFiles
+from writers.iceberg.writer import IcebergWriter
 
 NAMESPACE = "bench"
 KEY = ("product_id",)

@@ -2,14 +2,14 @@
 
 A keyed view table of ``--rows`` rows (``product_id`` key, ``total_sold``, ``orders``) is built
 through the real REST catalog (:class:`catalog_api.server.CatalogServer`, SQLite store, a temp
-warehouse) with :class:`writers.iceberg.IcebergWriter` directly: one epoch inserts every row,
+warehouse) with :class:`writers.iceberg.writer.IcebergWriter` directly: one epoch inserts every row,
 then each epoch upserts ``--batch`` random existing keys (the writer's ``lookup`` of the keys,
 then ``commit``, as a view pipeline does), which adds one data file and ONE position-delete file.
 
 At each of ``--deletes`` delete files (i.e. after that many upsert epochs), and once more after
-:func:`writers.iceberg_maintenance.maintain_iceberg` has folded them (``delete_files_max=1``):
+:func:`writers.iceberg.maintenance.maintain_iceberg` has folded them (``delete_files_max=1``):
 
-* DuckDB through the catalog (``lakeview.duck.connect_catalog``): ``SELECT count(*),
+* DuckDB through the catalog (``lakeview.sql.duck.connect_catalog``): ``SELECT count(*),
   sum(total_sold), sum(orders) FROM lake.<ns>.<table>``, a fresh connection per repeat, the
   query timed (it loads the table from the catalog, reads the manifests, applies the deletes);
 * pyiceberg: ``load_table`` + ``scan().to_arrow()`` (+ the same aggregate in Arrow);
@@ -44,12 +44,12 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from catalog_api.server import CatalogServer  # noqa: E402
-from catalog_api.store import CatalogStore  # noqa: E402
+from catalog_api.store.catalog import CatalogStore
 from lakeview.ivm.commits import Change, Epoch
 from lakeview.sql.duck import connect_catalog
-from writers.iceberg import IcebergWriter  # noqa: E402
-from writers.iceberg_maintenance import maintain_iceberg  # noqa: E402
-from writers.live_files import LiveFiles  # noqa: E402
+from writers.iceberg.live_files import LiveFiles
+from writers.iceberg.maintenance import maintain_iceberg
+from writers.iceberg.writer import IcebergWriter
 from writers.maintenance import MaintenancePolicy  # noqa: E402
 
 NAMESPACE = "bench"

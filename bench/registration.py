@@ -30,11 +30,11 @@ from catalog_api.registrars.filesystem import FilesystemRegistrar  # noqa: E402
 from catalog_api.registrars.glue import GlueRegistrar  # noqa: E402
 from catalog_api.registrars.service import RegistrationService, published_table
 from catalog_api.server import CatalogServer  # noqa: E402
-from catalog_api.store import CatalogStore  # noqa: E402
+from catalog_api.store.catalog import CatalogStore
 from lakeview.ivm.commits import Change, Epoch
 from lakeview.project import parse_project
 from tests.registrars.conftest import MotoServer  # noqa: E402
-from writers.iceberg import IcebergWriter  # noqa: E402
+from writers.iceberg.writer import IcebergWriter
 
 SCHEMA = pa.schema([("k", pa.int64()), ("total", pa.int64())])
 

@@ -31,10 +31,10 @@ from rich.console import Console
 from rich.table import Table
 
 from catalog_api.server import CatalogServer
-from catalog_api.store import CatalogStore
+from catalog_api.store.catalog import CatalogStore
 from lakeview.ivm.commits import Change, Epoch
 from writers.base import SnapshotWriter
-from writers.delta import DeltaWriter
+from writers.delta.writer import DeltaWriter
 from writers.maintenance import MaintenancePolicy
 
 SCHEMA = pa.schema([("group_id", pa.int64()), ("total", pa.int64()), ("orders", pa.int64())])
@@ -78,12 +78,12 @@ def footprint(fmt: str, writer: SnapshotWriter) -> dict[str, float]:
 
 def maintain(fmt: str, writer: SnapshotWriter) -> None:
     if fmt == "iceberg":
-        from writers.iceberg_maintenance import maintain_iceberg, self_compacting
+        from writers.iceberg.maintenance import maintain_iceberg, self_compacting
 
         # as `lakeview up` does: a keyed merge-on-read table's writer compacts within its commits
         maintain_iceberg(writer, POLICY, compact=not self_compacting(writer.table()))  # type: ignore[arg-type,attr-defined]
     else:
-        from writers.delta_maintenance import maintain_delta
+        from writers.delta.maintenance import maintain_delta
 
         maintain_delta(writer, POLICY)  # type: ignore[arg-type]
 
@@ -93,7 +93,7 @@ def soak(fmt: str, with_maintenance: bool, minutes: float, groups: int, touch: i
     if fmt == "iceberg":
         from pyiceberg.catalog.rest import RestCatalog
 
-        from writers.iceberg import IcebergWriter
+        from writers.iceberg.writer import IcebergWriter
 
         writer: SnapshotWriter = IcebergWriter(RestCatalog(name, uri=catalog_uri, warehouse="lakeview"), "soak", name, compaction=POLICY)
     else:

@@ -14,15 +14,15 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 
-from catalog_api.auth import PUBLIC_PATHS, Authenticator, AuthMiddleware, token_endpoint
-from catalog_api.bind_guard import LoopbackOnly
+from catalog_api.auth.authenticator import PUBLIC_PATHS, Authenticator, AuthMiddleware, token_endpoint
+from catalog_api.auth.bind_guard import LoopbackOnly
+from catalog_api.auth.tokens import REVOKE_PATH, revocation_endpoint
+from catalog_api.iceberg.routes import build_routes
+from catalog_api.iceberg.scans import MANIFESTS_PER_TASK, add_scan_routes
+from catalog_api.iceberg.views import add_view_routes
 from catalog_api.idempotency import IdempotencyMiddleware
 from catalog_api.responses import error_response
-from catalog_api.routes import build_routes
-from catalog_api.scan_routes import MANIFESTS_PER_TASK, add_scan_routes
-from catalog_api.store import CatalogStore
-from catalog_api.tokens import REVOKE_PATH, revocation_endpoint
-from catalog_api.view_routes import add_view_routes
+from catalog_api.store.catalog import CatalogStore
 
 
 def build_app(

@@ -19,8 +19,8 @@ import os
 from starlette.applications import Starlette
 
 from catalog_api.app import build_app
-from catalog_api.bind_guard import refuse_open_command_line
-from catalog_api.store import CatalogStore
+from catalog_api.auth.bind_guard import refuse_open_command_line
+from catalog_api.store.catalog import CatalogStore
 from lakeview.errors import SetupError
 
 
@@ -29,8 +29,8 @@ def create_app() -> Starlette:
     without ``[auth]`` (and the app answers 403 to non-loopback connections without auth anyway)."""
     project_file = os.environ.get("LAKEVIEW_PROJECT")
     if project_file:
-        from catalog_api.auth import project_authenticator
-        from catalog_api.store import open_store
+        from catalog_api.auth.authenticator import project_authenticator
+        from catalog_api.store.catalog import open_store
         from lakeview.project import load_project
 
         project = load_project(project_file)

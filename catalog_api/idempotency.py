@@ -37,9 +37,9 @@ from sqlalchemy.exc import IntegrityError
 from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from catalog_api.access import PRINCIPAL_KEY
+from catalog_api.auth.access import PRINCIPAL_KEY
 from catalog_api.responses import error_response
-from catalog_api.store import CatalogStore
+from catalog_api.store.catalog import CatalogStore
 
 LIFETIME_SECONDS = 30 * 60  # advertised as idempotency-key-lifetime PT30M in /v1/config
 GRACE_SECONDS = 5 * 60

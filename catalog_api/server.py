@@ -11,9 +11,9 @@ import httpx
 import uvicorn
 
 from catalog_api.app import build_app
-from catalog_api.auth import Authenticator
-from catalog_api.bind_guard import refuse_open_bind
-from catalog_api.store import CatalogStore
+from catalog_api.auth.authenticator import Authenticator
+from catalog_api.auth.bind_guard import refuse_open_bind
+from catalog_api.store.catalog import CatalogStore
 from lakeview.errors import SetupError
 
 

@@ -107,7 +107,7 @@ def _check_views(config: ProjectConfig) -> None:
         if view.watermark and source is None:  # an upstream view's changes may retract rows of closed windows
             raise ConfigError(config.file, f"views.{name}.watermark", "a watermark applies to a view over a source, not over another view")
         for source in plan.sources:
-            if source not in config.sources and source not in config.views:  # a view may read another view (lakeview.dag)
+            if source not in config.sources and source not in config.views:  # a view may read another view (lakeview.sql.dag)
                 known = ", ".join(sorted(config.sources)) or "none declared"
                 views = ", ".join(sorted(v for v in config.views if v != name)) or "none"
                 raise ConfigError(

@@ -3,9 +3,9 @@
 The members of a group share their sources and cadence, so one query reads the source once per
 trigger and every member computes its change from the same batch, exactly as its own
 :class:`~spark_jobs.pipeline.ViewPipeline` would. Their writers only hold the commits
-(:class:`~writers.group.StagedWriter`); the group then commits every table the epoch touches —
+(:class:`~writers.iceberg.group.StagedWriter`); the group then commits every table the epoch touches —
 the views, their state tables, change-feed mirrors — in ONE multi-table catalog transaction
-stamped with one epoch and one frontier (:class:`~writers.group.IcebergGroupWriter`). A reader
+stamped with one epoch and one frontier (:class:`~writers.iceberg.group.IcebergGroupWriter`). A reader
 therefore never sees one member ahead of another, and a crash leaves all or none of them with the
 epoch: a replayed epoch is skipped for the whole group, an unfinished one is redone for all.
 """
@@ -26,7 +26,7 @@ from lakeview.sql.groups import groups_of
 from spark_jobs import faults
 from spark_jobs.pipeline import ViewPipeline
 from spark_jobs.streams import start_query
-from writers.group import IcebergGroupWriter, StagedWriter
+from writers.iceberg.group import IcebergGroupWriter, StagedWriter
 
 if TYPE_CHECKING:
     from pyiceberg.catalog.rest import RestCatalog
@@ -155,7 +155,7 @@ class GroupPipeline:
         log.info("group %s: epoch %s timings %s", self.group, epoch_id, {k: round(v, 3) for k, v in self.timings.items()})
         faults.point("after_commit", epoch_id)
         for pipeline in self.pipelines.values():
-            pipeline.publish_changes()  # after the commit, as a view alone does (lakeview.view_changes)
+            pipeline.publish_changes()  # after the commit, as a view alone does (spark_jobs.sources.view_changes)
         for view in self.pipelines:
             record = records.get(view)
             if record is not None and self.on_commit is not None:

@@ -6,7 +6,7 @@ and one epoch (the batch id) covers them all; Spark's offset log holds one posit
 source, in source order, and each source keeps its own file log (``sources/<i>``). Per epoch,
 each source's part of the batch is quarantined as usual and turned into its input (a change
 feed's newest change per key, an image feed's Z-set, an append stream's rows with weight +1);
-:class:`lakeview.combine.CombinedMaintainer` does the rest. :class:`CombinedPipeline` has the
+:class:`lakeview.ivm.combine.CombinedMaintainer` does the rest. :class:`CombinedPipeline` has the
 same surface as :class:`~spark_jobs.pipeline.ViewPipeline`, which hands such views to it.
 """
 
@@ -32,10 +32,10 @@ from lakeview.sql.plan import WEIGHT, KeyedAggregatePlan
 from lakeview.sql.planner import plan_view
 from lakeview.sql.union import UnionPlan
 from spark_jobs import faults
-from spark_jobs.executor_reads import on_executors
-from spark_jobs.quarantine import CORRUPT, FILE, Quarantine
+from spark_jobs.executors.reads import on_executors
+from spark_jobs.sources.quarantine import CORRUPT, FILE, Quarantine
+from spark_jobs.sources.view_changes import upstream_position
 from spark_jobs.streams import collect_arrow, file_stream, reconcile_checkpoint, start_query, state_table_writer
-from spark_jobs.view_changes import upstream_position
 from writers.base import SnapshotWriter
 
 if TYPE_CHECKING:
@@ -69,8 +69,8 @@ class CombinedPipeline:
         state_writer: Callable[[str], SnapshotWriter] | None = None,
     ) -> None:
         from lakeview.sql.dag import deleting_sources, upstreams_of
-        from spark_jobs.upstream import with_upstream_source
-        from spark_jobs.view_changes import ChangePublisher
+        from spark_jobs.sources.upstream import with_upstream_source
+        from spark_jobs.sources.view_changes import ChangePublisher
 
         self.spark = spark
         self.upstreams = set(upstreams_of(project, view))  # upstream views: their change files, Z-sets with weights
@@ -259,7 +259,7 @@ class CombinedPipeline:
         epoch = Epoch(view=self.view, number=epoch_id, frontier=frontier, rows_in=rows_in, newest_input_ms=newest_ms,
                       rows_quarantined=quarantined)
         faults.current_epoch = epoch_id
-        from spark_jobs.combined_bootstrap import bootstrap_on_executors, bootstraps
+        from spark_jobs.executors.combined_bootstrap import bootstrap_on_executors, bootstraps
 
         if bootstraps(self, epoch):  # a large first batch: every table written by the executors, nothing collected
             read_s, started = time.perf_counter() - started, time.perf_counter()

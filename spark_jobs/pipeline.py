@@ -1,10 +1,10 @@
 """One Spark Structured Streaming query per view.
 
 Each trigger (the view's cadence) reads only the files that arrived since the last trigger.
-Malformed rows are set aside (:mod:`spark_jobs.quarantine`); Spark then computes what is
+Malformed rows are set aside (:mod:`spark_jobs.sources.quarantine`); Spark then computes what is
 proportional to the batch: the view's SQL over it (self-mergeable views), the weighted state
 deltas (keyed aggregates), or a change feed's newest change per key. A
-:class:`~lakeview.maintain.ViewMaintainer` looks up state by touched key, merges in DuckDB
+:class:`~lakeview.ivm.maintain.ViewMaintainer` looks up state by touched key, merges in DuckDB
 and commits. Exactly once: every commit records the Spark batch id (the epoch); each table
 applies an epoch at most once, and Spark's checkpoint replays any batch it did not record
 as done.
@@ -31,8 +31,8 @@ from lakeview.sql.dag import feed_key
 from lakeview.sql.plan import WEIGHT, AppendPlan, KeyedAggregatePlan
 from lakeview.sql.planner import plan_view
 from spark_jobs import faults
-from spark_jobs.executor_reads import on_executors
-from spark_jobs.quarantine import CORRUPT, FILE, Quarantine
+from spark_jobs.executors.reads import on_executors
+from spark_jobs.sources.quarantine import CORRUPT, FILE, Quarantine
 from spark_jobs.streams import (
     collect_arrow,
     file_stream,
@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
-    from spark_jobs.bootstrap import Bootstrap
+    from spark_jobs.executors.bootstrap import Bootstrap
 
 log = logging.getLogger("lakeview.pipeline")
 T = TypeVar("T")
@@ -81,8 +81,8 @@ class ViewPipeline:
         from lakeview.config.evolution import with_evolved_sources
 
         project = with_evolved_sources(project)  # sources with new_columns = "evolve": as evolved so far
-        from spark_jobs.upstream import upstream_key, with_upstream_source
-        from spark_jobs.view_changes import ChangePublisher
+        from spark_jobs.sources.upstream import upstream_key, with_upstream_source
+        from spark_jobs.sources.view_changes import ChangePublisher
 
         self.publisher = ChangePublisher.for_view(project, view, writer)  # None unless other views read this one
         self.upstream_key = upstream_key(project, view)  # a view over a keyed view is keyed like it
@@ -258,7 +258,7 @@ class ViewPipeline:
         (and to ``SELECT *`` views' tables), and read the batch again when the stream's schema
         (fixed when the query started) lacks columns the source has now."""
         from lakeview.config.evolution import record_added, with_evolved_sources
-        from spark_jobs.evolution import SourceEvolution, batch_files
+        from spark_jobs.sources.evolution import SourceEvolution, batch_files
 
         # The batch's files as Spark's file-source log names them (_frontier); a Spark job only when unknown.
         files = sorted(str(p) for p in self._batch_paths) if self._batch_paths is not None else batch_files(batch, FILE)
@@ -294,7 +294,7 @@ class ViewPipeline:
         self.timings = {"spark_read_quarantine_s": time.perf_counter() - started}
         faults.current_epoch = epoch_id
         m = self.maintainer
-        from spark_jobs.bootstrap import bootstraps  # a keyed view's large first batch: written by the executors
+        from spark_jobs.executors.bootstrap import bootstraps
 
         if bootstraps(self, epoch) and (done := self._bootstrap(epoch, good)) is not None:
             return done.record
@@ -382,7 +382,7 @@ class ViewPipeline:
 
     def _append_on_executors(self, epoch: Epoch, rows: DataFrame) -> CommitRecord | None:
         """A large append batch: executors write its data files, the driver commits their metadata."""
-        from spark_jobs.executor_writes import append_on_executors
+        from spark_jobs.executors.writes import append_on_executors
 
         record, files = self._maintain_part(lambda: append_on_executors(self.writer, rows, epoch, self.project))
         writers = sorted({f.writer for f in files})
@@ -392,7 +392,7 @@ class ViewPipeline:
     def _bootstrap(self, epoch: Epoch, good: DataFrame) -> Bootstrap | None:
         """A large first batch: every table's rows computed by Spark and written by the executors
         (None: left to the driver, see spark_jobs.bootstrap)."""
-        from spark_jobs.bootstrap import bootstrap_on_executors
+        from spark_jobs.executors.bootstrap import bootstrap_on_executors
 
         done = self._maintain_part(lambda: bootstrap_on_executors(self, good, epoch))
         if done is not None:
@@ -423,6 +423,6 @@ class ViewPipeline:
         files = batch_files(self.checkpoint, log_offset) if log_offset is not None else []
         newest = max((f.modified_ms for f in files), default=None)
         self._batch_paths = [f.path for f in files] if log_offset is not None else None  # None: unknown
-        from spark_jobs.view_changes import upstream_position
+        from spark_jobs.sources.view_changes import upstream_position
 
         return {self.source: {"log_offset": log_offset, "files": len(files), **upstream_position(files)}}, newest

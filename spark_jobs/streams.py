@@ -13,7 +13,7 @@ import pyarrow as pa
 
 from lakeview.config.models import ProjectConfig, SourceFormat
 from lakeview.errors import WriterError
-from spark_jobs.quarantine import CORRUPT, FILE, Quarantine
+from spark_jobs.sources.quarantine import CORRUPT, FILE, Quarantine
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -91,7 +91,7 @@ def state_table_writer(writer: SnapshotWriter, view: str, namespace: str, name: 
     """A state table next to the view's, through the same catalog."""
     if not writer.capabilities.catalog_commits:
         raise WriterError(f"{view}: its SQL needs state tables, which are kept in Iceberg; use format = 'iceberg'")
-    from writers.iceberg import IcebergWriter
+    from writers.iceberg.writer import IcebergWriter
 
     beside = cast("IcebergWriter", writer)  # catalog_commits: an Iceberg writer
     return IcebergWriter(beside.catalog, namespace, name, compaction=beside.compaction)

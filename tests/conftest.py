@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from catalog_api.server import CatalogServer
-from catalog_api.store import CatalogStore
+from catalog_api.store.catalog import CatalogStore
 from lakeview.config.models import ProjectConfig
 from lakeview.project import parse_project
 

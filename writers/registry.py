@@ -31,7 +31,7 @@ def policy_for(project: ProjectConfig, view: str) -> MaintenancePolicy:
 
 
 def _iceberg_writer(project: ProjectConfig, view: str, catalog_uri: str) -> SnapshotWriter:
-    from writers.iceberg import IcebergWriter
+    from writers.iceberg.writer import IcebergWriter
 
     catalog = rest_catalog(project, f"lakeview-{view}", catalog_uri)
     return IcebergWriter(catalog, project.views[view].namespace, view, compaction=policy_for(project, view))
@@ -55,7 +55,7 @@ def catalog_client_properties(catalog_uri: str) -> dict[str, str]:
 
 
 def _delta_writer(project: ProjectConfig, view: str, catalog_uri: str) -> SnapshotWriter:
-    from writers.delta import DeltaWriter
+    from writers.delta.writer import DeltaWriter
 
     return DeltaWriter(project.table_location(view), view, delta_storage_options(project))
 
@@ -65,7 +65,7 @@ def state_writer_factory(project: ProjectConfig, view: str) -> Callable[[str], S
     (the pipeline keeps them in the view's catalog)."""
     if project.views[view].format is not TableFormat.DELTA:
         return None
-    from writers.delta import DeltaWriter
+    from writers.delta.writer import DeltaWriter
 
     base = project.table_location(view).rsplit("/", 1)[0]
     return lambda name: DeltaWriter(f"{base}/{name}", name, delta_storage_options(project))

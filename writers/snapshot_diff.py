@@ -30,10 +30,10 @@ from writers.base import SnapshotWriter
 if TYPE_CHECKING:
     from deltalake import DeltaTable
 
-    from writers.delta import DeltaWriter
-    from writers.iceberg import IcebergWriter
+    from writers.delta.writer import DeltaWriter
+    from writers.iceberg.writer import IcebergWriter
 
-WEIGHT = "__lv_w"  # the Z-set weight column (lakeview.plan.WEIGHT)
+WEIGHT = "__lv_w"  # the Z-set weight column (lakeview.sql.plan.WEIGHT)
 
 
 def snapshot_change(writer: SnapshotWriter, snapshot_id: int) -> pa.Table:
@@ -183,7 +183,7 @@ def _delta_batches(writer: DeltaWriter, version: int) -> pa.RecordBatchReader:
 
 
 def _delta_commits_after(writer: DeltaWriter, epoch: int | None) -> list[CommitRecord]:
-    from writers.delta import history_of
+    from writers.delta.writer import history_of
 
     found: list[CommitRecord] = []
     for record in history_of(writer.table()):  # newest first

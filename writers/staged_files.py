@@ -1,6 +1,6 @@
 """Commit data files that were written elsewhere (Spark executors) as one snapshot per epoch.
 
-The executor path (:mod:`spark_jobs.executor_writes`) writes an append batch's Parquet files in
+The executor path (:mod:`spark_jobs.executors.writes`) writes an append batch's Parquet files in
 the table's data location and hands the driver one :class:`WrittenFile` per file: its path,
 size, row count and the format's metadata. Committing them is metadata only, so the driver's
 memory follows the number of files, not the rows: Iceberg gets one ``append`` snapshot of the
@@ -58,7 +58,7 @@ def stage_iceberg_files(table: Table, epoch: Epoch, files: list[WrittenFile]) ->
     several tables' staged snapshots in one catalog transaction)."""
     from pyiceberg.manifest import DataFile
 
-    from writers.metadata_memo import transaction
+    from writers.iceberg.metadata_memo import transaction
 
     props = _stamp(epoch, files)
     txn = transaction(table)

@@ -65,7 +65,7 @@ def published_table(project: ProjectConfig, view: str, store: Any = None) -> Pub
         schema = pa.schema(table.schema().to_arrow())
         return PublishedTable(config.namespace, view, DELTA, path, schema, properties=properties)
     if store is None:
-        from catalog_api.store import open_store
+        from catalog_api.store.catalog import open_store
 
         store = open_store(project)
     table = store.load_table((config.namespace, view))
@@ -293,7 +293,7 @@ class RegistrationService:
         job.pending = False  # a commit arriving during the push sets it again
         try:
             if self._store is None and self.project.views[job.view].format is not TableFormat.DELTA:
-                from catalog_api.store import open_store
+                from catalog_api.store.catalog import open_store
 
                 self._store = open_store(self.project)
             table = published_table(self.project, job.view, self._store)

@@ -158,12 +158,12 @@ def _new_views_with_history(stack) -> list[str]:  # noqa: ANN001 - EmbeddedStack
 def serve(project: ProjectOption = Path(".")) -> None:
     """Run only the Iceberg REST catalog (no view jobs) until Ctrl-C."""
     from catalog_api.server import CatalogServer
-    from catalog_api.store import open_store
+    from catalog_api.store.catalog import open_store
 
     _quiet_logs()
     config = _load(project)
-    from catalog_api.auth import project_authenticator
-    from catalog_api.lakeview_routes import lakeview_app_options
+    from catalog_api.auth.authenticator import project_authenticator
+    from catalog_api.ops.routes import lakeview_app_options
 
     store = open_store(config)
     server = CatalogServer(
@@ -231,7 +231,7 @@ def status(
     interval: Annotated[float, typer.Option(min=0.2, help="Seconds between refreshes with --watch.")] = 2.0,
 ) -> None:
     """Per view: freshness lag, SLO compliance and why it is degraded, last snapshot, epoch, cadence."""
-    from catalog_api.status import status_table, view_statuses
+    from catalog_api.ops.status import status_table, view_statuses
 
     config = _load(project)
     if as_json:
@@ -246,7 +246,7 @@ def status(
 
     from rich.live import Live
 
-    from catalog_api.store import open_store
+    from catalog_api.store.catalog import open_store
 
     store = open_store(config)
     with Live(status_table(view_statuses(config, store)), auto_refresh=False) as live:
@@ -349,7 +349,7 @@ def verify(
     project: ProjectOption = Path("."),
 ) -> None:
     """Recompute VIEW from its sources at the committed frontier (DuckDB) and compare with the snapshot."""
-    from catalog_api import view_tables as tables
+    from catalog_api.ops import view_tables as tables
     from lakeview.ivm import oracle
 
     config = _load(project)

@@ -14,7 +14,7 @@ audience = "lakeview"                         # optional: required aud
 privileges = { "svc-etl" = { analytics = "write" } }   # token subject → namespace → privilege
 
 [auth.clients.spark]
-secret_hash = "scrypt$16384$8$1$<salt hex>$<hash hex>"   # catalog_api.auth.hash_secret("...")
+secret_hash = "scrypt$16384$8$1$<salt hex>$<hash hex>"   # catalog_api.auth.authenticator.hash_secret("...")
 privileges = { analytics = "write", "*" = "read" }        # namespace (dotted) or "*" → read|write|admin
 ```
 """
@@ -41,7 +41,7 @@ def check_secret_hash(stored: str) -> str:
     if not ok:
         raise ValueError(
             "not a secret hash; store the output of "
-            "`python -c \"from catalog_api.auth import hash_secret; print(hash_secret('SECRET'))\"`"
+            "`python -c \"from catalog_api.auth.authenticator import hash_secret; print(hash_secret('SECRET'))\"`"
         )
     return stored
 
@@ -56,7 +56,7 @@ class AuthClientConfig(BaseModel):
 
     secret_hash: str = Field(
         description=(
-            'the client secret as `catalog_api.auth.hash_secret("...")` output (scrypt; pbkdf2_sha256 accepted), '
+            'the client secret as `catalog_api.auth.authenticator.hash_secret("...")` output (scrypt; pbkdf2_sha256 accepted), '
             "never the secret itself"
         ),
     )

@@ -181,7 +181,7 @@ class ImagesConfig(_Strict):
 
 class NewColumns(str, Enum):
     IGNORE = "ignore"  # input columns not in the schema are dropped
-    EVOLVE = "evolve"  # they are added to the source's schema (lakeview.evolution)
+    EVOLVE = "evolve"  # they are added to the source's schema (lakeview.config.evolution)
 
 
 class SourceConfig(_Strict):

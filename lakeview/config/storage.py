@@ -1,5 +1,5 @@
 """Config models for where view tables live (object storage) and how they are kept healthy
-(retention, compaction, orphan removal). Used by ``lakeview.config``."""
+(retention, compaction, orphan removal). Used by ``lakeview.config.models``."""
 
 from __future__ import annotations
 

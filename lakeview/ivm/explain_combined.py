@@ -23,7 +23,7 @@ def explain_combined(project: ProjectConfig, view: str, plan: JoinPlan | UnionPl
     feeds, deleting = set(), set()
     for source in plan.sources:
         cfg = project.sources.get(source)
-        if cfg is None:  # an upstream view (lakeview.dag): its published changes, rows weighted -1/+1
+        if cfg is None:  # an upstream view (lakeview.sql.dag): its published changes, rows weighted -1/+1
             key = view_key(project, source)
             reads.append(f"the view {source} (its change per epoch, Z-set files with weights -1/+1"
                          f"{', key ' + ', '.join(key) if key else ''}, in _lakeview/changes/{source}/{view}/)")

@@ -61,7 +61,7 @@ def recompute(project: ProjectConfig, view: str, files: list[Path] | dict[str, l
             elif config.watermark:  # late rows left out: the rule replayed batch by batch (lakeview.watermark)
                 relation = _on_time(con, project, view, plan, chosen, lambda fs, s=source_name: _source_relation(project, s, fs))
             con.execute(f'CREATE TEMP VIEW "{source_name}" AS {relation}')
-        # a windowed view's SQL reads its source expanded to windows (lakeview.windows)
+        # a windowed view's SQL reads its source expanded to windows (lakeview.sql.windows)
         sql = plan.batch_sql({s: s for s in plan.sources}, "duckdb") if getattr(plan, "window", None) is not None else _duck(plan.sql)
         return con.execute(sql).to_arrow_table()
     finally:

@@ -77,7 +77,7 @@ def apply_epoch(
     ``group_delta`` is :meth:`KeyedAggregatePlan.group_delta_sql`'s result, ``multiset_deltas``
     one :meth:`~KeyedAggregatePlan.multiset_delta_sql` result per multiset. Idempotent per epoch.
     ``closed``: a state table's rows of windows closed by the watermark, deleted in the same
-    commit (:mod:`lakeview.watermark`).
+    commit (:mod:`lakeview.sql.watermark`).
     """
     if group_delta.num_rows == 0:
         if closed is not None:  # nothing consumed (e.g. every row late): still drop closed windows' state

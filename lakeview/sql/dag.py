@@ -1,7 +1,7 @@
 """Views over views: the project's views as a DAG, kept in topological order.
 
 A view may read FROM another (materialized) view. The upstream publishes each epoch's change
-as a Z-set file (:mod:`lakeview.view_changes`); the downstream is an ordinary streaming query
+as a Z-set file (:mod:`spark_jobs.sources.view_changes`); the downstream is an ordinary streaming query
 over those files, with its own cadence and checkpoint. This module is the config side (no
 Spark): who reads whom, the order views start in, and the checks made when the project loads
 (cycles, inline upstreams, keys) so a bad DAG is refused with the cycle or the key named.
@@ -74,7 +74,7 @@ def topological_order(project: ProjectConfig, names: list[str]) -> list[str]:
 def view_key(project: ProjectConfig, view: str) -> tuple[str, ...] | None:
     """The key of a view's rows (None: append-only): a keyed aggregate's GROUP BY names; a
     projection over a change feed, the feed's key; a projection over a keyed view, that key; a
-    join or UNION ALL, its output key (:func:`lakeview.combine.output_key`: every column when
+    join or UNION ALL, its output key (:func:`lakeview.ivm.combine.output_key`: every column when
     its rows may repeat and be retracted)."""
     plan = _plan(project, view)
     if plan.kind in ("join", "union"):

@@ -11,7 +11,7 @@ for model kinds), over one source:
   row carries a weight +1/−1); the plan gives the *weighted* SQL that turns a batch into
   per-group state deltas (hidden row count, sums and non-null counts) and per-group value
   multisets (for MIN, MAX, COUNT(DISTINCT)), and the SQL that finalizes a group's state into
-  its view row. See :mod:`lakeview.ivm` for how state is kept.
+  its view row. See :mod:`lakeview.ivm.zsets` for how state is kept.
 
 Everything else raises :class:`UnsupportedSQLError` naming the construct, the line and the
 nearest supported form.

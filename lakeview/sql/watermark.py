@@ -15,7 +15,7 @@ or before the watermark can get no more rows: its state rows are deleted from th
 tables in the next epoch's commit (bounded state); its view row stays.
 
 Over a change feed (an operation column) the rule applies to a change's *images*, after the
-mirror lookup (:meth:`lakeview.maintain.ViewMaintainer.apply_changes`): the new image of an
+mirror lookup (:meth:`lakeview.ivm.maintain.ViewMaintainer.apply_changes`): the new image of an
 insert or update and the old image an update or delete retracts. An image older than the
 watermark is late: left out of the Z-set (never applied to a closed window's state), set
 aside and counted like a late append row; the others are applied exactly. The mirror still
@@ -126,7 +126,7 @@ class Watermark:
 
 
 def closed_windows(plan, bound_us: int | None) -> Callable | None:
-    """For :func:`lakeview.ivm.apply_epoch`: a state table's rows whose window ended at or
+    """For :func:`lakeview.ivm.zsets.apply_epoch`: a state table's rows whose window ended at or
     before ``bound_us`` (None when there is nothing to drop)."""
     window = getattr(plan, "window", None)
     if window is None or bound_us is None:

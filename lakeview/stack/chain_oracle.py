@@ -4,7 +4,7 @@ A downstream's commit records the upstream epoch and snapshot it reached (its fr
 ``upstream_snapshot``). The expected rows are the downstream's SQL over the upstream's rows at
 that snapshot — and those are recomputed too, not read: the upstream's SQL over *its* frontier
 at that snapshot, down to the base view, whose rows are recomputed from exactly the source
-files it had read (:func:`lakeview.oracle.recompute`). So ``lakeview verify DOWNSTREAM`` checks
+files it had read (:func:`lakeview.ivm.oracle.recompute`). So ``lakeview verify DOWNSTREAM`` checks
 the whole chain against the sources, in DuckDB.
 """
 
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 def record_at(project: ProjectConfig, view: str, snapshot_id: int) -> CommitRecord:
     """The Lakeview commit that made snapshot (Delta: version) ``snapshot_id`` of ``view``."""
-    from catalog_api.view_tables import commit_history
+    from catalog_api.ops.view_tables import commit_history
 
     for record in commit_history(project, view, limit=100_000):
         if record.snapshot_id == snapshot_id:
@@ -61,7 +61,7 @@ def expected_rows(project: ProjectConfig, view: str, record: CommitRecord) -> tu
 def _combined_expected(project: ProjectConfig, view: str, record: CommitRecord) -> tuple[pa.Table, str]:
     """A join or UNION ALL reading views: each upstream view recomputed at the snapshot this
     commit reached, each declared source from the files it had read, then the view's SQL."""
-    from catalog_api import view_tables as tables
+    from catalog_api.ops import view_tables as tables
     from lakeview.ivm import oracle
 
     config = project.views[view]

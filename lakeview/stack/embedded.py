@@ -10,10 +10,10 @@ import logging
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from catalog_api.auth import project_authenticator
-from catalog_api.metrics import timed
+from catalog_api.auth.authenticator import project_authenticator
+from catalog_api.ops.metrics import timed
 from catalog_api.server import CatalogServer
-from catalog_api.store import open_store
+from catalog_api.store.catalog import open_store
 from lakeview.config.models import ProjectConfig
 from lakeview.ivm.commits import CommitRecord
 from lakeview.ops.runtime import RuntimePublisher
@@ -55,7 +55,7 @@ class EmbeddedStack:
         """``catalog_uri``: commit through a catalog that already runs elsewhere (no server here)."""
         self.project = project
         port = project.server.port if port is None else port
-        from catalog_api.lakeview_routes import lakeview_app_options
+        from catalog_api.ops.routes import lakeview_app_options
 
         self.external_catalog_uri = catalog_uri
         self.history: Any = None  # lakeview.stack.history_sampler.HistorySampler while the catalog serves the console

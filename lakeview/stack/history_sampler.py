@@ -3,9 +3,9 @@
 (``lakeview up`` and ``lakeview serve``), every ``[console] sample_interval``.
 
 What a sample holds comes from the same places ``lakeview status`` reads: the statuses
-(:mod:`lakeview.status`), the snapshots' commit summaries (:func:`lakeview.freshness.commit_history`),
-Spark's file-source logs (:mod:`lakeview.source_log`) and the quarantine files
-(:mod:`spark_jobs.quarantine`); this module only records them.
+(:mod:`catalog_api.ops.status`), the snapshots' commit summaries (:func:`lakeview.ops.freshness.commit_history`),
+Spark's file-source logs (:mod:`lakeview.ops.source_log`) and the quarantine files
+(:mod:`spark_jobs.sources.quarantine`); this module only records them.
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def source_backlog(project: ProjectConfig, source: str, readers: list[tuple[str,
 
 def quarantine_summary(project: ProjectConfig, source: str) -> tuple[dict[str, int], list[dict[str, Any]]]:
     """Quarantined rows of a source: the count per reason and the newest few rows."""
-    from spark_jobs.quarantine import quarantined_rows
+    from spark_jobs.sources.quarantine import quarantined_rows
 
     # Each view reading the source sets the same bad row aside: count a row once per source.
     distinct = {(r.get("file"), r.get("record"), r.get("reason")): r for r in quarantined_rows(project, source)}
@@ -101,8 +101,8 @@ class HistorySampler:
 
     def sample(self, now_ms: int | None = None) -> None:
         """Record every view's lag and state, their new commits, and every source's backlog."""
-        from catalog_api.status import view_statuses
-        from catalog_api.view_tables import status_inputs
+        from catalog_api.ops.status import view_statuses
+        from catalog_api.ops.view_tables import status_inputs
         from lakeview.errors import LakeviewError
         from lakeview.ops.freshness import commit_history
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from catalog_api.store import CatalogStore, open_store
+from catalog_api.store.catalog import CatalogStore, open_store
 from lakeview.errors import LakeviewError
 from lakeview.sql.dialects import referenced_views, representations
 
@@ -44,7 +44,7 @@ def publish_inline_view(config: ProjectConfig, name: str, store: CatalogStore | 
     from pyiceberg.schema import assign_fresh_schema_ids
     from pyiceberg.view.metadata import SQLViewRepresentation, ViewRepresentation, ViewVersion
 
-    from catalog_api.views import AddSchema, AddViewVersion, AssertViewUUID, SetCurrentViewVersion, ViewCatalog
+    from catalog_api.store.views import AddSchema, AddViewVersion, AssertViewUUID, SetCurrentViewVersion, ViewCatalog
     from lakeview.errors import AlreadyExistsError, NoSuchViewError
 
     if store is None:

@@ -31,10 +31,10 @@ def maintain_view(
     policy = policy_for(project, view)
     _prune_changes(project, view, writer, progress)
     if project.views[view].format is TableFormat.DELTA:
-        from writers.delta_maintenance import maintain_delta
+        from writers.delta.maintenance import maintain_delta
 
         return maintain_delta(writer, policy, progress)  # type: ignore[arg-type]
-    from writers.iceberg_maintenance import maintain_iceberg, self_compacting
+    from writers.iceberg.maintenance import maintain_iceberg, self_compacting
 
     compact = not (writer_running and self_compacting(writer.table()))  # type: ignore[attr-defined]
     return maintain_iceberg(writer, policy, file_io_properties(project), progress, compact=compact)  # type: ignore[arg-type]
@@ -42,7 +42,7 @@ def maintain_view(
 
 def _prune_changes(project: ProjectConfig, view: str, writer, progress: Progress | None) -> None:  # noqa: ANN001
     """Delete the change files (views over views) that the readers of ``view`` have consumed."""
-    from spark_jobs.view_changes import ChangePublisher
+    from spark_jobs.sources.view_changes import ChangePublisher
 
     publisher = ChangePublisher.for_view(project, view, writer)
     if publisher is not None and (gone := publisher.prune()) and progress is not None:

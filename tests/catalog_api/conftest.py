@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from catalog_api.local_postgres import LocalPostgres
 from catalog_api.server import CatalogServer
-from catalog_api.store import CatalogStore
+from catalog_api.store.catalog import CatalogStore
+from catalog_api.store.local_postgres import LocalPostgres
 from lakeview.errors import SetupError
 
 

@@ -11,10 +11,10 @@ import httpx
 import pyarrow as pa
 import pytest
 
-from catalog_api.access import Privilege
-from catalog_api.auth import Authenticator, Client, hash_secret
+from catalog_api.auth.access import Privilege
+from catalog_api.auth.authenticator import Authenticator, Client, hash_secret
 from catalog_api.server import CatalogServer
-from catalog_api.store import CatalogStore
+from catalog_api.store.catalog import CatalogStore
 from lakeview.errors import SetupError
 from lakeview.sql.duck import connect
 

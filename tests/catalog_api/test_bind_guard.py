@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from catalog_api.server import CatalogServer, free_port
-from catalog_api.store import CatalogStore
+from catalog_api.store.catalog import CatalogStore
 
 REFUSAL = "refusing to serve the catalog (ASGI factory) on"
 

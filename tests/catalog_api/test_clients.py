@@ -117,7 +117,7 @@ def test_duckdb_multi_table_write_is_one_transaction_commit(tmp_path) -> None:  
     import httpx
     from starlette.middleware import Middleware
 
-    from catalog_api.store import CatalogStore
+    from catalog_api.store.catalog import CatalogStore
 
     lines: list[str] = []
     store = CatalogStore(f"sqlite:///{tmp_path / 'c.db'}", tmp_path / "w", "lakeview")

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import httpx
 
-from catalog_api.local_postgres import LocalPostgres
 from catalog_api.server import CatalogServer, free_port
+from catalog_api.store.local_postgres import LocalPostgres
 
 SCHEMA_JSON = {"type": "struct", "schema-id": 0, "fields": [{"id": 1, "name": "id", "type": "long", "required": False}]}
 
@@ -92,7 +92,7 @@ def _append_with_retries(url: str, warehouse: str, namespace: str, worker: int, 
     """A separate process: ``count`` appends to one table, reloading and retrying on conflict."""
     from pyiceberg.table import CommitTableRequest
 
-    from catalog_api.store import CatalogStore, TableChange
+    from catalog_api.store.catalog import CatalogStore, TableChange
     from lakeview import errors
 
     store = CatalogStore(url, warehouse, "lakeview")

@@ -15,10 +15,10 @@ import httpx
 import pyarrow as pa
 import pytest
 
-from catalog_api.access import Privilege
-from catalog_api.auth import Authenticator, Client, hash_secret
+from catalog_api.auth.access import Privilege
+from catalog_api.auth.authenticator import Authenticator, Client, hash_secret
 from catalog_api.server import CatalogServer
-from catalog_api.store import CatalogStore
+from catalog_api.store.catalog import CatalogStore
 
 SECRETS = {"admin": "admin-secret", "sales_writer": "sw-secret", "sales_admin": "sa-secret"}
 GRANTS = {

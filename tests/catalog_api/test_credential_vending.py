@@ -13,10 +13,10 @@ import pytest
 from botocore.exceptions import ClientError
 from pyiceberg.catalog.rest import RestCatalog
 
-from catalog_api.access import Privilege
-from catalog_api.auth import Authenticator, Client, hash_secret
+from catalog_api.auth.access import Privilege
+from catalog_api.auth.authenticator import Authenticator, Client, hash_secret
 from catalog_api.server import CatalogServer
-from catalog_api.store import CatalogStore
+from catalog_api.store.catalog import CatalogStore
 from lakeview.config.storage import S3Config
 from lakeview.sql.duck import connect
 from tests.s3_server import ACCESS_KEY, SECRET_KEY

@@ -9,11 +9,11 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from catalog_api.access import Privilege
-from catalog_api.auth import Authenticator, Client, hash_secret
+from catalog_api.auth.access import Privilege
+from catalog_api.auth.authenticator import Authenticator, Client, hash_secret
 from catalog_api.request_limits import MAX_BODY_BYTES
 from catalog_api.server import CatalogServer
-from catalog_api.store import CatalogStore
+from catalog_api.store.catalog import CatalogStore
 
 EMPTY_SCHEMA = {"type": "struct", "fields": []}
 VIEW_VERSION = {

@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 
 from catalog_api.server import free_port
-from catalog_api.store import CatalogStore
+from catalog_api.store.catalog import CatalogStore
 
 SCHEMA_JSON = {"type": "struct", "schema-id": 0, "fields": [{"id": 1, "name": "id", "type": "long", "required": False}]}
 

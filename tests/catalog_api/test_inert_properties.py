@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from catalog_api.server import CatalogServer
-from catalog_api.store import TABLE_TYPE
+from catalog_api.store.catalog import TABLE_TYPE
 
 PROBE = "lv_import_probe"
 KEYS = ["write.py-location-provider.impl", "py-io-impl", "write.location-provider.impl", "io-impl"]

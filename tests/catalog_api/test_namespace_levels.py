@@ -12,7 +12,7 @@ import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 
 from catalog_api.server import CatalogServer
-from catalog_api.store import CatalogStore
+from catalog_api.store.catalog import CatalogStore
 
 SCHEMA = pa.schema([("id", pa.int64())])
 

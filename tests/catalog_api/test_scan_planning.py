@@ -17,7 +17,7 @@ from pyiceberg.transforms import IdentityTransform
 from pyiceberg.types import LongType, NestedField, StringType
 
 from catalog_api.server import CatalogServer
-from catalog_api.store import CatalogStore
+from catalog_api.store.catalog import CatalogStore
 from spark_jobs.session import spark_catalog_conf
 
 SCHEMA = Schema(NestedField(1, "id", LongType(), required=False), NestedField(2, "region", StringType(), required=False))

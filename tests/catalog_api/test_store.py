@@ -12,7 +12,7 @@ from pyiceberg.table import CommitTableRequest
 from pyiceberg.table.update import AssertTableUUID, SetPropertiesUpdate
 from pyiceberg.types import LongType, NestedField
 
-from catalog_api.store import CatalogStore
+from catalog_api.store.catalog import CatalogStore
 from lakeview import errors
 from tests.catalog_api.test_concurrency import append_snapshot_body
 

@@ -13,10 +13,10 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from catalog_api.access import Privilege
-from catalog_api.auth import Authenticator, Client, hash_secret
+from catalog_api.auth.access import Privilege
+from catalog_api.auth.authenticator import Authenticator, Client, hash_secret
 from catalog_api.server import CatalogServer
-from catalog_api.store import CatalogStore
+from catalog_api.store.catalog import CatalogStore
 
 
 def slow_hash(secret: str) -> str:

@@ -17,10 +17,10 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.exceptions import ForbiddenError
 
-from catalog_api.auth import build_authenticator, hash_secret
+from catalog_api.auth.authenticator import build_authenticator, hash_secret
+from catalog_api.auth.tokens import load_jwks
 from catalog_api.server import CatalogServer
-from catalog_api.store import CatalogStore
-from catalog_api.tokens import load_jwks
+from catalog_api.store.catalog import CatalogStore
 from lakeview.config.auth import AuthConfig
 
 KEY_OLD, KEY_NEW = b"o" * 32, b"n" * 32

@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
-from catalog_api.auth import hash_secret
+from catalog_api.auth.authenticator import hash_secret
 from lakeview.cli.generator import land_json, make_orders
 from lakeview.project import parse_project
 from lakeview.sql.duck import connect

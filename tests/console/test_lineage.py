@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from catalog_api.console.plan_graph import plan_graph
-from catalog_api.console.routes import lineage, view_card
+from catalog_api.ops.console.plan_graph import plan_graph
+from catalog_api.ops.console.routes import lineage, view_card
 from lakeview.ivm.explain import explain
 from lakeview.ops.history import console_state
 from lakeview.project import parse_project

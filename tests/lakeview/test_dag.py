@@ -17,14 +17,14 @@ from lakeview.ivm.commits import Change, Epoch
 from lakeview.ivm.explain import explain
 from lakeview.project import load_project
 from lakeview.sql.dag import chain_of, check_dag, downstreams_of, topological_order, upstream_of, view_key
-from spark_jobs.view_changes import (
+from spark_jobs.sources.view_changes import (
     ChangePublisher,
     change_file_name,
     consumed_files,
     parse_change_file,
     upstream_position,
 )
-from writers.delta import DeltaWriter
+from writers.delta.writer import DeltaWriter
 
 CHAIN = """
 [sources.orders]

@@ -4,9 +4,9 @@ temp dir. Each epoch runs what the pipeline runs, with DuckDB standing in for Sp
 SQL: the base view maintained from the feed (:class:`ViewMaintainer.apply_changes`), its commit
 published as a Z-set change file derived from the Delta log (:class:`ChangePublisher`,
 :mod:`writers.snapshot_diff`), and each downstream maintained from the files it has not read yet
-(:meth:`ViewMaintainer.apply_zset`, keyed as :func:`spark_jobs.upstream.upstream_key` derives).
+(:meth:`ViewMaintainer.apply_zset`, keyed as :func:`spark_jobs.sources.upstream.upstream_key` derives).
 After every epoch each view equals the recompute of the composed SQL over the current source
-rows (:func:`lakeview.chain_oracle.over_rows`, through the chain)."""
+rows (:func:`lakeview.stack.chain_oracle.over_rows`, through the chain)."""
 
 from __future__ import annotations
 
@@ -27,11 +27,11 @@ from lakeview.sql.dag import chain_of, upstream_of
 from lakeview.sql.plan import KeyedAggregatePlan
 from lakeview.sql.planner import plan_view
 from lakeview.stack.chain_oracle import over_rows
-from spark_jobs.upstream import upstream_key
-from spark_jobs.view_changes import ChangePublisher, parse_change_file, reader_path
+from spark_jobs.sources.upstream import upstream_key
+from spark_jobs.sources.view_changes import ChangePublisher, parse_change_file, reader_path
 from tests.lakeview.duck_batch import duck, feed_source_toml, latest_changes, spark_sql
 from tests.lakeview.memory_writer import MemoryWriter
-from writers.delta import DeltaWriter
+from writers.delta.writer import DeltaWriter
 
 PROJECT = feed_source_toml("orders", "order_id BIGINT, product_id BIGINT, quantity BIGINT, price BIGINT, op STRING, seq BIGINT", "order_id") + """
 # projection with a computed column -> keyed aggregate -> filter over the aggregate

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from catalog_api.ops.status import ViewStatus, view_statuses
 from catalog_api.server import free_port
-from catalog_api.status import ViewStatus, view_statuses
-from catalog_api.store import open_store
+from catalog_api.store.catalog import open_store
 from lakeview.cli.generator import land_json, make_orders
 from lakeview.project import load_project
 from tests.waiting import wait_for

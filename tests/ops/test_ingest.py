@@ -113,7 +113,7 @@ def test_concurrent_ingest_is_exactly_once_across_a_restart(spark, make_project,
 
 
 def test_ingest_and_status_honour_catalog_auth(spark, catalog_server, lake_dir, tmp_path, unique_name: str, monkeypatch) -> None:
-    from catalog_api.auth import hash_secret
+    from catalog_api.auth.authenticator import hash_secret
     from lakeview.project import parse_project
 
     view = unique_name

@@ -10,8 +10,8 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 from rich.console import Console
 
-from catalog_api.status import status_table, view_status
-from catalog_api.store import open_store
+from catalog_api.ops.status import status_table, view_status
+from catalog_api.store.catalog import open_store
 from lakeview.cli.generator import land_json, make_orders
 from lakeview.ops.progress import BackfillProgress, work_progress
 from lakeview.ops.runtime import read_runtime

@@ -19,7 +19,7 @@ from lakeview.config.models import ProjectConfig
 from lakeview.ivm.commits import Change, Epoch
 from lakeview.project import parse_project
 from tests.registrars.hms import BridgedMetastore, can_unshare
-from writers.iceberg import IcebergWriter
+from writers.iceberg.writer import IcebergWriter
 
 MOTO = str(Path(sys.executable).with_name("moto_server"))
 SCHEMA = pa.schema([("product_id", pa.int64()), ("total_sold", pa.int64()), ("label", pa.string())])

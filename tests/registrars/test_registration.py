@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import boto3
 
+from catalog_api.ops.status import view_statuses
 from catalog_api.registrars.service import REGISTRAR_DOWN, RegistrationService, degraded_reasons, published_table
-from catalog_api.status import view_statuses
 from lakeview.ivm.commits import CommitRecord
 from lakeview.stack.embedded import EmbeddedStack
 from tests.registrars.conftest import MotoServer, commit, iceberg_writer, sorted_rows

@@ -12,14 +12,14 @@ import socket
 from datetime import timedelta
 from pathlib import Path
 
-from catalog_api import view_tables as tables
+from catalog_api.ops import view_tables as tables
 from catalog_api.server import CatalogServer
-from catalog_api.store import open_store
+from catalog_api.store.catalog import open_store
 from lakeview.config.models import SparkConfig
 from lakeview.ivm import oracle
 from lakeview.stack.embedded import EmbeddedStack
 from spark_jobs.pipeline import ViewPipeline
-from spark_jobs.quarantine import quarantined_rows
+from spark_jobs.sources.quarantine import quarantined_rows
 from tests.spark_jobs.test_changes import land
 from tests.spark_jobs.test_crash import project_on_disk
 from tests.spark_jobs.test_view_dag import FEED, SCHEMA, assert_chain_equals_recompute, chain, order

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 
-from catalog_api import view_tables as tables
+from catalog_api.ops import view_tables as tables
 from lakeview.config.models import SparkConfig
 from lakeview.ivm import oracle
 from lakeview.stack.embedded import EmbeddedStack

@@ -8,10 +8,10 @@ import json
 import os
 from pathlib import Path
 
+from catalog_api.ops.status import view_statuses
 from catalog_api.server import CatalogServer
-from catalog_api.status import view_statuses
 from lakeview.ivm import oracle
-from spark_jobs.quarantine import quarantined_rows
+from spark_jobs.sources.quarantine import quarantined_rows
 from tests.spark_jobs.test_pipeline import read_view, start
 
 SCHEMA = "order_id BIGINT, product_id BIGINT, quantity INT, op STRING, seq BIGINT"

@@ -13,7 +13,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from catalog_api.store import open_store
+from catalog_api.store.catalog import open_store
 from lakeview.config.models import ProjectConfig
 from lakeview.ivm import oracle
 from lakeview.project import parse_project

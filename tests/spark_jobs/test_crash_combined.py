@@ -15,13 +15,13 @@ from pathlib import Path
 
 from deltalake import DeltaTable
 
-from catalog_api import view_tables as tables
-from catalog_api.store import open_store
+from catalog_api.ops import view_tables as tables
+from catalog_api.store.catalog import open_store
 from lakeview.config.models import ProjectConfig
 from lakeview.ivm import oracle
 from lakeview.stack.chain_oracle import expected_rows, over_relations
-from spark_jobs.quarantine import quarantined_rows
-from spark_jobs.view_changes import reader_path
+from spark_jobs.sources.quarantine import quarantined_rows
+from spark_jobs.sources.view_changes import reader_path
 from tests.spark_jobs.test_changes import land
 from tests.spark_jobs.test_crash import project_on_disk
 from tests.spark_jobs.test_view_dag import BATCHES, FEED, SCHEMA, refresh_in_process, refresh_in_subprocess

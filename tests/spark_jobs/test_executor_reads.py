@@ -11,18 +11,18 @@ from pathlib import Path
 
 import pytest
 
-from catalog_api import view_tables as tables
+from catalog_api.ops import view_tables as tables
 from catalog_api.server import CatalogServer
-from catalog_api.store import open_store
+from catalog_api.store.catalog import open_store
 from lakeview.config.models import SparkConfig
 from lakeview.ivm.zsets import summed
 from lakeview.project import parse_project
 from lakeview.stack.embedded import EmbeddedStack
-from spark_jobs.executor_reads import ExecutorReads
+from spark_jobs.executors.reads import ExecutorReads
 from tests.s3_server import ACCESS_KEY, SECRET_KEY
 from tests.spark_jobs.test_changes import land
 from tests.spark_jobs.test_view_dag import BATCHES, FEED, SCHEMA, assert_chain_equals_recompute, chain, order
-from writers.iceberg import IcebergWriter
+from writers.iceberg.writer import IcebergWriter
 from writers.maintenance import MAINTENANCE
 from writers.registry import make_writer
 from writers.snapshot_diff import snapshot_change
@@ -189,7 +189,7 @@ def test_killed_before_publishing_the_change_is_derived_on_the_executors(spark, 
     Spark job (bound 0): the chain still equals the full recompute."""
     import signal
 
-    from spark_jobs.view_changes import reader_path
+    from spark_jobs.sources.view_changes import reader_path
     from tests.spark_jobs.test_crash import project_on_disk
     from tests.spark_jobs.test_view_dag import refresh_in_subprocess
 

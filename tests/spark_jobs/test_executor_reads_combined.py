@@ -12,17 +12,17 @@ from __future__ import annotations
 
 import json
 
-from catalog_api import view_tables as tables
+from catalog_api.ops import view_tables as tables
 from lakeview.config.models import SparkConfig
 from lakeview.ivm import oracle
 from lakeview.stack.chain_oracle import over_rows
 from lakeview.stack.embedded import EmbeddedStack
-from spark_jobs.executor_reads import ExecutorReads
+from spark_jobs.executors.reads import ExecutorReads
 from spark_jobs.multi_source import CombinedPipeline
 from tests.spark_jobs.test_changes import land
 from tests.spark_jobs.test_executor_reads import MORE, assert_nothing_kept_on_the_driver, kept_tables
 from tests.spark_jobs.test_view_dag import BATCHES, FEED, SCHEMA, order
-from writers.iceberg import IcebergWriter
+from writers.iceberg.writer import IcebergWriter
 from writers.maintenance import MAINTENANCE
 
 PRODUCTS = "product_id BIGINT, category STRING, op STRING, seq BIGINT"

@@ -13,8 +13,8 @@ from pathlib import Path
 import pyarrow.compute as pc
 from pyiceberg.catalog.rest import RestCatalog
 
+from catalog_api.ops.status import view_statuses
 from catalog_api.server import CatalogServer
-from catalog_api.status import view_statuses
 from lakeview.cli.generator import land_json, make_orders
 from lakeview.config.cadence import parse_cadence
 from lakeview.config.models import SparkConfig
@@ -238,7 +238,7 @@ def test_sigkill_mid_group_commit_then_restart_commits_every_table_once(tmp_path
     their state tables and change-feed mirrors) with epoch 0 once."""
     from collections import Counter
 
-    from catalog_api.store import open_store
+    from catalog_api.store.catalog import open_store
     from tests.spark_jobs.test_changes import EPOCHS, FEED, SCHEMA, land
     from tests.spark_jobs.test_crash import SQL, project_on_disk, refresh
 

@@ -141,7 +141,7 @@ def test_join_view_sigkilled_mid_epoch_then_verify_says_equal(spark, tmp_path) -
     import sys
     from collections import Counter
 
-    from catalog_api.store import open_store
+    from catalog_api.store.catalog import open_store
     from tests.spark_jobs.test_crash import ROOT, project_on_disk, refresh
     from tests.spark_jobs.test_view_dag import refresh_in_process
 

@@ -17,14 +17,14 @@ from pathlib import Path
 import pyarrow as pa
 from typer.testing import CliRunner
 
-from catalog_api import view_tables as tables
+from catalog_api.ops import view_tables as tables
 from lakeview.cli.main import app
 from lakeview.ivm import oracle
 from lakeview.ivm.explain import explain
 from lakeview.stack.chain_oracle import expected_rows, over_rows
 from lakeview.stack.embedded import EmbeddedStack
 from lakeview.stack.maintenance import maintain_view
-from spark_jobs.view_changes import reader_path
+from spark_jobs.sources.view_changes import reader_path
 from tests.spark_jobs.test_changes import land
 from tests.spark_jobs.test_crash import project_on_disk
 

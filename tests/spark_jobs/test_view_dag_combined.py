@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 
-from catalog_api import view_tables as tables
+from catalog_api.ops import view_tables as tables
 from lakeview.ivm import oracle
 from lakeview.stack.chain_oracle import expected_rows, over_relations
 from lakeview.stack.embedded import EmbeddedStack

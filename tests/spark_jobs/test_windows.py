@@ -7,12 +7,12 @@ from __future__ import annotations
 import json
 from datetime import datetime, timedelta, timezone
 
-from catalog_api import view_tables as tables
+from catalog_api.ops import view_tables as tables
+from catalog_api.ops.status import view_statuses
 from catalog_api.server import CatalogServer
-from catalog_api.status import view_statuses
 from lakeview.ivm import oracle
 from lakeview.ivm.explain import explain
-from spark_jobs.quarantine import quarantined_rows
+from spark_jobs.sources.quarantine import quarantined_rows
 from tests.spark_jobs.test_changes import FEED, change, land
 from tests.spark_jobs.test_pipeline import read_view, start
 

@@ -14,12 +14,12 @@ from writers.base import SnapshotWriter
 
 def open_writer(fmt: str, where: str, name: str) -> SnapshotWriter:
     if fmt == "delta":
-        from writers.delta import DeltaWriter
+        from writers.delta.writer import DeltaWriter
 
         return DeltaWriter(where, name)
     from pyiceberg.catalog.rest import RestCatalog
 
-    from writers.iceberg import IcebergWriter
+    from writers.iceberg.writer import IcebergWriter
 
     return IcebergWriter(RestCatalog("loop", uri=where, warehouse="lakeview"), "fault_tests", name)
 

@@ -12,8 +12,8 @@ import pytest
 from catalog_api.server import CatalogServer
 from lakeview.sql.duck import connect, connect_catalog
 from writers.base import SnapshotWriter
-from writers.delta import DeltaWriter, history_of
-from writers.iceberg import IcebergWriter
+from writers.delta.writer import DeltaWriter, history_of
+from writers.iceberg.writer import IcebergWriter
 
 NAMESPACE = "writer_tests"
 

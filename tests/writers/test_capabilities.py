@@ -11,9 +11,9 @@ from lakeview.errors import WriterError
 from lakeview.ivm.commits import Change, Epoch
 from tests.lakeview.memory_writer import MemoryWriter
 from writers.base import SnapshotWriter
-from writers.delta import DeltaWriter
-from writers.group import IcebergGroupWriter, StagedWriter
-from writers.iceberg import IcebergWriter
+from writers.delta.writer import DeltaWriter
+from writers.iceberg.group import IcebergGroupWriter, StagedWriter
+from writers.iceberg.writer import IcebergWriter
 
 SCHEMA = pa.schema([("k", pa.int64()), ("total", pa.int64())])
 
@@ -41,7 +41,7 @@ def test_every_declared_capability_works_on_a_real_table(lake, unique_name: str)
 
 
 def test_a_writer_declaring_nothing_is_refused_by_name(unique_name: str) -> None:
-    from spark_jobs.executor_writes import append_on_executors
+    from spark_jobs.executors.writes import append_on_executors
     from writers.snapshot_diff import snapshot_change
 
     writer = MemoryWriter(SCHEMA)

@@ -3,8 +3,8 @@ verify read the Delta log."""
 
 from __future__ import annotations
 
-from catalog_api import view_tables as tables
-from catalog_api.status import view_statuses
+from catalog_api.ops import view_tables as tables
+from catalog_api.ops.status import view_statuses
 from lakeview.cli.generator import land_json, make_orders
 from lakeview.cli.main import main
 from lakeview.ivm import oracle
@@ -14,7 +14,7 @@ from writers.registry import make_writer, state_writer_factory
 
 # AVG needs state tables (sums and counts per group): for a Delta view they are Delta tables too.
 SQL = SALES_SQL.replace("COUNT(*) AS orders", "COUNT(*) AS orders, AVG(quantity) AS avg_quantity")
-from writers.delta import DeltaWriter
+from writers.delta.writer import DeltaWriter
 
 
 def test_spark_pipeline_keeps_a_delta_view_equal_to_the_recompute(spark, catalog_server, make_project, unique_name: str, capsys) -> None:

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from catalog_api import view_tables as tables
+from catalog_api.ops import view_tables as tables
 from catalog_api.server import CatalogServer
-from catalog_api.store import open_store
+from catalog_api.store.catalog import open_store
 from lakeview.cli.generator import land_json, make_orders
 from lakeview.config.models import ProjectConfig, SparkConfig
 from lakeview.ivm import oracle
@@ -263,6 +263,6 @@ def test_large_unbounded_keyed_batch_warns_how_to_bound_it(spark, catalog_server
         with caplog.at_level("WARNING", logger="lakeview.pipeline"):
             pipeline.start(available_now=True).awaitTermination()
         assert_equals_recompute(project, view, catalog_server.uri)
-        if i == 0:  # a first batch: the executors write the view (spark_jobs.bootstrap), nothing to warn about
+        if i == 0:  # a first batch: the executors write the view (spark_jobs.executors.bootstrap), nothing to warn about
             assert pipeline.last_write.get("bootstrap") and "max_files_per_trigger" not in caplog.text
     assert "set [spark] max_files_per_trigger to bound each batch" in caplog.text, "the second batch merges in the driver"

@@ -14,15 +14,15 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from catalog_api import view_tables as tables
+from catalog_api.ops import view_tables as tables
 from catalog_api.server import CatalogServer
-from catalog_api.store import open_store
+from catalog_api.store.catalog import open_store
 from lakeview.ivm.commits import Change, Epoch
 from tests.s3_server import ACCESS_KEY, SECRET_KEY
 from tests.writers.commit_loop import open_writer
 from tests.writers.test_object_storage import s3_project
-from writers.delta_maintenance import maintain_delta
-from writers.iceberg_maintenance import maintain_iceberg, reachable_files
+from writers.delta.maintenance import maintain_delta
+from writers.iceberg.maintenance import maintain_iceberg, reachable_files
 from writers.maintenance import MaintenancePolicy
 from writers.registry import make_writer
 

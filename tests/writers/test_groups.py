@@ -12,8 +12,8 @@ import pytest
 from catalog_api.server import CatalogServer
 from lakeview.ivm.commits import Change, Epoch
 from lakeview.sql.duck import connect_catalog
-from writers.group import IcebergGroupWriter
-from writers.iceberg import IcebergWriter
+from writers.iceberg.group import IcebergGroupWriter
+from writers.iceberg.writer import IcebergWriter
 
 SUMS = pa.schema([("k", pa.int64()), ("total", pa.int64())])
 COUNTS = pa.schema([("k", pa.int64()), ("orders", pa.int64())])

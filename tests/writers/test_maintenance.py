@@ -12,8 +12,8 @@ import pyarrow as pa
 import pytest
 
 from lakeview.ivm.commits import Change, Epoch
-from writers.delta_maintenance import maintain_delta
-from writers.iceberg_maintenance import maintain_iceberg
+from writers.delta.maintenance import maintain_delta
+from writers.iceberg.maintenance import maintain_iceberg
 from writers.maintenance import MaintenancePolicy
 
 SCHEMA = pa.schema([("k", pa.int64()), ("total", pa.int64())])
@@ -207,7 +207,7 @@ def test_retention_by_count_bounds_history_and_metadata_and_kept_snapshots_read_
 
 def test_delta_log_retention_on_s3_deletes_old_log_entries_and_keeps_kept_versions(s3_server, tmp_path: Path, unique_name: str, monkeypatch) -> None:
     from catalog_api.server import CatalogServer
-    from catalog_api.store import open_store
+    from catalog_api.store.catalog import open_store
     from tests.s3_server import ACCESS_KEY, SECRET_KEY
     from tests.writers.test_object_storage import BUCKET, s3_project
     from writers.registry import make_writer

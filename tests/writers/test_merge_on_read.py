@@ -18,9 +18,9 @@ from pyiceberg.manifest import DataFileContent
 from lakeview.ivm.commits import EPOCH, Change, Epoch
 from lakeview.sql.duck import connect_catalog
 from tests.writers.conftest import NAMESPACE, IcebergLake
-from writers.iceberg import IcebergWriter
-from writers.iceberg_maintenance import maintain_iceberg
-from writers.live_files import LiveFiles
+from writers.iceberg.live_files import LiveFiles
+from writers.iceberg.maintenance import maintain_iceberg
+from writers.iceberg.writer import IcebergWriter
 from writers.maintenance import MaintenancePolicy
 
 SCHEMA = pa.schema([("k", pa.int64()), ("total", pa.int64())])

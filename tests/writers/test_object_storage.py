@@ -8,9 +8,9 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from catalog_api import view_tables as tables
+from catalog_api.ops import view_tables as tables
 from catalog_api.server import CatalogServer
-from catalog_api.store import open_store
+from catalog_api.store.catalog import open_store
 from lakeview.config.models import ProjectConfig, file_io_properties
 from lakeview.ivm.commits import Change, Epoch
 from lakeview.project import parse_project

@@ -1,0 +1,160 @@
+"""Per-view status read from the catalog store and the tables' snapshot summaries.
+
+Reads the store directly (SQLite/PostgreSQL), so it works whether or not ``up`` is running.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from lakeview.config.models import ProjectConfig
+from lakeview.errors import NoSuchTableError
+from lakeview.ops import freshness
+from lakeview.ops.freshness import RuntimeSignals
+from lakeview.ops.runtime import read_runtime
+
+
+@dataclass(frozen=True)
+class ViewStatus:
+    view: str
+    table: str
+    format: str
+    cadence: str
+    state: str
+    snapshot_id: int | None = None
+    epoch: int | None = None
+    committed_at: str | None = None
+    lag_ms: int | None = None
+    rows_inserted: int | None = None
+    rows_deleted: int | None = None
+    # Freshness (lakeview/freshness.py): lag now, the SLO and how well it was met.
+    freshness_lag_ms: int | None = None
+    target_lag_ms: int | None = None
+    slo_compliance: float | None = None
+    degraded_reason: str | None = None
+    cadence_asked_ms: int | None = None
+    cadence_achieved_ms: int | None = None
+    running: bool = False
+    pending_files: int | None = None
+    commits: int = 0
+    rows_in_total: int = 0
+    rows_out_total: int = 0
+    rows_quarantined: int = 0
+    rows_late: int = 0  # of rows_quarantined: older than the watermark (lakeview.watermark)
+    registrar_errors: str | None = None  # e.g. "REGISTRAR_DOWN: glue: <error>" (lakeview/registration.py)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def view_statuses(project: ProjectConfig, store: Any = None, *, at_ms: int | None = None) -> list[ViewStatus]:
+    """Every view's status; ``store`` defaults to the project's catalog store."""
+    from catalog_api.store.catalog import open_store
+
+    store = open_store(project) if store is None else store
+    at_ms = int(time.time() * 1000) if at_ms is None else at_ms
+    from catalog_api.registrars.service import with_registrar_reasons
+
+    return with_registrar_reasons(project, [view_status(project, store, name, at_ms=at_ms) for name in project.views])
+
+
+def view_status(project: ProjectConfig, store: Any, name: str, *, at_ms: int | None = None) -> ViewStatus:
+    """One view's status, freshness included. Raises KeyError for an unknown view."""
+    from catalog_api.ops.view_tables import status_inputs
+
+    at_ms = int(time.time() * 1000) if at_ms is None else at_ms
+    view = project.views[name]
+    base = dict(view=name, table=f"{view.namespace}.{name}", format=view.format.value, cadence=str(view.cadence))
+    target = view.target_lag_seconds
+    base["target_lag_ms"] = None if target is None else int(target * 1000)
+    base["cadence_asked_ms"] = None if view.cadence.seconds is None else int(view.cadence.seconds * 1000)
+    runtime = read_runtime(project, name)
+    signals = runtime.signals(at_ms) if runtime is not None else None
+    base["running"] = bool(signals and signals.alive and signals.query_active)
+    base["pending_files"] = runtime.pending_files if runtime is not None else None
+    try:
+        # Iceberg snapshots from the store, or Delta log entries shaped like them (lakeview/tables.py).
+        record, snapshots = status_inputs(project, store, name)
+    except NoSuchTableError:
+        return ViewStatus(**base, state="not created (run `lakeview up`)", **_reason_only(signals, [], at_ms))
+    if record is None:
+        return ViewStatus(**base, state="created, no commit yet", **_reason_only(signals, [], at_ms))
+    history = freshness.commit_history(snapshots)
+    caught_up = runtime.caught_up_at_ms if runtime is not None and signals is not None and signals.alive else None
+    lag = freshness.lag_at(history, at_ms, caught_up)
+    slo = None if base["target_lag_ms"] is None else freshness.compliance(
+        history, now_ms=at_ms, target_lag_ms=base["target_lag_ms"], caught_up_at_ms=caught_up
+    )
+    reason = None
+    if base["target_lag_ms"] is not None:
+        reason = freshness.degraded_reason(
+            compliance_value=slo, lag_ms=lag, target_lag_ms=base["target_lag_ms"], history=history, runtime=signals, now_ms=at_ms
+        )
+    committed = datetime.fromtimestamp(record.committed_at_ms / 1000, tz=timezone.utc)
+    return ViewStatus(
+        **base,
+        freshness_lag_ms=lag,
+        slo_compliance=None if slo is None else round(slo, 6),
+        degraded_reason=None if reason is None else reason.value,
+        cadence_achieved_ms=freshness.achieved_cadence_ms(history, now_ms=at_ms),
+        commits=len(history),
+        rows_in_total=sum(p.rows_in for p in history),
+        rows_out_total=sum(p.rows_inserted for p in history),
+        rows_quarantined=sum(p.rows_quarantined for p in history),
+        rows_late=sum(p.rows_late for p in history),
+        state="committed",
+        snapshot_id=record.snapshot_id,
+        epoch=record.epoch,
+        committed_at=committed.isoformat(timespec="seconds"),
+        lag_ms=record.lag_ms,
+        rows_inserted=record.rows_inserted,
+        rows_deleted=record.rows_deleted,
+    )
+
+
+def _reason_only(signals: RuntimeSignals | None, history: list, at_ms: int) -> dict:
+    """A view without a commit yet: no lag, no compliance, but a reason (backfilling, stopped...)."""
+    reason = freshness.degraded_reason(
+        compliance_value=None, lag_ms=None, target_lag_ms=None, history=history, runtime=signals, now_ms=at_ms
+    )
+    return {"degraded_reason": None if reason is None else reason.value}
+
+
+def status_table(statuses: list[ViewStatus]):  # noqa: ANN201 - rich.table.Table (imported lazily)
+    """The ``lakeview status`` table."""
+    from datetime import datetime as _dt
+
+    from rich.table import Table
+
+    table = Table(title=f"Lakeview views at {_dt.now(timezone.utc).isoformat(timespec='seconds')}")
+    for column in ("view", "state", "lag", "target", "SLO 1h", "reason", "cadence", "achieved", "snapshot", "epoch", "last commit (UTC)", "pending"):
+        table.add_column(column)
+    for s in statuses:
+        slo = "-" if s.slo_compliance is None else f"{s.slo_compliance:.1%}"
+        style = "green" if s.degraded_reason is None and s.slo_compliance is not None else "red" if s.degraded_reason else ""
+        table.add_row(
+            s.view,
+            s.state + (" (running)" if s.running else ""),
+            _duration(s.freshness_lag_ms),
+            _duration(s.target_lag_ms),
+            f"[{style}]{slo}[/]" if style else slo,
+            s.degraded_reason or "-",
+            s.cadence,
+            _duration(s.cadence_achieved_ms),
+            *(str(v) if v is not None else "-" for v in (s.snapshot_id, s.epoch, s.committed_at, s.pending_files)),
+        )
+    return table
+
+
+def _duration(ms: int | None) -> str:
+    if ms is None:
+        return "-"
+    seconds = ms / 1000
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    if seconds < 3600:
+        return f"{seconds / 60:.1f}m"
+    return f"{seconds / 3600:.1f}h"

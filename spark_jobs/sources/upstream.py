@@ -1,0 +1,58 @@
+"""A view over another view reads the upstream's published changes as its source.
+
+The upstream's change files (:mod:`spark_jobs.sources.view_changes`) are Parquet with the upstream
+view's columns plus the Z-set weight ``__lv_w``; to the downstream's pipeline they are an
+ordinary Parquet source whose rows already carry their weights (like before/after images),
+keyed by the upstream view's key. The columns come from Spark's analysis of the upstream
+chain's SQL over the base source's schema — the same analysis that created the upstream's
+table, so the types match the files.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from lakeview.config.models import ProjectConfig, SourceConfig
+from lakeview.sql.dag import upstream_of, upstreams_of, view_key
+from lakeview.sql.plan import WEIGHT, sql_over_sources
+from lakeview.sql.planner import plan_view
+from spark_jobs.sources.view_changes import reader_path
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.types import StructType
+
+
+def upstream_key(project: ProjectConfig, view: str) -> tuple[str, ...] | None:
+    """The key of the view ``view`` reads (None: it reads a source, or an append-only view)."""
+    upstream = upstream_of(project, view)
+    return view_key(project, upstream) if upstream is not None else None
+
+
+def with_upstream_source(spark: SparkSession, project: ProjectConfig, view: str) -> ProjectConfig:
+    """``project`` with each view ``view`` reads (a join or UNION ALL may read two) declared as
+    a Parquet source over its change files for ``view`` (unchanged when ``view`` reads only
+    declared sources)."""
+    added = {}
+    for upstream in upstreams_of(project, view):
+        columns = view_schema(spark, project, upstream)
+        ddl = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in columns.fields) + f", `{WEIGHT}` INT"
+        added[upstream] = SourceConfig.model_validate({"format": "parquet", "path": str(reader_path(project, upstream, view)), "schema": ddl})
+    return project.model_copy(update={"sources": {**project.sources, **added}}) if added else project
+
+
+def view_schema(spark: SparkSession, project: ProjectConfig, view: str) -> StructType:
+    """The columns of ``view`` as Spark analyses its SQL (through its upstreams, down to the source)."""
+    config = project.views[view]
+    plan = plan_view(view, config.sql, config.dialect)
+    relations = {}
+    for index, source in enumerate(plan.sources):  # a join or UNION ALL reads two
+        if source in project.sources:
+            below = spark.createDataFrame([], schema=project.sources[source].schema_).schema
+        else:
+            below = view_schema(spark, project, source)
+        relations[source] = f"__lv_schema_{view}_{index}"
+        spark.createDataFrame([], schema=below).createOrReplaceTempView(relations[source])
+    if plan.kind in ("join", "union"):
+        return spark.sql(sql_over_sources(plan.sql, relations)).schema
+    return spark.sql(plan.batch_sql(relations)).schema
