@@ -1,8 +1,9 @@
 """Which storage prefixes a namespace owns, so a privilege on a namespace confines its files.
 
 A namespace ``a.b`` owns ``<warehouse>/a/b`` (the path form Lakeview's Delta views use),
-``<warehouse>/a.b.db`` (pyiceberg's default table location) and the ``location`` property an
-admin set on it. Every location a request can set or imply for a table or view of the
+``<warehouse>/a.b`` (the catalog's default table location: its store key, levels escaped, so
+``("a.b",)`` owns ``<warehouse>/a%2Eb`` instead), ``<warehouse>/a.b.db`` (the Hive-style one)
+and the ``location`` property an admin set on it. Every location a request can set or imply for a table or view of the
 namespace (its location, ``set-location``, ``write.*.path``, a registered metadata file) must
 lie under one of them and not under the path-form prefix of an existing child namespace
 (``a/b/c`` belongs to ``a.b.c``, whatever the grant on ``a.b``). Purge deletes only listed
@@ -44,7 +45,8 @@ class Confinement:
 
     def default_prefixes(self, namespace: Identifier) -> list[str]:
         warehouse = self.store.warehouse
-        return [f"{warehouse}/{'/'.join(namespace)}", f"{warehouse}/{namespace_keys.encode(namespace)}.db"]
+        key = namespace_keys.encode(namespace)  # pyiceberg's default table location is <warehouse>/<key>/<table>
+        return [f"{warehouse}/{'/'.join(namespace)}", f"{warehouse}/{key}", f"{warehouse}/{key}.db"]
 
     def prefixes(self, namespace: Identifier) -> list[str]:
         """The namespace's own prefixes (defaults, plus its admin-set ``location``)."""
