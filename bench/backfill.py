@@ -52,7 +52,7 @@ def land(directory: Path, rows: int, groups: int) -> None:
         duckdb.sql(f"COPY (SELECT *, 'c' AS op, order_id AS seq FROM '{path}') TO '{directory / 'changes' / path.name}' (FORMAT parquet)")
 
 
-def project_for(directory: Path, mode: str, rows: int):  # noqa: ANN201 - ProjectConfig
+def project_for(directory: Path, mode: str, rows: int):
     from lakeview.project import parse_project
 
     feed = {"operation": "op", "key": ["order_id"], "sequence": "seq", "insert": ["c"], "update": ["u"], "delete": ["d"]}
@@ -88,7 +88,7 @@ def child(mode: str, view: str, directory: Path, rows: int) -> None:
     spark.stop()
 
 
-def view_rows(directory: Path, mode: str, view: str, rows: int):  # noqa: ANN201 - pyarrow Table
+def view_rows(directory: Path, mode: str, view: str, rows: int):
     from catalog_api.ops import view_tables as tables
 
     return tables.read_rows(project_for(directory, mode, rows), view)

@@ -28,9 +28,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import httpx
 
@@ -225,7 +226,7 @@ def seaweed_rows(duration: int, work: Path) -> list[list[str]]:
             try:
                 catalog.create_namespace("bench")
                 break
-            except Exception:  # noqa: BLE001 - not ready yet
+            except Exception:
                 time.sleep(0.5)
         table = catalog.create_table("bench.t", pa.schema([("id", pa.int64()), ("name", pa.string())]))
         for i in range(50):
@@ -269,7 +270,7 @@ def main() -> None:
         if not args.no_seaweed:
             try:
                 rows += seaweed_rows(args.duration, work)
-            except Exception as exc:  # noqa: BLE001 - still print what was measured
+            except Exception as exc:
                 print(f"seaweedfs run failed: {type(exc).__name__}: {exc}", file=sys.stderr)
     finally:
         shutil.rmtree(work, ignore_errors=True)

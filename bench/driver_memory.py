@@ -55,7 +55,7 @@ class PeakSampler(threading.Thread):
             time.sleep(0.02)
 
 
-def run_measured(spark, pipeline) -> tuple[float, dict[str, int]]:  # noqa: ANN001 - a SparkSession, a ViewPipeline
+def run_measured(spark, pipeline) -> tuple[float, dict[str, int]]:
     """Run ``pipeline`` over what has landed; its seconds and the peak RSS above the baseline of
     this (the driver's) Python process and of the JVM."""
     jvm = spark.sparkContext._gateway.proc.pid  # type: ignore[union-attr]

@@ -36,7 +36,7 @@ from writers.registry import make_writer
 SCHEMA = "order_id BIGINT, product_id BIGINT, quantity INT, ts TIMESTAMP"
 
 
-def project_in(root: Path):  # noqa: ANN201
+def project_in(root: Path):
     data = {
         "lake": {"warehouse": str(root / "lake")},
         "sources": {"orders": {"format": "ingest", "path": str(root / "landing"), "schema": SCHEMA}},

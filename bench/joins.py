@@ -29,10 +29,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from rich.console import Console  # noqa: E402
-from rich.table import Table  # noqa: E402
+from rich.console import Console
+from rich.table import Table
 
-from bench.history import SCHEMA as ORDERS  # noqa: E402
+from bench.history import SCHEMA as ORDERS
 from bench.history import land_parquet
 from lakeview.project import parse_project
 from lakeview.sql.duck import connect

@@ -27,9 +27,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import duckdb  # noqa: E402
+import duckdb
 
-from bench.history import SCHEMA, generate_history, land_parquet, orders_sql  # noqa: E402
+from bench.history import SCHEMA, generate_history, land_parquet, orders_sql
 from lakeview.project import parse_project
 from lakeview.sql.duck import connect_catalog
 from lakeview.stack.embedded import EmbeddedStack

@@ -35,12 +35,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import pyarrow as pa  # noqa: E402
-from pyiceberg.catalog.rest import RestCatalog  # noqa: E402
-from rich.console import Console  # noqa: E402
-from rich.table import Table  # noqa: E402
+import pyarrow as pa
+from pyiceberg.catalog.rest import RestCatalog
+from rich.console import Console
+from rich.table import Table
 
-from catalog_api.server import CatalogServer  # noqa: E402
+from catalog_api.server import CatalogServer
 from catalog_api.store.catalog import CatalogStore
 from lakeview.ivm.commits import Change, Epoch
 from spark_jobs.executors.reads import ExecutorReads

@@ -37,20 +37,20 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import pyarrow as pa  # noqa: E402
-import pyarrow.compute as pc  # noqa: E402
-from pyiceberg.catalog.rest import RestCatalog  # noqa: E402
-from rich.console import Console  # noqa: E402
-from rich.table import Table  # noqa: E402
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyiceberg.catalog.rest import RestCatalog
+from rich.console import Console
+from rich.table import Table
 
-from catalog_api.server import CatalogServer  # noqa: E402
+from catalog_api.server import CatalogServer
 from catalog_api.store.catalog import CatalogStore
 from lakeview.ivm.commits import Change, Epoch
 from lakeview.sql.duck import connect_catalog
 from writers.iceberg.live_files import LiveFiles
 from writers.iceberg.maintenance import maintain_iceberg
 from writers.iceberg.writer import IcebergWriter
-from writers.maintenance import MaintenancePolicy  # noqa: E402
+from writers.maintenance import MaintenancePolicy
 
 NAMESPACE = "bench"
 NAME = "reads"

@@ -37,11 +37,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import sqlglot  # noqa: E402
-from rich.console import Console  # noqa: E402
-from rich.table import Table  # noqa: E402
+import sqlglot
+from rich.console import Console
+from rich.table import Table
 
-from bench.history import SCHEMA, generate_history, land_parquet  # noqa: E402
+from bench.history import SCHEMA, generate_history, land_parquet
 from lakeview.project import parse_project
 from lakeview.sql.duck import connect
 from lakeview.stack.embedded import EmbeddedStack
@@ -92,7 +92,7 @@ def main() -> None:
     console.print(f"load average at end: {os.getloadavg()}")
 
 
-def project_for(view: str, landing: Path, root: Path, driver_keys_max: int | None = None):  # noqa: ANN201
+def project_for(view: str, landing: Path, root: Path, driver_keys_max: int | None = None):
     return parse_project(
         {
             "server": {"port": 0},
@@ -185,7 +185,7 @@ def run_one(view: str, landing: Path, history: int, args: argparse.Namespace, co
             statistics.median(spark_times) if spark_times else nan, statistics.median(duck_times) if duck_times else nan)
 
 
-def hand_written_merge(spark, view: str, landing: Path, args: argparse.Namespace) -> list[float]:  # noqa: ANN001
+def hand_written_merge(spark, view: str, landing: Path, args: argparse.Namespace) -> list[float]:
     """The baseline the issue names: Spark ``MERGE INTO`` a copy of the view of one batch's
     aggregate (Iceberg copy-on-write, through the same REST catalog), the batch persisted
     first (a copy-on-write MERGE reads its source twice)."""

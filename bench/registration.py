@@ -26,14 +26,14 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from catalog_api.registrars.filesystem import FilesystemRegistrar  # noqa: E402
-from catalog_api.registrars.glue import GlueRegistrar  # noqa: E402
+from catalog_api.registrars.filesystem import FilesystemRegistrar
+from catalog_api.registrars.glue import GlueRegistrar
 from catalog_api.registrars.service import RegistrationService, published_table
-from catalog_api.server import CatalogServer  # noqa: E402
+from catalog_api.server import CatalogServer
 from catalog_api.store.catalog import CatalogStore
 from lakeview.ivm.commits import Change, Epoch
 from lakeview.project import parse_project
-from tests.registrars.conftest import MotoServer  # noqa: E402
+from tests.registrars.conftest import MotoServer
 from writers.iceberg.writer import IcebergWriter
 
 SCHEMA = pa.schema([("k", pa.int64()), ("total", pa.int64())])

@@ -110,7 +110,7 @@ def soak(fmt: str, with_maintenance: bool, minutes: float, groups: int, touch: i
             try:
                 maintain(fmt, maintainer_writer)
                 run.passes += 1
-            except Exception:  # noqa: BLE001 - counted; the next pass retries
+            except Exception:
                 run.pass_errors += 1
 
     maintainer = threading.Thread(target=maintenance_loop, daemon=True)

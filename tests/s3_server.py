@@ -76,12 +76,12 @@ class SeaweedS3:
                 httpx.get(self.endpoint, timeout=1)  # any HTTP answer (403 without a signature) means up
                 self.create_bucket_when_ready("lakeview-probe")
                 return self
-            except Exception:  # noqa: BLE001 - not up yet
+            except Exception:
                 time.sleep(0.3)
         self.stop()
         raise RuntimeError(f"SeaweedFS S3 did not come up on {self.endpoint}")
 
-    def client(self):  # noqa: ANN201 - boto3 S3 client
+    def client(self):
         import boto3
 
         return boto3.client(

@@ -69,7 +69,7 @@ def consolidate(removed: pa.Table, added: pa.Table, schema: pa.Schema) -> pa.Tab
     return summed(both)
 
 
-def _for(writer: SnapshotWriter, iceberg, delta):  # noqa: ANN001, ANN202 - one function per format
+def _for(writer: SnapshotWriter, iceberg, delta):
     capabilities = writer.capabilities
     if capabilities.snapshot_changes and capabilities.format == "iceberg":
         return iceberg

@@ -154,7 +154,7 @@ class AuthMiddleware:
         await self.app(scope, receive, send)
 
 
-def token_endpoint(authenticator: Authenticator | None):  # noqa: ANN201 - a Starlette endpoint
+def token_endpoint(authenticator: Authenticator | None):
     """``POST /v1/oauth/tokens``: the client_credentials grant, secrets in HTTP Basic or the form.
 
     Secret hashing (scrypt, deliberately slow) runs in worker threads, at most HASH_CONCURRENCY at a

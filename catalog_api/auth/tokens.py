@@ -291,7 +291,7 @@ def revocation_endpoint(authenticator: Any):
                 raise errors.ForbiddenError(f"client {caller.client_id!r} may revoke only its own tokens")
             authenticator.codec.revoke(token)
             return JSONResponse({}, headers={"Cache-Control": "no-store"})
-        except Exception as exc:  # noqa: BLE001 - one mapping for every error, see responses.py
+        except Exception as exc:
             return from_exception(exc)
 
     return endpoint

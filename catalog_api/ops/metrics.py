@@ -83,7 +83,7 @@ class ViewCollector:
         self.project = project
         self.store = store
 
-    def collect(self):  # noqa: ANN201 - prometheus-client's collector protocol
+    def collect(self):
         from catalog_api.ops.status import view_statuses
 
         lag = GaugeMetricFamily("lakeview_view_lag_seconds", "Freshness lag: now minus the arrival of the newest input the view reflects.", labels=["view"])

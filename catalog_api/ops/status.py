@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from lakeview.config.models import ProjectConfig
@@ -93,7 +93,7 @@ def view_status(project: ProjectConfig, store: Any, name: str, *, at_ms: int | N
         reason = freshness.degraded_reason(
             compliance_value=slo, lag_ms=lag, target_lag_ms=base["target_lag_ms"], history=history, runtime=signals, now_ms=at_ms
         )
-    committed = datetime.fromtimestamp(record.committed_at_ms / 1000, tz=timezone.utc)
+    committed = datetime.fromtimestamp(record.committed_at_ms / 1000, tz=UTC)
     return ViewStatus(
         **base,
         freshness_lag_ms=lag,
@@ -123,13 +123,13 @@ def _reason_only(signals: RuntimeSignals | None, history: list, at_ms: int) -> d
     return {"degraded_reason": None if reason is None else reason.value}
 
 
-def status_table(statuses: list[ViewStatus]):  # noqa: ANN201 - rich.table.Table (imported lazily)
+def status_table(statuses: list[ViewStatus]):
     """The ``lakeview status`` table."""
     from datetime import datetime as _dt
 
     from rich.table import Table
 
-    table = Table(title=f"Lakeview views at {_dt.now(timezone.utc).isoformat(timespec='seconds')}")
+    table = Table(title=f"Lakeview views at {_dt.now(UTC).isoformat(timespec='seconds')}")
     for column in ("view", "state", "lag", "target", "SLO 1h", "reason", "cadence", "achieved", "snapshot", "epoch", "last commit (UTC)", "pending"):
         table.add_column(column)
     for s in statuses:

@@ -61,13 +61,13 @@ def read_rows(project: ProjectConfig, view: str, snapshot_id: int | None = None)
     return _iceberg_table(project, view).scan(snapshot_id=snapshot_id).to_arrow()
 
 
-def _iceberg_table(project: ProjectConfig, view: str):  # noqa: ANN202 - pyiceberg Table
+def _iceberg_table(project: ProjectConfig, view: str):
     from catalog_api.store.catalog import open_store
 
     return open_store(project).load_table((project.views[view].namespace, view))
 
 
-def _delta_table(project: ProjectConfig, view: str):  # noqa: ANN202 - deltalake DeltaTable
+def _delta_table(project: ProjectConfig, view: str):
     from deltalake import DeltaTable
     from deltalake.exceptions import TableNotFoundError
 
@@ -94,7 +94,7 @@ class LogSnapshot:
         self.summary = _Summary(props)
 
 
-def status_inputs(project: ProjectConfig, store, view: str) -> tuple[CommitRecord | None, list]:  # noqa: ANN001
+def status_inputs(project: ProjectConfig, store, view: str) -> tuple[CommitRecord | None, list]:
     """The newest Lakeview commit and every snapshot (Iceberg snapshots or Delta log entries) of a
     view's table, for ``status``. Raises NoSuchTableError when the table does not exist yet."""
     if project.views[view].format is TableFormat.DELTA:

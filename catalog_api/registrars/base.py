@@ -202,6 +202,7 @@ class Registrar(ABC):
 
     def close(self) -> None:
         """Release connections (default: nothing to release)."""
+        return None
 
     # -- what a backend implements ----------------------------------------------------------------
     @contextlib.contextmanager
@@ -212,6 +213,7 @@ class Registrar(ABC):
 
     def create_namespace(self, namespace: str) -> None:
         """Create the database ``namespace`` unless it exists (for ``capabilities.namespaces``)."""
+        return None
 
     @abstractmethod
     def get(self, namespace: str, name: str) -> Registration | None:

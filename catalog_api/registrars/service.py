@@ -18,7 +18,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from lakeview.config.models import ProjectConfig, TableFormat
@@ -150,7 +150,7 @@ def registered_elsewhere(project: ProjectConfig) -> list[tuple[str, str, str]]:
 
 
 def now_iso() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 def register_now(project: ProjectConfig, view: str, registrar: Registrar) -> PublishedTable:

@@ -5,7 +5,7 @@ inside the commands."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -25,13 +25,13 @@ def add_commands(app: typer.Typer) -> None:
 ProjectOption = Annotated[Path, typer.Option("--project", "-p", help="Project directory or lakeview.toml file.")]
 
 
-def _load(project: Path):  # noqa: ANN202 - ProjectConfig
+def _load(project: Path):
     from lakeview.project import load_project
 
     return load_project(project)
 
 
-def _registrar(name: str, config):  # noqa: ANN001, ANN202
+def _registrar(name: str, config):
     from catalog_api.registrars.service import REGISTRARS, make_registrar
 
     if name not in REGISTRARS:
@@ -65,7 +65,7 @@ def unregister(
     view: Annotated[str, typer.Argument(help="The view to remove.")],
     from_: Annotated[str, typer.Option("--from", help=f"Where: {REGISTRAR_HELP}.")],
     project: ProjectOption = Path("."),
-    namespace: Annotated[Optional[str], typer.Option(help="Namespace, for a view no longer in the config.")] = None,
+    namespace: Annotated[str | None, typer.Option(help="Namespace, for a view no longer in the config.")] = None,
 ) -> None:
     """Remove VIEW's entry from Glue, the Hive Metastore or its path hint (never its data)."""
     from catalog_api.registrars.service import RegistrationState, unregister_now
@@ -113,9 +113,9 @@ def prune(
 def trino_config(
     project: ProjectOption = Path("."),
     credential: Annotated[
-        Optional[str], typer.Option(help="OAuth2 client credential client_id:client_secret for the REST catalog.")
+        str | None, typer.Option(help="OAuth2 client credential client_id:client_secret for the REST catalog.")
     ] = None,
-    out: Annotated[Optional[Path], typer.Option(help="Write the files into this directory (etc/catalog) instead.")] = None,
+    out: Annotated[Path | None, typer.Option(help="Write the files into this directory (etc/catalog) instead.")] = None,
 ) -> None:
     """Print the Trino catalog files (REST, and Glue/HMS when configured) for this project."""
     from lakeview.cli.trino import catalog_files, render

@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 import os
 import random
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 
 def make_orders(count: int, *, seed: int, first_id: int = 1, products: int = 8) -> list[dict]:
     rng = random.Random(seed)
-    start = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    start = datetime(2026, 1, 1, tzinfo=UTC)
     return [
         {
             "order_id": first_id + i,

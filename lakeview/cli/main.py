@@ -9,10 +9,11 @@ import signal
 import sys
 import threading
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
+from lakeview.cli.discovery import add_commands as add_discovery_commands
 from lakeview.errors import LakeviewError
 
 app = typer.Typer(
@@ -27,7 +28,7 @@ ProjectOption = Annotated[
 ]
 
 
-def _load(project: Path):  # noqa: ANN202 - returns ProjectConfig (imported lazily)
+def _load(project: Path):
     from lakeview.project import load_project
 
     return load_project(project)
@@ -63,14 +64,14 @@ def up(
     project: ProjectOption = Path("."),
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
     spark_master: Annotated[
-        Optional[str], typer.Option("--spark-master", help="Run view jobs on this Spark cluster (spark://HOST:PORT, k8s://URL); overrides the master in lakeview.toml.")
+        str | None, typer.Option("--spark-master", help="Run view jobs on this Spark cluster (spark://HOST:PORT, k8s://URL); overrides the master in lakeview.toml.")
     ] = None,
     catalog_uri: Annotated[
-        Optional[str], typer.Option("--catalog-uri", help="Commit through a catalog already running there (e.g. http://catalog:8181/iceberg) instead of starting one.")
+        str | None, typer.Option("--catalog-uri", help="Commit through a catalog already running there (e.g. http://catalog:8181/iceberg) instead of starting one.")
     ] = None,
-    views: Annotated[Optional[list[str]], typer.Option("--view", help="Maintain only this view (repeatable).")] = None,
+    views: Annotated[list[str] | None, typer.Option("--view", help="Maintain only this view (repeatable).")] = None,
     metrics_port: Annotated[
-        Optional[int], typer.Option("--metrics-port", min=0, max=65535, help="Also serve this process's Prometheus metrics (commit latency) on this port; for view jobs without a catalog (--catalog-uri).")
+        int | None, typer.Option("--metrics-port", min=0, max=65535, help="Also serve this process's Prometheus metrics (commit latency) on this port; for view jobs without a catalog (--catalog-uri).")
     ] = None,
     metrics_host: Annotated[str, typer.Option("--metrics-host", help="Bind address for --metrics-port.")] = "127.0.0.1",
 ) -> None:
@@ -95,7 +96,7 @@ def up(
 
     backfill: BackfillProgress | None = None
 
-    def report(record) -> None:  # noqa: ANN001 - CommitRecord
+    def report(record) -> None:
         if backfill is not None:
             backfill.mark_committed(record.view)
         typer.echo(
@@ -142,7 +143,7 @@ def up(
     typer.echo("stopped.")
 
 
-def _new_views_with_history(stack) -> list[str]:  # noqa: ANN001 - EmbeddedStack
+def _new_views_with_history(stack) -> list[str]:
     """Views starting their first batch over files that already landed (a backfill)."""
     from lakeview.ops.runtime import count_pending_files
 
@@ -184,7 +185,7 @@ def serve(project: ProjectOption = Path(".")) -> None:
         history.stop()
 
 
-def console_url(config) -> str:  # noqa: ANN001 - ProjectConfig
+def console_url(config) -> str:
     """Where the running process serves the console."""
     return config.catalog_uri.removesuffix("/iceberg") + "/ui/"
 
@@ -263,7 +264,7 @@ def query(
     sql: Annotated[str, typer.Argument(help="SQL for DuckDB; views are lake.<namespace>.<view>.")],
     project: ProjectOption = Path("."),
     engine: Annotated[str, typer.Option(help="duckdb, or trino (needs --server).")] = "duckdb",
-    server: Annotated[Optional[str], typer.Option(help="Trino server URL for --engine trino, e.g. http://HOST:8080.")] = None,
+    server: Annotated[str | None, typer.Option(help="Trino server URL for --engine trino, e.g. http://HOST:8080.")] = None,
     catalog: Annotated[str, typer.Option(help="Trino catalog for --engine trino (see `lakeview trino-config`).")] = "lakeview",
 ) -> None:
     """Run SQL in DuckDB with the Lakeview catalog attached over REST as `lake`.
@@ -416,9 +417,7 @@ def demo(
         raise typer.Exit(1)
 
 
-from lakeview.cli.discovery import add_commands as _add_discovery_commands
-
-_add_discovery_commands(app)  # register, unregister, prune, trino-config
+add_discovery_commands(app)  # register, unregister, prune, trino-config
 
 
 def _stop_event() -> threading.Event:
@@ -433,7 +432,7 @@ def _stop_event() -> threading.Event:
     return stop
 
 
-def main(argv: Optional[list[str]] = None) -> None:
+def main(argv: list[str] | None = None) -> None:
     try:
         app(args=argv, standalone_mode=False)
     except LakeviewError as exc:

@@ -8,7 +8,7 @@ the snapshot even while more files keep landing.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -275,5 +275,5 @@ def _normal(value: object) -> object:
     if isinstance(value, datetime) and value.tzinfo is not None:
         # Spark's TIMESTAMP is an instant (stored as timestamptz; the session runs in UTC),
         # a recompute over naive source timestamps gives wall-clock UTC: compare as UTC.
-        return value.astimezone(timezone.utc).replace(tzinfo=None)
+        return value.astimezone(UTC).replace(tzinfo=None)
     return value

@@ -22,7 +22,7 @@ import sqlite3
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
-from datetime import date, datetime, timezone
+from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
 
@@ -136,9 +136,9 @@ def _check(value: Any, dtype: exp.DataType) -> tuple[Any, str | None]:
         if moment is None:
             return None, f"{value!r} is not an ISO-8601 timestamp like 2026-01-01T12:00:00Z"
         if moment.tzinfo is None:
-            moment = moment.replace(tzinfo=timezone.utc)  # naive means UTC, as Spark's session time zone here
+            moment = moment.replace(tzinfo=UTC)  # naive means UTC, as Spark's session time zone here
         # Spark's JSON reader parses yyyy-MM-dd'T'HH:mm:ss[.SSS][XXX]: milliseconds at most.
-        return moment.astimezone(timezone.utc).isoformat(timespec="milliseconds"), None
+        return moment.astimezone(UTC).isoformat(timespec="milliseconds"), None
     if kind == T.DATE:
         try:
             return date.fromisoformat(value).isoformat(), None

@@ -209,7 +209,7 @@ def applied_changes(con, checkpoint, files: list, changes_of: Callable[[list], s
     for batch in _batches(checkpoint, files):
         mark = None if high is None else high - wm.delay_us
 
-        def late(row: dict) -> bool:
+        def late(row: dict, mark: int | None = mark) -> bool:
             return mark is not None and row["__lv_t"] is not None and row["__lv_t"] < mark
 
         consumed = []

@@ -155,9 +155,7 @@ def rewrite(tree: exp.Select, at: Callable[[exp.Expression, str, str], str]) -> 
             raise UnsupportedSQLError(at(node, f"window bounds in {clause.upper()} are not supported", "filter the event-time column"))
     tree = tree.copy()
     for node in list(tree.walk()):
-        if isinstance(node, exp.Dot) and _is_call(node.this) and node.name.lower() in ("start", "end"):
-            node.replace(exp.column(START if node.name.lower() == "start" else END))
-        elif isinstance(node, exp.Column) and node.table.lower() == "window" and node.name.lower() in ("start", "end"):
+        if isinstance(node, exp.Dot) and _is_call(node.this) and node.name.lower() in ("start", "end") or isinstance(node, exp.Column) and node.table.lower() == "window" and node.name.lower() in ("start", "end"):
             node.replace(exp.column(START if node.name.lower() == "start" else END))
     selected = {(i.this if isinstance(i, exp.Alias) else i).name for i in tree.expressions
                 if isinstance(i.this if isinstance(i, exp.Alias) else i, exp.Column)}

@@ -40,7 +40,7 @@ def maintain_view(
     return maintain_iceberg(writer, policy, file_io_properties(project), progress, compact=compact)  # type: ignore[arg-type]
 
 
-def _prune_changes(project: ProjectConfig, view: str, writer, progress: Progress | None) -> None:  # noqa: ANN001
+def _prune_changes(project: ProjectConfig, view: str, writer, progress: Progress | None) -> None:
     """Delete the change files (views over views) that the readers of ``view`` have consumed."""
     from spark_jobs.sources.view_changes import ChangePublisher
 

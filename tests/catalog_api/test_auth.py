@@ -10,6 +10,7 @@ from pathlib import Path
 import httpx
 import pyarrow as pa
 import pytest
+from pyiceberg.exceptions import ForbiddenError
 
 from catalog_api.auth.access import Privilege
 from catalog_api.auth.authenticator import Authenticator, Client, hash_secret
@@ -119,7 +120,7 @@ def test_pyiceberg_and_duckdb_with_client_credentials(secured: CatalogServer) ->
     )
     assert ("orders",) in {(row[2],) for row in con.sql("SHOW ALL TABLES").fetchall() if row[0] == "lake"}
     assert con.sql("SELECT sum(id) FROM lake.sales.orders").fetchone() == (6,)
-    with pytest.raises(Exception):  # the reader cannot write
+    with pytest.raises(ForbiddenError):  # the reader cannot write
         catalog("reader").drop_table("sales.orders")
 
 

@@ -18,7 +18,7 @@ from spark_jobs.session import spark_catalog_conf
 SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string())])
 
 
-def ids(table) -> list[int]:  # noqa: ANN001
+def ids(table) -> list[int]:
     return sorted(table.scan().to_arrow().column("id").to_pylist())
 
 
@@ -104,16 +104,16 @@ def test_spark_and_pyiceberg_read_each_other(spark, rest_catalog, catalog_server
 class RequestLog:
     """ASGI middleware that records each request line (to see which endpoints a client used)."""
 
-    def __init__(self, app, lines: list[str]) -> None:  # noqa: ANN001
+    def __init__(self, app, lines: list[str]) -> None:
         self.app, self.lines = app, lines
 
-    async def __call__(self, scope, receive, send) -> None:  # noqa: ANN001
+    async def __call__(self, scope, receive, send) -> None:
         if scope["type"] == "http":
             self.lines.append(f"{scope['method']} {scope['path']}")
         await self.app(scope, receive, send)
 
 
-def test_duckdb_multi_table_write_is_one_transaction_commit(tmp_path) -> None:  # noqa: ANN001
+def test_duckdb_multi_table_write_is_one_transaction_commit(tmp_path) -> None:
     import httpx
     from starlette.middleware import Middleware
 

@@ -73,7 +73,7 @@ def test_threads_race_one_winner_per_round(any_catalog: CatalogServer, unique_na
             barrier = threading.Barrier(threads)
             statuses: dict[int, int] = {}
 
-            def commit(i: int) -> None:
+            def commit(i: int, round_=round_, barrier=barrier, statuses=statuses, parent=parent, sequence=sequence) -> None:
                 snapshot_id = 1000 * (round_ + 1) + i
                 barrier.wait()
                 statuses[snapshot_id] = client.post(url, json=append_snapshot_body(parent, snapshot_id, location, sequence)).status_code
@@ -88,7 +88,7 @@ def test_threads_race_one_winner_per_round(any_catalog: CatalogServer, unique_na
         assert main_chain(client.get(url).json()["metadata"]) == winners[::-1]
 
 
-def _append_with_retries(url: str, warehouse: str, namespace: str, worker: int, count: int, queue) -> None:  # noqa: ANN001
+def _append_with_retries(url: str, warehouse: str, namespace: str, worker: int, count: int, queue) -> None:
     """A separate process: ``count`` appends to one table, reloading and retrying on conflict."""
     from pyiceberg.table import CommitTableRequest
 

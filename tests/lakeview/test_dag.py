@@ -134,7 +134,7 @@ def test_consumed_files_are_those_of_committed_batches(tmp_path: Path) -> None:
     (checkpoint / "offsets").mkdir()
     (checkpoint / "commits").mkdir()
     for batch in range(3):
-        (checkpoint / "offsets" / str(batch)).write_text('v1\n{}\n{"logOffset":%d}\n' % batch)
+        (checkpoint / "offsets" / str(batch)).write_text(f'v1\n{{}}\n{{"logOffset":{batch}}}\n')
     (checkpoint / "commits" / "0").write_text("v1\n{}\n")
     (checkpoint / "commits" / "1").write_text("v1\n{}\n")
     assert consumed_files(project, "product_sales") == {str(files[0].resolve()), str(files[1].resolve())}

@@ -23,7 +23,7 @@ from tests.lakeview.duck_batch import duck, latest_changes
 from tests.lakeview.memory_writer import MemoryWriter
 from tests.lakeview.test_ivm_changes import FEED, apply_python, run_epoch
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 T0 = dt.datetime(2026, 1, 1, tzinfo=UTC)
 MINUTE = 60_000_000
 SCHEMA = pa.schema([("id", pa.int64()), ("k", pa.int64()), ("x", pa.int64()), ("ts", pa.timestamp("us", tz="UTC")),
@@ -67,7 +67,7 @@ def change_rows(changes: list[tuple], seq: int) -> list[dict]:
     ]
 
 
-def assert_epoch_held(m, name: str, batches: list[list[dict]], number: int, applied: int | None, late_total: int) -> None:  # noqa: ANN001
+def assert_epoch_held(m, name: str, batches: list[list[dict]], number: int, applied: int | None, late_total: int) -> None:
     """After epoch ``number``: the view equals the reference over the rows the watermark rule
     holds, the late count agrees, and no closed window (end <= ``applied``) keeps state."""
     held, late = held_rows(batches, delay_us(DELAY), PASSES[name])
@@ -398,7 +398,7 @@ def held_rows(batches: list[list[dict]], delay: int, passes) -> tuple[list[dict]
     for rows in batches:
         mark = None if high is None else high - delay
 
-        def is_late(row: dict) -> bool:
+        def is_late(row: dict, mark: int | None = mark) -> bool:
             return mark is not None and row["ts"] is not None and _us(row["ts"]) < mark
 
         newest = {r["id"]: r for r in sorted(rows, key=lambda r: r["seq"])}

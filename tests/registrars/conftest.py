@@ -47,7 +47,7 @@ class MotoServer:
                 return self
             except OSError:
                 if self.process.poll() is not None:
-                    raise RuntimeError(f"moto_server exited with {self.process.returncode}")
+                    raise RuntimeError(f"moto_server exited with {self.process.returncode}") from None
                 time.sleep(0.05)
         raise RuntimeError("moto_server did not start within 30 s")
 

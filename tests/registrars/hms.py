@@ -60,7 +60,7 @@ class HiveMetastore:
         if java is None:
             raise RuntimeError("java is not on PATH (HMS needs Java 17)")
         conf = self.write_site()
-        log = open(self.root / "hms.log", "wb")
+        log = open(self.root / "hms.log", "wb")  # noqa: SIM115 - the metastore writes it for as long as it runs
         self.process = subprocess.Popen(
             [
                 java,
@@ -120,7 +120,7 @@ def _pipe(source: socket.socket, sink: socket.socket) -> None:
                 pass
 
 
-def relay(listener: socket.socket, connect) -> None:  # noqa: ANN001 - () -> socket
+def relay(listener: socket.socket, connect) -> None:
     """Accept on ``listener`` forever; pipe each connection to a new ``connect()`` both ways."""
     while True:
         try:

@@ -42,7 +42,7 @@ def test_iceberg_version_hint_follows_every_commit(view_project, rest_catalog, u
     spark.conf.set("spark.sql.catalog.lv_paths", "org.apache.iceberg.spark.SparkCatalog")
     spark.conf.set("spark.sql.catalog.lv_paths.type", "hadoop")
     spark.conf.set("spark.sql.catalog.lv_paths.warehouse", str(warehouse))
-    spark.sql("REFRESH TABLE lv_paths.`{}`.`{}`".format(table_dir.parent.name, unique_name))
+    spark.sql(f"REFRESH TABLE lv_paths.`{table_dir.parent.name}`.`{unique_name}`")
     got = spark.sql(f"SELECT product_id, total_sold, label FROM lv_paths.`{table_dir.parent.name}`.`{unique_name}`").collect()
     assert sorted((r[0], r[1], r[2]) for r in got) == expected
 

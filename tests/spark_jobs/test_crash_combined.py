@@ -42,7 +42,7 @@ def orders_project(tmp_path: Path, views: dict) -> ProjectConfig:
     return write_project(tmp_path, {"orders": {"format": "json", "path": "landing", "schema": SCHEMA, "changes": FEED}}, views)
 
 
-def land_and_refresh(spark, project: ProjectConfig, number: int, views: list[str]) -> None:  # noqa: ANN001
+def land_and_refresh(spark, project: ProjectConfig, number: int, views: list[str]) -> None:
     """Batch ``number`` of test_view_dag's BATCHES landed, then ``views`` refreshed in this process."""
     land(project.source_path("orders"), f"{number:03d}.json", BATCHES[number])
     refresh_in_process(spark, project, views)

@@ -40,7 +40,7 @@ def views_of(prefix: str) -> tuple[tuple[str, str, str], dict]:
     return (lines, sales, big), views
 
 
-def kept_tables(pipeline) -> list[IcebergWriter]:  # noqa: ANN001 - a ViewPipeline
+def kept_tables(pipeline) -> list[IcebergWriter]:
     maintainer = pipeline.maintainer
     return [w for w in [pipeline.writer, *maintainer.state, maintainer.mirror] if w is not None]
 

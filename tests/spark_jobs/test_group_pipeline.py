@@ -76,7 +76,7 @@ class JoiningReader:
         try:
             while not self.done.is_set():
                 self.observe()
-        except Exception as exc:  # noqa: BLE001 - reported by the test's assertion
+        except Exception as exc:
             self.problems.append(f"reader failed: {exc!r}")
 
     def observe(self) -> None:

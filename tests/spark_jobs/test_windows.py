@@ -5,7 +5,7 @@ verify`'s recompute, closed windows' state rows are gone while their view rows s
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from catalog_api.ops import view_tables as tables
 from catalog_api.ops.status import view_statuses
@@ -16,7 +16,7 @@ from spark_jobs.sources.quarantine import quarantined_rows
 from tests.spark_jobs.test_changes import FEED, change, land
 from tests.spark_jobs.test_pipeline import read_view, start
 
-T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
 SCHEMA = "event_id BIGINT, product_id BIGINT, amount DOUBLE, ts TIMESTAMP"
 TUMBLING = """
 SELECT window(ts, '10 minutes').start AS window_start, window(ts, '10 minutes').end AS window_end, product_id,
@@ -200,7 +200,7 @@ CHANGE_EPOCHS = [
 ]
 
 
-def run_window_epochs(spark, catalog_server: CatalogServer, project, view: str, source: str, epochs: list[list[str]]):  # noqa: ANN001, ANN201
+def run_window_epochs(spark, catalog_server: CatalogServer, project, view: str, source: str, epochs: list[list[str]]):
     """Land each epoch's lines into ``source``, let the view's query take them, check the view
     against ``verify`` after every epoch; (the pipeline, the view's windows after each epoch)."""
     landing = project.source_path(source)

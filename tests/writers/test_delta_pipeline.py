@@ -10,11 +10,11 @@ from lakeview.cli.main import main
 from lakeview.ivm import oracle
 from spark_jobs.pipeline import ViewPipeline
 from tests.conftest import SALES_SQL
+from writers.delta.writer import DeltaWriter
 from writers.registry import make_writer, state_writer_factory
 
 # AVG needs state tables (sums and counts per group): for a Delta view they are Delta tables too.
 SQL = SALES_SQL.replace("COUNT(*) AS orders", "COUNT(*) AS orders, AVG(quantity) AS avg_quantity")
-from writers.delta.writer import DeltaWriter
 
 
 def test_spark_pipeline_keeps_a_delta_view_equal_to_the_recompute(spark, catalog_server, make_project, unique_name: str, capsys) -> None:

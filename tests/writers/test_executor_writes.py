@@ -51,7 +51,7 @@ def newest_summary(project: ProjectConfig, view: str) -> dict[str, str]:
     return dict(snapshot.summary.additional_properties)
 
 
-def read_duckdb(project: ProjectConfig, view: str, catalog_uri: str):  # noqa: ANN201 - pyarrow Table
+def read_duckdb(project: ProjectConfig, view: str, catalog_uri: str):
     con = connect("avro", "httpfs", "iceberg", "delta")
     if project.is_s3:
         con.execute(project.lake.s3.duckdb_secret_sql())

@@ -44,7 +44,7 @@ def test_grouped_views_commit_atomically_with_one_frontier(rest_catalog, catalog
     def reader() -> None:
         try:
             read_pinned_joins()
-        except Exception as exc:  # noqa: BLE001 - reported by the assertion
+        except Exception as exc:
             problems.append(repr(exc))
 
     def read_pinned_joins() -> None:

@@ -60,7 +60,7 @@ def pyiceberg_rows(writer: IcebergWriter, snapshot_id: int | None = None) -> dic
     return as_dict([(r["k"], r["total"]) for r in table.to_pylist()])
 
 
-def duckdb_rows(lake: IcebergLake, writer: IcebergWriter, snapshot_id: int | None = None, con=None) -> dict[Any, int]:  # noqa: ANN001
+def duckdb_rows(lake: IcebergLake, writer: IcebergWriter, snapshot_id: int | None = None, con=None) -> dict[Any, int]:
     if con is None:
         return as_dict([tuple(r) for r in lake.read_duckdb(writer, snapshot_id)])
     # one attached connection across commits: each query must see the catalog's current snapshot
@@ -85,7 +85,7 @@ def live_files(writer: IcebergWriter) -> tuple[list[str], list[str]]:
     return sorted(f.file_path for f in live.data), sorted(f.file_path for f in live.delete_files)
 
 
-def summary(snapshot) -> dict[str, str]:  # noqa: ANN001
+def summary(snapshot) -> dict[str, str]:
     return {"operation": snapshot.summary.operation.value, **snapshot.summary.additional_properties}
 
 
@@ -258,7 +258,7 @@ class FoldAfterStaging(IcebergWriter):
         self.lake = lake
         self.staged = 0
 
-    def stage(self, table, epoch, change):  # noqa: ANN001, ANN201
+    def stage(self, table, epoch, change):
         staged = super().stage(table, epoch, change)
         self.staged += 1
         if self.staged == 1:

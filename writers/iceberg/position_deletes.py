@@ -169,7 +169,7 @@ class RowDelta(_SnapshotProducer["RowDelta"]):
             written.append(writer.to_manifest_file())
         return written + kept
 
-    def _writer(self, deletes: bool, spec_id: int):  # noqa: ANN202 - a ManifestWriter
+    def _writer(self, deletes: bool, spec_id: int):
         if not deletes:
             return self.new_manifest_writer(self.spec(spec_id))
         return _DeleteManifestWriter(self.spec(spec_id), self.schema(), self.new_manifest_output(), self._snapshot_id, self._compression)
