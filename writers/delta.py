@@ -21,7 +21,7 @@ from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import CommitFailedError, DeltaError, DeltaProtocolError, SchemaMismatchError, TableNotFoundError
 
 from lakeview.errors import CommitConflictError, WriterError
-from writers.arrow_ops import rows_with_keys, rows_without_keys
+from writers.arrow_ops import plain_schema, plain_types, rows_with_keys, rows_without_keys
 from writers.base import Change, CommitRecord, Epoch, SnapshotWriter, backoff_s
 from writers.staged_files import WrittenFile, append_delta_files
 
@@ -130,8 +130,12 @@ class DeltaWriter(SnapshotWriter):
     def lookup(self, keys: pa.Table) -> pa.Table:
         table = self.table()
         key = tuple(keys.column_names)
-        stored = table.to_pyarrow_dataset().to_table(filter=_key_filter(keys, key))
-        return rows_with_keys(stored, keys, key)
+        dataset = table.to_pyarrow_dataset()
+        schema = plain_schema(dataset.schema)
+        if key:  # e.g. Spark's session time zone -> the table's UTC (a table of no columns would lose its row count)
+            keys = keys.cast(pa.schema([schema.field(k) for k in key]))
+        stored = dataset.to_table(filter=_key_filter(keys, key, dataset.schema))
+        return rows_with_keys(plain_types(stored, schema), keys, key)
 
     def commit(self, epoch: Epoch, change: Change) -> CommitRecord | None:
         return self._commit_retrying(epoch, lambda table: None if change.is_empty else self._commit_once(table, epoch, change))
@@ -250,13 +254,17 @@ def _replace_source(rows: pa.Table, change: Change, schema: pa.Schema) -> pa.Tab
     return pa.concat_tables([deletes, rows.append_column(OP, pa.array(["i"] * rows.num_rows, pa.string()))])
 
 
-def _key_filter(keys: pa.Table, key: tuple[str, ...]) -> pc.Expression:
+def _key_filter(keys: pa.Table, key: tuple[str, ...], schema: pa.Schema) -> pc.Expression:
     """A pyarrow filter matching at least every row with one of ``keys`` (maybe more)."""
     expression = pc.scalar(True)
     for name in key:
         values = keys.column(name).unique()
         present = pc.drop_null(values)
-        term = pc.field(name).isin(present)
+        # Cast, so pyarrow does not simplify the filter against each file's guarantee built from
+        # the Delta log's statistics: after a MERGE those are string_view for strings (which
+        # fails: no `greater_equal` kernel for string and string_view) and lossy for wide
+        # decimals (which silently drops stored rows). Row-level filtering is always right.
+        term = pc.field(name).cast(schema.field(name).type).isin(present)
         if len(present) < len(values):
             term = term | pc.field(name).is_null()
         expression = expression & term
