@@ -20,9 +20,10 @@ import pyarrow.compute as pc
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import CommitFailedError, DeltaError, DeltaProtocolError, SchemaMismatchError, TableNotFoundError
 
-from lakeview.errors import CommitConflictError, WriterError
+from lakeview.errors import CommitConflictError, StorageError, WriterError
+from lakeview.retrying import retry_transient
 from writers.arrow_ops import plain_schema, plain_types, rows_with_keys, rows_without_keys
-from writers.base import Change, CommitRecord, Epoch, SnapshotWriter, backoff_s
+from writers.base import Change, CommitRecord, Epoch, SnapshotWriter
 from writers.staged_files import WrittenFile, append_delta_files
 
 log = logging.getLogger("lakeview.writers.delta")
@@ -145,7 +146,7 @@ class DeltaWriter(SnapshotWriter):
         return self._commit_retrying(epoch, lambda table: self._record(append_delta_files(table, epoch, files)) if files else None)
 
     def _commit_retrying(self, epoch: Epoch, once: Callable[[DeltaTable], CommitRecord | None]) -> CommitRecord | None:
-        for attempt in range(1, MAX_ATTEMPTS + 1):
+        def attempt() -> CommitRecord | None:
             try:
                 table = self.table()
                 done = table.transaction_version(epoch.view)
@@ -154,19 +155,20 @@ class DeltaWriter(SnapshotWriter):
                     return None
                 return once(table)
             except CommitFailedError as exc:
-                self._current = None
-                log.warning("%s: commit of epoch %s lost a race (attempt %s): %s", epoch.view, epoch.number, attempt, exc)
+                raise CommitConflictError(f"{epoch.view}: epoch {epoch.number} lost a commit race: {exc}") from exc
             except (SchemaMismatchError, DeltaProtocolError) as exc:
                 raise WriterError(f"{epoch.view}: epoch {epoch.number} does not fit the table: {exc}") from exc
             except (OSError, DeltaError) as exc:
                 # A storage error before the log entry was written leaves the table as it was;
                 # after it, the app transaction makes the retry a no-op.
-                self._current = None
-                log.warning("%s: commit of epoch %s failed (attempt %s): %s", epoch.view, epoch.number, attempt, exc)
-                if attempt == MAX_ATTEMPTS:
-                    raise WriterError(f"{epoch.view}: epoch {epoch.number} failed {MAX_ATTEMPTS} times: {exc}") from exc
-            time.sleep(backoff_s(attempt))
-        raise CommitConflictError(f"{epoch.view}: epoch {epoch.number} lost {MAX_ATTEMPTS} commit races in a row")
+                raise StorageError(f"{epoch.view}: epoch {epoch.number} failed: {exc}") from exc
+
+        def before_retry(exc: BaseException, attempt: int) -> None:
+            self._current = None  # reload the log
+            if isinstance(exc, CommitConflictError):  # the runtime heartbeat counts these (COMMIT_RETRYING)
+                log.warning("%s: commit of epoch %s lost a race (attempt %s): %s", epoch.view, epoch.number, attempt, exc)
+
+        return retry_transient(attempt, what=f"{epoch.view}: commit of epoch {epoch.number}", attempts=MAX_ATTEMPTS, before_retry=before_retry)
 
     def _commit_once(self, table: DeltaTable, epoch: Epoch, change: Change) -> CommitRecord:
         schema = pa.schema(table.schema().to_arrow())

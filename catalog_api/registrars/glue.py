@@ -30,6 +30,7 @@ from catalog_api.registrars.base import (
     hive_columns,
 )
 from lakeview.errors import RegistrarConflictError, RegistrarError
+from lakeview.retrying import retry_transient
 
 log = logging.getLogger("lakeview.registrars.glue")
 MAX_ATTEMPTS = 5
@@ -72,14 +73,17 @@ class GlueRegistrar(Registrar):
     def _register(self, table: PublishedTable) -> None:
         with _mapped(table.qualified_name):
             self._ensure_database(table.namespace)
-            for attempt in range(1, MAX_ATTEMPTS + 1):
+            attempts = iter(range(1, MAX_ATTEMPTS + 1))
+
+            def attempt() -> None:
+                number = next(attempts)
                 current = self._get(table.namespace, table.name)
                 if current is None:
                     try:
                         self.glue.create_table(DatabaseName=table.namespace, TableInput=_table_input(table, None), **self._catalog)
                         return
-                    except self.glue.exceptions.AlreadyExistsException:
-                        continue  # created concurrently: re-read and decide again
+                    except self.glue.exceptions.AlreadyExistsException as exc:  # created concurrently: re-read and decide again
+                        raise RegistrarError(f"glue: {table.qualified_name}: created concurrently ({number} attempts)") from exc
                 if not self._needs_move(table, current):
                     return
                 try:
@@ -90,10 +94,11 @@ class GlueRegistrar(Registrar):
                         SkipArchive=True,
                         **self._catalog,
                     )
-                    return
                 except self.glue.exceptions.ConcurrentModificationException as exc:
-                    log.info("glue: %s changed under us (attempt %s): %s; re-reading", table.qualified_name, attempt, exc)
-            raise RegistrarError(f"glue: {table.qualified_name}: lost {MAX_ATTEMPTS} concurrent updates in a row")
+                    log.info("glue: %s changed under us (attempt %s): %s; re-reading", table.qualified_name, number, exc)
+                    raise RegistrarError(f"glue: {table.qualified_name}: lost {number} concurrent updates in a row") from exc
+
+            retry_transient(attempt, what=f"glue: register {table.qualified_name}", attempts=MAX_ATTEMPTS, first_s=0.05, max_s=1.0)
 
     def unregister(self, namespace: str, name: str) -> bool:
         with _mapped(f"{namespace}.{name}"):

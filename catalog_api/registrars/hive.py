@@ -36,6 +36,7 @@ from catalog_api.registrars.base import (
     hive_columns,
 )
 from lakeview.errors import RegistrarConflictError, RegistrarError
+from lakeview.retrying import retry_transient
 
 log = logging.getLogger("lakeview.registrars.hive")
 MAX_ATTEMPTS = 5
@@ -81,23 +82,27 @@ class HiveRegistrar(Registrar):
 
         with self._client(table.qualified_name) as client:
             self._ensure_database(client, table.namespace)
-            for attempt in range(1, MAX_ATTEMPTS + 1):
+            attempts = iter(range(1, MAX_ATTEMPTS + 1))
+
+            def attempt() -> None:
+                number = next(attempts)
                 current = _get(client, table.namespace, table.name)
                 if current is None:
                     try:
                         client.create_table(_hive_table(table, None))
                         return
-                    except AlreadyExistsException:
-                        continue
+                    except AlreadyExistsException as exc:  # created concurrently: re-read and decide again
+                        raise RegistrarError(f"hive: {table.qualified_name}: created concurrently ({number} attempts)") from exc
                 if not _needs_move(table, current):
                     return
                 client.alter_table(table.namespace, table.name, _hive_table(table, current))
                 after = _get(client, table.namespace, table.name)
                 if after is not None and (after.parameters or {}).get(METADATA_LOCATION) == table.metadata_location:
                     return
-                log.info("hive: %s moved by someone else while registering (attempt %s); re-reading", table.qualified_name, attempt)
-                time.sleep(0.05 * attempt)
-            raise RegistrarError(f"hive: {table.qualified_name}: lost {MAX_ATTEMPTS} concurrent updates in a row")
+                log.info("hive: %s moved by someone else while registering (attempt %s); re-reading", table.qualified_name, number)
+                raise RegistrarError(f"hive: {table.qualified_name}: lost {number} concurrent updates in a row")
+
+            retry_transient(attempt, what=f"hive: register {table.qualified_name}", attempts=MAX_ATTEMPTS, first_s=0.05, max_s=1.0)
 
     def unregister(self, namespace: str, name: str) -> bool:
         from hive_metastore.ttypes import NoSuchObjectException
