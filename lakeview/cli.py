@@ -430,7 +430,10 @@ def _stop_event() -> threading.Event:
 
 def main(argv: Optional[list[str]] = None) -> None:
     try:
-        app(args=argv, standalone_mode=False)
+        # Without standalone mode click returns a typer.Exit's code instead of exiting with it.
+        code = app(args=argv, standalone_mode=False)
+        if isinstance(code, int) and code:
+            sys.exit(code)
     except LakeviewError as exc:
         typer.echo(f"error: {exc}", err=True)
         sys.exit(2)

@@ -145,3 +145,45 @@ def main_exit(argv: list[str]) -> None:
         main(argv)
     except SystemExit as exc:
         assert exc.code in (0, None), f"lakeview {' '.join(argv)} exited {exc.code}"
+
+
+def test_up_exits_non_zero_when_every_view_failed_and_a_restart_resumes(tmp_path: Path, lake_dir: Path, unique_name: str) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from catalog_api.server import free_port
+
+    cli = [sys.executable, "-m", "lakeview.cli"]
+    view = f"{unique_name[:40]}_v"
+    project = _project(tmp_path, lake_dir, {view: "delta"})
+    port = free_port("127.0.0.1")
+    config = project.root / "lakeview.toml"
+    config.write_text(config.read_text().replace("port = 0", f"port = {port}"))
+    land_json(project.source_path("events"), "0.json", _batch(0))
+    env = {**os.environ, "LAKEVIEW_FAULT": f"error:{view}:0"}
+    first = subprocess.run([*cli, "up", "-p", str(config)], capture_output=True, text=True, env=env, timeout=300)
+    assert first.returncode == 1, first.stdout + first.stderr
+    assert f"view {view} FAILED at epoch 0" in first.stderr and "nothing can run" in first.stderr
+    out = subprocess.run([*cli, "status", "--json", "-p", str(config)], capture_output=True, text=True)
+    [status] = json.loads(out.stdout)
+    assert (status["state"], status["failed_epoch"]) == ("FAILED", 0) and "injected terminal error" in status["error"]
+    refused = subprocess.run([*cli, "resume", view, "--wait", "0", "-p", str(config)], capture_output=True, text=True)
+    assert refused.returncode == 1 and "no running `lakeview up` picked it up" in refused.stderr
+
+    env.pop("LAKEVIEW_FAULT")
+    second = subprocess.Popen([*cli, "up", "-p", str(config)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    try:
+        wait_for(lambda: _epoch(project, view) == 0, 180, "the restarted view's epoch 0")
+        second.send_signal(signal.SIGTERM)
+        output, _ = second.communicate(timeout=60)
+    finally:
+        if second.poll() is None:
+            second.kill()
+    assert second.returncode == 0 and "stopped." in output, output
+    assert parked(project, view) is None
+    comparison = oracle.compare(tables.read_rows(project, view), oracle.recompute(project, view, oracle.landed_files(project.source_path("events"))))
+    assert comparison.equal, comparison.describe()
+    not_failed = subprocess.run([*cli, "resume", view, "-p", str(config)], capture_output=True, text=True)
+    assert not_failed.returncode == 2 and "is not FAILED" in not_failed.stderr
