@@ -146,12 +146,8 @@ JOIN_BUG = pytest.mark.xfail(strict=True, reason="known bug: a join on 13 key co
                              "DuckDB 'Multiple matches for FieldRef.Name(w)' in the join's maintenance")
 
 
-DELTA_AGG_BUG = pytest.mark.xfail(strict=True, reason="known bug: after the deletes the Delta aggregate view keeps a retracted "
-                                  "row (group 0: COUNT 4, recompute 3); the same view in Iceberg is right")
-
-
 @pytest.mark.parametrize("fmt, role", [
-    ("iceberg", "group"), ("delta", "group"), ("iceberg", "agg"), pytest.param("delta", "agg", marks=DELTA_AGG_BUG),
+    ("iceberg", "group"), ("delta", "group"), ("iceberg", "agg"), ("delta", "agg"),
     pytest.param("iceberg", "join", marks=JOIN_BUG), pytest.param("delta", "join", marks=JOIN_BUG),
 ])
 def test_every_type_in_every_role_equals_the_recompute(typed_project, catalog_server, role: str, fmt: str) -> None:

@@ -257,18 +257,20 @@ def _replace_source(rows: pa.Table, change: Change, schema: pa.Schema) -> pa.Tab
 
 
 def _key_filter(keys: pa.Table, key: tuple[str, ...], schema: pa.Schema) -> pc.Expression:
-    """A pyarrow filter matching at least every row with one of ``keys`` (maybe more)."""
+    """A pyarrow filter matching at least every row with one of ``keys`` (maybe more): on the integer
+    key columns only. pyarrow prunes files by guarantees built from the Delta log's statistics,
+    which are wrong for other types: string_view bounds after a MERGE (no `greater_equal` kernel
+    for string and string_view), JSON-number bounds of wide decimals and of floats (NaN, inf), and
+    millisecond bounds of microsecond timestamps, all of which silently drop stored rows. The
+    exact, null-safe match is done after the read (rows_with_keys)."""
     expression = pc.scalar(True)
     for name in key:
+        if not pa.types.is_integer(schema.field(name).type):
+            continue
         values = keys.column(name).unique()
         present = pc.drop_null(values)
-        # Cast, so pyarrow does not simplify the filter against each file's guarantee built from
-        # the Delta log's statistics: after a MERGE those are string_view for strings (which
-        # fails: no `greater_equal` kernel for string and string_view) and lossy for wide
-        # decimals (which silently drops stored rows). Row-level filtering is always right.
-        term = pc.field(name).cast(schema.field(name).type).isin(present)
+        term = pc.field(name).isin(present)
         if len(present) < len(values):
             term = term | pc.field(name).is_null()
         expression = expression & term
     return expression
-
