@@ -27,7 +27,7 @@ from lakeview.errors import TerminalError, TransientError
 ENV = "LAKEVIEW_FAULT"
 ERROR_KINDS = ("error", "transient")
 current_epoch: int | None = None
-_transient_raised: dict[tuple[str, int], int] = {}  # (query, epoch) -> transient faults raised so far
+transient_raised: dict[tuple[str, int], int] = {}  # (query, epoch) -> transient faults raised so far
 
 
 class InjectedFaultError(TerminalError):
@@ -59,9 +59,9 @@ def raise_point(query_name: str, epoch: int) -> None:
             continue
         if kind == "error":
             raise InjectedFaultError(f"{view}: injected terminal error at epoch {epoch}")
-        raised = _transient_raised.get((query_name, epoch), 0)
+        raised = transient_raised.get((query_name, epoch), 0)
         if raised < int(times or 1):
-            _transient_raised[(query_name, epoch)] = raised + 1
+            transient_raised[(query_name, epoch)] = raised + 1
             raise InjectedTransientFaultError(f"{view}: injected transient error {raised + 1} at epoch {epoch}")
 
 

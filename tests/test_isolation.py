@@ -187,3 +187,29 @@ def test_up_exits_non_zero_when_every_view_failed_and_a_restart_resumes(tmp_path
     assert comparison.equal, comparison.describe()
     not_failed = subprocess.run([*cli, "resume", view, "-p", str(config)], capture_output=True, text=True)
     assert not_failed.returncode == 2 and "is not FAILED" in not_failed.stderr
+
+
+def test_a_transient_error_is_retried_and_the_epoch_applied_once(spark, catalog_server, lake_dir: Path, tmp_path: Path,
+                                                                 unique_name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from lakeview.embedded import make_writer, state_writer_factory
+    from spark_jobs.pipeline import ViewPipeline
+
+    view = f"{unique_name[:40]}_v"
+    project = _project(tmp_path, lake_dir, {view: "delta"})
+    monkeypatch.setenv("LAKEVIEW_FAULT", f"transient:{view}:1:2")  # epoch 1 fails twice, then passes
+    pipeline = ViewPipeline(spark, project, view, make_writer(project, view, catalog_server.uri), state_writer=state_writer_factory(project, view))
+    pipeline.prepare()
+    query = pipeline.start()
+    try:
+        for i in range(2):
+            land_json(project.source_path("events"), f"{i}.json", _batch(i))
+            query.processAllAvailable()
+    finally:
+        query.stop()
+    from spark_jobs import faults
+
+    assert faults.transient_raised[(f"lakeview_{view}", 1)] == 2, "the injected transient error was raised twice"
+    assert query.exception() is None and parked(project, view) is None
+    assert [c.epoch for c in reversed(tables.commit_history(project, view))] == [0, 1]
+    comparison = oracle.compare(tables.read_rows(project, view), oracle.recompute(project, view, oracle.landed_files(project.source_path("events"))))
+    assert comparison.equal, comparison.describe()
