@@ -50,8 +50,10 @@ class ViewSupervisor:
         from spark_jobs.epoch_guard import failure_of
 
         for view, query in list(self.stack.queries.items()):
-            if self._stop.is_set() or view not in self.stack.queries:
+            if self._stop.is_set():
                 return
+            if view not in self.stack.queries:  # parked with its group a moment ago
+                continue
             try:
                 if query.isActive:
                     continue
