@@ -95,6 +95,10 @@ class WriterError(LakeviewError):
     """A snapshot writer failed to commit an epoch."""
 
 
+class StorageError(WriterError, TransientError):
+    """A table's storage (a file system, S3) or its catalog failed mid-commit; the epoch is retried."""
+
+
 class RegistrarError(TransientError):
     """A registrar (Glue, Hive Metastore, filesystem) could not publish a view's pointer; retried."""
 

@@ -6,6 +6,11 @@ tables committed and the view's data files written, before the catalog commit of
 snapshot; Delta: state tables committed, before the view writer's commit), ``files_written`` (a large append's data files written by the executors, before
 their commit), ``before_publish`` (every table committed, before the epoch's change is published for
 the views reading this one), ``after_commit`` (every table committed, before Spark records the batch as done).
+
+Errors instead of kills (failure isolation tests): ``LAKEVIEW_FAULT=error:<view>:<epoch>`` makes that
+view's epoch raise a terminal :class:`InjectedFaultError` every time it runs (until the variable is
+changed); ``LAKEVIEW_FAULT=transient:<view>:<epoch>:<n>`` makes its first ``n`` runs raise a
+transient one. Several faults: separated by commas.
 """
 
 from __future__ import annotations
@@ -17,16 +22,47 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from spark_jobs.pipeline import ViewPipeline
 
+from lakeview.errors import TerminalError, TransientError
+
 ENV = "LAKEVIEW_FAULT"
+ERROR_KINDS = ("error", "transient")
 current_epoch: int | None = None
+transient_raised: dict[tuple[str, int], int] = {}  # (query, epoch) -> transient faults raised so far
+
+
+class InjectedFaultError(TerminalError):
+    """A terminal error injected by ``LAKEVIEW_FAULT=error:<view>:<epoch>``."""
+
+
+class InjectedTransientFaultError(TransientError):
+    """A transient error injected by ``LAKEVIEW_FAULT=transient:<view>:<epoch>:<n>``."""
 
 
 def _configured() -> tuple[str, int] | None:
     value = os.environ.get(ENV)
-    if not value:
+    if not value or value.partition(":")[0] in ERROR_KINDS:
         return None
     point, _, epoch = value.partition(":")
     return point, int(epoch or 0)
+
+
+def raise_point(query_name: str, epoch: int) -> None:
+    """Raise the error ``LAKEVIEW_FAULT`` injects into this query's (``lakeview_<view>`` or
+    ``lakeview_group_<group>``) epoch, if any."""
+    for fault in filter(None, os.environ.get(ENV, "").split(",")):
+        kind, _, rest = fault.partition(":")
+        if kind not in ERROR_KINDS:
+            continue
+        view, _, rest = rest.partition(":")
+        at, _, times = rest.partition(":")
+        if query_name not in (f"lakeview_{view}", f"lakeview_group_{view}") or int(at or -1) != epoch:
+            continue
+        if kind == "error":
+            raise InjectedFaultError(f"{view}: injected terminal error at epoch {epoch}")
+        raised = transient_raised.get((query_name, epoch), 0)
+        if raised < int(times or 1):
+            transient_raised[(query_name, epoch)] = raised + 1
+            raise InjectedTransientFaultError(f"{view}: injected transient error {raised + 1} at epoch {epoch}")
 
 
 def point(name: str, epoch: int | None) -> None:

@@ -52,7 +52,9 @@ def start_query(
 ) -> StreamingQuery:
     """Start ``stream``'s query, ``process`` per batch (``available_now`` or a manual cadence:
     what has landed, then stop)."""
-    writer = stream.writeStream.queryName(name).option("checkpointLocation", str(checkpoint)).foreachBatch(process)
+    from spark_jobs.epoch_guard import guarded  # transient errors retried, the final one noted for supervision
+
+    writer = stream.writeStream.queryName(name).option("checkpointLocation", str(checkpoint)).foreachBatch(guarded(name, process))
     if available_now or cadence.is_manual:
         writer = writer.trigger(availableNow=True)
     else:

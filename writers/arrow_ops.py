@@ -59,3 +59,31 @@ def with_positions(rows: pa.Table, column: str) -> pa.Table:
 def _hashable_alike(left: pa.DataType, right: pa.DataType) -> bool:
     """Same integer or string type on both sides (no float NaN or cast questions)."""
     return left == right and (pa.types.is_integer(left) or pa.types.is_string(left) or pa.types.is_large_string(left))
+
+
+def plain_type(t: pa.DataType) -> pa.DataType:
+    """``t`` with view and large string/binary types (as delta-rs and DataFusion read them) as the
+    plain ones every other part of Lakeview uses, nested types included."""
+    if pa.types.is_string_view(t) or pa.types.is_large_string(t):
+        return pa.string()
+    if pa.types.is_binary_view(t) or pa.types.is_large_binary(t):
+        return pa.binary()
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_list_view(t):
+        return pa.list_(t.value_field.with_type(plain_type(t.value_type)))
+    if pa.types.is_struct(t):
+        return pa.struct([t.field(i).with_type(plain_type(t.field(i).type)) for i in range(t.num_fields)])
+    if pa.types.is_map(t):
+        return pa.map_(plain_type(t.key_type), t.item_field.with_type(plain_type(t.item_type)))
+    return t
+
+
+def plain_schema(schema: pa.Schema) -> pa.Schema:
+    """``schema`` with :func:`plain_type` applied to every field (metadata kept)."""
+    return pa.schema([f.with_type(plain_type(f.type)) for f in schema], metadata=schema.metadata)
+
+
+def plain_types(rows: pa.Table, schema: pa.Schema | None = None) -> pa.Table:
+    """``rows`` cast to plain types (``schema``: the plain schema, when already computed)."""
+    target = plain_schema(rows.schema) if schema is None else schema
+    return rows if rows.schema.equals(target) else rows.cast(target)
+

@@ -97,8 +97,14 @@ class ViewCollector:
         rows_in = CounterMetricFamily("lakeview_view_rows_in", "Source rows read, over the retained history.", labels=["view"])
         rows_out = CounterMetricFamily("lakeview_view_rows_out", "View rows written, over the retained history.", labels=["view"])
         quarantined = CounterMetricFamily("lakeview_view_rows_quarantined", "Malformed source rows set aside.", labels=["view"])
+        state = GaugeMetricFamily("lakeview_view_state", "1 for the view's state (FAILED: parked after an error), 0 for the others.", labels=["view", "state"])
+        failed_epoch = GaugeMetricFamily("lakeview_view_failed_epoch", "The epoch a FAILED view stopped at.", labels=["view"])
         for s in view_statuses(self.project, self.store):
             labels = [s.view]
+            for name in VIEW_STATES:
+                state.add_metric([s.view, name], 1.0 if view_state(s.state) == name else 0.0)
+            if s.failed_epoch is not None:
+                failed_epoch.add_metric(labels, s.failed_epoch)
             if s.freshness_lag_ms is not None:
                 lag.add_metric(labels, s.freshness_lag_ms / 1000)
             if s.target_lag_ms is not None:
@@ -116,7 +122,19 @@ class ViewCollector:
             rows_in.add_metric(labels, s.rows_in_total)
             rows_out.add_metric(labels, s.rows_out_total)
             quarantined.add_metric(labels, s.rows_quarantined)
-        yield from (lag, target, slo, degraded, running, pending, achieved, commits, rows_in, rows_out, quarantined)
+        yield from (lag, target, slo, degraded, running, pending, achieved, commits, rows_in, rows_out, quarantined, state, failed_epoch)
+
+
+VIEW_STATES = ("NOT_CREATED", "CREATED", "COMMITTED", "FAILED")
+
+
+def view_state(status_state: str) -> str:
+    """The bounded label of a status ``state`` (its text may carry a hint such as "(run `lakeview up`)")."""
+    if status_state == "FAILED":
+        return "FAILED"
+    if status_state.startswith("not created"):
+        return "NOT_CREATED"
+    return "COMMITTED" if status_state == "committed" else "CREATED"
 
 
 def metrics_route(project: ProjectConfig | None, store: Any) -> Route:

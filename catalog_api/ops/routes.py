@@ -1,7 +1,9 @@
 """Lakeview's own routes next to the Iceberg catalog, under ``/lakeview/v1``:
 
 - ``GET /lakeview/v1/views``: every view's status and freshness (as ``lakeview status --json``);
-- ``GET /lakeview/v1/views/{name}``: one view;
+- ``GET /lakeview/v1/views/{name}``: one view (a parked one: ``state`` "FAILED", ``error``, ``failed_epoch``);
+- ``POST /lakeview/v1/views/{name}/resume``: ask the process running the views to restart a FAILED
+  view from its last committed epoch (202; lakeview/parking.py);
 - ``POST /lakeview/v1/sources/{name}/rows``: land rows into a ``format = "ingest"`` source
   (JSON array or NDJSON; ``Idempotency-Key`` makes a retry a no-op).
 
@@ -75,6 +77,21 @@ def lakeview_routes(project: ProjectConfig, store: Any) -> list[BaseRoute]:
             return from_exception(exc)
         return JSONResponse(status.as_dict())
 
+    async def resume_view(request: Request) -> Response:
+        from lakeview.ops.parking import parked, request_resume
+
+        name = request.path_params["name"]
+        try:
+            if name not in project.views:
+                raise errors.NotFoundError(f"no view {name!r}; views: {', '.join(project.views) or 'none'}")
+            _authorize(request, project.views[name].namespace, write=True)
+            if parked(project, name) is None:
+                raise errors.BadRequestError(f"view {name!r} is not FAILED; only a parked view resumes")
+            await run_in_threadpool(request_resume, project, name)
+        except errors.LakeviewError as exc:
+            return from_exception(exc)
+        return JSONResponse({"view": name, "resume": "requested"}, status_code=202)
+
     async def post_rows(request: Request) -> Response:
         name = request.path_params["name"]
         try:
@@ -102,6 +119,7 @@ def lakeview_routes(project: ProjectConfig, store: Any) -> list[BaseRoute]:
                 *console_api_routes(project, store),  # the console's JSON (lineage, history, snapshots, plans)
                 Route("/views", list_views, methods=["GET"]),
                 Route("/views/{name}", get_view, methods=["GET"]),
+                Route("/views/{name}/resume", resume_view, methods=["POST"]),
                 Route("/sources/{name}/rows", post_rows, methods=["POST"]),
             ],
         )

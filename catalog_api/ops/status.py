@@ -14,6 +14,7 @@ from lakeview.config.models import ProjectConfig
 from lakeview.errors import NoSuchTableError
 from lakeview.ops import freshness
 from lakeview.ops.freshness import RuntimeSignals
+from lakeview.ops.parking import FAILED, parked
 from lakeview.ops.runtime import read_runtime
 
 
@@ -45,6 +46,10 @@ class ViewStatus:
     rows_quarantined: int = 0
     rows_late: int = 0  # of rows_quarantined: older than the watermark (lakeview.watermark)
     registrar_errors: str | None = None  # e.g. "REGISTRAR_DOWN: glue: <error>" (lakeview/registration.py)
+    # state "FAILED" (lakeview/parking.py): the view stopped alone; why, and at which epoch (None: before one)
+    error: str | None = None
+    failed_epoch: int | None = None
+    failed_at: str | None = None
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -58,7 +63,17 @@ def view_statuses(project: ProjectConfig, store: Any = None, *, at_ms: int | Non
     at_ms = int(time.time() * 1000) if at_ms is None else at_ms
     from catalog_api.registrars.service import with_registrar_reasons
 
-    return with_registrar_reasons(project, [view_status(project, store, name, at_ms=at_ms) for name in project.views])
+    return with_registrar_reasons(project, [_never_raising(project, store, name, at_ms) for name in project.views])
+
+
+def _never_raising(project: ProjectConfig, store: Any, name: str, at_ms: int) -> ViewStatus:
+    """One view's status; a view whose status cannot be read is reported FAILED with the reason."""
+    try:
+        return view_status(project, store, name, at_ms=at_ms)
+    except Exception as exc:  # one unreadable view must not hide the others
+        view = project.views[name]
+        return ViewStatus(view=name, table=f"{view.namespace}.{name}", format=view.format.value, cadence=str(view.cadence),
+                          state=FAILED, error=f"status unreadable: {exc.__class__.__name__}: {exc}"[:2000])
 
 
 def view_status(project: ProjectConfig, store: Any, name: str, *, at_ms: int | None = None) -> ViewStatus:
@@ -75,13 +90,24 @@ def view_status(project: ProjectConfig, store: Any, name: str, *, at_ms: int | N
     signals = runtime.signals(at_ms) if runtime is not None else None
     base["running"] = bool(signals and signals.alive and signals.query_active)
     base["pending_files"] = runtime.pending_files if runtime is not None else None
+    failure = parked(project, name)
+    if failure is not None:
+        base["running"] = False
+        base.update(error=failure.error, failed_epoch=failure.failed_epoch,
+                    failed_at=datetime.fromtimestamp(failure.failed_at_ms / 1000, tz=UTC).isoformat(timespec="seconds"))
     try:
         # Iceberg snapshots from the store, or Delta log entries shaped like them (lakeview/tables.py).
         record, snapshots = status_inputs(project, store, name)
     except NoSuchTableError:
-        return ViewStatus(**base, state="not created (run `lakeview up`)", **_reason_only(signals, [], at_ms))
+        state = FAILED if failure is not None else "not created (run `lakeview up`)"
+        return ViewStatus(**base, state=state, **_reason_only(signals, [], at_ms))
+    except Exception as exc:  # e.g. the table's files are gone or corrupt: its next epoch would fail too
+        if failure is None:
+            base["error"] = f"table unreadable: {exc.__class__.__name__}: {exc}"[:2000]
+        return ViewStatus(**base, state=FAILED, **_reason_only(signals, [], at_ms))
     if record is None:
-        return ViewStatus(**base, state="created, no commit yet", **_reason_only(signals, [], at_ms))
+        state = FAILED if failure is not None else "created, no commit yet"
+        return ViewStatus(**base, state=state, **_reason_only(signals, [], at_ms))
     history = freshness.commit_history(snapshots)
     caught_up = runtime.caught_up_at_ms if runtime is not None and signals is not None and signals.alive else None
     lag = freshness.lag_at(history, at_ms, caught_up)
@@ -105,7 +131,7 @@ def view_status(project: ProjectConfig, store: Any, name: str, *, at_ms: int | N
         rows_out_total=sum(p.rows_inserted for p in history),
         rows_quarantined=sum(p.rows_quarantined for p in history),
         rows_late=sum(p.rows_late for p in history),
-        state="committed",
+        state=FAILED if failure is not None else "committed",
         snapshot_id=record.snapshot_id,
         epoch=record.epoch,
         committed_at=committed.isoformat(timespec="seconds"),
@@ -127,10 +153,13 @@ def status_table(statuses: list[ViewStatus]):
     """The ``lakeview status`` table."""
     from datetime import datetime as _dt
 
+    from rich.markup import escape
     from rich.table import Table
 
     table = Table(title=f"Lakeview views at {_dt.now(UTC).isoformat(timespec='seconds')}")
-    for column in ("view", "state", "lag", "target", "SLO 1h", "reason", "cadence", "achieved", "snapshot", "epoch", "last commit (UTC)", "pending"):
+    failures = any(s.state == FAILED for s in statuses)
+    columns = ("view", "state", "lag", "target", "SLO 1h", "reason", "cadence", "achieved", "snapshot", "epoch", "last commit (UTC)", "pending")
+    for column in columns + (("failed epoch", "error") if failures else ()):
         table.add_column(column)
     for s in statuses:
         slo = "-" if s.slo_compliance is None else f"{s.slo_compliance:.1%}"
@@ -145,6 +174,7 @@ def status_table(statuses: list[ViewStatus]):
             s.cadence,
             _duration(s.cadence_achieved_ms),
             *(str(v) if v is not None else "-" for v in (s.snapshot_id, s.epoch, s.committed_at, s.pending_files)),
+            *((("-" if s.failed_epoch is None else str(s.failed_epoch)), f"[red]{escape(s.error or '-')}[/]") if failures else ()),
         )
     return table
 

@@ -20,7 +20,6 @@ import contextlib
 import enum
 import logging
 import re
-import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -29,6 +28,7 @@ from typing import Any, ClassVar
 import pyarrow as pa
 
 from lakeview.errors import RegistrarConflictError, RegistrarError
+from lakeview.ops.retrying import retry_transient
 
 log = logging.getLogger("lakeview.registrars")
 MAX_ATTEMPTS = 5  # swaps lost to concurrent writers before register gives up (a transient RegistrarError)
@@ -144,19 +144,25 @@ class Registrar(ABC):
         return outcome
 
     def _register(self, table: PublishedTable) -> Outcome:
-        for attempt in range(1, MAX_ATTEMPTS + 1):
+        attempts = iter(range(1, MAX_ATTEMPTS + 1))
+
+        def attempt() -> Outcome:
+            number = next(attempts)
             current = self.get(table.namespace, table.name)
             if current is None:
                 if self.create(table):
                     return Outcome.CREATED
-                continue  # created concurrently: re-read and decide again
+                raise RegistrarError(f"{self.name}: {table.qualified_name}: created concurrently ({number} attempts)")
             if not self.needs_move(table, current):
                 return Outcome.UNCHANGED
             if self.swap(table, current) and (self.capabilities.optimistic_locking or self._still_ours(table)):
                 return Outcome.MOVED
-            log.info("%s: %s changed under us (attempt %s); re-reading", self.name, table.qualified_name, attempt)
-            time.sleep(CONFLICT_PAUSE_S * attempt)
-        raise RegistrarError(f"{self.name}: {table.qualified_name}: lost {MAX_ATTEMPTS} concurrent updates in a row")
+            log.info("%s: %s changed under us (attempt %s); re-reading", self.name, table.qualified_name, number)
+            raise RegistrarError(f"{self.name}: {table.qualified_name}: lost {number} concurrent updates in a row")
+
+        # RegistrarError is transient: the one retry policy re-reads and decides again, a few times.
+        what = f"{self.name}: register {table.qualified_name}"
+        return retry_transient(attempt, what=what, attempts=MAX_ATTEMPTS, first_s=CONFLICT_PAUSE_S, max_s=1.0)
 
     def _still_ours(self, table: PublishedTable) -> bool:
         """Without optimistic locking: whether the entry, re-read after our swap, is what we wrote."""

@@ -109,6 +109,10 @@ def up(
 
         start_http_server(metrics_port, addr=metrics_host)
         typer.echo(f"metrics: http://{metrics_host}:{metrics_port}/metrics")
+    def on_park(parked) -> None:
+        typer.echo(f"error: view {parked.view} FAILED at epoch {parked.failed_epoch}: {parked.error} "
+                   f"(the other views go on; `lakeview resume {parked.view}` restarts it)", err=True)
+
     stack = EmbeddedStack(config, catalog_uri=catalog_uri)
     failed: list[str] = []
     try:
@@ -116,19 +120,21 @@ def up(
         typer.echo(f"catalog: {stack.catalog_uri} (warehouse {config.lake.name!r})")
         if catalog_uri is None:
             typer.echo(f"console: {console_url(config)}  (`lakeview ui` opens it)")
-        stack.start_views(views or None, on_commit=report)
+        stack.start_views(views or None, on_commit=report, isolate=True, on_park=on_park)
         backfill = BackfillProgress(stack, _new_views_with_history(stack)).start()
         typer.echo(f"spark: {stack.spark.sparkContext.master if stack.spark else '-'}")
         stop = _stop_event()  # after Spark started: pyspark installs its own SIGINT handler
         typer.echo(f"maintaining {len(stack.queries)} view(s): {', '.join(stack.queries) or 'none'}; Ctrl-C to stop")
-        # Wait in Python, not in a py4j call: a signal then interrupts cleanly.
+        # Wait in Python, not in a py4j call: a signal then interrupts cleanly. A failed view is
+        # parked by the stack's supervisor; only when every view is parked is there nothing to run.
         while not stop.wait(1.0):
-            failed = [name for name, q in stack.queries.items() if not q.isActive]
-            if failed:
+            if stack.halted:
+                failed = sorted(stack.parked)
                 break
-        for name in failed:
-            typer.echo(f"error: view {name} stopped: {stack.queries[name].exception()}", err=True)
-        if not failed:
+        if failed:
+            typer.echo(f"error: every view FAILED ({', '.join(failed)}); nothing can run. Fix the cause and restart "
+                       "`lakeview up` (it resumes each view from its last committed epoch)", err=True)
+        else:
             typer.echo("stopping ...")
     except KeyboardInterrupt:  # Ctrl-C while starting up
         typer.echo("\nstopping ...")
@@ -222,6 +228,44 @@ def ui(
         except webbrowser.Error:
             opened = False
         typer.echo("opened in a browser" if opened else "no browser could be opened; open the URL above")
+
+
+@app.command()
+def resume(
+    view: Annotated[str, typer.Argument(help="The FAILED view to restart.")],
+    project: ProjectOption = Path("."),
+    wait: Annotated[float, typer.Option(min=0, help="Seconds to wait for the running `lakeview up` to restart it.")] = 30.0,
+) -> None:
+    """Restart a FAILED (parked) view from its last committed epoch, exactly once.
+
+    The request goes through the runtime directory (<warehouse>/_lakeview/runtime/VIEW.resume), which
+    the running `lakeview up` checks every second; with none running, the next `lakeview up` resumes
+    every parked view anyway. Exits 1 if the view fails again or is not picked up within --wait.
+    """
+    import time
+
+    from lakeview.ops.parking import parked, request_resume
+
+    config = _load(project)
+    if view not in config.views:
+        raise LakeviewError(f"no view {view!r}; views: {', '.join(config.views) or 'none'}")
+    before = parked(config, view)
+    if before is None:
+        raise LakeviewError(f"view {view!r} is not FAILED; nothing to resume")
+    request_resume(config, view)
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        now = parked(config, view)
+        if now is None:
+            typer.echo(f"{view}: resumed from its last committed epoch (it failed at epoch {before.failed_epoch})")
+            return
+        if now.failed_at_ms != before.failed_at_ms:
+            typer.echo(f"error: {view} FAILED again at epoch {now.failed_epoch}: {now.error}", err=True)
+            raise typer.Exit(1)
+        time.sleep(0.5)
+    typer.echo(f"{view}: resume requested; no running `lakeview up` picked it up within {wait:g} s "
+               "(the next `lakeview up` resumes it)", err=True)
+    raise typer.Exit(1)
 
 
 @app.command()
@@ -434,7 +478,10 @@ def _stop_event() -> threading.Event:
 
 def main(argv: list[str] | None = None) -> None:
     try:
-        app(args=argv, standalone_mode=False)
+        # Without standalone mode click returns a typer.Exit's code instead of exiting with it.
+        code = app(args=argv, standalone_mode=False)
+        if isinstance(code, int) and code:
+            sys.exit(code)
     except LakeviewError as exc:
         typer.echo(f"error: {exc}", err=True)
         sys.exit(2)

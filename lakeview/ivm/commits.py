@@ -22,11 +22,6 @@ COMMITTED_AT = "lakeview.committed-at-ms"
 STAMPED = ("lakeview.watermark", "lakeview.max-event-time", "lakeview.rows-late")  # read back into CommitRecord.extra
 
 
-def backoff_s(attempt: int) -> float:
-    """Wait before retry ``attempt`` (1-based): 0.1 s doubling to at most 5 s (about 20 s over 8 attempts)."""
-    return min(5.0, 0.1 * 2**attempt)
-
-
 @dataclass(frozen=True)
 class Epoch:
     """One Spark micro-batch of one view: its id and the source positions it reaches."""

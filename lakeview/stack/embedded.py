@@ -16,6 +16,7 @@ from catalog_api.server import CatalogServer
 from catalog_api.store.catalog import open_store
 from lakeview.config.models import ProjectConfig
 from lakeview.ivm.commits import CommitRecord
+from lakeview.ops.parking import ParkedView
 from lakeview.ops.runtime import RuntimePublisher
 from writers.registry import make_writer, rest_catalog, state_writer_factory
 
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from catalog_api.registrars.service import RegistrationService
+    from lakeview.stack.supervision import ViewSupervisor
     from spark_jobs.pipeline import ViewPipeline
 
 log = logging.getLogger("lakeview")
@@ -75,6 +77,9 @@ class EmbeddedStack:
         self.registration: RegistrationService | None = None
         self.queries: dict[str, Any] = {}  # view -> its streaming query (a group's members share one)
         self.groups: dict[str, Any] = {}  # group -> spark_jobs.group_pipeline.GroupPipeline
+        self.parked: dict[str, ParkedView] = {}  # view -> why it stopped (FAILED), while the others run
+        self.supervisor: ViewSupervisor | None = None
+        self._on_commit: Callable[[CommitRecord], None] | None = None
 
     @property
     def catalog_uri(self) -> str:
@@ -98,15 +103,21 @@ class EmbeddedStack:
         spark: SparkSession | None = None,
         available_now: bool = False,
         on_commit: Callable[[CommitRecord], None] | None = None,
+        isolate: bool = False,
+        on_park: Callable[[ParkedView], None] | None = None,
     ) -> None:
         """Prepare each view's table and start its streaming query (manual views only with
-        ``available_now``, i.e. ``lakeview refresh``)."""
+        ``available_now``, i.e. ``lakeview refresh``).
+
+        ``isolate`` (``lakeview up``): a view that cannot start, or whose epoch fails, is parked
+        as FAILED (``on_park`` hears of it) and the others go on; a parked view restarts on
+        ``lakeview resume``. Without it, the first error is raised."""
         from lakeview.sql.dag import topological_order
-        from spark_jobs.pipeline import ViewPipeline
         from spark_jobs.session import build_session
 
         names = topological_order(self.project, list(self.project.views) if views is None else views)  # upstreams first
         on_commit = self._with_registration(on_commit)
+        self._on_commit = on_commit
         self.spark = spark or self.spark or build_session(
             catalog_uri=self.catalog_uri,
             warehouse=self.project.lake.name,
@@ -119,17 +130,15 @@ class EmbeddedStack:
             if self.project.views[name].cadence.is_manual and not available_now:
                 log.info("%s: manual cadence; refresh it with `lakeview refresh %s`", name, name)
                 continue
-            if self.project.views[name].group is not None:
-                self._start_group(self.project.views[name].group, on_commit, available_now)  # type: ignore[arg-type]
-                continue
-            writer = make_writer(self.project, name, self.catalog_uri)
-            writer.commit = timed(name, writer.commit)  # type: ignore[method-assign]  # commit latency metric
-            pipeline = ViewPipeline(
-                self.spark, self.project, name, writer, on_commit, state_writer=state_writer_factory(self.project, name)
-            )
-            pipeline.prepare()
-            self.pipelines[name] = pipeline
-            self.queries[name] = pipeline.start(available_now=available_now)
+            try:
+                self._start_view(name, on_commit, available_now)
+            except Exception as exc:
+                if not isolate:
+                    raise
+                for parked in self.park(name, exc, None):
+                    log.error("%s: FAILED to start: %s (parked; `lakeview resume %s` retries)", name, parked.error, name)
+                    if on_park is not None:
+                        on_park(parked)
         self._publish_inline_views()
         if not available_now and self.maintenance is None and self.pipelines:
             # Background table health (retention, compaction, orphans); it never blocks commits.
@@ -141,6 +150,71 @@ class EmbeddedStack:
             self.runtime = RuntimePublisher(self.project, self.queries, sources).start()
         elif self.runtime is not None:
             self.runtime.sources.update(sources)
+        if isolate and not available_now and self.supervisor is None:
+            from lakeview.stack.supervision import ViewSupervisor
+
+            self.supervisor = ViewSupervisor(self, on_park).start()
+
+    def _start_view(self, name: str, on_commit: Callable[[CommitRecord], None] | None, available_now: bool) -> None:
+        """Prepare one view's tables and start its query (a group member: the group's one query);
+        a view started again after a failure is no longer parked."""
+        from spark_jobs.pipeline import ViewPipeline
+
+        if self.project.views[name].group is not None:
+            self._start_group(self.project.views[name].group, on_commit, available_now)  # type: ignore[arg-type]
+            started = [v for v, p in self.pipelines.items() if self.project.views[v].group == self.project.views[name].group]
+        else:
+            writer = make_writer(self.project, name, self.catalog_uri)
+            writer.commit = timed(name, writer.commit)  # type: ignore[method-assign]  # commit latency metric
+            pipeline = ViewPipeline(
+                self.spark, self.project, name, writer, on_commit, state_writer=state_writer_factory(self.project, name)
+            )
+            pipeline.prepare()
+            self.pipelines[name] = pipeline
+            self.queries[name] = pipeline.start(available_now=available_now)
+            started = [name]
+        from lakeview.ops.parking import unpark
+
+        for view in started:
+            self.parked.pop(view, None)
+            unpark(self.project, view)
+            if self.runtime is not None and view in self.pipelines:
+                self.runtime.sources[view] = self.pipelines[view].source
+
+    def park(self, view: str, error: BaseException | str, epoch: int | None, *, transient: bool = False) -> list[ParkedView]:
+        """Record ``view`` (with a group's other members: they share its query) as FAILED and stop
+        tracking its query; every other view keeps running. Returns the views parked."""
+        from lakeview.ops.parking import park
+
+        group = self.project.views[view].group
+        views = [v for v, c in self.project.views.items() if c.group == group and c.materialize] if group is not None else [view]
+        parked = []
+        for name in views:
+            self.queries.pop(name, None)
+            self.pipelines.pop(name, None)
+            self.parked[name] = park(self.project, name, error, epoch, transient=transient)
+            parked.append(self.parked[name])
+        if group is not None:
+            self.groups.pop(group, None)
+        return parked
+
+    def resume(self, view: str) -> bool:
+        """Start a parked view again from its last committed epoch (Spark replays the failed one;
+        each table skips what it holds). False, and parked with the new error, if it cannot start."""
+        if view not in self.parked:
+            return False
+        try:
+            self._start_view(view, self._on_commit, False)
+        except Exception as exc:
+            log.error("%s: could not resume: %s", view, exc)
+            self.park(view, exc, self.parked[view].failed_epoch if view in self.parked else None)
+            return False
+        return True
+
+    @property
+    def halted(self) -> bool:
+        """Whether nothing can run: every maintained view is parked."""
+        return bool(self.parked) and not self.queries
 
     def _start_group(self, group: str, on_commit: Callable[[CommitRecord], None] | None, available_now: bool) -> None:
         """Start the one query of a view group (once; starting any member starts them all, so
@@ -192,6 +266,9 @@ class EmbeddedStack:
         return fan_out
 
     def stop_views(self) -> None:
+        if self.supervisor is not None:  # first: stopping queries must not read as failures
+            self.supervisor.stop()
+            self.supervisor = None
         if self.maintenance is not None:
             self.maintenance.stop()
             self.maintenance = None

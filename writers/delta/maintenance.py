@@ -20,7 +20,6 @@ from __future__ import annotations
 import logging
 import math
 import re
-import time
 from collections.abc import Callable
 
 import pyarrow as pa
@@ -28,6 +27,7 @@ import pyarrow.fs as pafs
 from deltalake import CommitProperties, DeltaTable
 from deltalake.exceptions import CommitFailedError
 
+from lakeview.ops.retrying import retry_transient
 from writers.delta.writer import DeltaWriter, last_commit_of
 from writers.maintenance import MAINTENANCE, MaintenancePolicy, MaintenanceReport, Progress, filesystem_for, list_files
 
@@ -49,15 +49,15 @@ def maintain_delta(writer: DeltaWriter, policy: MaintenancePolicy, progress: Pro
 
 
 def _retrying(report: MaintenanceReport, step: Callable[[], None]) -> None:
-    for attempt in range(1, MAX_ATTEMPTS + 1):
-        try:
-            step()
-            return
-        except CommitFailedError as exc:
-            report.attempts += 1
-            log.info("maintenance lost a commit race (attempt %s): %s; redoing on the new state", attempt, exc)
-            time.sleep(min(2.0, 0.1 * 2**attempt))
-    report.notes.append(f"gave up after {MAX_ATTEMPTS} lost commit races; next pass retries")
+    def lost_race(exc: BaseException, attempt: int) -> None:
+        report.attempts += 1
+        log.info("maintenance lost a commit race (attempt %s): %s; redoing on the new state", attempt, exc)
+
+    try:
+        retry_transient(step, what="maintenance", attempts=MAX_ATTEMPTS, transient=(CommitFailedError,), max_s=2.0, before_retry=lost_race)
+    except CommitFailedError:
+        report.attempts += 1
+        report.notes.append(f"gave up after {MAX_ATTEMPTS} lost commit races; next pass retries")
 
 
 def _commit_properties(step: str) -> CommitProperties:

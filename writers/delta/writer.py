@@ -26,9 +26,10 @@ from deltalake.exceptions import (
     TableNotFoundError,
 )
 
-from lakeview.errors import CommitConflictError, WriterError
-from lakeview.ivm.commits import Change, CommitRecord, Epoch, backoff_s
-from writers.arrow_ops import rows_with_keys, rows_without_keys
+from lakeview.errors import CommitConflictError, StorageError, WriterError
+from lakeview.ivm.commits import Change, CommitRecord, Epoch
+from lakeview.ops.retrying import retry_transient
+from writers.arrow_ops import plain_schema, plain_types, rows_with_keys, rows_without_keys
 from writers.base import SnapshotWriter, WriterCapabilities
 from writers.staged_files import WrittenFile, append_delta_files
 
@@ -147,8 +148,12 @@ class DeltaWriter(SnapshotWriter):
     def lookup(self, keys: pa.Table) -> pa.Table:
         table = self.table()
         key = tuple(keys.column_names)
-        stored = table.to_pyarrow_dataset().to_table(filter=_key_filter(keys, key))
-        return rows_with_keys(stored, keys, key)
+        dataset = table.to_pyarrow_dataset()
+        schema = plain_schema(dataset.schema)
+        if key:  # e.g. Spark's session time zone -> the table's UTC (a table of no columns would lose its row count)
+            keys = keys.cast(pa.schema([schema.field(k) for k in key]))
+        stored = dataset.to_table(filter=_key_filter(keys, key, dataset.schema))
+        return rows_with_keys(plain_types(stored, schema), keys, key)
 
     def commit(self, epoch: Epoch, change: Change) -> CommitRecord | None:
         return self._commit_retrying(epoch, lambda table: None if change.is_empty else self._commit_once(table, epoch, change))
@@ -158,7 +163,7 @@ class DeltaWriter(SnapshotWriter):
         return self._commit_retrying(epoch, lambda table: self._record(append_delta_files(table, epoch, files)) if files else None)
 
     def _commit_retrying(self, epoch: Epoch, once: Callable[[DeltaTable], CommitRecord | None]) -> CommitRecord | None:
-        for attempt in range(1, MAX_ATTEMPTS + 1):
+        def attempt() -> CommitRecord | None:
             try:
                 table = self.table()
                 done = table.transaction_version(epoch.view)
@@ -167,19 +172,20 @@ class DeltaWriter(SnapshotWriter):
                     return None
                 return once(table)
             except CommitFailedError as exc:
-                self._current = None
-                log.warning("%s: commit of epoch %s lost a race (attempt %s): %s", epoch.view, epoch.number, attempt, exc)
+                raise CommitConflictError(f"{epoch.view}: epoch {epoch.number} lost a commit race: {exc}") from exc
             except (SchemaMismatchError, DeltaProtocolError) as exc:
                 raise WriterError(f"{epoch.view}: epoch {epoch.number} does not fit the table: {exc}") from exc
             except (OSError, DeltaError) as exc:
                 # A storage error before the log entry was written leaves the table as it was;
                 # after it, the app transaction makes the retry a no-op.
-                self._current = None
-                log.warning("%s: commit of epoch %s failed (attempt %s): %s", epoch.view, epoch.number, attempt, exc)
-                if attempt == MAX_ATTEMPTS:
-                    raise WriterError(f"{epoch.view}: epoch {epoch.number} failed {MAX_ATTEMPTS} times: {exc}") from exc
-            time.sleep(backoff_s(attempt))
-        raise CommitConflictError(f"{epoch.view}: epoch {epoch.number} lost {MAX_ATTEMPTS} commit races in a row")
+                raise StorageError(f"{epoch.view}: epoch {epoch.number} failed: {exc}") from exc
+
+        def before_retry(exc: BaseException, attempt: int) -> None:
+            self._current = None  # reload the log
+            if isinstance(exc, CommitConflictError):  # the runtime heartbeat counts these (COMMIT_RETRYING)
+                log.warning("%s: commit of epoch %s lost a race (attempt %s): %s", epoch.view, epoch.number, attempt, exc)
+
+        return retry_transient(attempt, what=f"{epoch.view}: commit of epoch {epoch.number}", attempts=MAX_ATTEMPTS, before_retry=before_retry)
 
     def _commit_once(self, table: DeltaTable, epoch: Epoch, change: Change) -> CommitRecord:
         schema = pa.schema(table.schema().to_arrow())
@@ -267,10 +273,17 @@ def _replace_source(rows: pa.Table, change: Change, schema: pa.Schema) -> pa.Tab
     return pa.concat_tables([deletes, rows.append_column(OP, pa.array(["i"] * rows.num_rows, pa.string()))])
 
 
-def _key_filter(keys: pa.Table, key: tuple[str, ...]) -> pc.Expression:
-    """A pyarrow filter matching at least every row with one of ``keys`` (maybe more)."""
+def _key_filter(keys: pa.Table, key: tuple[str, ...], schema: pa.Schema) -> pc.Expression:
+    """A pyarrow filter matching at least every row with one of ``keys`` (maybe more): on the integer
+    key columns only. pyarrow prunes files by guarantees built from the Delta log's statistics,
+    which are wrong for other types: string_view bounds after a MERGE (no `greater_equal` kernel
+    for string and string_view), JSON-number bounds of wide decimals and of floats (NaN, inf), and
+    millisecond bounds of microsecond timestamps, all of which silently drop stored rows. The
+    exact, null-safe match is done after the read (rows_with_keys)."""
     expression = pc.scalar(True)
     for name in key:
+        if not pa.types.is_integer(schema.field(name).type):
+            continue
         values = keys.column(name).unique()
         present = pc.drop_null(values)
         term = pc.field(name).isin(present)
@@ -278,4 +291,3 @@ def _key_filter(keys: pa.Table, key: tuple[str, ...]) -> pc.Expression:
             term = term | pc.field(name).is_null()
         expression = expression & term
     return expression
-

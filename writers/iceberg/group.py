@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from dataclasses import replace
 
 from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.table import CommitTableRequest, TableIdentifier
 
 from lakeview.errors import CommitConflictError, WriterError
-from lakeview.ivm.commits import Change, CommitRecord, Epoch, backoff_s
+from lakeview.ivm.commits import Change, CommitRecord, Epoch
+from lakeview.ops.retrying import retry_transient
 from writers.base import WriterCapabilities
 from writers.iceberg.writer import IcebergWriter, last_commit_of
 from writers.staged_files import WrittenFile, stage_iceberg_files
@@ -70,7 +70,10 @@ class IcebergGroupWriter:
             raise WriterError(f"group {self.group!r}: {sorted(unknown)} are not members")
         if all(_is_empty(change) for change in changes.values()):
             return None
-        for attempt in range(1, MAX_ATTEMPTS + 1):
+        attempts = iter(range(1, MAX_ATTEMPTS + 1))
+
+        def attempt() -> dict[str, CommitRecord] | None:
+            number = next(attempts)
             done = self.last_epoch()
             if done is not None and epoch.number <= done:
                 log.info("group %s: epoch %s already committed; skipping", self.group, epoch.number)
@@ -102,12 +105,13 @@ class IcebergGroupWriter:
             status = self._post(staged)
             if status == 204:
                 return {view: self._with_snapshot(view, record) for view, record in records.items()}
-            log.warning("group %s: transaction for epoch %s answered %s (attempt %s)", self.group, epoch.number, status, attempt)
+            log.warning("group %s: transaction for epoch %s answered %s (attempt %s)", self.group, epoch.number, status, number)
             if status == 409:  # per view too, as a single view's writer says it (runtime heartbeats count these)
                 for view in sorted(set(self.owners.get(m, m) for m in self.members)):
                     log.warning("%s: commit of epoch %s lost a race (group %s)", view, epoch.number, self.group)
-            time.sleep(backoff_s(attempt))
-        raise CommitConflictError(f"group {self.group}: epoch {epoch.number} failed {MAX_ATTEMPTS} times")
+            raise CommitConflictError(f"group {self.group}: epoch {epoch.number}: the transaction answered {status} ({number} attempts)")
+
+        return retry_transient(attempt, what=f"group {self.group}: epoch {epoch.number}", attempts=MAX_ATTEMPTS)
 
     def _post(self, staged: list[CommitTableRequest]) -> int:
         body = {"table-changes": [json.loads(request.model_dump_json()) for request in staged]}

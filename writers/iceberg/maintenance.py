@@ -23,6 +23,7 @@ from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Operation, Snapshot
 
 from lakeview.errors import CommitConflictError
+from lakeview.ops.retrying import retry_transient
 from writers.iceberg.live_files import LiveFiles, LiveTable
 from writers.iceberg.metadata_memo import transaction
 from writers.iceberg.position_deletes import row_delta
@@ -66,15 +67,15 @@ def maintain_iceberg(
 
 
 def _retrying(report: MaintenanceReport, step: Callable[[], None]) -> None:
-    for attempt in range(1, MAX_ATTEMPTS + 1):
-        try:
-            step()
-            return
-        except (CommitFailedException, CommitConflictError, ValidationException) as exc:
-            report.attempts += 1
-            log.info("maintenance lost a commit race (attempt %s): %s; redoing on the new state", attempt, exc)
-            time.sleep(min(2.0, 0.1 * 2**attempt))
-    report.notes.append(f"gave up after {MAX_ATTEMPTS} lost commit races; next pass retries")
+    def lost_race(exc: BaseException, attempt: int) -> None:
+        report.attempts += 1
+        log.info("maintenance lost a commit race (attempt %s): %s; redoing on the new state", attempt, exc)
+
+    try:
+        retry_transient(step, what="maintenance", attempts=MAX_ATTEMPTS, transient=(CommitFailedException, CommitConflictError, ValidationException), max_s=2.0, before_retry=lost_race)
+    except (CommitFailedException, CommitConflictError, ValidationException):
+        report.attempts += 1
+        report.notes.append(f"gave up after {MAX_ATTEMPTS} lost commit races; next pass retries")
 
 
 def reachable_files(table: Table, snapshots: Iterable[Snapshot], cache: dict[str, set[str]] | None = None) -> set[str]:

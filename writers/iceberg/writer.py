@@ -46,8 +46,9 @@ from pyiceberg.table import Table, Transaction
 from pyiceberg.table.snapshots import Operation
 from pyiceberg.table.update.snapshot import UpdateSnapshot, _OverwriteFiles
 
-from lakeview.errors import CommitConflictError, WriterError
-from lakeview.ivm.commits import Change, CommitRecord, Epoch, backoff_s
+from lakeview.errors import CommitConflictError, StorageError, WriterError
+from lakeview.ivm.commits import Change, CommitRecord, Epoch
+from lakeview.ops.retrying import retry_transient
 from writers.arrow_ops import rows_at_most, rows_with_keys, rows_without_keys
 from writers.base import SnapshotWriter, WriterCapabilities
 from writers.iceberg.live_files import Found, LiveFiles
@@ -170,7 +171,7 @@ class IcebergWriter(SnapshotWriter):
         return self._commit_retrying(epoch, lambda table: append_iceberg_files(table, epoch, files) if files else None)
 
     def _commit_retrying(self, epoch: Epoch, once: Callable[[Table], CommitRecord | None]) -> CommitRecord | None:
-        for attempt in range(1, MAX_ATTEMPTS + 1):
+        def attempt() -> CommitRecord | None:
             try:
                 table = self.table()
                 last = last_commit_of(table)
@@ -181,15 +182,17 @@ class IcebergWriter(SnapshotWriter):
             except (CommitFailedException, ValidationException) as exc:
                 # ValidationException: pyiceberg's own retry found a concurrent snapshot (e.g. a
                 # compaction) that added files the overwrite must see; redo from a fresh read.
-                log.warning("%s: commit of epoch %s lost a race (attempt %s): %s", epoch.view, epoch.number, attempt, exc)
+                raise CommitConflictError(f"{epoch.view}: epoch {epoch.number} lost a commit race: {exc}") from exc
             except (OSError, CommitStateUnknownException, ServerError) as exc:
                 # Storage or catalog failure: the pointer did not move (or, if it did, the epoch
                 # check above skips the retry). Files written by the failed attempt are orphans.
-                log.warning("%s: commit of epoch %s failed (attempt %s): %s", epoch.view, epoch.number, attempt, exc)
-                if attempt == MAX_ATTEMPTS:
-                    raise WriterError(f"{epoch.view}: epoch {epoch.number} failed {MAX_ATTEMPTS} times: {exc}") from exc
-            time.sleep(backoff_s(attempt))
-        raise CommitConflictError(f"{epoch.view}: epoch {epoch.number} lost {MAX_ATTEMPTS} commit races in a row")
+                raise StorageError(f"{epoch.view}: epoch {epoch.number} failed: {exc}") from exc
+
+        def before_retry(exc: BaseException, attempt: int) -> None:
+            if isinstance(exc, CommitConflictError):  # the runtime heartbeat counts these (COMMIT_RETRYING)
+                log.warning("%s: commit of epoch %s lost a race (attempt %s): %s", epoch.view, epoch.number, attempt, exc)
+
+        return retry_transient(attempt, what=f"{epoch.view}: commit of epoch {epoch.number}", attempts=MAX_ATTEMPTS, before_retry=before_retry)
 
     def _commit_once(self, table: Table, epoch: Epoch, change: Change) -> CommitRecord:
         started = time.perf_counter()
