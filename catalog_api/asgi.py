@@ -19,9 +19,11 @@ import os
 from starlette.applications import Starlette
 
 from catalog_api.app import build_app
+from catalog_api.auth.authenticator import project_authenticator
 from catalog_api.auth.bind_guard import refuse_open_command_line
-from catalog_api.store.catalog import CatalogStore
+from catalog_api.store.catalog import CatalogStore, open_store
 from lakeview.errors import SetupError
+from lakeview.project import load_project
 
 
 def create_app() -> Starlette:
@@ -29,10 +31,6 @@ def create_app() -> Starlette:
     without ``[auth]`` (and the app answers 403 to non-loopback connections without auth anyway)."""
     project_file = os.environ.get("LAKEVIEW_PROJECT")
     if project_file:
-        from catalog_api.auth.authenticator import project_authenticator
-        from catalog_api.store.catalog import open_store
-        from lakeview.project import load_project
-
         project = load_project(project_file)
         refuse_open_command_line(project.auth.enabled)
         if project.auth.enabled and not project.auth.signing_key_file:

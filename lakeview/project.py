@@ -29,6 +29,13 @@ from lakeview.config.models import (
 )
 from lakeview.config.storage import MaintenanceConfig, RetentionConfig, S3Config
 from lakeview.errors import ConfigError, UnsupportedSQLError
+from lakeview.ivm.changefeed import check_view_over_sources
+from lakeview.ivm.combine import check_combined_view
+from lakeview.sql.dag import check_dag
+from lakeview.sql.dialects import check_inline_view
+from lakeview.sql.groups import check_groups
+from lakeview.sql.planner import plan_view
+from lakeview.sql.watermark import check as check_watermark
 
 
 def load_project(path: str | Path = PROJECT_FILE) -> ProjectConfig:
@@ -81,25 +88,19 @@ def _check_registrars(config: ProjectConfig) -> None:
 
 
 def _check_views(config: ProjectConfig) -> None:
-    from lakeview.sql.planner import plan_view
-
     for name, view in config.views.items():
         _check_name_at(config.file, f"views.{name}", name)
         if not view.materialize:
-            from lakeview.sql.dialects import check_inline_view
-
             check_inline_view(config, name)
             continue
         try:
             plan = plan_view(name, view.sql, view.dialect)
         except UnsupportedSQLError as exc:
             raise ConfigError(config.file, f"views.{name}.sql", str(exc)) from None
-        from lakeview.ivm.changefeed import check_view_over_sources
 
         problem = check_view_over_sources(plan, config)
         if problem:
             raise ConfigError(config.file, f"views.{name}.sql", problem)
-        from lakeview.sql.watermark import check as check_watermark
 
         source = config.sources.get(plan.sources[0]) if plan.sources else None
         if problem := check_watermark(plan, view.watermark, view.event_time, source):
@@ -116,16 +117,13 @@ def _check_views(config: ProjectConfig) -> None:
                     f"reads {source!r}, which is not a declared source (declared: {known}) nor a view (views: {views}); "
                     f"add a [sources.{source}] table",
                 )
-        from lakeview.ivm.combine import check_combined_view
 
         if problem := check_combined_view(plan, config):
             raise ConfigError(config.file, f"views.{name}.sql", problem)
     for name in config.sources:
         _check_name_at(config.file, f"sources.{name}", name)
-    from lakeview.sql.dag import check_dag
 
     check_dag(config)
-    from lakeview.sql.groups import check_groups
 
     check_groups(config)
 

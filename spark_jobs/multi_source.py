@@ -27,14 +27,18 @@ from lakeview.ivm.combine import CombinedMaintainer, side_table_names, source_mi
 from lakeview.ivm.commits import CommitRecord, Epoch
 from lakeview.ivm.zsets import state_table_names
 from lakeview.ops.source_log import logged_files
+from lakeview.sql.dag import deleting_sources, upstreams_of
+from lakeview.sql.dialects import sql_properties
 from lakeview.sql.joins import JoinPlan, joined_column, sql_over_sources
 from lakeview.sql.plan import WEIGHT, KeyedAggregatePlan
 from lakeview.sql.planner import plan_view
 from lakeview.sql.union import UnionPlan
 from spark_jobs import faults
+from spark_jobs.executors.combined_bootstrap import bootstrap_on_executors, bootstraps
 from spark_jobs.executors.reads import on_executors
 from spark_jobs.sources.quarantine import CORRUPT, FILE, Quarantine
-from spark_jobs.sources.view_changes import upstream_position
+from spark_jobs.sources.upstream import with_upstream_source
+from spark_jobs.sources.view_changes import ChangePublisher, upstream_position
 from spark_jobs.streams import collect_arrow, file_stream, reconcile_checkpoint, start_query, state_table_writer
 from writers.base import SnapshotWriter
 
@@ -68,10 +72,6 @@ class CombinedPipeline:
         on_commit: Callable[[CommitRecord], None] | None = None,
         state_writer: Callable[[str], SnapshotWriter] | None = None,
     ) -> None:
-        from lakeview.sql.dag import deleting_sources, upstreams_of
-        from spark_jobs.sources.upstream import with_upstream_source
-        from spark_jobs.sources.view_changes import ChangePublisher
-
         self.spark = spark
         self.upstreams = set(upstreams_of(project, view))  # upstream views: their change files, Z-sets with weights
         self.publisher = ChangePublisher.for_view(project, view, writer)  # None unless other views read this one
@@ -113,7 +113,7 @@ class CombinedPipeline:
 
     # --- schemas (Spark's analysis over empty batches) ------------------------------------
     def _empty(self, source: str, weighted: bool = False) -> DataFrame:
-        from pyspark.sql import functions as F
+        from pyspark.sql import functions as F  # lazy: Spark loads only where views run
 
         empty = self.spark.createDataFrame([], schema=self.configs[source].schema_)
         if source in self.upstreams:
@@ -128,7 +128,7 @@ class CombinedPipeline:
         return names
 
     def _arrow_schema(self, df: DataFrame) -> pa.Schema:
-        from pyspark.sql.pandas.types import to_arrow_schema
+        from pyspark.sql.pandas.types import to_arrow_schema  # lazy: Spark loads only where views run
 
         return to_arrow_schema(df.schema)
 
@@ -151,7 +151,6 @@ class CombinedPipeline:
 
     def prepare(self) -> None:
         """Create the view's, its operators' and its mirrors' tables; reconcile Spark's checkpoint."""
-        from lakeview.sql.dialects import sql_properties
         for source in self.sources:
             self.project.source_path(source).mkdir(parents=True, exist_ok=True)
         m = self.maintainer
@@ -189,7 +188,7 @@ class CombinedPipeline:
     # --- streaming ----------------------------------------------------------------------
     def source_stream(self) -> DataFrame:
         """Every source's file stream, tagged and prefixed, as one stream."""
-        from pyspark.sql import functions as F
+        from pyspark.sql import functions as F  # lazy: Spark loads only where views run
 
         streams = []
         for index, source in enumerate(self.sources):
@@ -224,7 +223,7 @@ class CombinedPipeline:
                 self.on_commit(record)
 
     def _process_batch(self, batch: DataFrame, epoch_id: int) -> CommitRecord | None:
-        from pyspark.sql import functions as F
+        from pyspark.sql import functions as F  # lazy: Spark loads only where views run
 
         spark = batch.sparkSession  # temp views of a foreachBatch live in the batch's session
         started = time.perf_counter()
@@ -259,7 +258,6 @@ class CombinedPipeline:
         epoch = Epoch(view=self.view, number=epoch_id, frontier=frontier, rows_in=rows_in, newest_input_ms=newest_ms,
                       rows_quarantined=quarantined)
         faults.current_epoch = epoch_id
-        from spark_jobs.executors.combined_bootstrap import bootstrap_on_executors, bootstraps
 
         if bootstraps(self, epoch):  # a large first batch: every table written by the executors, nothing collected
             read_s, started = time.perf_counter() - started, time.perf_counter()

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 import pyarrow as pa
 
+from lakeview.config.evolution import record_added, with_evolved_sources
 from lakeview.config.models import NewColumns, ProjectConfig
 from lakeview.config.schema import parse_ddl
 from lakeview.ivm.changefeed import OP, images_sql, latest_sql, mirror_table_name, operation_sql
@@ -28,11 +29,19 @@ from lakeview.ivm.maintain import ViewMaintainer
 from lakeview.ivm.zsets import state_table_names
 from lakeview.ops.source_log import batch_files
 from lakeview.sql.dag import feed_key
+from lakeview.sql.dialects import sql_properties
 from lakeview.sql.plan import WEIGHT, AppendPlan, KeyedAggregatePlan
 from lakeview.sql.planner import plan_view
+from lakeview.sql.watermark import LATE, Watermark, delay_us, event_column
 from spark_jobs import faults
+from spark_jobs.driver_delta import maintain_small_batch  # a small batch: DuckDB, no Spark aggregate
+from spark_jobs.executors.bootstrap import bootstrap_on_executors, bootstraps
 from spark_jobs.executors.reads import on_executors
+from spark_jobs.executors.writes import append_on_executors
+from spark_jobs.multi_source import combined_pipeline
 from spark_jobs.sources.quarantine import CORRUPT, FILE, Quarantine
+from spark_jobs.sources.upstream import upstream_key, with_upstream_source
+from spark_jobs.sources.view_changes import ChangePublisher, upstream_position
 from spark_jobs.streams import (
     collect_arrow,
     file_stream,
@@ -61,8 +70,6 @@ class ViewPipeline:
     def __new__(cls, spark: SparkSession, project: ProjectConfig, view: str, *args, **kwargs):  # type: ignore[no-untyped-def]
         # A join or UNION ALL view reads several sources: spark_jobs.multi_source keeps it.
         if cls is ViewPipeline:
-            from spark_jobs.multi_source import combined_pipeline
-
             combined = combined_pipeline(spark, project, view, *args, **kwargs)
             if combined is not None:
                 return combined
@@ -78,11 +85,8 @@ class ViewPipeline:
         state_writer: Callable[[str], SnapshotWriter] | None = None,
     ) -> None:
         self.spark = spark
-        from lakeview.config.evolution import with_evolved_sources
 
         project = with_evolved_sources(project)  # sources with new_columns = "evolve": as evolved so far
-        from spark_jobs.sources.upstream import upstream_key, with_upstream_source
-        from spark_jobs.sources.view_changes import ChangePublisher
 
         self.publisher = ChangePublisher.for_view(project, view, writer)  # None unless other views read this one
         self.upstream_key = upstream_key(project, view)  # a view over a keyed view is keyed like it
@@ -101,7 +105,6 @@ class ViewPipeline:
         self._state_writer = lambda name: on_executors(made(name), spark, project)
         self.images = self.source_config.images
         self.maintainer = ViewMaintainer(plan=self.plan, view=writer, feed=self.feed, feed_key=self.upstream_key or feed_key(self.source_config))
-        from lakeview.sql.watermark import Watermark, delay_us, event_column
 
         column = event_column(self.plan, self.config.event_time)
         self.watermark = Watermark(delay_us(self.config.watermark), column) if self.config.watermark and column else None
@@ -126,8 +129,8 @@ class ViewPipeline:
 
     def _schema_of(self, sql_for: Callable[[str], str], weighted: bool = False) -> pa.Schema:
         """Spark's result schema of some SQL over an empty batch of the source."""
-        from pyspark.sql import functions as F
-        from pyspark.sql.pandas.types import to_arrow_schema
+        from pyspark.sql import functions as F  # lazy: Spark loads only where views run
+        from pyspark.sql.pandas.types import to_arrow_schema  # lazy: Spark loads only where views run
 
         empty = self.spark.createDataFrame([], schema=self.source_config.schema_)
         if weighted:
@@ -154,7 +157,6 @@ class ViewPipeline:
         """Create the view's (and its state) tables (a group reconciles its one checkpoint itself)."""
         self.project.source_path(self.source).mkdir(parents=True, exist_ok=True)
         properties = {"lakeview.sql": self.config.sql, "lakeview.cadence": str(self.config.cadence)}
-        from lakeview.sql.dialects import sql_properties
 
         properties.update(sql_properties(self.config.sql, self.config.dialect))
         m = self.maintainer
@@ -176,7 +178,6 @@ class ViewPipeline:
             m.source_columns = source_schema.names
         self._add_source_columns()  # a restart after the source evolved
         if self.watermark is not None:  # resume the rule where the last commit left it
-            from lakeview.sql.watermark import Watermark
 
             wm = self.watermark
             self.watermark = Watermark.recover(wm.delay_us, wm.column, [w.last_commit() for w in m.tables()])
@@ -245,7 +246,7 @@ class ViewPipeline:
         """Whether the stream's schema (fixed when the query started) lacks source columns: the
         batch's top-level columns, or for a before/after-image feed the fields of its images."""
         if self.images is not None:
-            from pyspark.sql.types import StructType
+            from pyspark.sql.types import StructType  # lazy: Spark loads only where views run
 
             image = batch.schema[self.images.after].dataType
             have = {n.lower() for n in image.fieldNames()} if isinstance(image, StructType) else set()
@@ -257,8 +258,7 @@ class ViewPipeline:
         """``new_columns = "evolve"``: add the batch's new input columns to the source schema
         (and to ``SELECT *`` views' tables), and read the batch again when the stream's schema
         (fixed when the query started) lacks columns the source has now."""
-        from lakeview.config.evolution import record_added, with_evolved_sources
-        from spark_jobs.sources.evolution import SourceEvolution, batch_files
+        from spark_jobs.sources.evolution import SourceEvolution, batch_files  # lazy: Spark loads only where views run
 
         # The batch's files as Spark's file-source log names them (_frontier); a Spark job only when unknown.
         files = sorted(str(p) for p in self._batch_paths) if self._batch_paths is not None else batch_files(batch, FILE)
@@ -294,12 +294,10 @@ class ViewPipeline:
         self.timings = {"spark_read_quarantine_s": time.perf_counter() - started}
         faults.current_epoch = epoch_id
         m = self.maintainer
-        from spark_jobs.executors.bootstrap import bootstraps
 
         if bootstraps(self, epoch) and (done := self._bootstrap(epoch, good)) is not None:
             return done.record
         self._warn_unbounded_delta(epoch)
-        from spark_jobs.driver_delta import maintain_small_batch  # a small batch: DuckDB, no Spark aggregate
 
         if (small := maintain_small_batch(self, good, epoch, self._batch_paths)) is not None:
             return small.record
@@ -314,7 +312,7 @@ class ViewPipeline:
             delta = self._spark_part(lambda: collect_arrow(spark.sql(self.plan.batch_sql({self.source: self._temp_name()}))))
             self.last_write = {"by": "driver", "rows_collected": delta.num_rows}
             return self._maintain_part(lambda: m.apply_view_delta(epoch, delta))
-        from pyspark.sql import functions as F
+        from pyspark.sql import functions as F  # lazy: Spark loads only where views run
 
         if self.images is not None:
             good.createOrReplaceTempView(self._temp_name("_images"))
@@ -356,7 +354,6 @@ class ViewPipeline:
         feed's: stamped by the maintainer)."""
         if self.watermark is None or self.feed is not None or self.images is not None:
             return {}
-        from lakeview.sql.watermark import LATE
 
         name = self._temp_name("_events")
         good.createOrReplaceTempView(name)
@@ -382,7 +379,6 @@ class ViewPipeline:
 
     def _append_on_executors(self, epoch: Epoch, rows: DataFrame) -> CommitRecord | None:
         """A large append batch: executors write its data files, the driver commits their metadata."""
-        from spark_jobs.executors.writes import append_on_executors
 
         record, files = self._maintain_part(lambda: append_on_executors(self.writer, rows, epoch, self.project))
         writers = sorted({f.writer for f in files})
@@ -392,7 +388,6 @@ class ViewPipeline:
     def _bootstrap(self, epoch: Epoch, good: DataFrame) -> Bootstrap | None:
         """A large first batch: every table's rows computed by Spark and written by the executors
         (None: left to the driver, see spark_jobs.bootstrap)."""
-        from spark_jobs.executors.bootstrap import bootstrap_on_executors
 
         done = self._maintain_part(lambda: bootstrap_on_executors(self, good, epoch))
         if done is not None:
@@ -423,6 +418,5 @@ class ViewPipeline:
         files = batch_files(self.checkpoint, log_offset) if log_offset is not None else []
         newest = max((f.modified_ms for f in files), default=None)
         self._batch_paths = [f.path for f in files] if log_offset is not None else None  # None: unknown
-        from spark_jobs.sources.view_changes import upstream_position
 
         return {self.source: {"log_offset": log_offset, "files": len(files), **upstream_position(files)}}, newest

@@ -67,7 +67,7 @@ def build_session(
     # Python tasks (executor-written data files) run this interpreter, whose environment has
     # pyarrow and pyiceberg, unless the deployment names another (PYSPARK_PYTHON, spark.pyspark.python).
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
+    from pyspark.sql import SparkSession  # lazy: Spark loads only where views run
 
     builder = (
         SparkSession.builder.appName(app_name)

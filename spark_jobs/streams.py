@@ -13,7 +13,9 @@ import pyarrow as pa
 
 from lakeview.config.models import ProjectConfig, SourceFormat
 from lakeview.errors import WriterError
+from spark_jobs.epoch_guard import guarded  # transient errors retried, the final one noted for supervision
 from spark_jobs.sources.quarantine import CORRUPT, FILE, Quarantine
+from writers.iceberg.writer import IcebergWriter
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -52,7 +54,6 @@ def start_query(
 ) -> StreamingQuery:
     """Start ``stream``'s query, ``process`` per batch (``available_now`` or a manual cadence:
     what has landed, then stop)."""
-    from spark_jobs.epoch_guard import guarded  # transient errors retried, the final one noted for supervision
 
     writer = stream.writeStream.queryName(name).option("checkpointLocation", str(checkpoint)).foreachBatch(guarded(name, process))
     if available_now or cadence.is_manual:
@@ -64,7 +65,7 @@ def start_query(
 
 def collect_arrow(df: DataFrame) -> pa.Table:
     """Collect a (small) DataFrame to the driver as Arrow, keeping exact types."""
-    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.pandas.types import to_arrow_schema  # lazy: Spark loads only where views run
 
     schema = to_arrow_schema(df.schema)
     batches = df._collect_as_arrow()
@@ -93,7 +94,6 @@ def state_table_writer(writer: SnapshotWriter, view: str, namespace: str, name: 
     """A state table next to the view's, through the same catalog."""
     if not writer.capabilities.catalog_commits:
         raise WriterError(f"{view}: its SQL needs state tables, which are kept in Iceberg; use format = 'iceberg'")
-    from writers.iceberg.writer import IcebergWriter
 
     beside = cast("IcebergWriter", writer)  # catalog_commits: an Iceberg writer
     return IcebergWriter(beside.catalog, namespace, name, compaction=beside.compaction)

@@ -10,9 +10,12 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from pyiceberg.catalog.rest import RestCatalog
+
 from lakeview.config.models import ProjectConfig, TableFormat, delta_storage_options, file_io_properties
 from lakeview.errors import ConfigError
 from writers.base import SnapshotWriter
+from writers.iceberg.writer import IcebergWriter
 from writers.maintenance import MaintenancePolicy
 
 
@@ -31,15 +34,12 @@ def policy_for(project: ProjectConfig, view: str) -> MaintenancePolicy:
 
 
 def _iceberg_writer(project: ProjectConfig, view: str, catalog_uri: str) -> SnapshotWriter:
-    from writers.iceberg.writer import IcebergWriter
-
     catalog = rest_catalog(project, f"lakeview-{view}", catalog_uri)
     return IcebergWriter(catalog, project.views[view].namespace, view, compaction=policy_for(project, view))
 
 
 def rest_catalog(project: ProjectConfig, name: str, catalog_uri: str) -> Any:
     """A pyiceberg RestCatalog client committing through ``catalog_uri`` (warehouse FileIO, OAuth2)."""
-    from pyiceberg.catalog.rest import RestCatalog
 
     return RestCatalog(name, uri=catalog_uri, warehouse=project.lake.name, **file_io_properties(project), **catalog_client_properties(catalog_uri))
 
@@ -55,7 +55,7 @@ def catalog_client_properties(catalog_uri: str) -> dict[str, str]:
 
 
 def _delta_writer(project: ProjectConfig, view: str, catalog_uri: str) -> SnapshotWriter:
-    from writers.delta.writer import DeltaWriter
+    from writers.delta.writer import DeltaWriter  # lazy: deltalake loads only for Delta tables
 
     return DeltaWriter(project.table_location(view), view, delta_storage_options(project))
 
@@ -65,7 +65,7 @@ def state_writer_factory(project: ProjectConfig, view: str) -> Callable[[str], S
     (the pipeline keeps them in the view's catalog)."""
     if project.views[view].format is not TableFormat.DELTA:
         return None
-    from writers.delta.writer import DeltaWriter
+    from writers.delta.writer import DeltaWriter  # lazy: deltalake loads only for Delta tables
 
     base = project.table_location(view).rsplit("/", 1)[0]
     return lambda name: DeltaWriter(f"{base}/{name}", name, delta_storage_options(project))

@@ -21,6 +21,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
+import pyarrow.dataset as ds
+from pyiceberg.manifest import DataFileContent, ManifestEntryStatus
 
 from lakeview.errors import WriterError
 from lakeview.ivm.commits import CommitRecord
@@ -80,8 +82,6 @@ def _for(writer: SnapshotWriter, iceberg, delta):
 
 # --- Iceberg ------------------------------------------------------------------------------
 def _iceberg_change(writer: IcebergWriter, snapshot_id: int) -> pa.Table:
-    from pyiceberg.manifest import DataFileContent, ManifestEntryStatus
-
     table = writer.table()
     snapshot = table.snapshot_by_id(snapshot_id)
     if snapshot is None:
@@ -153,7 +153,6 @@ def _delta_files(table: DeltaTable) -> set[str]:
 
 def _delta_read(table: DeltaTable, location: str, paths: set[str], schema: pa.Schema) -> pa.Table:
     """The rows of some data files of one version (through delta-rs's own filesystem)."""
-    import pyarrow.dataset as ds
 
     if not paths:
         return schema.empty_table()
@@ -183,7 +182,7 @@ def _delta_batches(writer: DeltaWriter, version: int) -> pa.RecordBatchReader:
 
 
 def _delta_commits_after(writer: DeltaWriter, epoch: int | None) -> list[CommitRecord]:
-    from writers.delta.writer import history_of
+    from writers.delta.writer import history_of  # lazy: deltalake loads only for Delta tables
 
     found: list[CommitRecord] = []
     for record in history_of(writer.table()):  # newest first

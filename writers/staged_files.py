@@ -19,7 +19,10 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from pyiceberg.manifest import DataFile
+
 from lakeview.ivm.commits import CommitRecord, Epoch
+from writers.iceberg.metadata_memo import transaction
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -56,9 +59,6 @@ def append_iceberg_files(table: Table, epoch: Epoch, files: list[WrittenFile]) -
 def stage_iceberg_files(table: Table, epoch: Epoch, files: list[WrittenFile]) -> tuple[Transaction, dict[str, str]]:
     """The ``append`` of ``files`` staged in a transaction, uncommitted (a view group commits
     several tables' staged snapshots in one catalog transaction)."""
-    from pyiceberg.manifest import DataFile
-
-    from writers.iceberg.metadata_memo import transaction
 
     props = _stamp(epoch, files)
     txn = transaction(table)
@@ -71,8 +71,8 @@ def stage_iceberg_files(table: Table, epoch: Epoch, files: list[WrittenFile]) ->
 
 def append_delta_files(table: DeltaTable, epoch: Epoch, files: list[WrittenFile]) -> dict[str, str]:
     """One Delta commit adding ``files``, with the app transaction ``(view, epoch)``; returns its stamp."""
-    from deltalake import CommitProperties, Transaction
-    from deltalake.transaction import AddAction
+    from deltalake import CommitProperties, Transaction  # lazy: deltalake loads only for Delta tables
+    from deltalake.transaction import AddAction  # lazy: deltalake loads only for Delta tables
 
     props = _stamp(epoch, files)
     now = int(time.time() * 1000)

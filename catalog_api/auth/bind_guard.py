@@ -7,12 +7,16 @@ command line of the ASGI server) and, for paths that hide it, per connection by
 from __future__ import annotations
 
 import ipaddress
+import multiprocessing
 import os
 import shlex
+import signal
+import sys
 from collections.abc import Mapping, Sequence
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from catalog_api.responses import error_response
 from lakeview.errors import SetupError
 
 _HOW_TO = 'configure [auth] mode = "oauth2" with clients (LAKEVIEW_PROJECT), or bind 127.0.0.1'
@@ -61,9 +65,6 @@ def refuse_open_command_line(
 ) -> None:
     """The ASGI factory's check: raise SetupError if the server process was told to bind a
     non-loopback host without auth."""
-    import multiprocessing
-    import signal
-    import sys
 
     try:
         for host in command_line_hosts(sys.argv if argv is None else argv, os.environ if environ is None else environ):
@@ -83,8 +84,6 @@ class LoopbackOnly:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] in ("http", "websocket") and not _local(scope):
-            from catalog_api.responses import error_response
-
             response = error_response(
                 403, "ForbiddenException", f"this catalog runs without auth and serves loopback only; {_HOW_TO}"
             )

@@ -90,9 +90,9 @@ class CredentialVendor:
         return credential["body"]
 
     def _assume(self, location: str, write: bool) -> dict[str, Any]:
-        import boto3
-        from botocore.config import Config
-        from botocore.exceptions import BotoCoreError, ClientError
+        import boto3  # lazy: boto3 loads only for Glue or S3
+        from botocore.config import Config  # lazy: botocore loads only for Glue or S3
+        from botocore.exceptions import BotoCoreError, ClientError  # lazy: botocore loads only for Glue or S3
 
         p = self.properties
         sts = boto3.client(

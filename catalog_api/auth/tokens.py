@@ -21,6 +21,7 @@ import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import parse_qs
 
 import jwt
 from sqlalchemy import (
@@ -35,7 +36,11 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
 
+from catalog_api.auth.access import Privilege, principal_of
+from catalog_api.responses import from_exception
 from lakeview import errors
 
 ISSUER = "lakeview-catalog"
@@ -269,13 +274,6 @@ def revocation_endpoint(authenticator: Any):
 
     Answers 200 ``{}`` once the token is revoked, 400 for a missing token, 401 for an invalid one,
     403 when the caller may not revoke it."""
-    from urllib.parse import parse_qs
-
-    from starlette.requests import Request
-    from starlette.responses import JSONResponse, Response
-
-    from catalog_api.auth.access import Privilege, principal_of
-    from catalog_api.responses import from_exception
 
     async def endpoint(request: Request) -> Response:
         try:

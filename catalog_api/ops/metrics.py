@@ -16,10 +16,13 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client import REGISTRY, CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from catalog_api.ops.status import view_statuses
 
 if TYPE_CHECKING:
     from lakeview.config.models import ProjectConfig
@@ -84,8 +87,6 @@ class ViewCollector:
         self.store = store
 
     def collect(self):
-        from catalog_api.ops.status import view_statuses
-
         lag = GaugeMetricFamily("lakeview_view_lag_seconds", "Freshness lag: now minus the arrival of the newest input the view reflects.", labels=["view"])
         target = GaugeMetricFamily("lakeview_view_target_lag_seconds", "The view's freshness SLO (target_lag).", labels=["view"])
         slo = GaugeMetricFamily("lakeview_view_slo_compliance", "Fraction of the last hour with lag <= target_lag.", labels=["view"])
@@ -147,8 +148,6 @@ def metrics_route(project: ProjectConfig | None, store: Any) -> Route:
         return generate_latest(REGISTRY) + generate_latest(views)
 
     async def metrics(request: Request) -> Response:
-        from starlette.concurrency import run_in_threadpool
-
         return Response(await run_in_threadpool(render), media_type=CONTENT_TYPE_LATEST)
 
     return Route("/metrics", metrics, methods=["GET"])

@@ -17,13 +17,21 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from starlette.concurrency import run_in_threadpool
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 
+from catalog_api.ops.console.routes import console_api_routes, console_public_paths, console_static_routes
+from catalog_api.ops.metrics import RequestLatencyMiddleware, metrics_route
+from catalog_api.ops.status import view_status, view_statuses
+from catalog_api.registrars.service import with_registrar_reasons
 from catalog_api.request_limits import read_body
 from catalog_api.responses import from_exception
 from lakeview import errors
+from lakeview.ops.ingest import SourceIngest
+from lakeview.ops.parking import parked, request_resume
+from lakeview.sql.planner import plan_view
 
 if TYPE_CHECKING:
     from lakeview.config.models import ProjectConfig
@@ -47,8 +55,6 @@ def _may_read(request: Request, namespace: str) -> bool:
 
 def lakeview_routes(project: ProjectConfig, store: Any) -> list[BaseRoute]:
     """The ``/lakeview/v1`` mount for ``build_app(extra_routes=...)``."""
-    from catalog_api.ops.status import view_status, view_statuses
-    from lakeview.ops.ingest import SourceIngest
 
     ingesters: dict[str, SourceIngest] = {}
     readers: dict[str, set[str]] = {}  # source -> namespaces of the views reading it
@@ -57,8 +63,6 @@ def lakeview_routes(project: ProjectConfig, store: Any) -> list[BaseRoute]:
             readers.setdefault(source, set()).add(view.namespace)
 
     def one_view(name: str) -> Any:
-        from catalog_api.registrars.service import with_registrar_reasons
-
         return with_registrar_reasons(project, [view_status(project, store, name)])[0]  # REGISTRAR_DOWN as in the list
 
     async def list_views(request: Request) -> Response:
@@ -78,8 +82,6 @@ def lakeview_routes(project: ProjectConfig, store: Any) -> list[BaseRoute]:
         return JSONResponse(status.as_dict())
 
     async def resume_view(request: Request) -> Response:
-        from lakeview.ops.parking import parked, request_resume
-
         name = request.path_params["name"]
         try:
             if name not in project.views:
@@ -110,8 +112,6 @@ def lakeview_routes(project: ProjectConfig, store: Any) -> list[BaseRoute]:
         headers = {"Idempotency-Replayed": "true"} if result.replayed else {}
         return JSONResponse(result.as_dict(), headers=headers)
 
-    from catalog_api.ops.console.routes import console_api_routes
-
     return [
         Mount(
             "/lakeview/v1",
@@ -127,8 +127,6 @@ def lakeview_routes(project: ProjectConfig, store: Any) -> list[BaseRoute]:
 
 
 def _sources_of(sql: str) -> tuple[str, ...]:
-    from lakeview.sql.planner import plan_view
-
     try:
         return tuple(plan_view("_", sql).sources)
     except errors.LakeviewError:
@@ -138,15 +136,10 @@ def _sources_of(sql: str) -> tuple[str, ...]:
 def lakeview_app_options(project: ProjectConfig | None, store: Any) -> dict[str, Any]:
     """``build_app``/``CatalogServer`` options that add ``/lakeview/v1``, the console at ``/ui/``,
     ``/metrics`` and the request-latency middleware (``project=None``: metrics only, no views known)."""
-    from starlette.middleware import Middleware
-
-    from catalog_api.ops.metrics import RequestLatencyMiddleware, metrics_route
 
     routes: list[BaseRoute] = [metrics_route(project, store)]
     options: dict[str, Any] = {}
     if project is not None:
-        from catalog_api.ops.console.routes import console_public_paths, console_static_routes
-
         routes += lakeview_routes(project, store) + console_static_routes()
         options["public_paths"] = console_public_paths()  # the page asks for a token itself
     return {"extra_routes": routes, "middleware": [Middleware(RequestLatencyMiddleware)], **options}

@@ -8,8 +8,15 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
+from datetime import datetime as _dt
 from typing import Any
 
+from rich.markup import escape
+from rich.table import Table
+
+from catalog_api.ops.view_tables import status_inputs
+from catalog_api.registrars.service import with_registrar_reasons
+from catalog_api.store.catalog import open_store
 from lakeview.config.models import ProjectConfig
 from lakeview.errors import NoSuchTableError
 from lakeview.ops import freshness
@@ -57,11 +64,9 @@ class ViewStatus:
 
 def view_statuses(project: ProjectConfig, store: Any = None, *, at_ms: int | None = None) -> list[ViewStatus]:
     """Every view's status; ``store`` defaults to the project's catalog store."""
-    from catalog_api.store.catalog import open_store
 
     store = open_store(project) if store is None else store
     at_ms = int(time.time() * 1000) if at_ms is None else at_ms
-    from catalog_api.registrars.service import with_registrar_reasons
 
     return with_registrar_reasons(project, [_never_raising(project, store, name, at_ms) for name in project.views])
 
@@ -78,7 +83,6 @@ def _never_raising(project: ProjectConfig, store: Any, name: str, at_ms: int) ->
 
 def view_status(project: ProjectConfig, store: Any, name: str, *, at_ms: int | None = None) -> ViewStatus:
     """One view's status, freshness included. Raises KeyError for an unknown view."""
-    from catalog_api.ops.view_tables import status_inputs
 
     at_ms = int(time.time() * 1000) if at_ms is None else at_ms
     view = project.views[name]
@@ -151,10 +155,6 @@ def _reason_only(signals: RuntimeSignals | None, history: list, at_ms: int) -> d
 
 def status_table(statuses: list[ViewStatus]):
     """The ``lakeview status`` table."""
-    from datetime import datetime as _dt
-
-    from rich.markup import escape
-    from rich.table import Table
 
     table = Table(title=f"Lakeview views at {_dt.now(UTC).isoformat(timespec='seconds')}")
     failures = any(s.state == FAILED for s in statuses)

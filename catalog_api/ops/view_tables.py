@@ -8,8 +8,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from lakeview.config.models import ProjectConfig, TableFormat
+from catalog_api.store.catalog import open_store
+from lakeview.config.models import ProjectConfig, TableFormat, delta_storage_options
 from lakeview.errors import NoSuchTableError
+from lakeview.ivm.commits import CommitRecord
+from writers.iceberg.writer import last_commit_of
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -23,10 +26,9 @@ def commit_history(project: ProjectConfig, view: str, limit: int = 50) -> list[C
     Raises NoSuchTableError when the table does not exist yet.
     """
     if project.views[view].format is TableFormat.DELTA:
-        from writers.delta.writer import history_of
+        from writers.delta.writer import history_of  # lazy: deltalake loads only for Delta tables
 
         return history_of(_delta_table(project, view), limit)[:limit]
-    from lakeview.ivm.commits import CommitRecord
 
     table = _iceberg_table(project, view)
     records: list[CommitRecord] = []
@@ -43,10 +45,9 @@ def commit_history(project: ProjectConfig, view: str, limit: int = 50) -> list[C
 def last_commit(project: ProjectConfig, view: str) -> CommitRecord | None:
     """The newest Lakeview commit of the view (None: table created, nothing committed)."""
     if project.views[view].format is TableFormat.DELTA:
-        from writers.delta.writer import last_commit_of as delta_last
+        from writers.delta.writer import last_commit_of as delta_last  # lazy: deltalake loads only for Delta tables
 
         return delta_last(_delta_table(project, view))
-    from writers.iceberg.writer import last_commit_of
 
     return last_commit_of(_iceberg_table(project, view))
 
@@ -62,16 +63,12 @@ def read_rows(project: ProjectConfig, view: str, snapshot_id: int | None = None)
 
 
 def _iceberg_table(project: ProjectConfig, view: str):
-    from catalog_api.store.catalog import open_store
-
     return open_store(project).load_table((project.views[view].namespace, view))
 
 
 def _delta_table(project: ProjectConfig, view: str):
-    from deltalake import DeltaTable
-    from deltalake.exceptions import TableNotFoundError
-
-    from lakeview.config.models import delta_storage_options
+    from deltalake import DeltaTable  # lazy: deltalake loads only for Delta tables
+    from deltalake.exceptions import TableNotFoundError  # lazy: deltalake loads only for Delta tables
 
     try:
         return DeltaTable(project.table_location(view), storage_options=delta_storage_options(project))
@@ -98,7 +95,7 @@ def status_inputs(project: ProjectConfig, store, view: str) -> tuple[CommitRecor
     """The newest Lakeview commit and every snapshot (Iceberg snapshots or Delta log entries) of a
     view's table, for ``status``. Raises NoSuchTableError when the table does not exist yet."""
     if project.views[view].format is TableFormat.DELTA:
-        from writers.delta.writer import last_commit_of as delta_last
+        from writers.delta.writer import last_commit_of as delta_last  # lazy: deltalake loads only for Delta tables
 
         table = _delta_table(project, view)
         snapshots = [
@@ -110,7 +107,6 @@ def status_inputs(project: ProjectConfig, store, view: str) -> tuple[CommitRecor
             for entry in reversed(table.history())
         ]
         return delta_last(table), snapshots
-    from writers.iceberg.writer import last_commit_of
 
     table = store.load_table((project.views[view].namespace, view))
     return last_commit_of(table), list(table.metadata.snapshots)

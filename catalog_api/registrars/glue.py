@@ -48,8 +48,8 @@ class GlueRegistrar(Registrar):
     ) -> None:
         super().__init__()
         if client is None:
-            import boto3
-            from botocore.config import Config
+            import boto3  # lazy: boto3 loads only for Glue or S3
+            from botocore.config import Config  # lazy: botocore loads only for Glue or S3
 
             client = boto3.client(
                 "glue",
@@ -65,7 +65,7 @@ class GlueRegistrar(Registrar):
     @contextlib.contextmanager
     def session(self, what: str) -> Iterator[None]:
         """boto3/botocore failures → RegistrarError (transient); conflicts pass through."""
-        from botocore.exceptions import BotoCoreError, ClientError
+        from botocore.exceptions import BotoCoreError, ClientError  # lazy: botocore loads only for Glue or S3
 
         try:
             yield

@@ -22,6 +22,8 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from pyiceberg.catalog.hive import _HiveClient
+
 from catalog_api.registrars.base import (
     DELTA,
     EXTERNAL_TABLE,
@@ -60,8 +62,7 @@ class HiveRegistrar(Registrar):
     @contextlib.contextmanager
     def session(self, what: str) -> Iterator[None]:
         """One Thrift connection for the session; Thrift and socket failures → RegistrarError."""
-        from pyiceberg.catalog.hive import _HiveClient
-        from thrift.Thrift import TException
+        from thrift.Thrift import TException  # lazy: thrift loads only for Hive Metastore
 
         try:
             with _HiveClient(self.uri) as client:
@@ -83,7 +84,10 @@ class HiveRegistrar(Registrar):
         return client
 
     def create_namespace(self, namespace: str) -> None:
-        from hive_metastore.ttypes import AlreadyExistsException, Database
+        from hive_metastore.ttypes import (  # lazy: the HMS client loads only for Hive Metastore
+            AlreadyExistsException,
+            Database,
+        )
 
         try:
             self._client.create_database(Database(name=namespace, description="Lakeview views", parameters={}))
@@ -91,7 +95,7 @@ class HiveRegistrar(Registrar):
             pass
 
     def get(self, namespace: str, name: str) -> Registration | None:
-        from hive_metastore.ttypes import NoSuchObjectException
+        from hive_metastore.ttypes import NoSuchObjectException  # lazy: the HMS client loads only for Hive Metastore
 
         try:
             current = self._client.get_table(namespace, name)
@@ -109,7 +113,7 @@ class HiveRegistrar(Registrar):
         )
 
     def create(self, table: PublishedTable) -> bool:
-        from hive_metastore.ttypes import AlreadyExistsException
+        from hive_metastore.ttypes import AlreadyExistsException  # lazy: the HMS client loads only for Hive Metastore
 
         try:
             self._client.create_table(_hive_table(table, None))
@@ -123,7 +127,7 @@ class HiveRegistrar(Registrar):
         return True
 
     def delete(self, namespace: str, name: str) -> bool:
-        from hive_metastore.ttypes import NoSuchObjectException
+        from hive_metastore.ttypes import NoSuchObjectException  # lazy: the HMS client loads only for Hive Metastore
 
         try:
             self._client.drop_table(namespace, name, False)  # deleteData=False: never the view's files
@@ -133,8 +137,12 @@ class HiveRegistrar(Registrar):
 
 
 def _hive_table(table: PublishedTable, current: Any | None) -> Any:
-    from hive_metastore.ttypes import FieldSchema, SerDeInfo, StorageDescriptor
-    from hive_metastore.ttypes import Table as HiveTable
+    from hive_metastore.ttypes import (  # lazy: the HMS client loads only for Hive Metastore
+        FieldSchema,
+        SerDeInfo,
+        StorageDescriptor,
+    )
+    from hive_metastore.ttypes import Table as HiveTable  # lazy: the HMS client loads only for Hive Metastore
 
     params = dict(current.parameters or {}) if current is not None else {}
     old = params.get(METADATA_LOCATION)

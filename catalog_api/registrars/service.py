@@ -11,6 +11,7 @@ caught up with the newest pointer. The same file remembers where each view was r
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -21,8 +22,16 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from lakeview.config.models import ProjectConfig, TableFormat
-from lakeview.errors import NoSuchTableError, RegistrarConflictError
+import pyarrow as pa
+
+from catalog_api.registrars.base import DELTA, ICEBERG, PublishedTable
+from catalog_api.registrars.filesystem import FilesystemRegistrar
+from catalog_api.registrars.glue import GlueRegistrar
+from catalog_api.registrars.hive import HiveRegistrar
+from catalog_api.store.catalog import open_store
+from lakeview.config.models import GlueConfig, ProjectConfig, TableFormat, delta_storage_options
+from lakeview.errors import ConfigError, NoSuchTableError, RegistrarConflictError
+from lakeview.sql.dialects import sql_properties
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -45,17 +54,12 @@ def delta_location(project: ProjectConfig, view: str) -> str:
 def published_table(project: ProjectConfig, view: str, store: Any = None) -> PublishedTable:
     """The view's table as it is now (Iceberg: from the catalog store, ``store`` or the project's;
     Delta: from its log). Raises NoSuchTableError when the view has no table yet."""
-    from catalog_api.registrars.base import DELTA, ICEBERG, PublishedTable
-    from lakeview.sql.dialects import sql_properties
 
     config = project.views[view]
     properties = sql_properties(config.sql, config.dialect)
     if config.format is TableFormat.DELTA:
-        import pyarrow as pa
-        from deltalake import DeltaTable
-        from deltalake.exceptions import TableNotFoundError
-
-        from lakeview.config.models import delta_storage_options
+        from deltalake import DeltaTable  # lazy: deltalake loads only for Delta tables
+        from deltalake.exceptions import TableNotFoundError  # lazy: deltalake loads only for Delta tables
 
         path = delta_location(project, view)
         try:
@@ -65,8 +69,6 @@ def published_table(project: ProjectConfig, view: str, store: Any = None) -> Pub
         schema = pa.schema(table.schema().to_arrow())
         return PublishedTable(config.namespace, view, DELTA, path, schema, properties=properties)
     if store is None:
-        from catalog_api.store.catalog import open_store
-
         store = open_store(project)
     table = store.load_table((config.namespace, view))
     return PublishedTable(
@@ -339,7 +341,6 @@ _OUTRANKED = (None, "BACKFILLING", "RECOVERING", "FALLING_BEHIND")
 def with_registrar_reasons(project: ProjectConfig, statuses: list[Any]) -> list[Any]:
     """``lakeview status`` rows with REGISTRAR_DOWN where a registrar keeps failing for the view
     (even when the view itself is fresh: readers going through that registrar are not)."""
-    import dataclasses
 
     reasons = degraded_reasons(project)
     out = []
@@ -354,25 +355,17 @@ def with_registrar_reasons(project: ProjectConfig, statuses: list[Any]) -> list[
 
 # -- the registrars, by name ---------------------------------------------------------------------
 def _glue(project: ProjectConfig) -> Registrar:
-    from catalog_api.registrars.glue import GlueRegistrar
-    from lakeview.config.models import GlueConfig
-
     config = project.glue or GlueConfig()
     return GlueRegistrar(endpoint=config.endpoint, region=config.region, catalog_id=config.catalog_id)
 
 
 def _hive(project: ProjectConfig) -> Registrar:
-    from catalog_api.registrars.hive import HiveRegistrar
-    from lakeview.errors import ConfigError
-
     if project.hive is None:
         raise ConfigError(project.file, "hive", 'no [hive] table; add one with uri = "thrift://HOST:PORT"')
     return HiveRegistrar(project.hive.uri)
 
 
 def _filesystem(project: ProjectConfig) -> Registrar:
-    from catalog_api.registrars.filesystem import FilesystemRegistrar
-
     def locate(namespace: str, name: str) -> str | None:
         return table_location(project, namespace, name)
 

@@ -26,13 +26,16 @@ ProjectOption = Annotated[Path, typer.Option("--project", "-p", help="Project di
 
 
 def _load(project: Path):
-    from lakeview.project import load_project
+    from lakeview.project import load_project  # lazy: the command line imports a command's modules only when it runs
 
     return load_project(project)
 
 
 def _registrar(name: str, config):
-    from catalog_api.registrars.service import REGISTRARS, make_registrar
+    from catalog_api.registrars.service import (  # lazy: the command line imports a command's modules only when it runs
+        REGISTRARS,
+        make_registrar,
+    )
 
     if name not in REGISTRARS:
         raise LakeviewError(f"no registrar {name!r}; use {REGISTRAR_HELP}")
@@ -45,8 +48,10 @@ def register(
     project: ProjectOption = Path("."),
 ) -> None:
     """Publish VIEW's current snapshot in Glue, the Hive Metastore or as a path, now."""
-    from catalog_api.registrars.service import register_now
-    from lakeview.errors import NoSuchTableError
+    from catalog_api.registrars.service import (
+        register_now,  # lazy: the command line imports a command's modules only when it runs
+    )
+    from lakeview.errors import NoSuchTableError  # lazy: the command line imports a command's modules only when it runs
 
     config = _load(project)
     config.require_view(view)
@@ -68,7 +73,10 @@ def unregister(
     namespace: Annotated[str | None, typer.Option(help="Namespace, for a view no longer in the config.")] = None,
 ) -> None:
     """Remove VIEW's entry from Glue, the Hive Metastore or its path hint (never its data)."""
-    from catalog_api.registrars.service import RegistrationState, unregister_now
+    from catalog_api.registrars.service import (  # lazy: the command line imports a command's modules only when it runs
+        RegistrationState,
+        unregister_now,
+    )
 
     config = _load(project)
     recorded = RegistrationState(config).load().get(view, {}).get(from_, {})
@@ -88,7 +96,10 @@ def prune(
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
 ) -> None:
     """Unregister, everywhere, the views no longer in the config (or no longer registered there)."""
-    from catalog_api.registrars.service import registered_elsewhere, unregister_now
+    from catalog_api.registrars.service import (  # lazy: the command line imports a command's modules only when it runs
+        registered_elsewhere,
+        unregister_now,
+    )
 
     config = _load(project)
     stale = registered_elsewhere(config)
@@ -118,7 +129,10 @@ def trino_config(
     out: Annotated[Path | None, typer.Option(help="Write the files into this directory (etc/catalog) instead.")] = None,
 ) -> None:
     """Print the Trino catalog files (REST, and Glue/HMS when configured) for this project."""
-    from lakeview.cli.trino import catalog_files, render
+    from lakeview.cli.trino import (  # lazy: the command line imports a command's modules only when it runs
+        catalog_files,
+        render,
+    )
 
     files = catalog_files(_load(project), credential=credential)
     for name, properties in files.items():

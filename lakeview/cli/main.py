@@ -29,7 +29,7 @@ ProjectOption = Annotated[
 
 
 def _load(project: Path):
-    from lakeview.project import load_project
+    from lakeview.project import load_project  # lazy: the command line imports a command's modules only when it runs
 
     return load_project(project)
 
@@ -48,8 +48,12 @@ def init(
     force: Annotated[bool, typer.Option(help="Overwrite an existing lakeview.toml.")] = False,
 ) -> None:
     """Write an example project: lakeview.toml, a landing directory and generate_orders.py."""
-    from lakeview.cli.scaffold import init_project
-    from lakeview.config.cadence import parse_cadence
+    from lakeview.cli.scaffold import (
+        init_project,  # lazy: the command line imports a command's modules only when it runs
+    )
+    from lakeview.config.cadence import (
+        parse_cadence,  # lazy: the command line imports a command's modules only when it runs
+    )
 
     try:
         parse_cadence(cadence)
@@ -76,12 +80,14 @@ def up(
     metrics_host: Annotated[str, typer.Option("--metrics-host", help="Bind address for --metrics-port.")] = "127.0.0.1",
 ) -> None:
     """Start the catalog service and every view's streaming job; Ctrl-C stops both cleanly."""
-    from lakeview.stack.embedded import EmbeddedStack
+    from lakeview.stack.embedded import EmbeddedStack  # lazy: uvicorn loads only where a server starts
 
     _quiet_logs(verbose)
     config = _load(project)
     if spark_master is not None:
-        from lakeview.config.models import SparkConfig
+        from lakeview.config.models import (
+            SparkConfig,  # lazy: the command line imports a command's modules only when it runs
+        )
 
         try:
             spark = SparkConfig(master=spark_master, conf=config.spark.conf)
@@ -92,7 +98,9 @@ def up(
     if unknown:
         raise LakeviewError(f"--view: no view {unknown[0]!r}; views: {', '.join(config.views) or 'none'}")
 
-    from lakeview.ops.progress import BackfillProgress
+    from lakeview.ops.progress import (
+        BackfillProgress,  # lazy: the command line imports a command's modules only when it runs
+    )
 
     backfill: BackfillProgress | None = None
 
@@ -105,7 +113,9 @@ def up(
         )
 
     if metrics_port is not None:
-        from prometheus_client import start_http_server
+        from prometheus_client import (
+            start_http_server,  # lazy: the command line imports a command's modules only when it runs
+        )
 
         start_http_server(metrics_port, addr=metrics_host)
         typer.echo(f"metrics: http://{metrics_host}:{metrics_port}/metrics")
@@ -151,7 +161,9 @@ def up(
 
 def _new_views_with_history(stack) -> list[str]:
     """Views starting their first batch over files that already landed (a backfill)."""
-    from lakeview.ops.runtime import count_pending_files
+    from lakeview.ops.runtime import (
+        count_pending_files,  # lazy: the command line imports a command's modules only when it runs
+    )
 
     found = []
     for name, pipeline in stack.pipelines.items():
@@ -164,13 +176,19 @@ def _new_views_with_history(stack) -> list[str]:
 @app.command()
 def serve(project: ProjectOption = Path(".")) -> None:
     """Run only the Iceberg REST catalog (no view jobs) until Ctrl-C."""
-    from catalog_api.server import CatalogServer
-    from catalog_api.store.catalog import open_store
+    from catalog_api.server import CatalogServer  # lazy: uvicorn loads only where a server starts
+    from catalog_api.store.catalog import (
+        open_store,  # lazy: the command line imports a command's modules only when it runs
+    )
 
     _quiet_logs()
     config = _load(project)
-    from catalog_api.auth.authenticator import project_authenticator
-    from catalog_api.ops.routes import lakeview_app_options
+    from catalog_api.auth.authenticator import (
+        project_authenticator,  # lazy: the command line imports a command's modules only when it runs
+    )
+    from catalog_api.ops.routes import (
+        lakeview_app_options,  # lazy: the command line imports a command's modules only when it runs
+    )
 
     store = open_store(config)
     server = CatalogServer(
@@ -180,7 +198,9 @@ def serve(project: ProjectOption = Path(".")) -> None:
         authenticator=project_authenticator(config),
         **lakeview_app_options(config, store),
     )
-    from lakeview.stack.history_sampler import HistorySampler
+    from lakeview.stack.history_sampler import (
+        HistorySampler,  # lazy: the command line imports a command's modules only when it runs
+    )
 
     history = HistorySampler(config, store).start()  # the console's lag and backlog history
     typer.echo(f"catalog: {server.uri} (warehouse {config.lake.name!r}); console: {console_url(config)}; "
@@ -204,10 +224,10 @@ def ui(
     ] = True,
 ) -> None:
     """Print the console's URL (served by `lakeview up` / `serve`) and open it in a browser when there is one."""
-    import os
-    import webbrowser
+    import os  # lazy: the command line imports a command's modules only when it runs
+    import webbrowser  # lazy: the command line imports a command's modules only when it runs
 
-    import httpx
+    import httpx  # lazy: the command line imports a command's modules only when it runs
 
     config = _load(project)
     url = console_url(config)
@@ -242,9 +262,12 @@ def resume(
     the running `lakeview up` checks every second; with none running, the next `lakeview up` resumes
     every parked view anyway. Exits 1 if the view fails again or is not picked up within --wait.
     """
-    import time
+    import time  # lazy: the command line imports a command's modules only when it runs
 
-    from lakeview.ops.parking import parked, request_resume
+    from lakeview.ops.parking import (  # lazy: the command line imports a command's modules only when it runs
+        parked,
+        request_resume,
+    )
 
     config = _load(project)
     if view not in config.views:
@@ -276,22 +299,27 @@ def status(
     interval: Annotated[float, typer.Option(min=0.2, help="Seconds between refreshes with --watch.")] = 2.0,
 ) -> None:
     """Per view: freshness lag, SLO compliance and why it is degraded, last snapshot, epoch, cadence."""
-    from catalog_api.ops.status import status_table, view_statuses
+    from catalog_api.ops.status import (  # lazy: the command line imports a command's modules only when it runs
+        status_table,
+        view_statuses,
+    )
 
     config = _load(project)
     if as_json:
         typer.echo(json.dumps([s.as_dict() for s in view_statuses(config)], indent=2))
         return
-    from rich.console import Console
+    from rich.console import Console  # lazy: the command line imports a command's modules only when it runs
 
     if not watch:
         Console().print(status_table(view_statuses(config)))
         return
-    import time
+    import time  # lazy: the command line imports a command's modules only when it runs
 
-    from rich.live import Live
+    from rich.live import Live  # lazy: the command line imports a command's modules only when it runs
 
-    from catalog_api.store.catalog import open_store
+    from catalog_api.store.catalog import (
+        open_store,  # lazy: the command line imports a command's modules only when it runs
+    )
 
     store = open_store(config)
     with Live(status_table(view_statuses(config, store)), auto_refresh=False) as live:
@@ -320,14 +348,16 @@ def query(
     if engine not in ("duckdb", "trino"):
         raise LakeviewError(f"--engine {engine!r}: use duckdb or trino")
     if engine == "trino":
-        from lakeview.cli.trino import run_query
+        from lakeview.cli.trino import run_query  # lazy: the command line imports a command's modules only when it runs
 
         if not server:
             raise LakeviewError("--engine trino needs --server http://HOST:PORT (a Trino with the `lakeview trino-config` catalogs)")
         _print_result(*run_query(sql, server, catalog=catalog))
         return
-    from lakeview.sql.duck import connect_catalog
-    from lakeview.stack.embedded import catalog_for
+    from lakeview.sql.duck import (
+        connect_catalog,  # lazy: the command line imports a command's modules only when it runs
+    )
+    from lakeview.stack.embedded import catalog_for  # lazy: uvicorn loads only where a server starts
 
     config = _load(project)
     with catalog_for(config) as catalog_uri:
@@ -342,8 +372,8 @@ def query(
 
 
 def _print_result(columns: list[str], rows: list[tuple]) -> None:
-    from rich.console import Console
-    from rich.table import Table
+    from rich.console import Console  # lazy: the command line imports a command's modules only when it runs
+    from rich.table import Table  # lazy: the command line imports a command's modules only when it runs
 
     table = Table(caption=f"{len(rows)} row(s)")
     for column in columns:
@@ -360,7 +390,7 @@ def refresh(
 ) -> None:
     """Process everything landed so far for VIEW (one snapshot), then stop. For manual cadences.
     A grouped view is refreshed with its whole group (one transaction for all members)."""
-    from lakeview.stack.embedded import EmbeddedStack
+    from lakeview.stack.embedded import EmbeddedStack  # lazy: uvicorn loads only where a server starts
 
     _quiet_logs()
     config = _load(project)
@@ -381,7 +411,9 @@ def explain(
     project: ProjectOption = Path("."),
 ) -> None:
     """Print VIEW's incremental plan: operators, how each is maintained, its key and the state kept."""
-    from lakeview.ivm.explain import explain as explain_view
+    from lakeview.ivm.explain import (
+        explain as explain_view,  # lazy: the command line imports a command's modules only when it runs
+    )
 
     config = _load(project)
     config.require_view(view)
@@ -394,18 +426,22 @@ def verify(
     project: ProjectOption = Path("."),
 ) -> None:
     """Recompute VIEW from its sources at the committed frontier (DuckDB) and compare with the snapshot."""
-    from catalog_api.ops import view_tables as tables
-    from lakeview.ivm import oracle
+    from catalog_api.ops import (
+        view_tables as tables,  # lazy: the command line imports a command's modules only when it runs
+    )
+    from lakeview.ivm import oracle  # lazy: the command line imports a command's modules only when it runs
 
     config = _load(project)
     config.require_view(view)
     record = tables.last_commit(config, view)
     if record is None:
         raise LakeviewError(f"{view} has no commit yet; nothing to verify")
-    from lakeview.sql.dag import upstream_of
+    from lakeview.sql.dag import upstream_of  # lazy: the command line imports a command's modules only when it runs
 
     if upstream_of(config, view) is not None:  # a view over views: recompute through the chain from the sources
-        from lakeview.stack.chain_oracle import expected_rows
+        from lakeview.stack.chain_oracle import (
+            expected_rows,  # lazy: the command line imports a command's modules only when it runs
+        )
 
         expected, how = expected_rows(config, view, record)
         comparison = oracle.compare(tables.read_rows(config, view, record.snapshot_id), expected)
@@ -414,7 +450,9 @@ def verify(
             raise typer.Exit(1)
         return
     files = oracle.frontier_files(config, view, record.frontier)  # per source (joins and unions read several)
-    from lakeview.ops.progress import work_progress
+    from lakeview.ops.progress import (
+        work_progress,  # lazy: the command line imports a command's modules only when it runs
+    )
 
     # Three steps, each over all files or rows at once (the recompute is one DuckDB query).
     with work_progress(f"verify {view}: read snapshot, recompute {sum(map(len, files.values()))} files, compare", total=3, unit="steps") as progress:
@@ -435,8 +473,10 @@ def maintain(
     project: ProjectOption = Path("."),
 ) -> None:
     """Run VIEW's table maintenance now: expire snapshots past retention, compact small files, remove orphans."""
-    from lakeview.stack.embedded import catalog_for
-    from lakeview.stack.maintenance import maintain_view
+    from lakeview.stack.embedded import catalog_for  # lazy: uvicorn loads only where a server starts
+    from lakeview.stack.maintenance import (
+        maintain_view,  # lazy: the command line imports a command's modules only when it runs
+    )
 
     _quiet_logs()
     config = _load(project)
@@ -454,7 +494,7 @@ def demo(
     cadence: Annotated[str, typer.Option(help="The view's cadence.")] = "5s",
 ) -> None:
     """A bounded run (about a minute): land orders over several ticks, print the view from DuckDB after each snapshot."""
-    from lakeview.cli.demo import run_demo
+    from lakeview.cli.demo import run_demo  # lazy: uvicorn loads only where a server starts
 
     _quiet_logs()
     if not run_demo(directory.resolve(), batches=batches, orders=orders, cadence=cadence):
@@ -490,7 +530,7 @@ def main(argv: list[str] | None = None) -> None:
     except typer.Abort:
         sys.exit(130)
     except Exception as exc:  # click usage errors
-        import click
+        import click  # lazy: the command line imports a command's modules only when it runs
 
         if isinstance(exc, click.ClickException):
             exc.show()

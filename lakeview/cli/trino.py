@@ -50,7 +50,9 @@ def catalog_files(project: ProjectConfig, *, credential: str | None = None) -> d
         rest["iceberg.rest-catalog.oauth2.credential"] = credential or CREDENTIAL_PLACEHOLDER
     files = {"lakeview.properties": rest}
     if project.glue is not None or _uses(project, "glue"):
-        from lakeview.config.models import GlueConfig
+        from lakeview.config.models import (
+            GlueConfig,  # lazy: the command line imports a command's modules only when it runs
+        )
 
         glue = project.glue or GlueConfig()
         metastore = {"hive.metastore.glue.region": glue.region}
@@ -80,8 +82,8 @@ def run_query(sql: str, server: str, *, catalog: str = "lakeview", schema: str |
     Raises LakeviewError naming the server when none answers there, or Trino's own message when
     the query fails.
     """
-    import httpx
-    import trino
+    import httpx  # lazy: the command line imports a command's modules only when it runs
+    import trino  # lazy: the Trino client loads only for --engine trino
 
     url = urlparse(server if "://" in server else f"http://{server}")
     if url.scheme not in ("http", "https") or not url.hostname:

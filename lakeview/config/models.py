@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from lakeview.config.auth import AuthConfig
 from lakeview.config.cadence import Cadence, parse_cadence
 from lakeview.config.console import ConsoleConfig
+from lakeview.config.schema import parse_ddl
 from lakeview.config.storage import MaintenanceConfig, RetentionConfig, S3Config
 from lakeview.errors import LakeviewError
 
@@ -221,8 +222,6 @@ class SourceConfig(_Strict):
     @field_validator("schema_")
     @classmethod
     def _ddl(cls, value: str) -> str:
-        from lakeview.config.schema import parse_ddl
-
         parse_ddl(value)
         return value
 

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from lakeview.config.models import ChangeFeedConfig
+from lakeview.config.schema import parse_ddl
 from lakeview.ivm.changefeed import normalize
 from lakeview.ivm.commits import Change, CommitRecord, Epoch
 from lakeview.ivm.maintain import ViewMaintainer
@@ -193,7 +194,6 @@ def check_combined_view(plan, project) -> str | None:  # type: ignore[no-untyped
     """What is wrong with a join or UNION ALL view over its declared sources, or None. An
     upstream view among the sources is fine: its published changes are a weighted input
     (spark_jobs.multi_source); what a view may read of another is checked by lakeview.dag."""
-    from lakeview.config.schema import parse_ddl
 
     if plan.kind not in ("join", "union"):
         return None

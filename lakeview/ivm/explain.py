@@ -12,6 +12,7 @@ from lakeview.sql.dag import upstream_of, view_key
 from lakeview.sql.groups import group_lines
 from lakeview.sql.plan import AppendPlan, KeyedAggregatePlan
 from lakeview.sql.planner import plan_view
+from lakeview.sql.watermark import event_column
 
 
 def explain(project: ProjectConfig, view: str) -> str:
@@ -50,8 +51,6 @@ def explain(project: ProjectConfig, view: str) -> str:
     if images is not None:
         lines.append(f"  {next(step)}. images -> Z-set (Spark): before image weight -1, after image +1; no mirror needed")
     if config.watermark:
-        from lakeview.sql.watermark import event_column
-
         lines.append(f"  {next(step)}. watermark {config.watermark} on {event_column(plan, config.event_time)}: a row older than the max event "
                      "time consumed in committed epochs minus the delay is late -> quarantine (reason 'late: ...'), counted "
                      "(lakeview.rows-late); recorded on each commit (lakeview.watermark-us, lakeview.max-event-time-us)")

@@ -20,6 +20,7 @@ from lakeview.ivm.changefeed import normalize
 from lakeview.ivm.commits import CommitRecord, Epoch
 from lakeview.ivm.zsets import ViewStores, apply_epoch, change_for, keyed_append_change, summed
 from lakeview.sql.plan import WEIGHT, AppendPlan, KeyedAggregatePlan
+from lakeview.sql.watermark import apply_to_changes, closed_windows
 
 if TYPE_CHECKING:
     from lakeview.sql.watermark import Watermark
@@ -84,7 +85,6 @@ class ViewMaintainer:
         """``closed_before_us`` (default: this epoch's, set by the pipeline): the watermark applied to
         this epoch; state of windows ended by it is dropped."""
         assert isinstance(self.plan, KeyedAggregatePlan)
-        from lakeview.sql.watermark import closed_windows
 
         closed_before_us = self.closed_before_us if closed_before_us is None else closed_before_us
 
@@ -127,7 +127,6 @@ class ViewMaintainer:
     def _leave_out_late(self, epoch: Epoch, zset: pa.Table) -> tuple[pa.Table, Epoch]:
         """The Z-set without its late images (set aside, counted as quarantined and late) and the
         epoch stamped with the watermark; the mirror still takes every change."""
-        from lakeview.sql.watermark import apply_to_changes
 
         assert self.watermark is not None
         applied = self.closed_before_us

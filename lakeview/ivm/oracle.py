@@ -15,11 +15,22 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import sqlglot
 
+from lakeview.config.evolution import with_evolved_sources
 from lakeview.config.models import ProjectConfig, SourceFormat
 from lakeview.config.schema import duckdb_columns
 from lakeview.ivm.changefeed import operation_sql
+from lakeview.ops.source_log import logged_files
 from lakeview.sql.duck import connect
 from lakeview.sql.planner import plan_view
+from lakeview.sql.watermark import (
+    Watermark,
+    applied_changes,
+    applied_images,
+    delay_us,
+    duckdb_where,
+    event_column,
+    on_time_relation,
+)
 
 if TYPE_CHECKING:
     from lakeview.sql.watermark import Watermark
@@ -41,7 +52,6 @@ def recompute(project: ProjectConfig, view: str, files: list[Path] | dict[str, l
     unknown operation); a change feed is first reduced to its current rows (the newest change
     per key by the sequence column; deleted keys dropped).
     """
-    from lakeview.config.evolution import with_evolved_sources
 
     project = with_evolved_sources(project)  # new_columns = "evolve": the schema the pipeline reads
     config = project.views[view]
@@ -70,30 +80,23 @@ def recompute(project: ProjectConfig, view: str, files: list[Path] | dict[str, l
 
 def _watermark(project: ProjectConfig, view: str, plan) -> Watermark:
     """The view's watermark, as its pipeline applies it."""
-    from lakeview.sql.watermark import Watermark, delay_us, event_column
 
     config = project.views[view]
     return Watermark(delay_us(config.watermark), event_column(plan, config.event_time) or "")
 
 
 def _on_time(con, project: ProjectConfig, view: str, plan, files: list[Path], relation_of) -> str:
-    from lakeview.sql.watermark import duckdb_where, on_time_relation
-
     return on_time_relation(con, project.checkpoint_path(view), files, relation_of, _watermark(project, view, plan), plan.alias,
                             duckdb_where(plan))
 
 
 def _applied_changes(con, project: ProjectConfig, view: str, plan, files: list[Path], source_name: str) -> str:
-    from lakeview.sql.watermark import applied_changes, duckdb_where
-
     feed = project.sources[source_name].changes
     return applied_changes(con, project.checkpoint_path(view), files, lambda fs: _latest_changes(project, source_name, fs),
                            _watermark(project, view, plan), list(feed.key), plan.alias, duckdb_where(plan))
 
 
 def _applied_images(con, project: ProjectConfig, view: str, plan, files: list[Path], source_name: str) -> str:
-    from lakeview.sql.watermark import applied_images, duckdb_where
-
     source = project.sources[source_name]
     assert source.images is not None
     wm = _watermark(project, view, plan)
@@ -122,7 +125,6 @@ def source_rows(project: ProjectConfig, source_name: str, files: list[Path]) -> 
 def frontier_files(project: ProjectConfig, view: str, frontier: dict) -> dict[str, list[Path]]:
     """Per source, the files a commit's frontier reached (Spark's file log in the view's
     checkpoint: ``sources/<i>`` for the i-th source of the view's one query)."""
-    from lakeview.ops.source_log import logged_files
 
     config = project.views[view]
     checkpoint = project.checkpoint_path(view)

@@ -33,6 +33,8 @@ from rich.progress import (
 )
 from rich.text import Text
 
+from lakeview.ops.runtime import count_pending_files
+
 
 class RateColumn(ProgressColumn):
     """Items per second in the task's own unit (files/s, rows/s, tasks/s)."""
@@ -120,8 +122,6 @@ class BackfillProgress:
         return self
 
     def _run(self) -> None:
-        from lakeview.ops.runtime import count_pending_files
-
         project = self.stack.project
         with make_progress(self.console, transient=False) as progress:
             files = {v: progress.add_task(f"backfill {v}: files", total=None, unit="files") for v in self.views}

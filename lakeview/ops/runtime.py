@@ -23,6 +23,7 @@ from typing import Any
 
 from lakeview.config.models import ProjectConfig
 from lakeview.ops.freshness import RuntimeSignals
+from lakeview.ops.source_log import logged_files
 
 log = logging.getLogger("lakeview.runtime")
 HEARTBEAT_S = 1.0
@@ -99,7 +100,6 @@ def read_runtime(project: ProjectConfig, view: str) -> ViewRuntime | None:
 def count_pending_files(project: ProjectConfig, view_source: str | tuple[str, ...], checkpoint: Path) -> tuple[int, int]:
     """(landed files the view's query has not taken in yet, files it has), over every source
     it reads (a join or UNION ALL view reads several; source i's file log is ``sources/i``)."""
-    from lakeview.ops.source_log import logged_files
 
     landed = 0
     pending = 0

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from lakeview.config.models import ProjectConfig, TableFormat
 from lakeview.errors import ConfigError
+from lakeview.sql.planner import plan_view
 
 
 def groups_of(config: ProjectConfig) -> dict[str, list[str]]:
@@ -20,7 +21,6 @@ def groups_of(config: ProjectConfig) -> dict[str, list[str]]:
 
 def check_groups(config: ProjectConfig) -> None:
     """Raise ConfigError naming the first member that cannot join its group."""
-    from lakeview.sql.planner import plan_view
 
     for group, members in groups_of(config).items():
         first = config.views[members[0]]

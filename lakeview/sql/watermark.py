@@ -31,12 +31,15 @@ column; then each image is judged by the same rule (:meth:`ViewMaintainer.apply_
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import pyarrow as pa
+import sqlglot
 
 from lakeview.errors import WriterError
+from lakeview.ops.source_log import logged_files
 from lakeview.sql.duck import arrow_sql
 from lakeview.sql.plan import WEIGHT
 from lakeview.sql.windows import END, START, parse_interval
@@ -149,8 +152,6 @@ def closed_windows(plan, bound_us: int | None) -> Callable | None:
 
 
 def _iso(micros: int) -> str:
-    import datetime as dt
-
     return (dt.datetime(1970, 1, 1) + dt.timedelta(microseconds=micros)).isoformat(sep=" ") + " UTC"
 
 
@@ -166,7 +167,6 @@ def split_late(zset: pa.Table, column: str, applied: int | None) -> tuple[pa.Tab
 
 def duckdb_where(plan) -> str | None:
     """The view's WHERE in DuckDB SQL (None: no WHERE)."""
-    import sqlglot
 
     if not plan.where:
         return None
@@ -185,7 +185,6 @@ def apply_to_changes(wm: Watermark, epoch: int, applied: int | None, zset: pa.Ta
 def _batches(checkpoint, files: list) -> list[list]:
     """``files`` grouped by the Spark batch that took them (its file-source log in the view's
     checkpoint), in batch order; files not logged come after every batch."""
-    from lakeview.ops.source_log import logged_files
 
     batch_of = {str(f.path): f.batch for f in logged_files(checkpoint)}
     batches: dict[int, list] = {}

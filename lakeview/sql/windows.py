@@ -21,6 +21,7 @@ import math
 import re
 from collections.abc import Callable
 
+import sqlglot
 from pydantic import BaseModel, ConfigDict
 from sqlglot import exp
 
@@ -98,8 +99,6 @@ class EventWindow(BaseModel):
 
 
 def _duckdb(spark_sql: str) -> str:
-    import sqlglot
-
     return sqlglot.transpile(spark_sql, read="spark", write="duckdb")[0]
 
 

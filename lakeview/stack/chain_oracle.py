@@ -14,8 +14,13 @@ from typing import TYPE_CHECKING
 
 import sqlglot
 
+from catalog_api.ops import view_tables as tables
+from catalog_api.ops.view_tables import commit_history
 from lakeview.errors import LakeviewError
+from lakeview.ivm import oracle
+from lakeview.ops.source_log import files_up_to
 from lakeview.sql.dag import is_combined, upstream_of, upstreams_of
+from lakeview.sql.duck import connect
 from lakeview.sql.planner import plan_view
 
 if TYPE_CHECKING:
@@ -27,7 +32,6 @@ if TYPE_CHECKING:
 
 def record_at(project: ProjectConfig, view: str, snapshot_id: int) -> CommitRecord:
     """The Lakeview commit that made snapshot (Delta: version) ``snapshot_id`` of ``view``."""
-    from catalog_api.ops.view_tables import commit_history
 
     for record in commit_history(project, view, limit=100_000):
         if record.snapshot_id == snapshot_id:
@@ -38,8 +42,6 @@ def record_at(project: ProjectConfig, view: str, snapshot_id: int) -> CommitReco
 def expected_rows(project: ProjectConfig, view: str, record: CommitRecord) -> tuple[pa.Table, str]:
     """The rows ``view`` should hold at ``record`` recomputed from the base sources, and how
     (``"3 files of orders -> lines@epoch 2 -> ..."``)."""
-    from lakeview.ivm import oracle
-    from lakeview.ops.source_log import files_up_to
 
     config = project.views[view]
     plan = plan_view(view, config.sql, config.dialect)
@@ -61,8 +63,6 @@ def expected_rows(project: ProjectConfig, view: str, record: CommitRecord) -> tu
 def _combined_expected(project: ProjectConfig, view: str, record: CommitRecord) -> tuple[pa.Table, str]:
     """A join or UNION ALL reading views: each upstream view recomputed at the snapshot this
     commit reached, each declared source from the files it had read, then the view's SQL."""
-    from catalog_api.ops import view_tables as tables
-    from lakeview.ivm import oracle
 
     config = project.views[view]
     plan = plan_view(view, config.sql, config.dialect)
@@ -92,7 +92,6 @@ def over_rows(spark_sql: str, relation: str, rows: pa.Table) -> pa.Table:
 def over_relations(spark_sql: str, relations: dict[str, pa.Table]) -> pa.Table:
     """A view's (Spark) SQL run in DuckDB over tables standing in for the relations it reads
     (a join or UNION ALL reads two)."""
-    from lakeview.sql.duck import connect
 
     con = connect()
     try:

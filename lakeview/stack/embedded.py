@@ -10,14 +10,26 @@ import logging
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
+import httpx
+
 from catalog_api.auth.authenticator import project_authenticator
 from catalog_api.ops.metrics import timed
+from catalog_api.ops.routes import lakeview_app_options
+from catalog_api.registrars.service import RegistrationService, registered_elsewhere
 from catalog_api.server import CatalogServer
 from catalog_api.store.catalog import open_store
 from lakeview.config.models import ProjectConfig
 from lakeview.ivm.commits import CommitRecord
-from lakeview.ops.parking import ParkedView
+from lakeview.ops.parking import ParkedView, park, unpark
 from lakeview.ops.runtime import RuntimePublisher
+from lakeview.sql.dag import topological_order
+from lakeview.stack.history_sampler import HistorySampler
+from lakeview.stack.inline import inline_views, publish_inline_views
+from lakeview.stack.maintenance import MaintenanceThread
+from lakeview.stack.supervision import ViewSupervisor
+from spark_jobs.group_pipeline import GroupPipeline
+from spark_jobs.pipeline import ViewPipeline
+from spark_jobs.session import build_session
 from writers.registry import make_writer, rest_catalog, state_writer_factory
 
 if TYPE_CHECKING:
@@ -34,7 +46,6 @@ log = logging.getLogger("lakeview")
 def catalog_for(project: ProjectConfig) -> Iterator[str]:
     """The URI of the project's running catalog, or of a temporary one on a free loopback port
     (stopped on exit) when none answers — so one-shot commands work with or without `up`."""
-    import httpx
 
     try:
         running = httpx.get(project.catalog_uri + "/v1/config", timeout=2).status_code == 200
@@ -57,7 +68,6 @@ class EmbeddedStack:
         """``catalog_uri``: commit through a catalog that already runs elsewhere (no server here)."""
         self.project = project
         port = project.server.port if port is None else port
-        from catalog_api.ops.routes import lakeview_app_options
 
         self.external_catalog_uri = catalog_uri
         self.history: Any = None  # lakeview.stack.history_sampler.HistorySampler while the catalog serves the console
@@ -91,7 +101,6 @@ class EmbeddedStack:
         if self.external_catalog_uri is None:
             self.server.start()
             if history and self.history is None:  # the console's lag and backlog history (/ui/)
-                from lakeview.stack.history_sampler import HistorySampler
 
                 self.history = HistorySampler(self.project, self.server.store).start()
         return self
@@ -112,8 +121,6 @@ class EmbeddedStack:
         ``isolate`` (``lakeview up``): a view that cannot start, or whose epoch fails, is parked
         as FAILED (``on_park`` hears of it) and the others go on; a parked view restarts on
         ``lakeview resume``. Without it, the first error is raised."""
-        from lakeview.sql.dag import topological_order
-        from spark_jobs.session import build_session
 
         names = topological_order(self.project, list(self.project.views) if views is None else views)  # upstreams first
         on_commit = self._with_registration(on_commit)
@@ -142,7 +149,6 @@ class EmbeddedStack:
         self._publish_inline_views()
         if not available_now and self.maintenance is None and self.pipelines:
             # Background table health (retention, compaction, orphans); it never blocks commits.
-            from lakeview.stack.maintenance import MaintenanceThread
 
             self.maintenance = MaintenanceThread(self.project, list(self.pipelines), self.catalog_uri).start()
         sources = {view: pipeline.source for view, pipeline in self.pipelines.items()}
@@ -151,14 +157,11 @@ class EmbeddedStack:
         elif self.runtime is not None:
             self.runtime.sources.update(sources)
         if isolate and not available_now and self.supervisor is None:
-            from lakeview.stack.supervision import ViewSupervisor
-
             self.supervisor = ViewSupervisor(self, on_park).start()
 
     def _start_view(self, name: str, on_commit: Callable[[CommitRecord], None] | None, available_now: bool) -> None:
         """Prepare one view's tables and start its query (a group member: the group's one query);
         a view started again after a failure is no longer parked."""
-        from spark_jobs.pipeline import ViewPipeline
 
         if self.project.views[name].group is not None:
             self._start_group(self.project.views[name].group, on_commit, available_now)  # type: ignore[arg-type]
@@ -173,7 +176,6 @@ class EmbeddedStack:
             self.pipelines[name] = pipeline
             self.queries[name] = pipeline.start(available_now=available_now)
             started = [name]
-        from lakeview.ops.parking import unpark
 
         for view in started:
             self.parked.pop(view, None)
@@ -184,7 +186,6 @@ class EmbeddedStack:
     def park(self, view: str, error: BaseException | str, epoch: int | None, *, transient: bool = False) -> list[ParkedView]:
         """Record ``view`` (with a group's other members: they share its query) as FAILED and stop
         tracking its query; every other view keeps running. Returns the views parked."""
-        from lakeview.ops.parking import park
 
         group = self.project.views[view].group
         views = [v for v, c in self.project.views.items() if c.group == group and c.materialize] if group is not None else [view]
@@ -221,7 +222,6 @@ class EmbeddedStack:
         ``lakeview refresh MEMBER`` refreshes the whole group)."""
         if group in self.groups:
             return
-        from spark_jobs.group_pipeline import GroupPipeline
 
         assert self.spark is not None
         pipeline = GroupPipeline(self.spark, self.project, group, rest_catalog(self.project, f"lakeview-group-{group}", self.catalog_uri), on_commit)
@@ -238,7 +238,6 @@ class EmbeddedStack:
     def _publish_inline_views(self) -> None:
         """Inline views (``materialize = false``) as Iceberg views in the catalog, once the tables
         they read exist; a failure is logged, never stops the materialized views."""
-        from lakeview.stack.inline import inline_views, publish_inline_views
 
         if inline_views(self.project):
             for name, outcome in publish_inline_views(self.project).items():
@@ -248,8 +247,6 @@ class EmbeddedStack:
         """Fan each commit out to the view's registrars (Glue, HMS, paths) in the background:
         ``notify`` only sets a flag, so a slow or failing registrar never blocks a commit."""
         if self.registration is None:
-            from catalog_api.registrars.service import RegistrationService, registered_elsewhere
-
             for view, registrar, namespace in registered_elsewhere(self.project):
                 log.warning("%s.%s is still registered in %s but no longer configured there; `lakeview prune` removes it", namespace, view, registrar)
             service = RegistrationService(self.project)

@@ -16,8 +16,15 @@ import time
 from collections import Counter
 from typing import Any
 
+from catalog_api.ops.status import view_statuses
+from catalog_api.ops.view_tables import status_inputs
 from lakeview.config.models import ProjectConfig
+from lakeview.errors import LakeviewError
+from lakeview.ops.freshness import commit_history
 from lakeview.ops.history import ConsoleHistory, SourceSample, ViewSample, console_state, history_path
+from lakeview.ops.source_log import logged_files
+from lakeview.sql.planner import plan_view
+from spark_jobs.sources.quarantine import quarantined_rows
 
 log = logging.getLogger("lakeview.history")
 SAMPLE_ROWS = 5  # quarantined rows kept as a sample per source
@@ -30,7 +37,6 @@ def project_history(project: ProjectConfig) -> ConsoleHistory:
 
 def readers_of(project: ProjectConfig) -> dict[str, list[tuple[str, int]]]:
     """Per declared source, the views reading it and the source's index in each view's query."""
-    from lakeview.sql.planner import plan_view
 
     readers: dict[str, list[tuple[str, int]]] = {}
     for name, view in project.views.items():
@@ -48,7 +54,6 @@ def readers_of(project: ProjectConfig) -> dict[str, list[tuple[str, int]]]:
 
 def source_backlog(project: ProjectConfig, source: str, readers: list[tuple[str, int]]) -> tuple[int, int]:
     """(files, bytes) landed for ``source`` that its slowest reader has not taken in yet."""
-    from lakeview.ops.source_log import logged_files
 
     landing = project.source_path(source)
     if not landing.exists():
@@ -64,7 +69,6 @@ def source_backlog(project: ProjectConfig, source: str, readers: list[tuple[str,
 
 def quarantine_summary(project: ProjectConfig, source: str) -> tuple[dict[str, int], list[dict[str, Any]]]:
     """Quarantined rows of a source: the count per reason and the newest few rows."""
-    from spark_jobs.sources.quarantine import quarantined_rows
 
     # Each view reading the source sets the same bad row aside: count a row once per source.
     distinct = {(r.get("file"), r.get("record"), r.get("reason")): r for r in quarantined_rows(project, source)}
@@ -101,10 +105,6 @@ class HistorySampler:
 
     def sample(self, now_ms: int | None = None) -> None:
         """Record every view's lag and state, their new commits, and every source's backlog."""
-        from catalog_api.ops.status import view_statuses
-        from catalog_api.ops.view_tables import status_inputs
-        from lakeview.errors import LakeviewError
-        from lakeview.ops.freshness import commit_history
 
         now_ms = int(time.time() * 1000) if now_ms is None else now_ms
         views, commits = [], []

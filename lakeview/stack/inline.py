@@ -5,8 +5,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import duckdb
+from pyiceberg.catalog import Catalog
+from pyiceberg.schema import assign_fresh_schema_ids
+from pyiceberg.view.metadata import SQLViewRepresentation, ViewRepresentation, ViewVersion
+
 from catalog_api.store.catalog import CatalogStore, open_store
-from lakeview.errors import LakeviewError
+from catalog_api.store.views import AddSchema, AddViewVersion, AssertViewUUID, SetCurrentViewVersion, ViewCatalog
+from lakeview.errors import AlreadyExistsError, LakeviewError, NoSuchViewError
 from lakeview.sql.dialects import referenced_views, representations
 
 if TYPE_CHECKING:
@@ -22,7 +28,6 @@ def inline_views(config: ProjectConfig) -> list[str]:
 def view_schema(config: ProjectConfig, name: str, store: CatalogStore) -> pa.Schema:
     """The inline view's columns: its DuckDB representation run with LIMIT 0 over empty tables
     shaped like the materialized views it reads (their current Iceberg schemas)."""
-    import duckdb
 
     con = duckdb.connect()
     for view in referenced_views(config, name):
@@ -40,12 +45,6 @@ def publish_inline_view(config: ProjectConfig, name: str, store: CatalogStore | 
     Returns "created", "replaced" or "unchanged". Raises NoSuchTableError while a view it reads
     has no table yet.
     """
-    from pyiceberg.catalog import Catalog
-    from pyiceberg.schema import assign_fresh_schema_ids
-    from pyiceberg.view.metadata import SQLViewRepresentation, ViewRepresentation, ViewVersion
-
-    from catalog_api.store.views import AddSchema, AddViewVersion, AssertViewUUID, SetCurrentViewVersion, ViewCatalog
-    from lakeview.errors import AlreadyExistsError, NoSuchViewError
 
     if store is None:
 

@@ -11,9 +11,11 @@ import logging
 import threading
 import time
 
-from lakeview.config.models import ProjectConfig, TableFormat
+from lakeview.config.models import ProjectConfig, TableFormat, file_io_properties
+from spark_jobs.sources.view_changes import ChangePublisher
+from writers.iceberg.maintenance import maintain_iceberg, self_compacting
 from writers.maintenance import MaintenanceReport, Progress
-from writers.registry import policy_for
+from writers.registry import make_writer, policy_for
 
 log = logging.getLogger("lakeview.maintenance")
 
@@ -24,17 +26,14 @@ def maintain_view(
     """One maintenance pass over ``view``'s table (Iceberg tables through the catalog at ``catalog_uri``).
     ``writer_running``: the view's pipeline is committing (``up``): a keyed Iceberg view's
     compaction is left to its writer."""
-    from lakeview.config.models import file_io_properties
-    from writers.registry import make_writer
 
     writer = make_writer(project, view, catalog_uri)
     policy = policy_for(project, view)
     _prune_changes(project, view, writer, progress)
     if project.views[view].format is TableFormat.DELTA:
-        from writers.delta.maintenance import maintain_delta
+        from writers.delta.maintenance import maintain_delta  # lazy: deltalake loads only for Delta tables
 
         return maintain_delta(writer, policy, progress)  # type: ignore[arg-type]
-    from writers.iceberg.maintenance import maintain_iceberg, self_compacting
 
     compact = not (writer_running and self_compacting(writer.table()))  # type: ignore[attr-defined]
     return maintain_iceberg(writer, policy, file_io_properties(project), progress, compact=compact)  # type: ignore[arg-type]
@@ -42,7 +41,6 @@ def maintain_view(
 
 def _prune_changes(project: ProjectConfig, view: str, writer, progress: Progress | None) -> None:
     """Delete the change files (views over views) that the readers of ``view`` have consumed."""
-    from spark_jobs.sources.view_changes import ChangePublisher
 
     publisher = ChangePublisher.for_view(project, view, writer)
     if publisher is not None and (gone := publisher.prune()) and progress is not None:

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from lakeview.ops.parking import ParkedView, resume_requested
+from spark_jobs.epoch_guard import failure_of
 
 if TYPE_CHECKING:
     from lakeview.stack.embedded import EmbeddedStack
@@ -47,7 +48,6 @@ class ViewSupervisor:
 
     def check(self) -> None:
         """One pass: park the views whose query stopped, restart those asked to resume."""
-        from spark_jobs.epoch_guard import failure_of
 
         for view, query in list(self.stack.queries.items()):
             if self._stop.is_set():

@@ -35,9 +35,12 @@ import logging
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
+from lakeview.config.schema import parse_ddl
 from lakeview.ivm.changefeed import DELETE, OP, images_sql, latest_sql
 from lakeview.ivm.commits import CommitRecord, Epoch
 from lakeview.sql.plan import COUNT, ROWS, WEIGHT, KeyedAggregatePlan
+from lakeview.sql.watermark import LATE
+from spark_jobs.executors.writes import append_on_executors
 from writers.base import SnapshotWriter
 
 if TYPE_CHECKING:
@@ -112,7 +115,6 @@ def _write_tables(pipeline: ViewPipeline, epoch: Epoch, spark: SparkSession, zse
 def write_in_order(tables: list[tuple[SnapshotWriter, DataFrame]], view: SnapshotWriter, epoch: Epoch, project: ProjectConfig) -> Bootstrap:
     """Write each table's rows from the executors, one snapshot each stamped with ``epoch``, in
     the given (commit) order; a table that has the epoch already writes nothing."""
-    from spark_jobs.executors.writes import append_on_executors
 
     log.info("%s: epoch %s (%s input rows) is a first batch: %s tables written by the executors",
              epoch.view, epoch.number, epoch.rows_in, len(tables))  # fmt: skip
@@ -133,7 +135,6 @@ def _stamped(pipeline: ViewPipeline, epoch: Epoch, spark: SparkSession, net: str
     wm, plan = pipeline.watermark, pipeline.plan
     if wm is None or (pipeline.feed is None and pipeline.images is None):
         return epoch  # an append stream's watermark is stamped by the pipeline
-    from lakeview.sql.watermark import LATE
 
     where = f" WHERE {plan.where}" if plan.where else ""
     newest = spark.sql(f"SELECT max(unix_micros(`{wm.column}`)) AS t FROM {net} AS {plan.alias}{where}").first()["t"]
@@ -150,7 +151,7 @@ def _relations(pipeline: ViewPipeline, good: DataFrame) -> tuple[str, str, str |
     feed's newest non-delete images (the mirror's rows; None for other sources), and the
     DataFrames persisted for them (each feeds several tables' jobs; the batch itself is
     persisted by the pipeline)."""
-    from pyspark.sql import functions as F
+    from pyspark.sql import functions as F  # lazy: Spark loads only where views run
 
     spark = good.sparkSession
     name = pipeline._temp_name
@@ -163,8 +164,6 @@ def _relations(pipeline: ViewPipeline, good: DataFrame) -> tuple[str, str, str |
         spark.sql(f"SELECT *, CAST(1 AS INT) AS {WEIGHT} FROM {name('_images')}").createOrReplaceTempView(name("_zset"))
         return name("_zset"), name("_images"), name("_images"), [images]
     if pipeline.images is not None:
-        from lakeview.config.schema import parse_ddl
-
         good.createOrReplaceTempView(name("_images"))
         columns = [c.name for c in parse_ddl(pipeline.source_config.schema_)]
         weighted = spark.sql(images_sql(pipeline.images, columns, name("_images")))

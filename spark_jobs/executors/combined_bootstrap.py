@@ -90,7 +90,7 @@ def _write_tables(
     pipeline: CombinedPipeline, frames: dict[str, DataFrame], epoch: Epoch, spark: SparkSession, held: list[DataFrame]
 ) -> Bootstrap | None:
     """The Spark relations of every table (see the module's doc), then each written in commit order."""
-    from pyspark.sql import functions as F
+    from pyspark.sql import functions as F  # lazy: Spark loads only where views run
 
     m, plan = pipeline.maintainer, pipeline.plan
 

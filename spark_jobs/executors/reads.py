@@ -25,15 +25,27 @@ import logging
 import pickle
 import sys
 import time
+import types
+from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
+from pyiceberg.expressions import AlwaysTrue
+from pyiceberg.io import load_file_io
+from pyiceberg.io.pyarrow import ArrowScan
+from pyiceberg.manifest import DataFile
+from pyiceberg.table import FileScanTask
+from pyiceberg.table.metadata import TableMetadataUtil
 
+import writers.arrow_ops
 from lakeview.sql.plan import WEIGHT
 from spark_jobs.executors.writes import IcebergFiles, _map_in_arrow, _write_partition, iceberg_target
-from writers.iceberg.live_files import POS
+from writers.arrow_ops import rows_with_keys, with_positions
+from writers.iceberg.live_files import POS, Found
+from writers.iceberg.position_deletes import read_position_deletes
 
 if TYPE_CHECKING:
     from pyiceberg.manifest import DataFile
@@ -58,8 +70,6 @@ class ExecutorReads:
     timings: dict[str, float] = field(default_factory=dict)
 
     def find(self, table: Table, live: LiveTable, keys: pa.Table, key: tuple[str, ...]) -> Found:
-        from writers.iceberg.live_files import Found
-
         started = time.perf_counter()
         schema = table.schema().as_arrow()
         hits: list[pa.Table] = []
@@ -87,9 +97,6 @@ class ExecutorReads:
         return Found(rows=rows, positions=positions, files_read=len(live.data))
 
     def rewrite(self, table: Table, live: LiveTable, files: list[DataFile], drop: pa.Table) -> list[DataFile]:
-        import pyarrow.compute as pc
-        from pyiceberg.manifest import DataFile
-
         started = time.perf_counter()
         specs = []
         for f in files:
@@ -106,10 +113,11 @@ class ExecutorReads:
         return [DataFile.from_args(**fields) for fields in written]
 
     def change(self, table: Table, parent: LiveTable | None, deletes: list[DataFile], removed: list[DataFile], added: list[DataFile]) -> pa.Table:
-        from pyspark.sql import functions as F
-        from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
-
-        from writers.iceberg.position_deletes import read_position_deletes
+        from pyspark.sql import functions as F  # lazy: Spark loads only where views run
+        from pyspark.sql.pandas.types import (  # lazy: Spark loads only where views run
+            from_arrow_schema,
+            to_arrow_schema,
+        )
 
         started = time.perf_counter()
         arrow = table.schema().as_arrow()
@@ -141,9 +149,7 @@ class ExecutorReads:
     def _tasks(self, specs: list[tuple[DataFile, pa.Array | None, bool, int]]) -> Any:
         """An RDD of ``specs`` (data file, positions, take them or drop them, weight) in one
         slice per executor core: a plain Python RDD, the cheapest Spark job pyspark runs."""
-        from pyspark import cloudpickle
-
-        import writers.arrow_ops
+        from pyspark import cloudpickle  # lazy: Spark loads only where views run
 
         for module in (sys.modules[__name__], sys.modules["spark_jobs.executor_writes"], writers.arrow_ops):
             cloudpickle.register_pickle_by_value(module)  # by value: executors need not import Lakeview
@@ -181,9 +187,6 @@ def _from_ipc(payload: bytes) -> pa.Table:
 
 
 def _open(plan: IcebergFiles) -> tuple[Any, Any]:
-    from pyiceberg.io import load_file_io
-    from pyiceberg.table.metadata import TableMetadataUtil
-
     metadata = TableMetadataUtil.parse_raw(plan.metadata_json)
     return metadata, load_file_io(properties=plan.io_properties, location=metadata.location)
 
@@ -206,8 +209,6 @@ class _FileCache:
     the files the last one read (on a cluster, those its executor was given)."""
 
     def __init__(self) -> None:
-        from collections import OrderedDict
-
         self.rows: OrderedDict[tuple[str, int], pa.Table] = OrderedDict()
         self.bytes = 0
 
@@ -225,7 +226,6 @@ WORKER_CACHE_BYTES = 512 * 1024 * 1024  # per Python worker process on the execu
 def _worker_cache() -> _FileCache:
     """The worker process's one cache. It lives in ``sys.modules``: this module's functions reach
     the worker pickled by value, so a global of theirs is new in every task."""
-    import types
 
     holder = sys.modules.get("__lakeview_file_cache__")
     if holder is None:
@@ -238,12 +238,6 @@ def _worker_cache() -> _FileCache:
 def _file_rows(metadata: Any, io: Any, data_file: Any, positions: pa.Array | None, take: bool) -> pa.Table:
     """One data file's rows (the table's schema) with POS: those at ``positions`` (``take``) or
     all but those."""
-    import pyarrow.compute as pc
-    from pyiceberg.expressions import AlwaysTrue
-    from pyiceberg.io.pyarrow import ArrowScan
-    from pyiceberg.table import FileScanTask
-
-    from writers.arrow_ops import with_positions
 
     schema = metadata.schema()
     cache = _worker_cache()
@@ -262,8 +256,6 @@ def _file_rows(metadata: Any, io: Any, data_file: Any, positions: pa.Array | Non
 
 
 def _find_in(plan: IcebergFiles, keys_ipc: bytes, key: tuple[str, ...], part: Iterator[tuple]) -> Iterator[tuple[str, bytes]]:
-    from writers.arrow_ops import rows_with_keys
-
     metadata, io = _open(plan)
     keys = _from_ipc(keys_ipc)
     for row in part:

@@ -30,6 +30,17 @@ from datetime import date, datetime
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from pyiceberg.io import load_file_io
+from pyiceberg.io.pyarrow import pyarrow_to_schema, write_file
+from pyiceberg.table import WriteTask
+from pyiceberg.table.metadata import TableMetadataUtil
+
+from lakeview.config.models import file_io_properties
+from lakeview.errors import WriterError
+from spark_jobs import faults
+from writers.staged_files import WrittenFile
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -79,9 +90,7 @@ def delta_target(location: str, schema: pa.Schema, io_properties: dict[str, str]
 
 def write_on_executors(df: DataFrame, target: IcebergFiles | DeltaFiles) -> list[WrittenFile]:
     """Write ``df``'s rows as data files from the Spark tasks; return only the files' metadata."""
-    from pyspark import cloudpickle
-
-    from writers.staged_files import WrittenFile
+    from pyspark import cloudpickle  # lazy: Spark loads only where views run
 
     # By value: executors need not import Lakeview (on a cluster it is not installed there).
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -97,9 +106,6 @@ def append_on_executors(writer: SnapshotWriter, rows: DataFrame, epoch: Epoch, p
     """Append ``rows`` to the view's table as ONE snapshot for ``epoch``, the data files written
     by the executors. A replayed epoch writes nothing; files of a commit that never lands are
     orphans ``lakeview maintain`` removes."""
-    from lakeview.config.models import file_io_properties
-    from lakeview.errors import WriterError
-    from spark_jobs import faults
 
     last = writer.last_commit()
     if last is not None and epoch.number <= last.epoch:
@@ -123,9 +129,9 @@ def _map_in_arrow(df: DataFrame, func: Any, ddl: Any = RESULT_DDL) -> DataFrame:
     """``df.mapInArrow(func, ddl)`` without its pandas check: pyspark 3.5 builds the UDF
     through ``pandas_udf``, which refuses to run without pandas although an Arrow map never uses
     it (and pandas is not a Lakeview dependency)."""
-    from pyspark.rdd import PythonEvalType
-    from pyspark.sql import DataFrame as SparkDataFrame
-    from pyspark.sql.udf import _create_udf
+    from pyspark.rdd import PythonEvalType  # lazy: Spark loads only where views run
+    from pyspark.sql import DataFrame as SparkDataFrame  # lazy: Spark loads only where views run
+    from pyspark.sql.udf import _create_udf  # lazy: Spark loads only where views run
 
     udf = _create_udf(func, ddl, PythonEvalType.SQL_MAP_ARROW_ITER_UDF)
     column = udf(*[df[name] for name in df.columns])
@@ -136,7 +142,7 @@ def _map_in_arrow(df: DataFrame, func: Any, ddl: Any = RESULT_DDL) -> DataFrame:
 
 
 def _write_partition(target: IcebergFiles | DeltaFiles, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    from pyspark import TaskContext
+    from pyspark import TaskContext  # lazy: Spark loads only where views run
 
     context = TaskContext.get()
     partition = context.partitionId() if context is not None else 0
@@ -167,9 +173,6 @@ class _IcebergTask:
     """pyiceberg's own ``write_file``: field ids, the table's write properties and column stats."""
 
     def __init__(self, target: IcebergFiles, partition: int) -> None:
-        from pyiceberg.io import load_file_io
-        from pyiceberg.table.metadata import TableMetadataUtil
-
         self.metadata = TableMetadataUtil.parse_raw(target.metadata_json)
         self.io = load_file_io(properties=target.io_properties, location=self.metadata.location)
         self.arrow_schema = self.metadata.schema().as_arrow()
@@ -178,9 +181,6 @@ class _IcebergTask:
         self.files = 0
 
     def __call__(self, batches: list[pa.RecordBatch]) -> pa.RecordBatch:
-        from pyiceberg.io.pyarrow import pyarrow_to_schema, write_file
-        from pyiceberg.table import WriteTask
-
         rows = pa.Table.from_batches(batches).select(self.arrow_schema.names).cast(self.arrow_schema)
         schema = pyarrow_to_schema(rows.schema, name_mapping=self.metadata.schema().name_mapping)
         task = WriteTask(write_uuid=self.write_uuid, task_id=self.partition * 100_000 + self.files, schema=schema, record_batches=rows.to_batches())
@@ -202,16 +202,12 @@ class _DeltaTask:
     """Plain Parquet with the table's Arrow schema, plus the add action's statistics."""
 
     def __init__(self, target: DeltaFiles, partition: int) -> None:
-        from pyiceberg.io import load_file_io
-
         self.target = target
         self.io = load_file_io(properties=target.io_properties, location=target.location)
         self.partition = partition
         self.files = 0
 
     def __call__(self, batches: list[pa.RecordBatch]) -> pa.RecordBatch:
-        import pyarrow.parquet as pq
-
         schema = self.target.schema
         rows = pa.Table.from_batches(batches).select(schema.names).cast(schema)
         name = f"{self.target.prefix}-{self.partition:05d}-{self.files:03d}.snappy.parquet"
@@ -225,7 +221,6 @@ class _DeltaTask:
 def _delta_stats(rows: pa.Table) -> dict[str, Any]:
     """Delta's per-file statistics (numRecords, nullCount, min/max of simple columns), so
     readers can skip files."""
-    import pyarrow.compute as pc
 
     stats: dict[str, Any] = {"numRecords": rows.num_rows, "minValues": {}, "maxValues": {}, "nullCount": {}}
     for name, column in zip(rows.column_names, rows.columns):

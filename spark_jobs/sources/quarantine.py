@@ -18,8 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import pyarrow.parquet as pq
+
 from lakeview.config.models import ProjectConfig
 from lakeview.config.schema import parse_ddl
+from lakeview.sql.plan import WEIGHT
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -52,7 +55,6 @@ class Split:
 
 def _footer_rows(files: list[Path]) -> int | None:
     """Rows in these Parquet files by their footers (no Spark job); None if one is unreadable."""
-    import pyarrow.parquet as pq
 
     try:
         return sum(pq.read_metadata(f).num_rows for f in files)
@@ -105,7 +107,7 @@ class Quarantine:
         aggregate counts good and bad rows, and only when there are bad rows a second job
         collects them.
         """
-        from pyspark.sql import functions as F
+        from pyspark.sql import functions as F  # lazy: Spark loads only where views run
 
         if not self.checks(operation):
             counted = _footer_rows(files) if files and self.config.format.reader_format == "parquet" else None
@@ -129,7 +131,6 @@ class Quarantine:
         """A change feed's late images (decided in the driver, after the mirror lookup or from a
         row's before/after images: lakeview.watermark), in their own file so the epoch's
         malformed rows stay and a replay rewrites it."""
-        from lakeview.sql.plan import WEIGHT
 
         rows = [{"file": None, "reason": f"{reason}; {'retracted old' if row.pop(WEIGHT) < 0 else 'new'} image left out",
                  "record": json.dumps(row, default=str)} for row in images.to_pylist()]

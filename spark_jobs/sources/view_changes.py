@@ -32,7 +32,10 @@ from urllib.parse import unquote
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from lakeview.ops.source_log import logged_files
 from lakeview.sql.dag import downstreams_of
+from lakeview.sql.planner import plan_view
+from writers.snapshot_diff import WEIGHT, commits_after, snapshot_batches, snapshot_change
 
 if TYPE_CHECKING:
     from lakeview.config.models import ProjectConfig
@@ -96,7 +99,6 @@ class ChangePublisher:
     def publish(self) -> list[int]:
         """Publish, for every reader, each committed epoch newer than its mark, oldest first;
         the epochs published (to any reader)."""
-        from writers.snapshot_diff import commits_after, snapshot_change
 
         changes: dict[int | None, pa.Table] = {}  # snapshot -> its Z-set, derived once for all readers
         published: set[int] = set()
@@ -127,7 +129,6 @@ class ChangePublisher:
         """Every row of the table at ``record``'s snapshot at +1, streamed into one change file a
         batch at a time (the driver never holds the table). Rows stored twice stay two rows at
         +1 each: the same Z-set as one row at +2, and every reader sums weights."""
-        from writers.snapshot_diff import WEIGHT, snapshot_batches
 
         rows = snapshot_batches(self.writer, record.snapshot_id)  # type: ignore[arg-type]
         schema = rows.schema.append(pa.field(WEIGHT, pa.int32()))
@@ -176,12 +177,9 @@ def consumed_files(project: ProjectConfig, view: str, upstream: str | None = Non
     """Real paths of the input files ``view``'s query has read in batches Spark committed (of
     ``upstream``'s change files: a join or UNION ALL reads several sources, one offset-log line
     and one file log each, in the order its SQL names them)."""
-    from lakeview.ops.source_log import logged_files
 
     index = 0
     if upstream is not None:
-        from lakeview.sql.planner import plan_view
-
         config = project.views[view]
         sources = list(plan_view(view, config.sql, config.dialect).sources)
         index = sources.index(upstream) if upstream in sources else 0

@@ -117,7 +117,7 @@ class DeltaWriter(SnapshotWriter):
             raise WriterError(f"{self.view}: cannot create the Delta table at {self.location}: {exc}") from exc
 
     def add_columns(self, schema: pa.Schema) -> list[str]:
-        from deltalake.schema import Field as DeltaField
+        from deltalake.schema import Field as DeltaField  # lazy: deltalake loads only for Delta tables
 
         table = self.table()
         known = {name.lower() for name in pa.schema(table.schema().to_arrow()).names}

@@ -35,6 +35,7 @@ from pyiceberg.io.pyarrow import ArrowScan
 from pyiceberg.manifest import DataFile, DataFileContent, ManifestEntry
 from pyiceberg.table import FileScanTask, Table
 
+from lakeview.errors import WriterError
 from writers.arrow_ops import _hashable_alike, rows_with_keys, rows_without_keys, with_positions
 from writers.iceberg.position_deletes import read_position_deletes
 from writers.key_index import KeyIndex, indexable, key_values
@@ -150,8 +151,6 @@ class LiveFiles:
             for entry in self._entries[manifest.manifest_path]:
                 (data if entry.data_file.content == DataFileContent.DATA else delete_files).append(entry.data_file)
         if any(f.content == DataFileContent.EQUALITY_DELETES for f in delete_files):
-            from lakeview.errors import WriterError
-
             raise WriterError(f"{table.name()}: the table has equality delete files; Lakeview writes and reads only position deletes")
         deletes: dict[str, dict[str, pa.Array]] = {}
         for delete_file in delete_files:
@@ -201,8 +200,6 @@ class LiveFiles:
         parts = []
         for path, positions in read_position_deletes(table.io, delete_file).items():
             if path not in files:
-                from lakeview.errors import WriterError
-
                 raise WriterError(f"{table.name()}: {delete_file.file_path} deletes from {path}, not live before it")
             rows, _ = self._alive(table, table.schema().schema_id, files[path], before.deletes.get(path, {}))
             parts.append(rows.filter(pc.is_in(rows.column(POS), value_set=positions)).drop_columns([POS]))

@@ -22,6 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyiceberg.exceptions import ValidationException
+from pyiceberg.io.pyarrow import _read_deletes
 from pyiceberg.manifest import (
     DataFile,
     DataFileContent,
@@ -81,7 +82,6 @@ def write_position_deletes(table: Table, positions: pa.Table, commit_uuid: uuid.
 
 def read_position_deletes(io: FileIO, delete_file: DataFile) -> dict[str, pa.Array]:
     """The row positions a delete file names, by data file path."""
-    from pyiceberg.io.pyarrow import _read_deletes
 
     return {path: positions.combine_chunks() for path, positions in _read_deletes(io, delete_file).items()}
 

@@ -29,9 +29,14 @@ from starlette.staticfiles import StaticFiles
 from catalog_api.auth.access import Privilege, authorize
 from catalog_api.ops.console.plan_graph import plan_graph
 from catalog_api.ops.console.snapshot_sql import TableRef, snapshot_sql
+from catalog_api.ops.status import view_status, view_statuses
+from catalog_api.ops.view_tables import commit_history
+from catalog_api.registrars.service import RegistrationState, with_registrar_reasons
 from catalog_api.responses import from_exception
 from lakeview import errors
 from lakeview.ops.history import ConsoleHistory, console_state, history_path
+from lakeview.ops.runtime import read_runtime
+from lakeview.sql.planner import plan_view
 
 if TYPE_CHECKING:
     from lakeview.config.models import ProjectConfig
@@ -66,8 +71,6 @@ def _readable(request: Request, namespace: str) -> bool:
 
 
 def _inputs(project: ProjectConfig, view: str) -> list[str]:
-    from lakeview.sql.planner import plan_view
-
     config = project.views[view]
     try:
         return list(plan_view(view, config.sql, config.dialect).sources)
@@ -78,7 +81,6 @@ def _inputs(project: ProjectConfig, view: str) -> list[str]:
 def view_card(project: ProjectConfig, status: dict[str, Any]) -> dict[str, Any]:
     """A status as the console shows it: its console state, and the error of a failed query
     (the status's own ``error`` when it has one, else the running process's heartbeat)."""
-    from lakeview.ops.runtime import read_runtime
 
     card = dict(status)
     if not card.get("error"):
@@ -143,8 +145,6 @@ def _thin(samples: list[Any], window_ms: int) -> list[list[Any]]:
 
 def console_api_routes(project: ProjectConfig, store: Any) -> list[Route]:
     """The console's JSON routes, to mount under ``/lakeview/v1`` next to lakeview_routes'."""
-    from catalog_api.ops.status import view_status, view_statuses
-    from catalog_api.registrars.service import RegistrationState, with_registrar_reasons
 
     history = ConsoleHistory(history_path(project.warehouse_path), project.console.retention_ms)
 
@@ -200,8 +200,6 @@ def console_api_routes(project: ProjectConfig, store: Any) -> list[Route]:
         base = str(request.base_url).rstrip("/")
 
         def build() -> dict[str, Any]:
-            from catalog_api.ops.view_tables import commit_history
-
             config = project.views[name]
             ref = TableRef(config.namespace, name, config.format.value, f"{base}/iceberg", project.lake.name,
                            project.table_location(name), auth=project.auth.enabled,
