@@ -37,8 +37,11 @@ from bench.history import SCHEMA, generate_history  # noqa: E402
 
 FEED_SCHEMA = SCHEMA + ", op STRING, seq BIGINT"
 VIEWS = {
-    "customers": ("orders", "SELECT product_id, SUM(quantity) AS q, AVG(quantity) AS avg_q, MAX(quantity) AS top, COUNT(*) AS n "
-                            "FROM orders GROUP BY product_id"),  # fmt: skip
+    "customers": (
+        "orders",
+        "SELECT product_id, SUM(quantity) AS q, AVG(quantity) AS avg_q, MAX(quantity) AS top, COUNT(*) AS n "
+        "FROM orders GROUP BY product_id",
+    ),  # fmt: skip
     "current": ("changes", "SELECT order_id, product_id, quantity * 2 AS doubled, ts FROM changes"),
 }
 
@@ -49,22 +52,41 @@ def land(directory: Path, rows: int, groups: int) -> None:
     generate_history(directory / "orders", rows, products=groups, file_rows=max(1, rows // 4))
     (directory / "changes").mkdir(parents=True, exist_ok=True)
     for path in sorted((directory / "orders").glob("*.parquet")):
-        duckdb.sql(f"COPY (SELECT *, 'c' AS op, order_id AS seq FROM '{path}') TO '{directory / 'changes' / path.name}' (FORMAT parquet)")
+        duckdb.sql(
+            f"COPY (SELECT *, 'c' AS op, order_id AS seq FROM '{path}') TO '{directory / 'changes' / path.name}' (FORMAT parquet)"
+        )
 
 
 def project_for(directory: Path, mode: str, rows: int):
     from lakeview.project import parse_project
 
-    feed = {"operation": "op", "key": ["order_id"], "sequence": "seq", "insert": ["c"], "update": ["u"], "delete": ["d"]}
+    feed = {
+        "operation": "op",
+        "key": ["order_id"],
+        "sequence": "seq",
+        "insert": ["c"],
+        "update": ["u"],
+        "delete": ["d"],
+    }
     return parse_project(
         {
-            "lake": {"warehouse": str(directory / f"lake-{mode}"), "catalog_store": f"sqlite:///{directory / f'catalog-{mode}.db'}"},
+            "lake": {
+                "warehouse": str(directory / f"lake-{mode}"),
+                "catalog_store": f"sqlite:///{directory / f'catalog-{mode}.db'}",
+            },
             "spark": {"driver_rows_max": rows * 10 if mode == "driver" else 0},
             "sources": {
                 "orders": {"format": "parquet", "path": str(directory / "orders"), "schema": SCHEMA},
-                "changes": {"format": "parquet", "path": str(directory / "changes"), "schema": FEED_SCHEMA, "changes": feed},
+                "changes": {
+                    "format": "parquet",
+                    "path": str(directory / "changes"),
+                    "schema": FEED_SCHEMA,
+                    "changes": feed,
+                },
             },
-            "views": {name: {"sql": sql, "cadence": "manual", "namespace": "bench"} for name, (_, sql) in VIEWS.items()},
+            "views": {
+                name: {"sql": sql, "cadence": "manual", "namespace": "bench"} for name, (_, sql) in VIEWS.items()
+            },
         },
         file=str(directory / "lakeview.toml"),
         root=directory,
@@ -81,7 +103,13 @@ def child(mode: str, view: str, directory: Path, rows: int) -> None:
     project = project_for(directory, mode, rows)
     spark = build_session("bench-backfill")
     with CatalogServer(open_store(project), host="127.0.0.1", port=0) as server:
-        pipeline = ViewPipeline(spark, project, view, make_writer(project, view, server.uri), state_writer=state_writer_factory(project, view))
+        pipeline = ViewPipeline(
+            spark,
+            project,
+            view,
+            make_writer(project, view, server.uri),
+            state_writer=state_writer_factory(project, view),
+        )
         pipeline.prepare()
         elapsed, peaks = run_measured(spark, pipeline)
     print(json.dumps({"seconds": round(elapsed, 1), "bootstrap": bool(pipeline.last_write.get("bootstrap")), **peaks}))
@@ -111,7 +139,9 @@ def main() -> None:
         directory = Path(tmp)
         land(directory, args.rows, args.groups)
         print(f"{args.rows} orders over {args.groups} products, first batch of each view from empty tables; local[2]")
-        print("| view | path | epoch s | driver Python peak +RSS | JVM peak +RSS | view rows |\n|---|---|---|---|---|---|")
+        print(
+            "| view | path | epoch s | driver Python peak +RSS | JVM peak +RSS | view rows |\n|---|---|---|---|---|---|"
+        )
         for view in VIEWS:
             results = {}
             for mode in ("driver", "executors"):
@@ -123,8 +153,13 @@ def main() -> None:
                 assert results[mode]["bootstrap"] == (mode == "executors"), results[mode]
                 count = view_rows(directory, mode, view, args.rows).num_rows
                 r = results[mode]
-                print(f"| {view} | {mode} | {r['seconds']} | {r['driver_python'] / 2**20:.0f} MiB | {r['jvm'] / 2**20:.0f} MiB | {count} |", flush=True)
-            same = oracle.compare(view_rows(directory, "executors", view, args.rows), view_rows(directory, "driver", view, args.rows))
+                print(
+                    f"| {view} | {mode} | {r['seconds']} | {r['driver_python'] / 2**20:.0f} MiB | {r['jvm'] / 2**20:.0f} MiB | {count} |",
+                    flush=True,
+                )
+            same = oracle.compare(
+                view_rows(directory, "executors", view, args.rows), view_rows(directory, "driver", view, args.rows)
+            )
             assert same.equal, f"{view}: the paths disagree: {same.describe()}"
             ratio = results["driver"]["driver_python"] / max(results["executors"]["driver_python"], 1)
             speed = results["driver"]["seconds"] / results["executors"]["seconds"]

@@ -40,8 +40,14 @@ sys.path.insert(0, str(ROOT))
 
 from catalog_api.server import free_port  # noqa: E402
 
-SCHEMA = {"type": "struct", "schema-id": 0, "fields": [{"id": 1, "name": "id", "type": "long", "required": False},
-                                                       {"id": 2, "name": "name", "type": "string", "required": False}]}
+SCHEMA = {
+    "type": "struct",
+    "schema-id": 0,
+    "fields": [
+        {"id": 1, "name": "id", "type": "long", "required": False},
+        {"id": 2, "name": "name", "type": "string", "required": False},
+    ],
+}
 SERVE = """
 import os, sys
 import uvicorn
@@ -69,7 +75,9 @@ def cpu_seconds(pid: int) -> float:
 @contextmanager
 def catalog_process(store_url: str, warehouse: Path, workers: int = 1) -> Iterator[tuple[str, int]]:
     port = free_port("127.0.0.1")
-    process = subprocess.Popen([sys.executable, "-c", SERVE, store_url, str(warehouse), str(port), str(workers)], cwd=ROOT)
+    process = subprocess.Popen(
+        [sys.executable, "-c", SERVE, store_url, str(warehouse), str(port), str(workers)], cwd=ROOT
+    )
     base = f"http://127.0.0.1:{port}/iceberg"
     for _ in range(200):
         try:
@@ -105,7 +113,9 @@ def snapshot_commit(metadata: dict[str, Any], snapshot_id: int) -> dict[str, Any
 def table_with_snapshots(base: str, namespace: str, name: str, snapshots: int) -> str:
     api = f"{base}/v1/lakeview"
     httpx.post(f"{api}/namespaces", json={"namespace": [namespace]})
-    metadata = httpx.post(f"{api}/namespaces/{namespace}/tables", json={"name": name, "schema": SCHEMA}).json()["metadata"]
+    metadata = httpx.post(f"{api}/namespaces/{namespace}/tables", json={"name": name, "schema": SCHEMA}).json()[
+        "metadata"
+    ]
     url = f"{api}/namespaces/{namespace}/tables/{name}"
     for i in range(1, snapshots + 1):
         response = httpx.post(url, json=snapshot_commit(metadata, i))
@@ -138,7 +148,9 @@ def wrk(url: str, connections: int, duration: int, headers: dict[str, str] | Non
     }
 
 
-def load_runs(label: str, url: str, pid: int | None, duration: int, headers: dict[str, str] | None = None) -> list[list[str]]:
+def load_runs(
+    label: str, url: str, pid: int | None, duration: int, headers: dict[str, str] | None = None
+) -> list[list[str]]:
     rows = []
     for connections in (1, 8, 32):
         server_before = cpu_seconds(pid) if pid else 0.0
@@ -168,7 +180,9 @@ async def commit_rate(base: str, pid: int, label: str, clients: int, duration: f
         sequence = metadata["last-sequence-number"]
         while time.perf_counter() < deadline:
             snapshot_id = live[-1] + 1
-            body = snapshot_commit({**metadata, "current-snapshot-id": live[-1], "last-sequence-number": sequence}, snapshot_id)
+            body = snapshot_commit(
+                {**metadata, "current-snapshot-id": live[-1], "last-sequence-number": sequence}, snapshot_id
+            )
             body["updates"].append({"action": "remove-snapshots", "snapshot-ids": [live[0]]})
             start = time.perf_counter()
             response = await client.post(url, json=body)
@@ -235,7 +249,9 @@ def seaweed_rows(duration: int, work: Path) -> list[list[str]]:
         prefix = (config.get("overrides") or {}).get("prefix")
         url = f"{base}/v1/{prefix + '/' if prefix else ''}namespaces/bench/tables/t"
         request = AWSRequest(method="GET", url=url)
-        SigV4Auth(Credentials(weed.env["AWS_ACCESS_KEY_ID"], weed.env["AWS_SECRET_ACCESS_KEY"]), "s3tables", "us-east-1").add_auth(request)
+        SigV4Auth(
+            Credentials(weed.env["AWS_ACCESS_KEY_ID"], weed.env["AWS_SECRET_ACCESS_KEY"]), "s3tables", "us-east-1"
+        ).add_auth(request)
         headers = dict(request.headers.items())
         assert httpx.get(url, headers=headers).status_code == 200, httpx.get(url, headers=headers).text
         return load_runs("seaweedfs", url, weed.process.pid if weed.process else None, duration, headers)
@@ -262,7 +278,10 @@ def main() -> None:
         if not args.no_postgres:
             from catalog_api.store.local_postgres import LocalPostgres
 
-            with LocalPostgres(durable=True) as pg, catalog_process(pg.url, work / "pg-warehouse", args.workers) as (base, pid):
+            with (
+                LocalPostgres(durable=True) as pg,
+                catalog_process(pg.url, work / "pg-warehouse", args.workers) as (base, pid),
+            ):
                 url = table_with_snapshots(base, "bench", "t", 50)
                 rows += load_runs("lakeview/postgresql", url, pid, args.duration)
                 for clients in (1, 4):
@@ -275,10 +294,22 @@ def main() -> None:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     # per server CPU-second: on a loaded machine the server gets a fraction of a core, so req/s alone misleads
-    header = ["catalog", "operation", "clients", "req/s", "p50 ms", "p99 ms", "server CPU/s", "client CPU/s", "per CPU-s"]
+    header = [
+        "catalog",
+        "operation",
+        "clients",
+        "req/s",
+        "p50 ms",
+        "p99 ms",
+        "server CPU/s",
+        "client CPU/s",
+        "per CPU-s",
+    ]
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     load = os.getloadavg()[0]
-    print(f"machine: {os.cpu_count()} cores, load average {load:.1f}; {args.duration}s per run; {args.workers} uvicorn worker(s)")
+    print(
+        f"machine: {os.cpu_count()} cores, load average {load:.1f}; {args.duration}s per run; {args.workers} uvicorn worker(s)"
+    )
     for row in [header, ["-" * w for w in widths], *rows]:
         print("  ".join(cell.rjust(w) if i >= 2 else cell.ljust(w) for i, (cell, w) in enumerate(zip(row, widths))))
 

@@ -35,10 +35,16 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=20)
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="lakeview-bench-console-"))
-    views = {f"v{i}": {"sql": "SELECT order_id, quantity FROM orders", "cadence": "1s", "namespace": "bench"}
-             for i in range(args.views)}
-    data = {"lake": {"warehouse": str(root / "lake")}, "server": {"host": "127.0.0.1", "port": 0},
-            "sources": {"orders": {"format": "json", "path": str(root / "orders"), "schema": SCHEMA}}, "views": views}
+    views = {
+        f"v{i}": {"sql": "SELECT order_id, quantity FROM orders", "cadence": "1s", "namespace": "bench"}
+        for i in range(args.views)
+    }
+    data = {
+        "lake": {"warehouse": str(root / "lake")},
+        "server": {"host": "127.0.0.1", "port": 0},
+        "sources": {"orders": {"format": "json", "path": str(root / "orders"), "schema": SCHEMA}},
+        "views": views,
+    }
     project = parse_project(data, file=str(root / "lakeview.toml"), root=root)
     stack = EmbeddedStack(project, port=0).start_catalog(history=False)
     base = stack.catalog_uri.removesuffix("/iceberg")
@@ -53,12 +59,19 @@ def main() -> None:
 
         sampler = HistorySampler(project, stack.server.store)
         rows = [("history sample (all views and sources)", _time(sampler.sample, args.requests))]
-        for route in ("lineage", "sources", "views/v0/history?window=1h", "views/v0/history?window=1d",
-                      "views/v0/snapshots", "views/v0/plan"):
+        for route in (
+            "lineage",
+            "sources",
+            "views/v0/history?window=1h",
+            "views/v0/history?window=1d",
+            "views/v0/snapshots",
+            "views/v0/plan",
+        ):
             with httpx.Client() as client:
                 url = f"{base}/lakeview/v1/{route}"
-                rows.append((f"GET /lakeview/v1/{route}", _time(lambda u=url: client.get(u).raise_for_status(),
-                                                               args.requests)))
+                rows.append(
+                    (f"GET /lakeview/v1/{route}", _time(lambda u=url: client.get(u).raise_for_status(), args.requests))
+                )
     finally:
         stack.stop()
         if stack.spark is not None:

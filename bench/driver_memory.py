@@ -108,7 +108,16 @@ def child(mode: str, directory: Path, rows: int) -> None:
     pipeline = ViewPipeline(spark, project, "big", make_writer(project, "big", "http://unused"))
     pipeline.prepare()
     elapsed, result = run_measured(spark, pipeline)
-    print(json.dumps({"mode": mode, "seconds": round(elapsed, 1), "last_write": {k: v for k, v in pipeline.last_write.items() if k != "writers"}, **result}))
+    print(
+        json.dumps(
+            {
+                "mode": mode,
+                "seconds": round(elapsed, 1),
+                "last_write": {k: v for k, v in pipeline.last_write.items() if k != "writers"},
+                **result,
+            }
+        )
+    )
     spark.stop()
 
 
@@ -124,7 +133,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp)
         land(directory / "landing", args.rows)
-        print(f"{args.rows} rows, {sum(p.stat().st_size for p in (directory / 'landing').iterdir()) / 2**20:.0f} MiB of Parquet")
+        print(
+            f"{args.rows} rows, {sum(p.stat().st_size for p in (directory / 'landing').iterdir()) / 2**20:.0f} MiB of Parquet"
+        )
         print(f"{'path':<10} {'seconds':>8} {'driver Python peak +RSS':>24} {'JVM peak +RSS':>14}")
         for mode in ("collect", "executors"):
             out = subprocess.run(
@@ -132,7 +143,9 @@ def main() -> None:
                 capture_output=True, text=True, cwd=ROOT, check=True,
             ).stdout  # fmt: skip
             result = json.loads(out.strip().splitlines()[-1])
-            print(f"{mode:<10} {result['seconds']:>8} {result['driver_python'] / 2**20:>21.0f} MiB {result['jvm'] / 2**20:>10.0f} MiB  {result['last_write']}")
+            print(
+                f"{mode:<10} {result['seconds']:>8} {result['driver_python'] / 2**20:>21.0f} MiB {result['jvm'] / 2**20:>10.0f} MiB  {result['last_write']}"
+            )
 
 
 if __name__ == "__main__":

@@ -29,8 +29,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from lakeview.graph import WEIGHT, compile_view, step
 
 SCHEMAS = {
-    "orders": pa.schema([("order_id", pa.int64()), ("product_id", pa.int64()), ("customer_id", pa.int64()),
-                         ("amount", pa.int64())]),
+    "orders": pa.schema(
+        [("order_id", pa.int64()), ("product_id", pa.int64()), ("customer_id", pa.int64()), ("amount", pa.int64())]
+    ),
     "products": pa.schema([("product_id", pa.int64()), ("category", pa.string())]),
     "customers": pa.schema([("customer_id", pa.int64()), ("region_id", pa.int64())]),
     "regions": pa.schema([("region_id", pa.int64()), ("region", pa.string())]),
@@ -45,8 +46,9 @@ PRODUCTS, CUSTOMERS, REGIONS, CATEGORIES = 1_000, 10_000, 10, 20
 def zset(name: str, columns: dict[str, list], weight: int | list[int] = 1) -> pa.Table:
     n = len(next(iter(columns.values())))
     weights = weight if isinstance(weight, list) else [weight] * n
-    return pa.table({**columns, WEIGHT: pa.array(weights, pa.int64())},
-                    schema=SCHEMAS[name].append(pa.field(WEIGHT, pa.int64())))
+    return pa.table(
+        {**columns, WEIGHT: pa.array(weights, pa.int64())}, schema=SCHEMAS[name].append(pa.field(WEIGHT, pa.int64()))
+    )
 
 
 class Star:
@@ -61,34 +63,44 @@ class Star:
     def new_orders(self, n: int) -> dict[str, list]:
         ids = list(range(self.next_order, self.next_order + n))
         self.next_order += n
-        return {"order_id": ids, "product_id": [self.r.randrange(PRODUCTS) for _ in ids],
-                "customer_id": [self.r.randrange(CUSTOMERS) for _ in ids],
-                "amount": [self.r.randrange(1, 100) for _ in ids]}
+        return {
+            "order_id": ids,
+            "product_id": [self.r.randrange(PRODUCTS) for _ in ids],
+            "customer_id": [self.r.randrange(CUSTOMERS) for _ in ids],
+            "amount": [self.r.randrange(1, 100) for _ in ids],
+        }
 
     def backfill(self, n: int) -> dict[str, pa.Table]:
         orders = zset("orders", self.new_orders(n))
         self.order_chunks.append(orders)
-        return {"orders": orders,
-                "products": zset("products", {"product_id": list(self.products),
-                                              "category": list(self.products.values())}),
-                "customers": zset("customers", {"customer_id": list(self.customers),
-                                                "region_id": list(self.customers.values())}),
-                "regions": zset("regions", {"region_id": list(self.regions), "region": list(self.regions.values())})}
+        return {
+            "orders": orders,
+            "products": zset("products", {"product_id": list(self.products), "category": list(self.products.values())}),
+            "customers": zset(
+                "customers", {"customer_id": list(self.customers), "region_id": list(self.customers.values())}
+            ),
+            "regions": zset("regions", {"region_id": list(self.regions), "region": list(self.regions.values())}),
+        }
 
     def epoch(self, batch: int, updates: int) -> dict[str, pa.Table]:
         orders = zset("orders", self.new_orders(batch))
         self.order_chunks.append(orders)
         out = {"orders": orders}
-        for name, table, new in (("products", self.products, lambda: f"cat{self.r.randrange(CATEGORIES)}"),
-                                 ("customers", self.customers, lambda: self.r.randrange(REGIONS)),
-                                 ("regions", self.regions, lambda: f"region{self.r.randrange(1000)}")):
+        for name, table, new in (
+            ("products", self.products, lambda: f"cat{self.r.randrange(CATEGORIES)}"),
+            ("customers", self.customers, lambda: self.r.randrange(REGIONS)),
+            ("regions", self.regions, lambda: f"region{self.r.randrange(1000)}"),
+        ):
             keys = self.r.sample(sorted(table), min(updates, len(table)))
             old = [table[k] for k in keys]
             for k in keys:
                 table[k] = new()
             cols = SCHEMAS[name].names
-            out[name] = zset(name, {cols[0]: keys + keys, cols[1]: old + [table[k] for k in keys]},
-                             [-1] * len(keys) + [1] * len(keys))
+            out[name] = zset(
+                name,
+                {cols[0]: keys + keys, cols[1]: old + [table[k] for k in keys]},
+                [-1] * len(keys) + [1] * len(keys),
+            )
         return out
 
     def recompute(self) -> tuple[float, set]:
@@ -142,8 +154,11 @@ def main() -> None:
         for eager in (False, True):
             backfill, epoch, recompute = run(orders, eager, args)
             load = os.getloadavg()
-            print(f"| {orders:,} | {'yes' if eager else 'no'} | {backfill:.2f} | {epoch:.3f} | {recompute:.3f} | "
-                  f"{load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} |", flush=True)
+            print(
+                f"| {orders:,} | {'yes' if eager else 'no'} | {backfill:.2f} | {epoch:.3f} | {recompute:.3f} | "
+                f"{load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} |",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

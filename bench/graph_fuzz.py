@@ -42,8 +42,10 @@ def main() -> int:
     print()
     print("| seeds | first | last | epochs each | failures | seconds | load (1/5/15 min) |")
     print("|---|---|---|---|---|---|---|")
-    print(f"| {args.seeds} | {args.start} | {args.start + args.seeds - 1} | {args.epochs} | {len(failures)} | "
-          f"{elapsed:.0f} | {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} |")
+    print(
+        f"| {args.seeds} | {args.start} | {args.start + args.seeds - 1} | {args.epochs} | {len(failures)} | "
+        f"{elapsed:.0f} | {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} |"
+    )
     for f in failures:
         print()
         print(f"seed {f.seed}, epoch {f.epoch}")

@@ -29,15 +29,24 @@ def orders_sql(count: int, first_id: int, products: int) -> str:
     )
 
 
-def land_parquet(directory: Path, name: str, count: int, *, first_id: int, products: int,
-                 con: duckdb.DuckDBPyConnection | None = None) -> Path:
+def land_parquet(
+    directory: Path,
+    name: str,
+    count: int,
+    *,
+    first_id: int,
+    products: int,
+    con: duckdb.DuckDBPyConnection | None = None,
+) -> Path:
     """Write ``count`` orders as one Parquet file ``directory/name``, atomically."""
     directory.mkdir(parents=True, exist_ok=True)
     hidden, final = directory / f".{name}.tmp", directory / name
     own = con is None
     con = con or duckdb.connect()
     try:
-        con.execute(f"COPY ({orders_sql(count, first_id, products)}) TO '{hidden}' (FORMAT parquet, ROW_GROUP_SIZE 1000000)")
+        con.execute(
+            f"COPY ({orders_sql(count, first_id, products)}) TO '{hidden}' (FORMAT parquet, ROW_GROUP_SIZE 1000000)"
+        )
     finally:
         if own:
             con.close()
@@ -50,7 +59,14 @@ def generate_history(directory: Path, count: int, *, products: int, file_rows: i
     con = duckdb.connect()
     try:
         return [
-            land_parquet(directory, f"h{start:012d}.parquet", min(file_rows, count - start), first_id=start, products=products, con=con)
+            land_parquet(
+                directory,
+                f"h{start:012d}.parquet",
+                min(file_rows, count - start),
+                first_id=start,
+                products=products,
+                con=con,
+            )
             for start in range(0, count, file_rows)
         ]
     finally:

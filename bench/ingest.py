@@ -40,7 +40,12 @@ def project_in(root: Path):
     data = {
         "lake": {"warehouse": str(root / "lake")},
         "sources": {"orders": {"format": "ingest", "path": str(root / "landing"), "schema": SCHEMA}},
-        "views": {"sales": {"sql": "SELECT product_id, SUM(quantity) AS total FROM orders GROUP BY product_id", "cadence": "1s"}},
+        "views": {
+            "sales": {
+                "sql": "SELECT product_id, SUM(quantity) AS total FROM orders GROUP BY product_id",
+                "cadence": "1s",
+            }
+        },
     }
     return parse_project(data, file=str(root / "lakeview.toml"), root=root)
 
@@ -93,8 +98,13 @@ def main() -> None:
                         count, latencies = run_clients(url, clients, rows, args.seconds, keyed)
                         q = statistics.quantiles(latencies, n=20) if len(latencies) >= 20 else [max(latencies)] * 19
                         table.add_row(
-                            str(clients), str(rows), "yes" if keyed else "no", f"{count / args.seconds:,.0f}",
-                            f"{count * rows / args.seconds:,.0f}", f"{statistics.median(latencies) * 1000:.1f}", f"{q[18] * 1000:.1f}",
+                            str(clients),
+                            str(rows),
+                            "yes" if keyed else "no",
+                            f"{count / args.seconds:,.0f}",
+                            f"{count * rows / args.seconds:,.0f}",
+                            f"{statistics.median(latencies) * 1000:.1f}",
+                            f"{q[18] * 1000:.1f}",
                         )
             console.print(table)
 
@@ -104,7 +114,9 @@ def main() -> None:
             start = time.perf_counter()
             for epoch in range(args.snapshots):
                 rows = pa.table({"product_id": [epoch], "total": [1]})
-                writer.commit(Epoch("sales", epoch, {}, rows_in=1, newest_input_ms=int(time.time() * 1000) - 500), Change(rows))
+                writer.commit(
+                    Epoch("sales", epoch, {}, rows_in=1, newest_input_ms=int(time.time() * 1000) - 500), Change(rows)
+                )
             build = time.perf_counter() - start
             status = Table(title=f"status cost with {args.snapshots} snapshots (built in {build:.0f} s)")
             for column in ("request", "p50 ms", "max ms"):

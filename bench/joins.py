@@ -86,7 +86,9 @@ def main() -> None:
     rng = random.Random(7)
     land_parquet(orders_dir, "history.parquet", args.orders, first_id=0, products=args.products)
     feed = Feed(products_dir, rng)
-    feed.land([("c", p, f"c{rng.randrange(CATEGORIES)}") for p in range(1, args.products + 1)])  # product_id 1..products, as the orders
+    feed.land(
+        [("c", p, f"c{rng.randrange(CATEGORIES)}") for p in range(1, args.products + 1)]
+    )  # product_id 1..products, as the orders
     project = parse_project(
         {
             "server": {"port": 0},
@@ -109,7 +111,13 @@ def main() -> None:
             backfill = time.perf_counter() - started
             for i in range(args.repeats + 1):
                 before = len(committed)
-                land_parquet(orders_dir, f"b-{i:06d}.parquet", args.batch, first_id=BATCH_IDS + i * args.batch, products=args.products)
+                land_parquet(
+                    orders_dir,
+                    f"b-{i:06d}.parquet",
+                    args.batch,
+                    first_id=BATCH_IDS + i * args.batch,
+                    products=args.products,
+                )
                 feed.updates(args.products, args.updates)
                 landed = time.perf_counter()
                 query.processAllAvailable()
@@ -134,13 +142,21 @@ def main() -> None:
         shutil.rmtree(root, ignore_errors=True)
     incremental = statistics.median(s for s, _ in epochs)
     phases = {k: round(statistics.median(p.get(k, 0.0) for _, p in epochs), 3) for k in epochs[-1][1]}
-    table = Table(title=f"orders ⋈ products (change feed) GROUP BY category: one epoch of {args.batch:,} orders + {args.updates} "
-                        f"product updates; median of {args.repeats}; load {load_start[0]:.1f} -> {os.getloadavg()[0]:.1f}")
+    table = Table(
+        title=f"orders ⋈ products (change feed) GROUP BY category: one epoch of {args.batch:,} orders + {args.updates} "
+        f"product updates; median of {args.repeats}; load {load_start[0]:.1f} -> {os.getloadavg()[0]:.1f}"
+    )
     for col in ("orders", "products", "backfill s", "incremental s", "DuckDB recompute s", "DuckDB/incr"):
         table.add_column(col, justify="right")
     recompute = statistics.median(duck)
-    table.add_row(f"{args.orders:,}", f"{args.products:,}", f"{backfill:.1f}", f"{incremental:.3f}", f"{recompute:.3f}",
-                  f"{recompute / incremental:.2f}×")
+    table.add_row(
+        f"{args.orders:,}",
+        f"{args.products:,}",
+        f"{backfill:.1f}",
+        f"{incremental:.3f}",
+        f"{recompute:.3f}",
+        f"{recompute / incremental:.2f}×",
+    )
     console.print(f"epochs (s): {[round(s, 3) for s, _ in epochs]}; phases (median): {phases}")
     console.print(table)
 

@@ -102,8 +102,11 @@ def main() -> None:
         phases.clear()
         # The reader is its own process, as a user's DuckDB would be (and keeps its CPU and
         # GIL out of the pipeline's).
-        reader = subprocess.Popen([sys.executable, __file__, "--reader", stack.catalog_uri, project.lake.name, str(args.poll)],
-                                  stdout=subprocess.PIPE, text=True)
+        reader = subprocess.Popen(
+            [sys.executable, __file__, "--reader", stack.catalog_uri, project.lake.name, str(args.poll)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
 
         def poll() -> None:
             assert reader.stdout is not None
@@ -135,11 +138,15 @@ def main() -> None:
         poller.join()
         stack.stop_views()
     lags = [seen[i] - at for i, (at, _) in enumerate(landed) if i in seen]
-    print(f"{len(landed)} batches of {args.batch:,} orders every {args.cadence} ({args.format}), {len(lags)} seen; "
-          f"history {args.history:,}, {args.products:,} products, poll {args.poll} s")
+    print(
+        f"{len(landed)} batches of {args.batch:,} orders every {args.cadence} ({args.format}), {len(lags)} seen; "
+        f"history {args.history:,}, {args.products:,} products, poll {args.poll} s"
+    )
     if lags:
-        print(f"end-to-end lag (landed -> visible in DuckDB): p50 {percentile(lags, 0.5):.2f} s, p95 {percentile(lags, 0.95):.2f} s, "
-              f"p99 {percentile(lags, 0.99):.2f} s, max {max(lags):.2f} s, mean {statistics.mean(lags):.2f} s")
+        print(
+            f"end-to-end lag (landed -> visible in DuckDB): p50 {percentile(lags, 0.5):.2f} s, p95 {percentile(lags, 0.95):.2f} s, "
+            f"p99 {percentile(lags, 0.99):.2f} s, max {max(lags):.2f} s, mean {statistics.mean(lags):.2f} s"
+        )
     if phases:
         keys = sorted({k for p in phases for k in p})
         print("epoch phases (median s):", {k: round(statistics.median(p.get(k, 0.0) for p in phases), 3) for k in keys})

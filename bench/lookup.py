@@ -49,16 +49,27 @@ from writers.iceberg.writer import IcebergWriter
 
 NAMESPACE = "bench"
 KEY = ("product_id",)
-WAYS = {"int64 keys, index": (pa.int64(), True, False), "int64 keys, probe": (pa.int64(), False, False),
-        "float64 keys, probe": (pa.float64(), True, False), "int64 keys, executors": (pa.int64(), True, True)}
+WAYS = {
+    "int64 keys, index": (pa.int64(), True, False),
+    "int64 keys, probe": (pa.int64(), False, False),
+    "float64 keys, probe": (pa.float64(), True, False),
+    "int64 keys, executors": (pa.int64(), True, True),
+}
 
 
 def schema_for(key_type: pa.DataType) -> pa.Schema:
     return pa.schema([("product_id", key_type), ("total_sold", pa.int64()), ("orders", pa.int64())])
 
 
-def run(server: CatalogServer, name: str, rows: int, key_type: pa.DataType, use_index: bool, remote: ExecutorReads | None,
-        args: argparse.Namespace) -> dict[str, float]:
+def run(
+    server: CatalogServer,
+    name: str,
+    rows: int,
+    key_type: pa.DataType,
+    use_index: bool,
+    remote: ExecutorReads | None,
+    args: argparse.Namespace,
+) -> dict[str, float]:
     """Medians (seconds) of lookup, commit and epoch over the measured epochs of one table."""
     schema = schema_for(key_type)
     writer = IcebergWriter(RestCatalog(f"bench-{name}", uri=server.uri, warehouse="lakeview"), NAMESPACE, name)
@@ -66,16 +77,28 @@ def run(server: CatalogServer, name: str, rows: int, key_type: pa.DataType, use_
     writer.ensure_table(schema, KEY, {})
     rng = random.Random(args.seed)
     totals = [1] * rows
-    everything = pa.table({"product_id": pa.array(range(rows), pa.int64()).cast(key_type),
-                          "total_sold": pa.array(totals, pa.int64()), "orders": pa.array(totals, pa.int64())}, schema=schema)
+    everything = pa.table(
+        {
+            "product_id": pa.array(range(rows), pa.int64()).cast(key_type),
+            "total_sold": pa.array(totals, pa.int64()),
+            "orders": pa.array(totals, pa.int64()),
+        },
+        schema=schema,
+    )
     writer.commit(Epoch(name, 0, {"bench": 0}), Change(rows=everything, key=KEY))
     lookups, commits, builds = [], [], 0
     for epoch in range(1, args.repeats + 3):
         keys = sorted(rng.sample(range(rows), args.batch))
         for k in keys:
             totals[k] += 1
-        delta = pa.table({"product_id": pa.array(keys, pa.int64()).cast(key_type), "total_sold": pa.array([totals[k] for k in keys], pa.int64()),
-                          "orders": pa.array([totals[k] for k in keys], pa.int64())}, schema=schema)
+        delta = pa.table(
+            {
+                "product_id": pa.array(keys, pa.int64()).cast(key_type),
+                "total_sold": pa.array([totals[k] for k in keys], pa.int64()),
+                "orders": pa.array([totals[k] for k in keys], pa.int64()),
+            },
+            schema=schema,
+        )
         started = time.perf_counter()
         stored = writer.lookup(delta.select(list(KEY)))
         looked = time.perf_counter()
@@ -87,8 +110,12 @@ def run(server: CatalogServer, name: str, rows: int, key_type: pa.DataType, use_
         if epoch > 2:  # epoch 1 builds the index (or reads the files), epoch 2 warms up
             lookups.append(looked - started)
             commits.append(committed - looked)
-    return {"lookup": statistics.median(lookups), "commit": statistics.median(commits),
-            "epoch": statistics.median(a + b for a, b in zip(lookups, commits)), "builds": builds}
+    return {
+        "lookup": statistics.median(lookups),
+        "commit": statistics.median(commits),
+        "epoch": statistics.median(a + b for a, b in zip(lookups, commits)),
+        "builds": builds,
+    }
 
 
 def main() -> None:
@@ -125,14 +152,31 @@ def main() -> None:
         shutil.rmtree(root, ignore_errors=True)
         if spark is not None:
             spark.stop()
-    table = Table(title=f"one keyed epoch ({args.batch:,} random keys upserted) vs view size; median of {args.repeats}; "
-                        f"load {load_start[0]:.1f} -> {os.getloadavg()[0]:.1f}")
-    for col in ("keys found by", "view rows", "lookup s", "commit s", "lookup + commit s", "index builds", f"vs {sizes[0]:,} rows"):
+    table = Table(
+        title=f"one keyed epoch ({args.batch:,} random keys upserted) vs view size; median of {args.repeats}; "
+        f"load {load_start[0]:.1f} -> {os.getloadavg()[0]:.1f}"
+    )
+    for col in (
+        "keys found by",
+        "view rows",
+        "lookup s",
+        "commit s",
+        "lookup + commit s",
+        "index builds",
+        f"vs {sizes[0]:,} rows",
+    ):
         table.add_column(col, justify="right")
     for (label, rows), r in results.items():
         base = results[(label, sizes[0])]["epoch"]
-        table.add_row(label, f"{rows:,}", f"{r['lookup']:.3f}", f"{r['commit']:.3f}", f"{r['epoch']:.3f}", str(r["builds"]),
-                      f"{r['epoch'] / base:.2f}×")
+        table.add_row(
+            label,
+            f"{rows:,}",
+            f"{r['lookup']:.3f}",
+            f"{r['commit']:.3f}",
+            f"{r['epoch']:.3f}",
+            str(r["builds"]),
+            f"{r['epoch'] / base:.2f}×",
+        )
     console.print(table)
 
 

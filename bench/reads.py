@@ -74,8 +74,14 @@ class Model:
         for k in keys:
             self.total[k] += self.rng.randint(1, 10)
             self.orders[k] += 1
-        return pa.table({"product_id": pa.array(keys, pa.int64()), "total_sold": pa.array([self.total[k] for k in keys], pa.int64()),
-                         "orders": pa.array([self.orders[k] for k in keys], pa.int64())}, schema=SCHEMA)
+        return pa.table(
+            {
+                "product_id": pa.array(keys, pa.int64()),
+                "total_sold": pa.array([self.total[k] for k in keys], pa.int64()),
+                "orders": pa.array([self.orders[k] for k in keys], pa.int64()),
+            },
+            schema=SCHEMA,
+        )
 
 
 class Bench:
@@ -90,8 +96,14 @@ class Bench:
 
     def create(self) -> float:
         self.writer.ensure_table(SCHEMA, KEY, {})
-        rows = pa.table({"product_id": pa.array(range(len(self.model.total)), pa.int64()),
-                         "total_sold": pa.array(self.model.total, pa.int64()), "orders": pa.array(self.model.orders, pa.int64())}, schema=SCHEMA)
+        rows = pa.table(
+            {
+                "product_id": pa.array(range(len(self.model.total)), pa.int64()),
+                "total_sold": pa.array(self.model.total, pa.int64()),
+                "orders": pa.array(self.model.orders, pa.int64()),
+            },
+            schema=SCHEMA,
+        )
         started = time.perf_counter()
         self.writer.commit(self._next_epoch(), Change(rows=rows, key=KEY))
         return time.perf_counter() - started
@@ -118,7 +130,11 @@ class Bench:
     def shape(self) -> tuple[int, int, int]:
         """(data files, delete files, positions deleted) of the current snapshot."""
         live = LiveFiles().live(self.writer.table())
-        return len(live.data), len(live.delete_files), sum(len(p) for per_file in live.deletes.values() for p in per_file.values())
+        return (
+            len(live.data),
+            len(live.delete_files),
+            sum(len(p) for per_file in live.deletes.values() for p in per_file.values()),
+        )
 
     def duckdb_scan(self) -> tuple[float, tuple]:
         con = connect_catalog(self.server.uri, "lakeview")
@@ -133,7 +149,11 @@ class Bench:
         started = time.perf_counter()
         arrow = self.reader_catalog.load_table((NAMESPACE, NAME)).scan().to_arrow()
         elapsed = time.perf_counter() - started
-        return elapsed, (arrow.num_rows, pc.sum(arrow.column("total_sold")).as_py() or 0, pc.sum(arrow.column("orders")).as_py() or 0)
+        return elapsed, (
+            arrow.num_rows,
+            pc.sum(arrow.column("total_sold")).as_py() or 0,
+            pc.sum(arrow.column("orders")).as_py() or 0,
+        )
 
 
 def measure(bench: Bench, label: str, repeats: int) -> dict:
@@ -145,10 +165,18 @@ def measure(bench: Bench, label: str, repeats: int) -> dict:
     load_at_reads = os.getloadavg()
     epochs = [bench.upsert() for _ in range(repeats)]
     return {
-        "label": label, "shape": shape, "expected": expected, "results": results, "same": results == {expected},
-        "duck": [s for s, _ in duck], "iceberg": [s for s, _ in iceberg],
-        "lookup": [e[0] for e in epochs], "commit": [e[1] for e in epochs], "phases": [e[2] for e in epochs],
-        "delete_files_after": bench.shape()[1], "load": load_at_reads,
+        "label": label,
+        "shape": shape,
+        "expected": expected,
+        "results": results,
+        "same": results == {expected},
+        "duck": [s for s, _ in duck],
+        "iceberg": [s for s, _ in iceberg],
+        "lookup": [e[0] for e in epochs],
+        "commit": [e[1] for e in epochs],
+        "phases": [e[2] for e in epochs],
+        "delete_files_after": bench.shape()[1],
+        "load": load_at_reads,
     }
 
 
@@ -156,7 +184,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=1_000_000, help="view rows (keys)")
     parser.add_argument("--batch", type=int, default=10_000, help="keys upserted per epoch")
-    parser.add_argument("--deletes", default="0,5,20,50", help="comma-separated delete-file counts to measure at, ascending")
+    parser.add_argument(
+        "--deletes", default="0,5,20,50", help="comma-separated delete-file counts to measure at, ascending"
+    )
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--seed", type=int, default=7)
     args = parser.parse_args()
@@ -187,17 +217,36 @@ def main() -> None:
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
-    table = Table(title=f"reading a {args.rows:,}-row keyed Iceberg view vs position-delete files ({args.batch:,}-key upserts per epoch; "
-                        f"median of {args.repeats}; maintenance fold {folded_s:.2f} s)")
-    for col in ("state", "data files", "delete files", "deleted positions", "DuckDB scan s", "pyiceberg to_arrow s",
-                "next lookup s", "next commit s", f"next {args.repeats} commits s", "readers agree", "count / sum(total_sold) / sum(orders)", "load 1/5/15"):
+    table = Table(
+        title=f"reading a {args.rows:,}-row keyed Iceberg view vs position-delete files ({args.batch:,}-key upserts per epoch; "
+        f"median of {args.repeats}; maintenance fold {folded_s:.2f} s)"
+    )
+    for col in (
+        "state",
+        "data files",
+        "delete files",
+        "deleted positions",
+        "DuckDB scan s",
+        "pyiceberg to_arrow s",
+        "next lookup s",
+        "next commit s",
+        f"next {args.repeats} commits s",
+        "readers agree",
+        "count / sum(total_sold) / sum(orders)",
+        "load 1/5/15",
+    ):
         table.add_column(col, justify="right")
     for r in rows_out:
         data, deletes, positions = r["shape"]
         table.add_row(
-            r["label"], str(data), str(deletes), f"{positions:,}",
-            f"{statistics.median(r['duck']):.3f}", f"{statistics.median(r['iceberg']):.3f}",
-            f"{statistics.median(r['lookup']):.3f}", f"{statistics.median(r['commit']):.3f}",
+            r["label"],
+            str(data),
+            str(deletes),
+            f"{positions:,}",
+            f"{statistics.median(r['duck']):.3f}",
+            f"{statistics.median(r['iceberg']):.3f}",
+            f"{statistics.median(r['lookup']):.3f}",
+            f"{statistics.median(r['commit']):.3f}",
             " ".join(f"{s:.3f}" for s in r["commit"]) + f" (→{r['delete_files_after']} del)",
             "yes" if r["same"] else f"NO: {sorted(r['results'])}",
             " / ".join(f"{v:,}" for v in r["expected"]),
@@ -211,9 +260,11 @@ def main() -> None:
 
 def summary(r: dict) -> str:
     phases = {k: round(statistics.median(p.get(k, 0.0) for p in r["phases"]), 3) for k in r["phases"][-1]}
-    return (f"{r['label']} {r['shape']}: duckdb {[round(s, 3) for s in r['duck']]} pyiceberg {[round(s, 3) for s in r['iceberg']]} "
-            f"lookup {[round(s, 3) for s in r['lookup']]} commit {[round(s, 3) for s in r['commit']]} writer phases (median) {phases} "
-            f"results {sorted(r['results'])} expected {r['expected']} load {r['load']}")
+    return (
+        f"{r['label']} {r['shape']}: duckdb {[round(s, 3) for s in r['duck']]} pyiceberg {[round(s, 3) for s in r['iceberg']]} "
+        f"lookup {[round(s, 3) for s in r['lookup']]} commit {[round(s, 3) for s in r['commit']]} writer phases (median) {phases} "
+        f"results {sorted(r['results'])} expected {r['expected']} load {r['load']}"
+    )
 
 
 if __name__ == "__main__":

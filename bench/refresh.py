@@ -56,15 +56,23 @@ BATCH_IDS = 10_000_000_000  # incremental batches' order ids start here (past an
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--history", default="1000000,10000000,50000000,100000000", help="comma-separated history sizes (orders)")
+    parser.add_argument(
+        "--history", default="1000000,10000000,50000000,100000000", help="comma-separated history sizes (orders)"
+    )
     parser.add_argument("--batch", type=int, default=10_000, help="orders per incremental batch")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--products", type=int, default=100_000)
     parser.add_argument("--views", default="sales", help=f"comma-separated, of {', '.join(VIEWS)}")
-    parser.add_argument("--scaling", action="store_true", help="also: incremental cost vs batch size, 100k- and 1M-row views")
+    parser.add_argument(
+        "--scaling", action="store_true", help="also: incremental cost vs batch size, 100k- and 1M-row views"
+    )
     parser.add_argument("--no-baselines", action="store_true", help="incremental only")
-    parser.add_argument("--driver-keys-max", type=int, default=None,
-                        help="[spark] driver_keys_max (0: every table read on Spark's executors, no driver index)")
+    parser.add_argument(
+        "--driver-keys-max",
+        type=int,
+        default=None,
+        help="[spark] driver_keys_max (0: every table read on Spark's executors, no driver index)",
+    )
     args = parser.parse_args()
     console = Console(width=220)
     console.print(f"load average at start: {os.getloadavg()}")
@@ -78,14 +86,36 @@ def main() -> None:
             results.append((view, *run_one(view, landing, history, args, console)))
             console.print(results[-1])
         shutil.rmtree(landing, ignore_errors=True)
-    table = Table(title=f"incremental refresh of a {args.batch:,}-order batch vs full recompute (median of {args.repeats}; "
-                        f"{args.products:,} products; load average {os.getloadavg()[1]:.1f})")
-    for col in ("view", "history", "backfill s", "incremental s", "Spark MERGE s", "Spark recompute s", "DuckDB recompute s",
-                "MERGE/incr", "Spark/incr", "DuckDB/incr"):
+    table = Table(
+        title=f"incremental refresh of a {args.batch:,}-order batch vs full recompute (median of {args.repeats}; "
+        f"{args.products:,} products; load average {os.getloadavg()[1]:.1f})"
+    )
+    for col in (
+        "view",
+        "history",
+        "backfill s",
+        "incremental s",
+        "Spark MERGE s",
+        "Spark recompute s",
+        "DuckDB recompute s",
+        "MERGE/incr",
+        "Spark/incr",
+        "DuckDB/incr",
+    ):
         table.add_column(col, justify="right")
     for view, history, backfill, incr, merge, spark_s, duck_s in results:
-        table.add_row(view, f"{history:,}", f"{backfill:.1f}", f"{incr:.3f}", f"{merge:.2f}", f"{spark_s:.2f}", f"{duck_s:.2f}",
-                      f"{merge / incr:.1f}x", f"{spark_s / incr:.1f}x", f"{duck_s / incr:.1f}x")
+        table.add_row(
+            view,
+            f"{history:,}",
+            f"{backfill:.1f}",
+            f"{incr:.3f}",
+            f"{merge:.2f}",
+            f"{spark_s:.2f}",
+            f"{duck_s:.2f}",
+            f"{merge / incr:.1f}x",
+            f"{spark_s / incr:.1f}x",
+            f"{duck_s / incr:.1f}x",
+        )
     console.print(table)
     if args.scaling:
         scaling(args, console)
@@ -107,7 +137,9 @@ def project_for(view: str, landing: Path, root: Path, driver_keys_max: int | Non
 COMMITTED: list[float] = []  # perf_counter() of each commit (the views' on_commit)
 
 
-def timed_batches(stack: EmbeddedStack, view: str, landing: Path, sizes: list[int], products: int, tag: str) -> list[tuple[float, dict]]:
+def timed_batches(
+    stack: EmbeddedStack, view: str, landing: Path, sizes: list[int], products: int, tag: str
+) -> list[tuple[float, dict]]:
     """Land one batch per size, wait for its epoch; (seconds from the file landing to its
     snapshot committed, the epoch's phases) per batch. ``processAllAvailable`` is only the
     barrier: it returns after a further, empty trigger, which is not part of the refresh."""
@@ -137,12 +169,18 @@ def epoch_phases(stack: EmbeddedStack, view: str) -> dict[str, float]:
     progress = stack.queries[view].lastProgress or {}
     durations = progress.get("durationMs", {})
     if durations:
-        phases["spark_trigger_overhead_s"] = (durations.get("triggerExecution", 0) - durations.get("addBatch", 0)) / 1000
-        phases.update({f"spark_{k}_s": v / 1000 for k, v in durations.items() if k not in ("triggerExecution", "addBatch") and v})
+        phases["spark_trigger_overhead_s"] = (
+            durations.get("triggerExecution", 0) - durations.get("addBatch", 0)
+        ) / 1000
+        phases.update(
+            {f"spark_{k}_s": v / 1000 for k, v in durations.items() if k not in ("triggerExecution", "addBatch") and v}
+        )
     return phases
 
 
-def run_one(view: str, landing: Path, history: int, args: argparse.Namespace, console: Console) -> tuple[int, float, float, float, float, float]:
+def run_one(
+    view: str, landing: Path, history: int, args: argparse.Namespace, console: Console
+) -> tuple[int, float, float, float, float, float]:
     root = Path(tempfile.mkdtemp(prefix="lakeview-bench-"))
     sql = VIEWS[view]
     with EmbeddedStack(project_for(view, landing, root, args.driver_keys_max), port=0) as stack:
@@ -150,18 +188,24 @@ def run_one(view: str, landing: Path, history: int, args: argparse.Namespace, co
         stack.start_views(on_commit=lambda record: COMMITTED.append(time.perf_counter()))
         stack.queries[view].processAllAvailable()  # the backfill
         backfill = time.perf_counter() - started
-        timed_batches(stack, view, landing, [args.batch], args.products, f"{view}-warm")  # first epoch after the backfill warms up
+        timed_batches(
+            stack, view, landing, [args.batch], args.products, f"{view}-warm"
+        )  # first epoch after the backfill warms up
         runs = timed_batches(stack, view, landing, [args.batch] * args.repeats, args.products, view)
         incremental = [s for s, _ in runs]
         phases = {k: round(statistics.median(p.get(k, 0.0) for _, p in runs), 3) for k in runs[-1][1]}
-        console.print(f"{view} @ {history:,}: incremental {[round(s, 3) for s in incremental]}; epoch phases (median) {phases}")
+        console.print(
+            f"{view} @ {history:,}: incremental {[round(s, 3) for s in incremental]}; epoch phases (median) {phases}"
+        )
         stack.stop_views()
         spark = stack.spark
         assert spark is not None
         merge_times, spark_times = [], []
         if not args.no_baselines:
             merge_times = hand_written_merge(spark, view, landing, args) if view == "sales" else []
-            spark.sql(f"CREATE OR REPLACE TABLE lakeview.bench.{view}_recompute USING iceberg AS SELECT * FROM lakeview.bench.{view} LIMIT 0")
+            spark.sql(
+                f"CREATE OR REPLACE TABLE lakeview.bench.{view}_recompute USING iceberg AS SELECT * FROM lakeview.bench.{view} LIMIT 0"
+            )
             for _ in range(args.repeats):
                 started = time.perf_counter()
                 spark.read.schema(SCHEMA).parquet(str(landing)).createOrReplaceTempView("orders")
@@ -181,22 +225,40 @@ def run_one(view: str, landing: Path, history: int, args: argparse.Namespace, co
         f.unlink()
     shutil.rmtree(root, ignore_errors=True)
     nan = float("nan")
-    return (history, backfill, statistics.median(incremental), statistics.median(merge_times) if merge_times else nan,
-            statistics.median(spark_times) if spark_times else nan, statistics.median(duck_times) if duck_times else nan)
+    return (
+        history,
+        backfill,
+        statistics.median(incremental),
+        statistics.median(merge_times) if merge_times else nan,
+        statistics.median(spark_times) if spark_times else nan,
+        statistics.median(duck_times) if duck_times else nan,
+    )
 
 
 def hand_written_merge(spark, view: str, landing: Path, args: argparse.Namespace) -> list[float]:
     """The baseline the issue names: Spark ``MERGE INTO`` a copy of the view of one batch's
     aggregate (Iceberg copy-on-write, through the same REST catalog), the batch persisted
     first (a copy-on-write MERGE reads its source twice)."""
-    spark.sql(f"CREATE OR REPLACE TABLE lakeview.bench.{view}_merge USING iceberg AS SELECT * FROM lakeview.bench.{view}")
+    spark.sql(
+        f"CREATE OR REPLACE TABLE lakeview.bench.{view}_merge USING iceberg AS SELECT * FROM lakeview.bench.{view}"
+    )
     times = []
     for i in range(args.repeats + 1):  # the first one warms up
-        path = land_parquet(landing.parent / f"{landing.name}-merge", f"m{i}.parquet", args.batch, first_id=BATCH_IDS * 2 + i * args.batch,
-                            products=args.products)
+        path = land_parquet(
+            landing.parent / f"{landing.name}-merge",
+            f"m{i}.parquet",
+            args.batch,
+            first_id=BATCH_IDS * 2 + i * args.batch,
+            products=args.products,
+        )
         started = time.perf_counter()
         batch = spark.read.schema(SCHEMA).parquet(str(path))
-        delta = batch.groupBy("product_id").agg({"quantity": "sum", "*": "count"}).toDF("product_id", "total_sold", "orders").persist()
+        delta = (
+            batch.groupBy("product_id")
+            .agg({"quantity": "sum", "*": "count"})
+            .toDF("product_id", "total_sold", "orders")
+            .persist()
+        )
         delta.createOrReplaceTempView("delta")
         spark.sql(
             f"MERGE INTO lakeview.bench.{view}_merge t USING delta d ON t.product_id = d.product_id "

@@ -50,7 +50,11 @@ def main() -> None:
     parser.add_argument("--commits", type=int, default=30)
     parser.add_argument("--hms", action="store_true", help="also a real HMS 2.3.9 (unshare -n)")
     args = parser.parse_args()
-    for key, value in (("AWS_ACCESS_KEY_ID", "bench"), ("AWS_SECRET_ACCESS_KEY", "bench"), ("AWS_DEFAULT_REGION", "us-east-1")):
+    for key, value in (
+        ("AWS_ACCESS_KEY_ID", "bench"),
+        ("AWS_SECRET_ACCESS_KEY", "bench"),
+        ("AWS_DEFAULT_REGION", "us-east-1"),
+    ):
         os.environ.setdefault(key, value)
 
     root = Path(tempfile.mkdtemp(prefix="lakeview-bench-registration-"))
@@ -70,8 +74,16 @@ def main() -> None:
                 {
                     "lake": {"warehouse": str(root / "warehouse"), "catalog_store": f"sqlite:///{root / 'catalog.db'}"},
                     "server": {"port": server.port},
-                    "sources": {"orders": {"format": "json", "path": str(root / "landing"), "schema": "k BIGINT, q INT"}},
-                    "views": {"bench": {"sql": "SELECT k, SUM(q) AS total FROM orders GROUP BY k", "namespace": "bench", "register": ["glue"]}},
+                    "sources": {
+                        "orders": {"format": "json", "path": str(root / "landing"), "schema": "k BIGINT, q INT"}
+                    },
+                    "views": {
+                        "bench": {
+                            "sql": "SELECT k, SUM(q) AS total FROM orders GROUP BY k",
+                            "namespace": "bench",
+                            "register": ["glue"],
+                        }
+                    },
                     "glue": {"endpoint": moto.endpoint, "interval": "100ms"},
                 },
                 root=root,
@@ -88,7 +100,10 @@ def main() -> None:
             timings: dict[str, list[float]] = {name: [] for name in registrars}
             timings["load pointer (store)"] = []
             for epoch in range(args.commits):
-                writer.commit(Epoch("bench", epoch, {}), Change(pa.table({"k": [epoch % 7], "total": [epoch]}, schema=SCHEMA), ("k",)))
+                writer.commit(
+                    Epoch("bench", epoch, {}),
+                    Change(pa.table({"k": [epoch % 7], "total": [epoch]}, schema=SCHEMA), ("k",)),
+                )
                 started = time.perf_counter()
                 table = published_table(project, "bench")
                 timings["load pointer (store)"].append(time.perf_counter() - started)
@@ -105,11 +120,16 @@ def main() -> None:
                 service.wait_idle(30)
                 for epoch in range(args.commits, args.commits + min(args.commits, 15)):
                     time.sleep(0.15)  # past the 100ms interval, so each commit is published on its own
-                    writer.commit(Epoch("bench", epoch, {}), Change(pa.table({"k": [1], "total": [epoch]}, schema=SCHEMA), ("k",)))
+                    writer.commit(
+                        Epoch("bench", epoch, {}), Change(pa.table({"k": [1], "total": [epoch]}, schema=SCHEMA), ("k",))
+                    )
                     target = published_table(project, "bench").metadata_location
                     started = time.perf_counter()
                     service.notify("bench")
-                    while glue.get_table(DatabaseName="bench", Name="bench")["Table"]["Parameters"]["metadata_location"] != target:
+                    while (
+                        glue.get_table(DatabaseName="bench", Name="bench")["Table"]["Parameters"]["metadata_location"]
+                        != target
+                    ):
                         time.sleep(0.002)
                     visible.append(time.perf_counter() - started)
             finally:

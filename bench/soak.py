@@ -38,7 +38,9 @@ from writers.delta.writer import DeltaWriter
 from writers.maintenance import MaintenancePolicy
 
 SCHEMA = pa.schema([("group_id", pa.int64()), ("total", pa.int64()), ("orders", pa.int64())])
-POLICY = MaintenancePolicy(keep_snapshots=20, max_age_ms=None, small_file_bytes=8 << 20, compact_min_files=10, orphan_min_age_ms=60_000)
+POLICY = MaintenancePolicy(
+    keep_snapshots=20, max_age_ms=None, small_file_bytes=8 << 20, compact_min_files=10, orphan_min_age_ms=60_000
+)
 
 
 @dataclass
@@ -88,14 +90,25 @@ def maintain(fmt: str, writer: SnapshotWriter) -> None:
         maintain_delta(writer, POLICY)  # type: ignore[arg-type]
 
 
-def soak(fmt: str, with_maintenance: bool, minutes: float, groups: int, touch: int, every_s: float, work: Path, catalog_uri: str) -> Run:
+def soak(
+    fmt: str,
+    with_maintenance: bool,
+    minutes: float,
+    groups: int,
+    touch: int,
+    every_s: float,
+    work: Path,
+    catalog_uri: str,
+) -> Run:
     name = f"soak_{fmt}_{'on' if with_maintenance else 'off'}"
     if fmt == "iceberg":
         from pyiceberg.catalog.rest import RestCatalog
 
         from writers.iceberg.writer import IcebergWriter
 
-        writer: SnapshotWriter = IcebergWriter(RestCatalog(name, uri=catalog_uri, warehouse="lakeview"), "soak", name, compaction=POLICY)
+        writer: SnapshotWriter = IcebergWriter(
+            RestCatalog(name, uri=catalog_uri, warehouse="lakeview"), "soak", name, compaction=POLICY
+        )
     else:
         writer = DeltaWriter(str(work / "delta" / name), name)
     writer.ensure_table(SCHEMA, ("group_id",), {})
@@ -131,7 +144,8 @@ def soak(fmt: str, with_maintenance: bool, minutes: float, groups: int, touch: i
                 total, orders = totals.get(k, (0, 0))
                 totals[k] = (total + rng.randint(1, 9), orders + 1)
             rows = pa.table(
-                {"group_id": keys, "total": [totals[k][0] for k in keys], "orders": [totals[k][1] for k in keys]}, schema=SCHEMA
+                {"group_id": keys, "total": [totals[k][0] for k in keys], "orders": [totals[k][1] for k in keys]},
+                schema=SCHEMA,
             )
             writer.commit(Epoch(name, epoch, {"n": epoch}, rows_in=touch), Change(rows, ("group_id",)))
             run.samples.append(Sample(tick - began, (time.monotonic() - tick) * 1000))
@@ -164,7 +178,9 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def report(runs: list[Run], console: Console) -> None:
-    table = Table(title="Soak: one keyed view at a 1 s cadence (latency: first vs last tenth of commits; footprint: after 1 min vs end)")
+    table = Table(
+        title="Soak: one keyed view at a 1 s cadence (latency: first vs last tenth of commits; footprint: after 1 min vs end)"
+    )
     for column in (
         "format", "maintenance", "minutes", "commits", "passes",
         "data files start→end", "metadata KiB start→end", "snapshots start→end",
@@ -207,7 +223,18 @@ def main() -> None:
             for fmt in args.format.split(","):
                 for mode in args.maintenance.split(","):
                     console.print(f"[bold]{fmt}, maintenance {mode}[/]: {args.minutes:g} min ...")
-                    runs.append(soak(fmt, mode == "on", args.minutes, args.groups, args.touch, args.maintain_every, work, server.uri))
+                    runs.append(
+                        soak(
+                            fmt,
+                            mode == "on",
+                            args.minutes,
+                            args.groups,
+                            args.touch,
+                            args.maintain_every,
+                            work,
+                            server.uri,
+                        )
+                    )
     report(runs, console)
 
 

@@ -45,7 +45,9 @@ def build_app(
         return error_response(404, "NotFoundException", f"no route for {request.method} {request.url.path}")
 
     async def not_allowed(request: Request, exc: Exception) -> Response:
-        return error_response(405, "MethodNotAllowedException", f"{request.method} is not allowed on {request.url.path}")
+        return error_response(
+            405, "MethodNotAllowedException", f"{request.method} is not allowed on {request.url.path}"
+        )
 
     iceberg_routes = [Route("/v1/oauth/tokens", token_endpoint(authenticator), methods=["POST"])]
     iceberg_routes.append(Route(REVOKE_PATH, revocation_endpoint(authenticator), methods=["POST"]))
@@ -54,7 +56,9 @@ def build_app(
     iceberg_routes += build_routes(store, lambda b: (add_view_routes(b), add_scan_routes(b, plan_manifests_per_task)))
     stack = [Middleware(IdempotencyMiddleware, store=store)]  # innermost: replays only authorized requests
     if authenticator is not None:
-        stack.insert(0, Middleware(AuthMiddleware, authenticator=authenticator, public_paths=PUBLIC_PATHS | public_paths))
+        stack.insert(
+            0, Middleware(AuthMiddleware, authenticator=authenticator, public_paths=PUBLIC_PATHS | public_paths)
+        )
     else:  # however the app is served (uvicorn, gunicorn, workers), no auth means loopback connections only
         stack.insert(0, Middleware(LoopbackOnly))
     return Starlette(

@@ -39,6 +39,8 @@ def create_app() -> Starlette:
     try:
         url, warehouse = os.environ["LAKEVIEW_CATALOG_STORE"], os.environ["LAKEVIEW_WAREHOUSE"]
     except KeyError as exc:
-        raise SetupError(f"set LAKEVIEW_PROJECT, or {exc.args[0]} (and LAKEVIEW_CATALOG_STORE/LAKEVIEW_WAREHOUSE)") from None
+        raise SetupError(
+            f"set LAKEVIEW_PROJECT, or {exc.args[0]} (and LAKEVIEW_CATALOG_STORE/LAKEVIEW_WAREHOUSE)"
+        ) from None
     refuse_open_command_line(authenticated=False)  # without a project there is no [auth]
     return build_app(CatalogStore(url, warehouse, os.environ.get("LAKEVIEW_WAREHOUSE_NAME", "lakeview")))

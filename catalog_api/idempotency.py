@@ -81,7 +81,9 @@ class IdempotencyMiddleware:
             await self.app(scope, receive, send)
             return
         if not _KEY.match(key):
-            await error_response(400, "BadRequestException", "Idempotency-Key must be a UUID (36 characters)")(scope, receive, send)
+            await error_response(400, "BadRequestException", "Idempotency-Key must be a UUID (36 characters)")(
+                scope, receive, send
+            )
             return
         principal = scope.get(PRINCIPAL_KEY)
         request_id = f"{getattr(principal, 'client_id', '-')} {scope['method']} {scope['path']}"[:1200]
@@ -138,19 +140,29 @@ class IdempotencyMiddleware:
         with self.engine.begin() as conn:
             if now - self._last_sweep > 60:
                 self._last_sweep = now
-                conn.execute(delete(idempotency_keys).where(idempotency_keys.c.created_at < now - LIFETIME_SECONDS - GRACE_SECONDS))
+                conn.execute(
+                    delete(idempotency_keys).where(
+                        idempotency_keys.c.created_at < now - LIFETIME_SECONDS - GRACE_SECONDS
+                    )
+                )
             row = conn.execute(
                 select(
-                    idempotency_keys.c.status, idempotency_keys.c.body, idempotency_keys.c.content_type,
-                    idempotency_keys.c.request, idempotency_keys.c.owner, idempotency_keys.c.lease_until,
-                )
-                .where(idempotency_keys.c.idempotency_key == key)
+                    idempotency_keys.c.status,
+                    idempotency_keys.c.body,
+                    idempotency_keys.c.content_type,
+                    idempotency_keys.c.request,
+                    idempotency_keys.c.owner,
+                    idempotency_keys.c.lease_until,
+                ).where(idempotency_keys.c.idempotency_key == key)
             ).first()
             if row is not None and row[0] == PENDING and row[3] == request_id and _owner_gone(row[4], row[5], now):
                 taken = conn.execute(  # compare-and-swap on the dead owner: one retry takes over
                     update(idempotency_keys)
-                    .where(idempotency_keys.c.idempotency_key == key, idempotency_keys.c.status == PENDING,
-                           idempotency_keys.c.owner == row[4])
+                    .where(
+                        idempotency_keys.c.idempotency_key == key,
+                        idempotency_keys.c.status == PENDING,
+                        idempotency_keys.c.owner == row[4],
+                    )
                     .values(owner=_OWNER, lease_until=now + LEASE_SECONDS, created_at=now)
                 )
                 if taken.rowcount == 1:
@@ -161,8 +173,14 @@ class IdempotencyMiddleware:
             with self.engine.begin() as conn:
                 conn.execute(
                     insert(idempotency_keys).values(
-                        idempotency_key=key, request=request_id, status=PENDING, body=None, content_type=None,
-                        created_at=now, owner=_OWNER, lease_until=now + LEASE_SECONDS,
+                        idempotency_key=key,
+                        request=request_id,
+                        status=PENDING,
+                        body=None,
+                        content_type=None,
+                        created_at=now,
+                        owner=_OWNER,
+                        lease_until=now + LEASE_SECONDS,
                     )
                 )
             return None

@@ -70,21 +70,25 @@ def _check_auth(config: ProjectConfig) -> None:
         raise ConfigError(
             config.file,
             "server.host",
-            f"{config.server.host!r} is not a loopback address; binding elsewhere requires [auth] mode = \"oauth2\" "
+            f'{config.server.host!r} is not a loopback address; binding elsewhere requires [auth] mode = "oauth2" '
             "with clients; use 127.0.0.1 (or ::1, localhost) otherwise",
         )
     if config.auth.enabled and not config.auth.clients:
         raise ConfigError(config.file, "auth.clients", "mode oauth2 needs at least one [auth.clients.NAME] entry")
 
 
-
-
 def _check_registrars(config: ProjectConfig) -> None:
     for name, view in config.views.items():
         if RegistrarName.HIVE in view.registrars and config.hive is None:
-            raise ConfigError(config.file, f"views.{name}.register", "'hive' needs a [hive] table with uri = \"thrift://HOST:PORT\"")
+            raise ConfigError(
+                config.file, f"views.{name}.register", "'hive' needs a [hive] table with uri = \"thrift://HOST:PORT\""
+            )
         if view.registrars and not view.materialize:
-            raise ConfigError(config.file, f"views.{name}.register", "an inline view (materialize = false) lives only in the REST catalog")
+            raise ConfigError(
+                config.file,
+                f"views.{name}.register",
+                "an inline view (materialize = false) lives only in the REST catalog",
+            )
 
 
 def _check_views(config: ProjectConfig) -> None:
@@ -106,9 +110,15 @@ def _check_views(config: ProjectConfig) -> None:
         if problem := check_watermark(plan, view.watermark, view.event_time, source):
             raise ConfigError(config.file, f"views.{name}.watermark", problem)
         if view.watermark and source is None:  # an upstream view's changes may retract rows of closed windows
-            raise ConfigError(config.file, f"views.{name}.watermark", "a watermark applies to a view over a source, not over another view")
+            raise ConfigError(
+                config.file,
+                f"views.{name}.watermark",
+                "a watermark applies to a view over a source, not over another view",
+            )
         for source in plan.sources:
-            if source not in config.sources and source not in config.views:  # a view may read another view (lakeview.sql.dag)
+            if (
+                source not in config.sources and source not in config.views
+            ):  # a view may read another view (lakeview.sql.dag)
                 known = ", ".join(sorted(config.sources)) or "none declared"
                 views = ", ".join(sorted(v for v in config.views if v != name)) or "none"
                 raise ConfigError(
@@ -156,19 +166,34 @@ def _config_error(file: str, data: dict[str, Any], exc: ValidationError) -> Conf
 
 def _model_at(loc: list[str]) -> type[BaseModel]:
     """The config model that owns the keys at ``loc`` (used to list the valid keys)."""
-    nested: dict[str, type[BaseModel]] = {"s3": S3Config, "retention": RetentionConfig, "maintenance": MaintenanceConfig}
+    nested: dict[str, type[BaseModel]] = {
+        "s3": S3Config,
+        "retention": RetentionConfig,
+        "maintenance": MaintenanceConfig,
+    }
     if loc and loc[-1] in nested and len(loc) == {"lake": 2, "views": 3}.get(loc[0]):
         return nested[loc[-1]]
     if loc[:1] == ["auth"] and len(loc) == 3 and loc[1] == "clients":
         return AuthClientConfig
-    models: dict[str, type[BaseModel]] = {"auth": AuthConfig, "lake": LakeConfig, "glue": GlueConfig, "hive": HiveConfig, "server": ServerConfig, "spark": SparkConfig,
-                                       "console": ConsoleConfig}
+    models: dict[str, type[BaseModel]] = {
+        "auth": AuthConfig,
+        "lake": LakeConfig,
+        "glue": GlueConfig,
+        "hive": HiveConfig,
+        "server": ServerConfig,
+        "spark": SparkConfig,
+        "console": ConsoleConfig,
+    }
     if not loc:
         return ProjectConfig
     if loc[0] in models:
         return models[loc[0]]
     if loc[0] == "sources":
-        return {"changes": ChangeFeedConfig, "images": ImagesConfig}.get(loc[2], SourceConfig) if len(loc) == 3 else SourceConfig
+        return (
+            {"changes": ChangeFeedConfig, "images": ImagesConfig}.get(loc[2], SourceConfig)
+            if len(loc) == 3
+            else SourceConfig
+        )
     if loc[0] == "views":
         return ViewConfig
     return ProjectConfig

@@ -60,7 +60,9 @@ def applies(pipeline: ViewPipeline, rows_in: int) -> bool:
     )
 
 
-def maintain_small_batch(pipeline: ViewPipeline, good: DataFrame, epoch: Epoch, files: list[Path] | None) -> DriverResult | None:
+def maintain_small_batch(
+    pipeline: ViewPipeline, good: DataFrame, epoch: Epoch, files: list[Path] | None
+) -> DriverResult | None:
     """Maintain the view with a small batch computed in DuckDB; None: not applicable here."""
     if not applies(pipeline, epoch.rows_in) or WEIGHT in good.columns:
         return None
@@ -74,10 +76,18 @@ def maintain_small_batch(pipeline: ViewPipeline, good: DataFrame, epoch: Epoch, 
         con.register("batch_rows", rows)
         con.execute(f"CREATE TEMP VIEW batch AS SELECT *, CAST(1 AS INTEGER) AS {WEIGHT} FROM batch_rows")
         if m.view_is_state:
-            delta = _cast(con.execute(plan.batch_sql({pipeline.source: "batch"}, "duckdb")).to_arrow_table(), output_schema(pipeline))
+            delta = _cast(
+                con.execute(plan.batch_sql({pipeline.source: "batch"}, "duckdb")).to_arrow_table(),
+                output_schema(pipeline),
+            )
         else:
-            group = m._cast(0, con.execute(plan.group_delta_sql("batch", "duckdb")).to_arrow_table())  # Spark's state types
-            values = [m._cast(i + 1, con.execute(plan.multiset_delta_sql(i, "batch", "duckdb")).to_arrow_table()) for i in range(len(plan.multisets))]
+            group = m._cast(
+                0, con.execute(plan.group_delta_sql("batch", "duckdb")).to_arrow_table()
+            )  # Spark's state types
+            values = [
+                m._cast(i + 1, con.execute(plan.multiset_delta_sql(i, "batch", "duckdb")).to_arrow_table())
+                for i in range(len(plan.multisets))
+            ]
     except (duckdb.Error, pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
         # SQL DuckDB runs differently, or a result that does not fit Spark's types: nothing is
         # committed yet, so Spark computes this epoch as it would without this path.

@@ -54,7 +54,13 @@ def guarded(query_name: str, process: Callable[[Any, int], None]) -> Callable[[A
             process(batch, epoch_id)
 
         try:
-            retry_transient(once, what=f"{query_name} epoch {epoch_id}", attempts=VIEW_ATTEMPTS, first_s=FIRST_WAIT_S, max_s=MAX_WAIT_S)
+            retry_transient(
+                once,
+                what=f"{query_name} epoch {epoch_id}",
+                attempts=VIEW_ATTEMPTS,
+                first_s=FIRST_WAIT_S,
+                max_s=MAX_WAIT_S,
+            )
         except BaseException as exc:
             log.error("%s: epoch %s failed: %s: %s", query_name, epoch_id, exc.__class__.__name__, exc)
             with _lock:

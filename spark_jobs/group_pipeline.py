@@ -95,7 +95,9 @@ class GroupPipeline:
         epochs = {name: (r.epoch if (r := w.last_commit()) is not None else None) for name, w in self.tables.items()}
         distinct = set(epochs.values())
         if len(distinct) > 1:
-            detail = ", ".join(f"{name}: {epoch if epoch is not None else 'none'}" for name, epoch in sorted(epochs.items()))
+            detail = ", ".join(
+                f"{name}: {epoch if epoch is not None else 'none'}" for name, epoch in sorted(epochs.items())
+            )
             raise WriterError(
                 f"group {self.group}: its tables are at different epochs ({detail}), so they cannot commit together; "
                 "drop the tables of the views that joined the group (or of the whole group) to rebuild them"
@@ -117,7 +119,14 @@ class GroupPipeline:
         """Start the group's one streaming query (``available_now``: what has landed, then stop)."""
         first = next(iter(self.pipelines.values()))
         self._install_faults()
-        return start_query(first.source_stream(), f"lakeview_group_{self.group}", self.checkpoint, self._process, first.config.cadence, available_now)
+        return start_query(
+            first.source_stream(),
+            f"lakeview_group_{self.group}",
+            self.checkpoint,
+            self._process,
+            first.config.cadence,
+            available_now,
+        )
 
     def _install_faults(self) -> None:
         """``LAKEVIEW_FAULT=before_group_commit:<epoch>``: killed with every table's data files
@@ -152,7 +161,9 @@ class GroupPipeline:
         computed = time.perf_counter()
         records = self._commit(epoch_id)
         self.timings = {"compute_s": computed - started, "commit_s": time.perf_counter() - computed}
-        log.info("group %s: epoch %s timings %s", self.group, epoch_id, {k: round(v, 3) for k, v in self.timings.items()})
+        log.info(
+            "group %s: epoch %s timings %s", self.group, epoch_id, {k: round(v, 3) for k, v in self.timings.items()}
+        )
         faults.point("after_commit", epoch_id)
         for pipeline in self.pipelines.values():
             pipeline.publish_changes()  # after the commit, as a view alone does (spark_jobs.sources.view_changes)
@@ -171,8 +182,15 @@ class GroupPipeline:
         # keeps its own view's stamp (rows in, quarantined, watermark) when that view held one.
         epoch = next(iter(held.values()))[0]
         by_view = {e.view: e for e, _ in held.values()}
-        epochs = {name: held[name][0] if name in held else by_view.get(self.owners[name], replace(epoch, view=self.owners[name])) for name in self.tables}
-        records = self.writer.commit(epoch, {name: change for name, (_, change) in held.items()}, epochs)  # rows or executor-written files
+        epochs = {
+            name: held[name][0]
+            if name in held
+            else by_view.get(self.owners[name], replace(epoch, view=self.owners[name]))
+            for name in self.tables
+        }
+        records = self.writer.commit(
+            epoch, {name: change for name, (_, change) in held.items()}, epochs
+        )  # rows or executor-written files
         if records is None:
             return {}
         log.info("group %s: committed epoch %s to %s tables in one transaction", self.group, epoch_id, len(records))

@@ -52,7 +52,9 @@ log = logging.getLogger("lakeview.pipeline")
 SOURCE_TAG = "__lv_src"
 
 
-def combined_pipeline(spark: SparkSession, project: ProjectConfig, view: str, *args, **kwargs) -> CombinedPipeline | None:
+def combined_pipeline(
+    spark: SparkSession, project: ProjectConfig, view: str, *args, **kwargs
+) -> CombinedPipeline | None:
     """The pipeline of a join or UNION ALL view; None for a view over one source."""
     config = project.views[view]
     if plan_view(view, config.sql, config.dialect).kind not in ("join", "union"):
@@ -162,7 +164,9 @@ class CombinedPipeline:
         if isinstance(top, KeyedAggregatePlan):
             rel = self._combined_relation()
             schemas = [self._arrow_schema(self.spark.sql(top.group_delta_sql(rel)))]
-            schemas += [self._arrow_schema(self.spark.sql(top.multiset_delta_sql(i, rel))) for i in range(len(top.multisets))]
+            schemas += [
+                self._arrow_schema(self.spark.sql(top.multiset_delta_sql(i, rel))) for i in range(len(top.multisets))
+            ]
             m.state = [self._state_writer(name) for name in state_table_names(self.view, top)]
             m.state_schemas = schemas
             for i, (writer, schema) in enumerate(zip(m.state, schemas)):
@@ -170,13 +174,17 @@ class CombinedPipeline:
         if isinstance(self.plan, JoinPlan):
             m.sides = [self._state_writer(name) for name in side_table_names(self.view, self.plan)]
             for writer, side in zip(m.sides, self.plan.sides):
-                df = self._empty(side.source).selectExpr(*[f"`{c}`" for c in side.columns], "CAST(0 AS BIGINT) AS __lv_n")
+                df = self._empty(side.source).selectExpr(
+                    *[f"`{c}`" for c in side.columns], "CAST(0 AS BIGINT) AS __lv_n"
+                )
                 writer.ensure_table(self._arrow_schema(df), side.columns, owned)
         for source, feed in m.feeds.items():
             schema = self._arrow_schema(self._empty(source))
             m.mirrors[source] = self._state_writer(source_mirror_name(self.view, source))
             m.mirrors[source].ensure_table(schema, tuple(feed.key), owned)
-        m.source_columns = {s: [c.name for c in parse_ddl(self.configs[s].schema_) if c.name != WEIGHT] for s in self.sources}
+        m.source_columns = {
+            s: [c.name for c in parse_ddl(self.configs[s].schema_) if c.name != WEIGHT] for s in self.sources
+        }
         self._last_epoch = reconcile_checkpoint(self.view, self.checkpoint, self.maintainer, self.writer)
         self.publish_changes()  # epochs committed before a crash, not yet published
 
@@ -203,7 +211,14 @@ class CombinedPipeline:
 
     def start(self, available_now: bool = False) -> StreamingQuery:
         faults.install(self)  # type: ignore[arg-type]
-        return start_query(self.source_stream(), f"lakeview_{self.view}", self.checkpoint, self._process, self.config.cadence, available_now)
+        return start_query(
+            self.source_stream(),
+            f"lakeview_{self.view}",
+            self.checkpoint,
+            self._process,
+            self.config.cadence,
+            available_now,
+        )
 
     def _process(self, batch: DataFrame, epoch_id: int) -> None:
         faults.point("reading", epoch_id)
@@ -235,18 +250,23 @@ class CombinedPipeline:
             config = self.configs[source]
             prefix = f"__lv_s{index}_"
             part = batch.where(F.col(SOURCE_TAG) == index).select(
-                *[F.col(f"`{c}`").alias(c[len(prefix):]) for c in batch.columns if c.startswith(prefix)])
+                *[F.col(f"`{c}`").alias(c[len(prefix) :]) for c in batch.columns if c.startswith(prefix)]
+            )
             if config.changes is not None:
                 part = part.selectExpr("*", f"{operation_sql(config.changes)} AS {OP}")
             operation = OP if config.changes is not None else None
-            split = self.quarantines[source].split(part, epoch_id, operation=operation, files=self._batch_paths.get(source))
+            split = self.quarantines[source].split(
+                part, epoch_id, operation=operation, files=self._batch_paths.get(source)
+            )
             rows_in, quarantined = rows_in + split.rows_in, quarantined + split.quarantined
             good = split.good.drop(CORRUPT, FILE)
             name = f"__lv_{self.view}_{source}_batch"
             good.createOrReplaceTempView(name)
             columns = [c.name for c in parse_ddl(config.schema_) if c.name != WEIGHT]
             if isinstance(self.plan, JoinPlan) and (config.changes is None and config.images is None):
-                columns = [c for side in self.plan.sides if side.source == source for c in side.columns]  # only what the join reads
+                columns = [
+                    c for side in self.plan.sides if side.source == source for c in side.columns
+                ]  # only what the join reads
             if source in self.upstreams:  # an upstream view's change: its rows already carry their weights
                 frames[source] = good.select(*[F.col(f"`{c}`") for c in columns], F.col(WEIGHT).cast("int"))
             elif config.changes is not None:
@@ -254,9 +274,17 @@ class CombinedPipeline:
             elif config.images is not None:
                 frames[source] = spark.sql(images_sql(config.images, columns, name))
             else:  # an append stream: its rows with weight +1, only the columns a join reads
-                frames[source] = good.select(*[F.col(f"`{c}`") for c in columns]).withColumn(WEIGHT, F.lit(1).cast("int"))
-        epoch = Epoch(view=self.view, number=epoch_id, frontier=frontier, rows_in=rows_in, newest_input_ms=newest_ms,
-                      rows_quarantined=quarantined)
+                frames[source] = good.select(*[F.col(f"`{c}`") for c in columns]).withColumn(
+                    WEIGHT, F.lit(1).cast("int")
+                )
+        epoch = Epoch(
+            view=self.view,
+            number=epoch_id,
+            frontier=frontier,
+            rows_in=rows_in,
+            newest_input_ms=newest_ms,
+            rows_quarantined=quarantined,
+        )
         faults.current_epoch = epoch_id
 
         if bootstraps(self, epoch):  # a large first batch: every table written by the executors, nothing collected
@@ -288,7 +316,9 @@ class CombinedPipeline:
             arrived += [f.modified_ms for f in files]
             self._batch_paths[source] = [f.path for f in files]  # Parquet: rows counted by footers (Quarantine.split)
             frontier[source] = {"log_offset": log_offset, "files": len(files), "index": index}
-            if source in self.upstreams and log_offset is not None:  # the upstream epoch/snapshot reached (chain oracle)
+            if (
+                source in self.upstreams and log_offset is not None
+            ):  # the upstream epoch/snapshot reached (chain oracle)
                 read = [f.path for f in logged_files(self.checkpoint, index) if f.batch <= log_offset]
                 frontier[source].update(upstream_position(read))
         return frontier, max(arrived, default=None)
@@ -303,4 +333,3 @@ def _positions(checkpoint, epoch_id: int) -> list[int | None]:  # type: ignore[n
         position = json.loads(line) if line.strip() not in ("", "-") else None
         positions.append(position.get("logOffset") if isinstance(position, dict) else None)
     return positions
-

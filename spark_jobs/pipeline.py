@@ -104,15 +104,21 @@ class ViewPipeline:
         # every table the view keeps: past [spark] driver_keys_max rows, read only by the executors
         self._state_writer = lambda name: on_executors(made(name), spark, project)
         self.images = self.source_config.images
-        self.maintainer = ViewMaintainer(plan=self.plan, view=writer, feed=self.feed, feed_key=self.upstream_key or feed_key(self.source_config))
+        self.maintainer = ViewMaintainer(
+            plan=self.plan, view=writer, feed=self.feed, feed_key=self.upstream_key or feed_key(self.source_config)
+        )
 
         column = event_column(self.plan, self.config.event_time)
-        self.watermark = Watermark(delay_us(self.config.watermark), column) if self.config.watermark and column else None
+        self.watermark = (
+            Watermark(delay_us(self.config.watermark), column) if self.config.watermark and column else None
+        )
         self.quarantine = Quarantine(project, self.source, view)
         self._last_epoch: int | None = None
         self._reread: DataFrame | None = None  # the batch read again with an evolved schema
         self._warned_unbounded = False  # _warn_unbounded_delta says it once
-        self._batch_paths: list[Path] | None = None  # this epoch's files from Spark's file-source log (_frontier); None: unknown
+        self._batch_paths: list[Path] | None = (
+            None  # this epoch's files from Spark's file-source log (_frontier); None: unknown
+        )
         self.timings: dict[str, float] = {}  # the last epoch's phases (seconds), for logs and bench/
         self.last_write: dict[str, object] = {}  # how the last append epoch's rows went: by the driver or executors
 
@@ -165,7 +171,10 @@ class ViewPipeline:
         if isinstance(self.plan, KeyedAggregatePlan) and not m.view_is_state:
             plan = self.plan
             schemas = [self._schema_of(lambda rel: plan.group_delta_sql(rel), weighted=True)]
-            schemas += [self._schema_of(lambda rel, i=i: plan.multiset_delta_sql(i, rel), weighted=True) for i in range(len(plan.multisets))]
+            schemas += [
+                self._schema_of(lambda rel, i=i: plan.multiset_delta_sql(i, rel), weighted=True)
+                for i in range(len(plan.multisets))
+            ]
             m.state = [self._state_writer(name) for name in state_table_names(self.view, plan)]
             m.state_schemas = schemas
             for i, (writer, schema) in enumerate(zip(m.state, schemas)):
@@ -178,7 +187,6 @@ class ViewPipeline:
             m.source_columns = source_schema.names
         self._add_source_columns()  # a restart after the source evolved
         if self.watermark is not None:  # resume the rule where the last commit left it
-
             wm = self.watermark
             self.watermark = Watermark.recover(wm.delay_us, wm.column, [w.last_commit() for w in m.tables()])
 
@@ -189,7 +197,9 @@ class ViewPipeline:
         """Start the streaming query (``available_now``: process what has landed, then stop)."""
         stream = self.source_stream()
         faults.install(self)
-        return start_query(stream, f"lakeview_{self.view}", self.checkpoint, self._process, self.config.cadence, available_now)
+        return start_query(
+            stream, f"lakeview_{self.view}", self.checkpoint, self._process, self.config.cadence, available_now
+        )
 
     def source_stream(self) -> DataFrame:
         """The source as a stream, each row with its file (a view group's one query reads it for all members)."""
@@ -274,7 +284,12 @@ class ViewPipeline:
             return batch
         # Persisted (Spark refuses queries over raw JSON/CSV that only use the corrupt-record
         # column) and released with the batch in _process.
-        self._reread = source_reader(batch.sparkSession.read, self.quarantine).load(files).selectExpr("*", f"_metadata.file_path AS {FILE}").persist()
+        self._reread = (
+            source_reader(batch.sparkSession.read, self.quarantine)
+            .load(files)
+            .selectExpr("*", f"_metadata.file_path AS {FILE}")
+            .persist()
+        )
         return self._reread
 
     def _process_batch(self, batch: DataFrame, epoch_id: int) -> CommitRecord | None:
@@ -287,10 +302,19 @@ class ViewPipeline:
         if self.feed is not None:
             batch = batch.selectExpr("*", f"{operation_sql(self.feed)} AS {OP}")
         applied = self._set_watermark(epoch_id)
-        split = self.quarantine.split(batch, epoch_id, operation=OP if self.feed is not None else None, files=self._batch_paths)
+        split = self.quarantine.split(
+            batch, epoch_id, operation=OP if self.feed is not None else None, files=self._batch_paths
+        )
         good = split.good.drop(CORRUPT, FILE)
-        epoch = Epoch(view=self.view, number=epoch_id, frontier=frontier, rows_in=split.rows_in, newest_input_ms=newest_ms,
-                      rows_quarantined=split.quarantined, stamps=self._advance_watermark(epoch_id, applied, good, split.late))
+        epoch = Epoch(
+            view=self.view,
+            number=epoch_id,
+            frontier=frontier,
+            rows_in=split.rows_in,
+            newest_input_ms=newest_ms,
+            rows_quarantined=split.quarantined,
+            stamps=self._advance_watermark(epoch_id, applied, good, split.late),
+        )
         self.timings = {"spark_read_quarantine_s": time.perf_counter() - started}
         faults.current_epoch = epoch_id
         m = self.maintainer
@@ -303,13 +327,19 @@ class ViewPipeline:
             return small.record
         if self.feed is not None:
             good.createOrReplaceTempView(self._temp_name("_changes"))
-            latest = self._spark_part(lambda: collect_arrow(spark.sql(latest_sql(self.feed, self._temp_name("_changes"))).drop("__lv_rn")))
+            latest = self._spark_part(
+                lambda: collect_arrow(spark.sql(latest_sql(self.feed, self._temp_name("_changes"))).drop("__lv_rn"))
+            )
             return self._maintain_part(lambda: m.apply_changes(epoch, latest))
         if m.view_is_state:
             good.createOrReplaceTempView(self._temp_name())
             if self.plan.is_append and epoch.rows_in > self.project.spark.driver_rows_max:
-                return self._append_on_executors(epoch, spark.sql(self.plan.batch_sql({self.source: self._temp_name()})))
-            delta = self._spark_part(lambda: collect_arrow(spark.sql(self.plan.batch_sql({self.source: self._temp_name()}))))
+                return self._append_on_executors(
+                    epoch, spark.sql(self.plan.batch_sql({self.source: self._temp_name()}))
+                )
+            delta = self._spark_part(
+                lambda: collect_arrow(spark.sql(self.plan.batch_sql({self.source: self._temp_name()})))
+            )
             self.last_write = {"by": "driver", "rows_collected": delta.num_rows}
             return self._maintain_part(lambda: m.apply_view_delta(epoch, delta))
         from pyspark.sql import functions as F  # lazy: Spark loads only where views run
@@ -323,7 +353,9 @@ class ViewPipeline:
         else:
             weighted = good.withColumn(WEIGHT, F.lit(1).cast("int"))
         weighted.createOrReplaceTempView(self._temp_name())
-        if self.images is not None and m.watermark is not None:  # each image judged in the driver (ViewMaintainer.apply_images)
+        if (
+            self.images is not None and m.watermark is not None
+        ):  # each image judged in the driver (ViewMaintainer.apply_images)
             zset = self._spark_part(lambda: collect_arrow(weighted))
             return self._maintain_part(lambda: m.apply_images(epoch, zset))
         if isinstance(self.plan, AppendPlan):  # a projection over before/after images
@@ -331,7 +363,12 @@ class ViewPipeline:
             return self._maintain_part(lambda: m.apply_weighted_rows(epoch, rows))
         plan = self.plan
         group = self._spark_part(lambda: collect_arrow(spark.sql(plan.group_delta_sql(self._temp_name()))))
-        values = self._spark_part(lambda: [collect_arrow(spark.sql(plan.multiset_delta_sql(i, self._temp_name()))) for i in range(len(plan.multisets))])
+        values = self._spark_part(
+            lambda: [
+                collect_arrow(spark.sql(plan.multiset_delta_sql(i, self._temp_name())))
+                for i in range(len(plan.multisets))
+            ]
+        )
         return self._maintain_part(lambda: m.apply_state_deltas(epoch, group, values))
 
     def _set_watermark(self, epoch_id: int) -> int | None:
@@ -341,11 +378,15 @@ class ViewPipeline:
             return None
         applied = self.watermark.for_epoch(epoch_id)
         self.maintainer.closed_before_us = applied
-        if self.feed is not None or self.images is not None:  # each image is judged (ViewMaintainer.apply_changes/apply_images)
+        if (
+            self.feed is not None or self.images is not None
+        ):  # each image is judged (ViewMaintainer.apply_changes/apply_images)
             self.maintainer.watermark, self.maintainer.set_aside = self.watermark, self.quarantine.set_aside_late
             return applied
         late = self.watermark.late_sql(applied)
-        self.quarantine.late = (late, self.watermark.reason(applied)) if late is not None and applied is not None else None
+        self.quarantine.late = (
+            (late, self.watermark.reason(applied)) if late is not None and applied is not None else None
+        )
         return applied
 
     def _advance_watermark(self, epoch_id: int, applied: int | None, good: DataFrame, late: int) -> dict[str, str]:
@@ -367,14 +408,23 @@ class ViewPipeline:
         executors, spark_jobs.bootstrap): say once when one is large and nothing bounds the
         batches ([spark] max_files_per_trigger)."""
         limits = self.project.spark
-        if self.plan.is_append and self.maintainer.view_is_state or limits.max_files_per_trigger or epoch.rows_in <= limits.driver_rows_max:
+        if (
+            self.plan.is_append
+            and self.maintainer.view_is_state
+            or limits.max_files_per_trigger
+            or epoch.rows_in <= limits.driver_rows_max
+        ):
             return
         if not self._warned_unbounded:
             self._warned_unbounded = True
             log.warning(
                 "%s: epoch %s has %s input rows (more than [spark] driver_rows_max = %s) and its delta is merged in the driver "
                 "(only a first batch into empty tables is written by the executors); "
-                "set [spark] max_files_per_trigger to bound each batch", self.view, epoch.number, epoch.rows_in, limits.driver_rows_max,
+                "set [spark] max_files_per_trigger to bound each batch",
+                self.view,
+                epoch.number,
+                epoch.rows_in,
+                limits.driver_rows_max,
             )
 
     def _append_on_executors(self, epoch: Epoch, rows: DataFrame) -> CommitRecord | None:
@@ -382,7 +432,13 @@ class ViewPipeline:
 
         record, files = self._maintain_part(lambda: append_on_executors(self.writer, rows, epoch, self.project))
         writers = sorted({f.writer for f in files})
-        self.last_write = {"by": "executors", "rows_collected": 0, "files": len(files), "rows": sum(f.rows for f in files), "writers": writers}
+        self.last_write = {
+            "by": "executors",
+            "rows_collected": 0,
+            "files": len(files),
+            "rows": sum(f.rows for f in files),
+            "writers": writers,
+        }
         return record
 
     def _bootstrap(self, epoch: Epoch, good: DataFrame) -> Bootstrap | None:

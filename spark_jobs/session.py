@@ -82,11 +82,18 @@ def build_session(
         # Checkpoint logs through the FileSystem API (still temp file + rename; offset WAL before and
         # commit log after each batch): per-trigger log writes ~255 -> ~90 ms measured. (Also making
         # file:// a RawLocalFileSystem saved more but breaks Iceberg's HadoopFileIO reads in Spark.)
-        .config("spark.sql.streaming.checkpointFileManagerClass", "org.apache.spark.sql.execution.streaming.FileSystemBasedCheckpointFileManager")
+        .config(
+            "spark.sql.streaming.checkpointFileManagerClass",
+            "org.apache.spark.sql.execution.streaming.FileSystemBasedCheckpointFileManager",
+        )
     )
     if not launched_by_spark_submit():
         # spark-submit decides master and driver address (cluster mode); otherwise loopback.
-        builder = builder.master(master).config("spark.driver.bindAddress", "127.0.0.1").config("spark.driver.host", "127.0.0.1")
+        builder = (
+            builder.master(master)
+            .config("spark.driver.bindAddress", "127.0.0.1")
+            .config("spark.driver.host", "127.0.0.1")
+        )
     if catalog_uri:
         for key, value in spark_catalog_conf(catalog_uri, warehouse).items():
             builder = builder.config(key, value)

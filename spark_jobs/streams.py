@@ -50,12 +50,21 @@ def file_stream(spark: SparkSession, project: ProjectConfig, source: str, quaran
 
 
 def start_query(
-    stream: DataFrame, name: str, checkpoint: Path, process: Callable[[DataFrame, int], None], cadence: Cadence, available_now: bool
+    stream: DataFrame,
+    name: str,
+    checkpoint: Path,
+    process: Callable[[DataFrame, int], None],
+    cadence: Cadence,
+    available_now: bool,
 ) -> StreamingQuery:
     """Start ``stream``'s query, ``process`` per batch (``available_now`` or a manual cadence:
     what has landed, then stop)."""
 
-    writer = stream.writeStream.queryName(name).option("checkpointLocation", str(checkpoint)).foreachBatch(guarded(name, process))
+    writer = (
+        stream.writeStream.queryName(name)
+        .option("checkpointLocation", str(checkpoint))
+        .foreachBatch(guarded(name, process))
+    )
     if available_now or cadence.is_manual:
         writer = writer.trigger(availableNow=True)
     else:

@@ -59,7 +59,9 @@ def rest_catalog(catalog_server: CatalogServer):
 def make_project(catalog_server: CatalogServer, lake_dir: Path, tmp_path: Path) -> Callable[..., ProjectConfig]:
     """A project whose warehouse and store are the session catalog's, with its own landing dir."""
 
-    def make(views: dict[str, dict[str, Any]] | None = None, sources: dict[str, dict[str, Any]] | None = None) -> ProjectConfig:
+    def make(
+        views: dict[str, dict[str, Any]] | None = None, sources: dict[str, dict[str, Any]] | None = None
+    ) -> ProjectConfig:
         data = {
             "lake": {"warehouse": str(lake_dir / "warehouse"), "catalog_store": f"sqlite:///{lake_dir / 'catalog.db'}"},
             "server": {"host": "127.0.0.1", "port": catalog_server.port},

@@ -18,8 +18,12 @@ def import_cycles() -> list[list[str]]:
     imports only for type checking do not), as sorted module lists."""
     graph = grimp.build_graph(*PACKAGES, exclude_type_checking_imports=True)
     modules = sorted(m for m in graph.modules if m.split(".")[0] in PACKAGES)
-    edges = {m: sorted(i for i in graph.find_modules_directly_imported_by(m) if i in graph.modules and i.split(".")[0] in PACKAGES)
-             for m in modules}
+    edges = {
+        m: sorted(
+            i for i in graph.find_modules_directly_imported_by(m) if i in graph.modules and i.split(".")[0] in PACKAGES
+        )
+        for m in modules
+    }
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []

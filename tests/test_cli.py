@@ -53,7 +53,9 @@ def test_config_error_is_one_clear_line(tmp_path: Path) -> None:
 
 def test_generator_script_lands_orders(tmp_path: Path) -> None:
     run("init", str(tmp_path))
-    result = subprocess.run([sys.executable, "generate_orders.py", "25", "7"], cwd=tmp_path, capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "generate_orders.py", "25", "7"], cwd=tmp_path, capture_output=True, text=True
+    )
     assert result.returncode == 0, result.stderr
     [landed] = list((tmp_path / "landing" / "orders").glob("*.json"))
     lines = landed.read_text().splitlines()

@@ -22,23 +22,36 @@ def test_demo_then_query_and_verify_from_the_cli(spark, tmp_path: Path) -> None:
 
     # No catalog is running now: `query` starts a temporary one and reads the snapshot via DuckDB.
     query = subprocess.run(
-        [sys.executable, "-m", "lakeview.cli", "query", "SELECT SUM(orders) AS n FROM lake.analytics.sales_by_product",
-         "-p", str(directory)],
-        capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "lakeview.cli",
+            "query",
+            "SELECT SUM(orders) AS n FROM lake.analytics.sales_by_product",
+            "-p",
+            str(directory),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert query.returncode == 0, query.stderr
     assert "180" in query.stdout  # 3 batches x 60 orders
 
     verify = subprocess.run(
         [sys.executable, "-m", "lakeview.cli", "verify", "sales_by_product", "-p", str(directory)],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert verify.returncode == 0, verify.stderr
     assert "(3 files): equal" in verify.stdout
 
     bad = subprocess.run(
         [sys.executable, "-m", "lakeview.cli", "query", "SELECT * FROM lake.analytics.nope", "-p", str(directory)],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert bad.returncode == 2 and "query failed" in bad.stderr and "nope" in bad.stderr
 

@@ -32,7 +32,9 @@ def _project(tmp_path: Path, lake_dir: Path, names: dict[str, str]):
         "lake": {"warehouse": str(lake_dir / "warehouse"), "catalog_store": f"sqlite:///{lake_dir / 'catalog.db'}"},
         "server": {"host": "127.0.0.1", "port": 0},
         "sources": {"events": {"format": "json", "path": str(tmp_path / "landing"), "schema": "k STRING, v BIGINT"}},
-        "views": {view: {"sql": SQL, "format": fmt, "cadence": "1s", "namespace": NAMESPACE} for view, fmt in names.items()},
+        "views": {
+            view: {"sql": SQL, "format": fmt, "cadence": "1s", "namespace": NAMESPACE} for view, fmt in names.items()
+        },
     }
     return project_on_disk(tmp_path, data)
 
@@ -50,8 +52,9 @@ def _epoch(project, view: str) -> int | None:
     return history[0].epoch if history else None
 
 
-def test_a_failed_view_is_parked_alone_and_resumes_exactly_once(spark, lake_dir: Path, tmp_path: Path, unique_name: str,
-                                                                 monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+def test_a_failed_view_is_parked_alone_and_resumes_exactly_once(
+    spark, lake_dir: Path, tmp_path: Path, unique_name: str, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
     healthy, broken = f"{unique_name[:40]}_ok", f"{unique_name[:40]}_bad"
     project = _project(tmp_path, lake_dir, {healthy: "iceberg", broken: "delta"})
     landing = project.source_path("events")
@@ -123,8 +126,9 @@ def test_a_failed_view_is_parked_alone_and_resumes_exactly_once(spark, lake_dir:
     assert after.state == "committed" and after.error is None
 
 
-def test_status_reports_an_unreadable_table_as_failed(tmp_path: Path, lake_dir: Path, unique_name: str, capsys,
-                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_status_reports_an_unreadable_table_as_failed(
+    tmp_path: Path, lake_dir: Path, unique_name: str, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
     good, bad = f"{unique_name[:40]}_ok", f"{unique_name[:40]}_bad"
     project = _project(tmp_path, lake_dir, {good: "iceberg", bad: "delta"})
     log = Path(project.table_location(bad)) / "_delta_log"
@@ -148,7 +152,9 @@ def main_exit(argv: list[str]) -> None:
         assert exc.code in (0, None), f"lakeview {' '.join(argv)} exited {exc.code}"
 
 
-def test_up_exits_non_zero_when_every_view_failed_and_a_restart_resumes(tmp_path: Path, lake_dir: Path, unique_name: str) -> None:
+def test_up_exits_non_zero_when_every_view_failed_and_a_restart_resumes(
+    tmp_path: Path, lake_dir: Path, unique_name: str
+) -> None:
     import os
     import signal
     import subprocess
@@ -174,7 +180,9 @@ def test_up_exits_non_zero_when_every_view_failed_and_a_restart_resumes(tmp_path
     assert refused.returncode == 1 and "no running `lakeview up` picked it up" in refused.stderr
 
     env.pop("LAKEVIEW_FAULT")
-    second = subprocess.Popen([*cli, "up", "-p", str(config)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    second = subprocess.Popen(
+        [*cli, "up", "-p", str(config)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
+    )
     try:
         wait_for(lambda: _epoch(project, view) == 0, 180, "the restarted view's epoch 0")
         second.send_signal(signal.SIGTERM)
@@ -184,21 +192,31 @@ def test_up_exits_non_zero_when_every_view_failed_and_a_restart_resumes(tmp_path
             second.kill()
     assert second.returncode == 0 and "stopped." in output, output
     assert parked(project, view) is None
-    comparison = oracle.compare(tables.read_rows(project, view), oracle.recompute(project, view, oracle.landed_files(project.source_path("events"))))
+    comparison = oracle.compare(
+        tables.read_rows(project, view),
+        oracle.recompute(project, view, oracle.landed_files(project.source_path("events"))),
+    )
     assert comparison.equal, comparison.describe()
     not_failed = subprocess.run([*cli, "resume", view, "-p", str(config)], capture_output=True, text=True)
     assert not_failed.returncode == 2 and "is not FAILED" in not_failed.stderr
 
 
-def test_a_transient_error_is_retried_and_the_epoch_applied_once(spark, catalog_server, lake_dir: Path, tmp_path: Path,
-                                                                 unique_name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_transient_error_is_retried_and_the_epoch_applied_once(
+    spark, catalog_server, lake_dir: Path, tmp_path: Path, unique_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from spark_jobs.pipeline import ViewPipeline
     from writers.registry import make_writer, state_writer_factory
 
     view = f"{unique_name[:40]}_v"
     project = _project(tmp_path, lake_dir, {view: "delta"})
     monkeypatch.setenv("LAKEVIEW_FAULT", f"transient:{view}:1:2")  # epoch 1 fails twice, then passes
-    pipeline = ViewPipeline(spark, project, view, make_writer(project, view, catalog_server.uri), state_writer=state_writer_factory(project, view))
+    pipeline = ViewPipeline(
+        spark,
+        project,
+        view,
+        make_writer(project, view, catalog_server.uri),
+        state_writer=state_writer_factory(project, view),
+    )
     pipeline.prepare()
     query = pipeline.start()
     try:
@@ -212,5 +230,8 @@ def test_a_transient_error_is_retried_and_the_epoch_applied_once(spark, catalog_
     assert faults.transient_raised[(f"lakeview_{view}", 1)] == 2, "the injected transient error was raised twice"
     assert query.exception() is None and parked(project, view) is None
     assert [c.epoch for c in reversed(tables.commit_history(project, view))] == [0, 1]
-    comparison = oracle.compare(tables.read_rows(project, view), oracle.recompute(project, view, oracle.landed_files(project.source_path("events"))))
+    comparison = oracle.compare(
+        tables.read_rows(project, view),
+        oracle.recompute(project, view, oracle.landed_files(project.source_path("events"))),
+    )
     assert comparison.equal, comparison.describe()

@@ -30,22 +30,41 @@ TYPES = {
     "i16": ("SMALLINT", pa.int16(), [-32768, 32767, None]),
     "i32": ("INT", pa.int32(), [-(2**31), 2**31 - 1, 0, None]),
     "i64": ("BIGINT", pa.int64(), [-(2**63), 2**63 - 1, None]),
-    "d": ("DECIMAL(38,10)", pa.decimal128(38, 10), [D("9999999999999999999999999999.9999999999"), D("-0.0000000001"), None]),
+    "d": (
+        "DECIMAL(38,10)",
+        pa.decimal128(38, 10),
+        [D("9999999999999999999999999999.9999999999"), D("-0.0000000001"), None],
+    ),
     "f": ("FLOAT", pa.float32(), [float("nan"), -0.0, float("inf"), float("-inf"), 1.5, None]),
     "x": ("DOUBLE", pa.float64(), [float("nan"), 0.0, float("-inf"), 2.5, None]),
     "s": ("STRING", pa.string(), ["", "é日本🙂", "a", None]),
     "bin": ("BINARY", pa.binary(), [b"", b"\x00\xff", None]),
     "dt": ("DATE", pa.date32(), [dt.date(1969, 12, 31), dt.date(9999, 12, 31), None]),
-    "ts": ("TIMESTAMP", pa.timestamp("us", tz="UTC"), [dt.datetime(1970, 1, 1, tzinfo=UTC), dt.datetime(2024, 2, 29, 23, 59, 59, 999999, tzinfo=UTC), None]),
+    "ts": (
+        "TIMESTAMP",
+        pa.timestamp("us", tz="UTC"),
+        [dt.datetime(1970, 1, 1, tzinfo=UTC), dt.datetime(2024, 2, 29, 23, 59, 59, 999999, tzinfo=UTC), None],
+    ),
     "tsn": ("TIMESTAMP_NTZ", pa.timestamp("us"), [dt.datetime(2000, 1, 1), dt.datetime(1900, 6, 1, 12), None]),
 }
 COLUMNS = list(TYPES)
-FEED_SCHEMA = "id BIGINT, grp BIGINT, v BIGINT, op STRING, seq BIGINT, " + ", ".join(f"{c} {t[0]}" for c, t in TYPES.items())
-ARROW = pa.schema([("id", pa.int64()), ("grp", pa.int64()), ("v", pa.int64()), ("op", pa.string()), ("seq", pa.int64())]
-                  + [(c, t[1]) for c, t in TYPES.items()])
+FEED_SCHEMA = "id BIGINT, grp BIGINT, v BIGINT, op STRING, seq BIGINT, " + ", ".join(
+    f"{c} {t[0]}" for c, t in TYPES.items()
+)
+ARROW = pa.schema(
+    [("id", pa.int64()), ("grp", pa.int64()), ("v", pa.int64()), ("op", pa.string()), ("seq", pa.int64())]
+    + [(c, t[1]) for c, t in TYPES.items()]
+)
 DIM_SCHEMA = "w BIGINT, " + ", ".join(f"{c} {t[0]}" for c, t in TYPES.items())
 DIM_ARROW = pa.schema([("w", pa.int64())] + [(c, t[1]) for c, t in TYPES.items()])
-FEED = {"operation": "op", "key": ["id", *COLUMNS], "sequence": "seq", "insert": ["c"], "update": ["u"], "delete": ["d"]}
+FEED = {
+    "operation": "op",
+    "key": ["id", *COLUMNS],
+    "sequence": "seq",
+    "insert": ["c"],
+    "update": ["u"],
+    "delete": ["d"],
+}
 KEYS = ", ".join(COLUMNS)
 AGGREGATES = ", ".join(
     [f"COUNT({c}) AS n_{c}, MIN({c}) AS lo_{c}, MAX({c}) AS hi_{c}" for c in COLUMNS]
@@ -102,8 +121,11 @@ def typed_project(spark, catalog_server, tmp_path_factory, lake_dir: Path):
     from lakeview.project import parse_project
 
     root = tmp_path_factory.mktemp("types")
-    views = {f"types_{role}_{fmt}": {"sql": sql, "format": fmt, "cadence": "1s", "namespace": "types"}
-             for role, sql in SQL.items() for fmt in ("iceberg", "delta")}
+    views = {
+        f"types_{role}_{fmt}": {"sql": sql, "format": fmt, "cadence": "1s", "namespace": "types"}
+        for role, sql in SQL.items()
+        for fmt in ("iceberg", "delta")
+    }
     data = {
         "lake": {"warehouse": str(lake_dir / "warehouse"), "catalog_store": f"sqlite:///{lake_dir / 'catalog.db'}"},
         "server": {"host": "127.0.0.1", "port": catalog_server.port},
@@ -123,7 +145,13 @@ def typed_project(spark, catalog_server, tmp_path_factory, lake_dir: Path):
     started = []
     failed: dict[str, str] = {}  # view -> the error that stopped it (its own test fails with it)
     for view in views:
-        pipeline = ViewPipeline(spark, project, view, make_writer(project, view, catalog_server.uri), state_writer=state_writer_factory(project, view))
+        pipeline = ViewPipeline(
+            spark,
+            project,
+            view,
+            make_writer(project, view, catalog_server.uri),
+            state_writer=state_writer_factory(project, view),
+        )
         pipeline.prepare()
         started.append((view, pipeline.start()))
     try:
@@ -143,14 +171,24 @@ def typed_project(spark, catalog_server, tmp_path_factory, lake_dir: Path):
     return project, views, failed
 
 
-JOIN_BUG = pytest.mark.xfail(strict=True, reason="known bug: a join on 13 key columns of every type fails at epoch 0 with "
-                             "DuckDB 'Multiple matches for FieldRef.Name(w)' in the join's maintenance")
+JOIN_BUG = pytest.mark.xfail(
+    strict=True,
+    reason="known bug: a join on 13 key columns of every type fails at epoch 0 with "
+    "DuckDB 'Multiple matches for FieldRef.Name(w)' in the join's maintenance",
+)
 
 
-@pytest.mark.parametrize("fmt, role", [
-    ("iceberg", "group"), ("delta", "group"), ("iceberg", "agg"), ("delta", "agg"),
-    pytest.param("iceberg", "join", marks=JOIN_BUG), pytest.param("delta", "join", marks=JOIN_BUG),
-])
+@pytest.mark.parametrize(
+    "fmt, role",
+    [
+        ("iceberg", "group"),
+        ("delta", "group"),
+        ("iceberg", "agg"),
+        ("delta", "agg"),
+        pytest.param("iceberg", "join", marks=JOIN_BUG),
+        pytest.param("delta", "join", marks=JOIN_BUG),
+    ],
+)
 def test_every_type_in_every_role_equals_the_recompute(typed_project, catalog_server, role: str, fmt: str) -> None:
     project, views, failed = typed_project
     view = f"types_{role}_{fmt}"

@@ -20,8 +20,12 @@ CLI = [sys.executable, "-m", "lakeview.cli"]
 
 def test_up_commits_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
     port = free_port("127.0.0.1")
-    subprocess.run([*CLI, "init", str(tmp_path), "--port", str(port), "--cadence", "1s"], check=True, capture_output=True)
-    process = subprocess.Popen([*CLI, "up", "-p", str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    subprocess.run(
+        [*CLI, "init", str(tmp_path), "--port", str(port), "--cadence", "1s"], check=True, capture_output=True
+    )
+    process = subprocess.Popen(
+        [*CLI, "up", "-p", str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     try:
         uri = f"http://127.0.0.1:{port}/iceberg"
 
@@ -54,6 +58,7 @@ def test_up_commits_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
         assert sock.connect_ex(("127.0.0.1", port)) != 0, "the catalog port is released"
     query = subprocess.run(
         [*CLI, "query", "SELECT SUM(orders) FROM lake.analytics.sales_by_product", "-p", str(tmp_path)],
-        capture_output=True, text=True,
+        capture_output=True,
+        text=True,
     )
     assert query.returncode == 0 and "30" in query.stdout

@@ -9,7 +9,9 @@ from typing import TypeVar
 T = TypeVar("T")
 
 
-def wait_for(predicate: Callable[[], T], timeout: float = 30.0, what: str = "the condition", interval: float = 0.5) -> T:
+def wait_for(
+    predicate: Callable[[], T], timeout: float = 30.0, what: str = "the condition", interval: float = 0.5
+) -> T:
     """Poll ``predicate`` until it returns something truthy, and return that; AssertionError on timeout."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -44,7 +44,11 @@ def rows_at_most(rows: pa.Table, column: str, bound_us: int) -> pa.Table:
     con = duckdb.connect()
     try:
         con.register("r", rows)
-        return con.execute(f'SELECT * FROM r WHERE epoch_us("{column}") <= {int(bound_us)}').to_arrow_table().cast(rows.schema)
+        return (
+            con.execute(f'SELECT * FROM r WHERE epoch_us("{column}") <= {int(bound_us)}')
+            .to_arrow_table()
+            .cast(rows.schema)
+        )
     finally:
         con.close()
 
@@ -53,7 +57,9 @@ def with_positions(rows: pa.Table, column: str) -> pa.Table:
     """``rows`` with ``column``: each row's position, 0 .. n-1 (pyarrow has no arange; numpy is
     not a dependency)."""
     ones = pa.repeat(pa.scalar(1, pa.int64()), rows.num_rows)
-    return rows.append_column(column, pc.subtract(pc.cumulative_sum(ones), 1) if rows.num_rows else pa.array([], pa.int64()))
+    return rows.append_column(
+        column, pc.subtract(pc.cumulative_sum(ones), 1) if rows.num_rows else pa.array([], pa.int64())
+    )
 
 
 def _hashable_alike(left: pa.DataType, right: pa.DataType) -> bool:
@@ -86,4 +92,3 @@ def plain_types(rows: pa.Table, schema: pa.Schema | None = None) -> pa.Table:
     """``rows`` cast to plain types (``schema``: the plain schema, when already computed)."""
     target = plain_schema(rows.schema) if schema is None else schema
     return rows if rows.schema.equals(target) else rows.cast(target)
-

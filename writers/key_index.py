@@ -78,7 +78,11 @@ class KeyIndex:
         return found
 
     def advance(
-        self, snapshot_id: int | None, gone: list[Hashable], removed: list[str], written: list[tuple[str, list[Hashable]]]
+        self,
+        snapshot_id: int | None,
+        gone: list[Hashable],
+        removed: list[str],
+        written: list[tuple[str, list[Hashable]]],
     ) -> bool:
         """Move to the snapshot of one of the writer's commits: ``gone``, the keys whose stored
         rows it replaced or deleted; ``removed``, the data files it rewrote (their live rows

@@ -41,7 +41,13 @@ def _iceberg_writer(project: ProjectConfig, view: str, catalog_uri: str) -> Snap
 def rest_catalog(project: ProjectConfig, name: str, catalog_uri: str) -> Any:
     """A pyiceberg RestCatalog client committing through ``catalog_uri`` (warehouse FileIO, OAuth2)."""
 
-    return RestCatalog(name, uri=catalog_uri, warehouse=project.lake.name, **file_io_properties(project), **catalog_client_properties(catalog_uri))
+    return RestCatalog(
+        name,
+        uri=catalog_uri,
+        warehouse=project.lake.name,
+        **file_io_properties(project),
+        **catalog_client_properties(catalog_uri),
+    )
 
 
 def catalog_client_properties(catalog_uri: str) -> dict[str, str]:
@@ -84,5 +90,7 @@ def make_writer(project: ProjectConfig, view: str, catalog_uri: str) -> Snapshot
     loader = WRITERS.get(config.format)
     if loader is None:
         valid = ", ".join(f.value for f in WRITERS)
-        raise ConfigError(project.file, f"views.{view}.format", f"{config.format.value!r} has no writer; use one of {valid}")
+        raise ConfigError(
+            project.file, f"views.{view}.format", f"{config.format.value!r} has no writer; use one of {valid}"
+        )
     return loader(project, view, catalog_uri)

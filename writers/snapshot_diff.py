@@ -85,7 +85,9 @@ def _iceberg_change(writer: IcebergWriter, snapshot_id: int) -> pa.Table:
     table = writer.table()
     snapshot = table.snapshot_by_id(snapshot_id)
     if snapshot is None:
-        raise WriterError(f"{'.'.join(writer.identifier)}: snapshot {snapshot_id} is gone (expired); its change cannot be derived")
+        raise WriterError(
+            f"{'.'.join(writer.identifier)}: snapshot {snapshot_id} is gone (expired); its change cannot be derived"
+        )
     added, removed, deletes = [], [], []
     for manifest in snapshot.manifests(table.io):
         if manifest.added_snapshot_id != snapshot_id:
@@ -95,7 +97,9 @@ def _iceberg_change(writer: IcebergWriter, snapshot_id: int) -> pa.Table:
                 continue
             content, status = entry.data_file.content, entry.status
             if content == DataFileContent.EQUALITY_DELETES:
-                raise WriterError(f"{'.'.join(writer.identifier)}: snapshot {snapshot_id} has equality delete files; not written by Lakeview")
+                raise WriterError(
+                    f"{'.'.join(writer.identifier)}: snapshot {snapshot_id} has equality delete files; not written by Lakeview"
+                )
             if content == DataFileContent.POSITION_DELETES:
                 if status == ManifestEntryStatus.ADDED:
                     deletes.append(entry.data_file)
@@ -110,8 +114,12 @@ def _iceberg_change(writer: IcebergWriter, snapshot_id: int) -> pa.Table:
     if parent is None and (removed or deletes):
         raise WriterError(f"{'.'.join(writer.identifier)}: snapshot {snapshot_id} removes rows but has no parent")
     remote = live.remote
-    if remote is not None and (sum(f.record_count for f in added) > remote.rows_max or (parent is not None and live.distributed(parent))):
-        remembered = live.change_of(added, deletes, removed)  # this process committed it: (gone, came) from the commit itself
+    if remote is not None and (
+        sum(f.record_count for f in added) > remote.rows_max or (parent is not None and live.distributed(parent))
+    ):
+        remembered = live.change_of(
+            added, deletes, removed
+        )  # this process committed it: (gone, came) from the commit itself
         if remembered is not None:
             return consolidate(*remembered, arrow)
         return remote.change(table, parent, deletes, removed, added)  # type: ignore[arg-type]

@@ -77,7 +77,14 @@ def append_delta_files(table: DeltaTable, epoch: Epoch, files: list[WrittenFile]
     props = _stamp(epoch, files)
     now = int(time.time() * 1000)
     actions = [
-        AddAction(path=f.path, size=f.size, partition_values={}, modification_time=now, data_change=True, stats=f.payload.decode())
+        AddAction(
+            path=f.path,
+            size=f.size,
+            partition_values={},
+            modification_time=now,
+            data_change=True,
+            stats=f.payload.decode(),
+        )
         for f in files
     ]
     txn = Transaction(app_id=epoch.view, version=epoch.number, last_updated=now)

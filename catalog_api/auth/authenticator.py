@@ -32,7 +32,17 @@ from lakeview import errors
 from lakeview.config.auth import AuthConfig, check_secret_hash, load_signing_key
 from lakeview.config.models import ProjectConfig
 
-__all__ = ["AuthMiddleware", "Authenticator", "Client", "build_authenticator", "check_secret_hash", "hash_secret", "project_authenticator", "token_endpoint", "verify_secret"]
+__all__ = [
+    "AuthMiddleware",
+    "Authenticator",
+    "Client",
+    "build_authenticator",
+    "check_secret_hash",
+    "hash_secret",
+    "project_authenticator",
+    "token_endpoint",
+    "verify_secret",
+]
 
 TOKEN_PATH = "/iceberg/v1/oauth/tokens"
 PUBLIC_PATHS = frozenset({"/healthz", TOKEN_PATH})
@@ -58,7 +68,9 @@ def verify_secret(secret: str, stored: str) -> bool:
             actual = hashlib.scrypt(secret.encode(), salt=bytes.fromhex(parts[4]), n=n, r=r, p=p, dklen=len(expected))
         elif parts[0] == "pbkdf2_sha256" and len(parts) == 4:
             expected = bytes.fromhex(parts[3])
-            actual = hashlib.pbkdf2_hmac("sha256", secret.encode(), bytes.fromhex(parts[2]), int(parts[1]), len(expected))
+            actual = hashlib.pbkdf2_hmac(
+                "sha256", secret.encode(), bytes.fromhex(parts[2]), int(parts[1]), len(expected)
+            )
         else:
             return False
     except ValueError:
@@ -251,5 +263,9 @@ def project_authenticator(project: ProjectConfig) -> Authenticator | None:
         return None
     key = load_signing_key(project.resolve(auth.signing_key_file)) if auth.signing_key_file else None
     retired = tuple(project.resolve(path).read_bytes().strip() for path in auth.retired_signing_key_files)
-    jwks = load_jwks(project.resolve(auth.oidc.jwks_file).read_text()) if auth.oidc is not None and auth.oidc.jwks_file else None
+    jwks = (
+        load_jwks(project.resolve(auth.oidc.jwks_file).read_text())
+        if auth.oidc is not None and auth.oidc.jwks_file
+        else None
+    )
     return build_authenticator(auth, key, retired, jwks)

@@ -26,5 +26,4 @@ def add_config_route(builder: RouteBuilder) -> None:
         data["idempotency-key-lifetime"] = IDEMPOTENCY_LIFETIME
         return JSONResponse(data)
 
-
     builder.routes.append(Route("/v1/config", builder_endpoint(builder, get_config), methods=["GET"]))

@@ -64,9 +64,10 @@ def add_namespace_routes(builder: RouteBuilder) -> None:
         if "location" in body.updates:
             location = body.updates["location"]
             store.confinement.check_namespace_location(namespace_param(request), location, is_warehouse_admin(request))
-        summary = await run_in_threadpool(store.update_namespace, namespace_param(request), set(body.removals), body.updates)
+        summary = await run_in_threadpool(
+            store.update_namespace, namespace_param(request), set(body.removals), body.updates
+        )
         return model_response(UpdateNamespacePropertiesResponse(**summary))
-
 
     ns = "/v1/{prefix}/namespaces/{namespace}"
     builder.add("GET", "/v1/{prefix}/namespaces", list_namespaces, None)

@@ -54,7 +54,9 @@ class RouteBuilder:
             try:
                 prefix = request.path_params.get("prefix")
                 if prefix is not None and prefix != store.name:
-                    raise errors.NotFoundError(f"unknown warehouse prefix {prefix!r}; this catalog serves {store.name!r}")
+                    raise errors.NotFoundError(
+                        f"unknown warehouse prefix {prefix!r}; this catalog serves {store.name!r}"
+                    )
                 if privilege is not None and "namespace" in request.path_params:
                     authorize(request, namespace_param(request), privilege)
                 return await fn(request)

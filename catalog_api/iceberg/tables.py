@@ -42,7 +42,9 @@ def add_table_routes(builder: RouteBuilder) -> None:
 
     async def create_table(request: Request) -> Response:
         namespace = namespace_param(request)
-        body = await parse_body(request, CreateTableRequest, {"location": None, "partition-spec": None, "write-order": None})
+        body = await parse_body(
+            request, CreateTableRequest, {"location": None, "partition-spec": None, "write-order": None}
+        )
         location, metadata = await run_in_threadpool(
             store.create_table,
             (*namespace, check_name("table", body.name)),
@@ -88,9 +90,13 @@ def add_table_routes(builder: RouteBuilder) -> None:
         if bodies is None:  # serialize once per metadata file (immutable); gzip once for clients that take it
             if mode == "refs":
                 referenced = {ref.snapshot_id for ref in metadata.refs.values()}
-                metadata = metadata.model_copy(update={"snapshots": [s for s in metadata.snapshots if s.snapshot_id in referenced]})
+                metadata = metadata.model_copy(
+                    update={"snapshots": [s for s in metadata.snapshots if s.snapshot_id in referenced]}
+                )
             if mode == "refs":
-                plain = TableResponse(metadata_location=location, metadata=metadata, config={}).model_dump_json().encode()
+                plain = (
+                    TableResponse(metadata_location=location, metadata=metadata, config={}).model_dump_json().encode()
+                )
             else:
                 plain = table_json(location, store.metadata_json(location, metadata), config=True)
             bodies = (plain, gzip.compress(plain, compresslevel=5))
@@ -113,9 +119,13 @@ def add_table_routes(builder: RouteBuilder) -> None:
         # The spec makes "identifier" optional here (the path names the table); pyiceberg requires it.
         default_id = {"identifier": {"namespace": list(identifier[:-1]), "name": identifier[-1]}}
         body = await parse_body(request, CommitTableRequest, default_id)
-        result: CommitTableResponse = await run_in_threadpool(store.commit_table, identifier, body.requirements, body.updates)
+        result: CommitTableResponse = await run_in_threadpool(
+            store.commit_table, identifier, body.requirements, body.updates
+        )
         body_json = table_json(result.metadata_location, store.metadata_json(result.metadata_location, result.metadata))
-        return Response(body_json, media_type="application/json", headers={"ETag": etag_of("all", result.metadata_location)})
+        return Response(
+            body_json, media_type="application/json", headers={"ETag": etag_of("all", result.metadata_location)}
+        )
 
     async def drop_table(request: Request) -> Response:
         purge = request.query_params.get("purgeRequested", "false").lower()
@@ -149,7 +159,6 @@ def add_table_routes(builder: RouteBuilder) -> None:
             return JSONResponse({"storage-credentials": []})
         credential = await run_in_threadpool(vendor.vend, metadata.location, may_write(request, identifier[:-1]))
         return JSONResponse({"storage-credentials": [credential]}, headers={"Cache-Control": "no-store"})
-
 
     ns = "/v1/{prefix}/namespaces/{namespace}"
     table = f"{ns}/tables/{{table}}"

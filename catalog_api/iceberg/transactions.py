@@ -41,5 +41,4 @@ def add_transaction_routes(builder: RouteBuilder) -> None:
         await run_in_threadpool(store.commit_transaction, changes)
         return Response(status_code=204)
 
-
     builder.add("POST", "/v1/{prefix}/transactions/commit", commit_transaction, None)

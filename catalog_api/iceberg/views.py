@@ -24,7 +24,11 @@ def add_view_routes(builder: RouteBuilder) -> None:
         return (*namespace_param(request), check_name("view", request.path_params["view"]))
 
     def view_response(location: str, metadata: ViewMetadata) -> Response:
-        body = {"metadata-location": location, "metadata": metadata.model_dump(mode="json", by_alias=True, exclude_none=True), "config": {}}
+        body = {
+            "metadata-location": location,
+            "metadata": metadata.model_dump(mode="json", by_alias=True, exclude_none=True),
+            "config": {},
+        }
         return JSONResponse(body)
 
     async def list_views(request: Request) -> Response:
@@ -36,7 +40,12 @@ def add_view_routes(builder: RouteBuilder) -> None:
         namespace = namespace_param(request)
         body = await parse_body(request, CreateViewRequest, {"location": None})
         location, metadata = await run_in_threadpool(
-            views.create_view, (*namespace, body.name), body.view_schema, body.view_version, body.location, body.properties
+            views.create_view,
+            (*namespace, body.name),
+            body.view_schema,
+            body.view_version,
+            body.location,
+            body.properties,
         )
         return view_response(location, metadata)
 
@@ -50,7 +59,9 @@ def add_view_routes(builder: RouteBuilder) -> None:
 
     async def commit_view(request: Request) -> Response:
         body = await parse_body(request, CommitViewRequest)
-        location, metadata = await run_in_threadpool(views.commit_view, view_param(request), body.requirements, body.updates)
+        location, metadata = await run_in_threadpool(
+            views.commit_view, view_param(request), body.requirements, body.updates
+        )
         return view_response(location, metadata)
 
     async def drop_view(request: Request) -> Response:
@@ -64,7 +75,11 @@ def add_view_routes(builder: RouteBuilder) -> None:
 
     async def register_view(request: Request) -> Response:
         body = await parse_body(request, RegisterViewRequest)
-        return view_response(*await run_in_threadpool(views.register_view, (*namespace_param(request), body.name), body.metadata_location))
+        return view_response(
+            *await run_in_threadpool(
+                views.register_view, (*namespace_param(request), body.name), body.metadata_location
+            )
+        )
 
     ns = "/v1/{prefix}/namespaces/{namespace}"
     view = f"{ns}/views/{{view}}"

@@ -40,7 +40,13 @@ COMMIT_SECONDS = Histogram(
     buckets=(0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0),
 )
 DEGRADED_REASONS = (
-    "BACKFILLING", "RECOVERING", "FALLING_BEHIND", "SOURCE_ERROR", "COMMIT_RETRYING", "REGISTRAR_DOWN", "STOPPED",
+    "BACKFILLING",
+    "RECOVERING",
+    "FALLING_BEHIND",
+    "SOURCE_ERROR",
+    "COMMIT_RETRYING",
+    "REGISTRAR_DOWN",
+    "STOPPED",
 )
 
 
@@ -87,19 +93,49 @@ class ViewCollector:
         self.store = store
 
     def collect(self):
-        lag = GaugeMetricFamily("lakeview_view_lag_seconds", "Freshness lag: now minus the arrival of the newest input the view reflects.", labels=["view"])
-        target = GaugeMetricFamily("lakeview_view_target_lag_seconds", "The view's freshness SLO (target_lag).", labels=["view"])
-        slo = GaugeMetricFamily("lakeview_view_slo_compliance", "Fraction of the last hour with lag <= target_lag.", labels=["view"])
-        degraded = GaugeMetricFamily("lakeview_view_degraded", "1 for the reason the view is below its SLO.", labels=["view", "reason"])
-        running = GaugeMetricFamily("lakeview_view_running", "1 when a live process maintains the view.", labels=["view"])
-        pending = GaugeMetricFamily("lakeview_view_pending_files", "Landed files the view has not taken in yet.", labels=["view"])
-        achieved = GaugeMetricFamily("lakeview_view_cadence_achieved_seconds", "Median time between commits in the last hour.", labels=["view"])
-        commits = CounterMetricFamily("lakeview_view_commits", "Commits in the table's retained snapshot history.", labels=["view"])
-        rows_in = CounterMetricFamily("lakeview_view_rows_in", "Source rows read, over the retained history.", labels=["view"])
-        rows_out = CounterMetricFamily("lakeview_view_rows_out", "View rows written, over the retained history.", labels=["view"])
-        quarantined = CounterMetricFamily("lakeview_view_rows_quarantined", "Malformed source rows set aside.", labels=["view"])
-        state = GaugeMetricFamily("lakeview_view_state", "1 for the view's state (FAILED: parked after an error), 0 for the others.", labels=["view", "state"])
-        failed_epoch = GaugeMetricFamily("lakeview_view_failed_epoch", "The epoch a FAILED view stopped at.", labels=["view"])
+        lag = GaugeMetricFamily(
+            "lakeview_view_lag_seconds",
+            "Freshness lag: now minus the arrival of the newest input the view reflects.",
+            labels=["view"],
+        )
+        target = GaugeMetricFamily(
+            "lakeview_view_target_lag_seconds", "The view's freshness SLO (target_lag).", labels=["view"]
+        )
+        slo = GaugeMetricFamily(
+            "lakeview_view_slo_compliance", "Fraction of the last hour with lag <= target_lag.", labels=["view"]
+        )
+        degraded = GaugeMetricFamily(
+            "lakeview_view_degraded", "1 for the reason the view is below its SLO.", labels=["view", "reason"]
+        )
+        running = GaugeMetricFamily(
+            "lakeview_view_running", "1 when a live process maintains the view.", labels=["view"]
+        )
+        pending = GaugeMetricFamily(
+            "lakeview_view_pending_files", "Landed files the view has not taken in yet.", labels=["view"]
+        )
+        achieved = GaugeMetricFamily(
+            "lakeview_view_cadence_achieved_seconds", "Median time between commits in the last hour.", labels=["view"]
+        )
+        commits = CounterMetricFamily(
+            "lakeview_view_commits", "Commits in the table's retained snapshot history.", labels=["view"]
+        )
+        rows_in = CounterMetricFamily(
+            "lakeview_view_rows_in", "Source rows read, over the retained history.", labels=["view"]
+        )
+        rows_out = CounterMetricFamily(
+            "lakeview_view_rows_out", "View rows written, over the retained history.", labels=["view"]
+        )
+        quarantined = CounterMetricFamily(
+            "lakeview_view_rows_quarantined", "Malformed source rows set aside.", labels=["view"]
+        )
+        state = GaugeMetricFamily(
+            "lakeview_view_state",
+            "1 for the view's state (FAILED: parked after an error), 0 for the others.",
+            labels=["view", "state"],
+        )
+        failed_epoch = GaugeMetricFamily(
+            "lakeview_view_failed_epoch", "The epoch a FAILED view stopped at.", labels=["view"]
+        )
         for s in view_statuses(self.project, self.store):
             labels = [s.view]
             for name in VIEW_STATES:
@@ -123,7 +159,21 @@ class ViewCollector:
             rows_in.add_metric(labels, s.rows_in_total)
             rows_out.add_metric(labels, s.rows_out_total)
             quarantined.add_metric(labels, s.rows_quarantined)
-        yield from (lag, target, slo, degraded, running, pending, achieved, commits, rows_in, rows_out, quarantined, state, failed_epoch)
+        yield from (
+            lag,
+            target,
+            slo,
+            degraded,
+            running,
+            pending,
+            achieved,
+            commits,
+            rows_in,
+            rows_out,
+            quarantined,
+            state,
+            failed_epoch,
+        )
 
 
 VIEW_STATES = ("NOT_CREATED", "CREATED", "COMMITTED", "FAILED")

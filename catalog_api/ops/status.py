@@ -77,8 +77,14 @@ def _never_raising(project: ProjectConfig, store: Any, name: str, at_ms: int) ->
         return view_status(project, store, name, at_ms=at_ms)
     except Exception as exc:  # one unreadable view must not hide the others
         view = project.views[name]
-        return ViewStatus(view=name, table=f"{view.namespace}.{name}", format=view.format.value, cadence=str(view.cadence),
-                          state=FAILED, error=f"status unreadable: {exc.__class__.__name__}: {exc}"[:2000])
+        return ViewStatus(
+            view=name,
+            table=f"{view.namespace}.{name}",
+            format=view.format.value,
+            cadence=str(view.cadence),
+            state=FAILED,
+            error=f"status unreadable: {exc.__class__.__name__}: {exc}"[:2000],
+        )
 
 
 def view_status(project: ProjectConfig, store: Any, name: str, *, at_ms: int | None = None) -> ViewStatus:
@@ -97,8 +103,11 @@ def view_status(project: ProjectConfig, store: Any, name: str, *, at_ms: int | N
     failure = parked(project, name)
     if failure is not None:
         base["running"] = False
-        base.update(error=failure.error, failed_epoch=failure.failed_epoch,
-                    failed_at=datetime.fromtimestamp(failure.failed_at_ms / 1000, tz=UTC).isoformat(timespec="seconds"))
+        base.update(
+            error=failure.error,
+            failed_epoch=failure.failed_epoch,
+            failed_at=datetime.fromtimestamp(failure.failed_at_ms / 1000, tz=UTC).isoformat(timespec="seconds"),
+        )
     try:
         # Iceberg snapshots from the store, or Delta log entries shaped like them (lakeview/tables.py).
         record, snapshots = status_inputs(project, store, name)
@@ -115,13 +124,20 @@ def view_status(project: ProjectConfig, store: Any, name: str, *, at_ms: int | N
     history = freshness.commit_history(snapshots)
     caught_up = runtime.caught_up_at_ms if runtime is not None and signals is not None and signals.alive else None
     lag = freshness.lag_at(history, at_ms, caught_up)
-    slo = None if base["target_lag_ms"] is None else freshness.compliance(
-        history, now_ms=at_ms, target_lag_ms=base["target_lag_ms"], caught_up_at_ms=caught_up
+    slo = (
+        None
+        if base["target_lag_ms"] is None
+        else freshness.compliance(history, now_ms=at_ms, target_lag_ms=base["target_lag_ms"], caught_up_at_ms=caught_up)
     )
     reason = None
     if base["target_lag_ms"] is not None:
         reason = freshness.degraded_reason(
-            compliance_value=slo, lag_ms=lag, target_lag_ms=base["target_lag_ms"], history=history, runtime=signals, now_ms=at_ms
+            compliance_value=slo,
+            lag_ms=lag,
+            target_lag_ms=base["target_lag_ms"],
+            history=history,
+            runtime=signals,
+            now_ms=at_ms,
         )
     committed = datetime.fromtimestamp(record.committed_at_ms / 1000, tz=UTC)
     return ViewStatus(
@@ -158,12 +174,31 @@ def status_table(statuses: list[ViewStatus]):
 
     table = Table(title=f"Lakeview views at {_dt.now(UTC).isoformat(timespec='seconds')}")
     failures = any(s.state == FAILED for s in statuses)
-    columns = ("view", "state", "lag", "target", "SLO 1h", "reason", "cadence", "achieved", "snapshot", "epoch", "last commit (UTC)", "pending")
+    columns = (
+        "view",
+        "state",
+        "lag",
+        "target",
+        "SLO 1h",
+        "reason",
+        "cadence",
+        "achieved",
+        "snapshot",
+        "epoch",
+        "last commit (UTC)",
+        "pending",
+    )
     for column in columns + (("failed epoch", "error") if failures else ()):
         table.add_column(column)
     for s in statuses:
         slo = "-" if s.slo_compliance is None else f"{s.slo_compliance:.1%}"
-        style = "green" if s.degraded_reason is None and s.slo_compliance is not None else "red" if s.degraded_reason else ""
+        style = (
+            "green"
+            if s.degraded_reason is None and s.slo_compliance is not None
+            else "red"
+            if s.degraded_reason
+            else ""
+        )
         table.add_row(
             s.view,
             s.state + (" (running)" if s.running else ""),
@@ -174,7 +209,11 @@ def status_table(statuses: list[ViewStatus]):
             s.cadence,
             _duration(s.cadence_achieved_ms),
             *(str(v) if v is not None else "-" for v in (s.snapshot_id, s.epoch, s.committed_at, s.pending_files)),
-            *((("-" if s.failed_epoch is None else str(s.failed_epoch)), f"[red]{escape(s.error or '-')}[/]") if failures else ()),
+            *(
+                (("-" if s.failed_epoch is None else str(s.failed_epoch)), f"[red]{escape(s.error or '-')}[/]")
+                if failures
+                else ()
+            ),
         )
     return table
 

@@ -37,7 +37,9 @@ def local_path(location: str) -> Path:
     if location.startswith("file://"):
         location = location.removeprefix("file://")
     if "://" in location:
-        raise RegistrarError(f"filesystem: {location!r} is not a local path; only local warehouses are supported so far")
+        raise RegistrarError(
+            f"filesystem: {location!r} is not a local path; only local warehouses are supported so far"
+        )
     return Path(location)
 
 

@@ -133,7 +133,9 @@ def degraded_reasons(project: ProjectConfig) -> dict[str, str]:
     """Per view, why it is degraded (a registrar failing), e.g. ``REGISTRAR_DOWN: glue: ...``."""
     reasons: dict[str, str] = {}
     for view, registrars in RegistrationState(project).load().items():
-        failing = [f"{e['reason']}: {name}: {e.get('error', '')}" for name, e in sorted(registrars.items()) if e.get("reason")]
+        failing = [
+            f"{e['reason']}: {name}: {e.get('error', '')}" for name, e in sorted(registrars.items()) if e.get("reason")
+        ]
         if failing:
             reasons[view] = "; ".join(failing)
     return reasons
@@ -324,7 +326,9 @@ class RegistrationService:
         if retry:
             job.pending = True
             job.next_attempt = time.monotonic() + delay
-        log.warning("registration: %s for %s failed (%s, attempt %s): %s", job.registrar, job.view, reason, job.failures, exc)
+        log.warning(
+            "registration: %s for %s failed (%s, attempt %s): %s", job.registrar, job.view, reason, job.failures, exc
+        )
         self.state.update(
             job.view,
             job.registrar,

@@ -235,13 +235,15 @@ class CatalogStore:
             children = self._catalog.list_namespaces(ns)
             with self.engine.connect() as conn:
                 rows = conn.execute(
-                    select(IcebergTables.table_name).where(
-                        IcebergTables.catalog_name == self.name, IcebergTables.table_namespace == ns
-                    ).limit(1)
+                    select(IcebergTables.table_name)
+                    .where(IcebergTables.catalog_name == self.name, IcebergTables.table_namespace == ns)
+                    .limit(1)
                 ).first()
             if rows or children:
                 shown = namespace_keys.display(namespace)
-                raise errors.NamespaceNotEmptyError(f"Namespace {shown} is not empty: it holds tables, views or namespaces")
+                raise errors.NamespaceNotEmptyError(
+                    f"Namespace {shown} is not empty: it holds tables, views or namespaces"
+                )
             with self._write() as conn:
                 conn.execute(
                     delete(IcebergNamespaceProperties).where(
@@ -342,7 +344,9 @@ class CatalogStore:
             },
         )
         if result.rowcount != 1:
-            raise errors.CommitConflictError(f"{'.'.join(identifier)} was changed by a concurrent commit; reload and retry")
+            raise errors.CommitConflictError(
+                f"{'.'.join(identifier)} was changed by a concurrent commit; reload and retry"
+            )
 
     def _rename(self, source: Identifier, target: Identifier, kind: str) -> None:
         check_name(kind.lower(), target[-1])
@@ -472,7 +476,9 @@ class CatalogStore:
                 self._insert_pointer(conn, identifier, metadata_location, TABLE_TYPE)
         return metadata_location, metadata
 
-    def register_table(self, identifier: Identifier, metadata_location: str, overwrite: bool = False) -> tuple[str, TableMetadata]:
+    def register_table(
+        self, identifier: Identifier, metadata_location: str, overwrite: bool = False
+    ) -> tuple[str, TableMetadata]:
         """Register an existing metadata file as a table (``overwrite`` replaces a table's pointer)."""
         check_name("table", identifier[-1])
         namespace = identifier[:-1]
@@ -612,7 +618,9 @@ class CatalogStore:
         (a failed requirement or a concurrent commit; nothing changed), NoSuchTableError,
         BadRequestError (an invalid update, a table named twice).
         """
-        items = [c if isinstance(c, TableChange) else TableChange(tuple(c[0]), tuple(c[1]), tuple(c[2])) for c in changes]
+        items = [
+            c if isinstance(c, TableChange) else TableChange(tuple(c[0]), tuple(c[1]), tuple(c[2])) for c in changes
+        ]
         names = [item.identifier for item in items]
         if len(set(names)) != len(names):
             raise errors.BadRequestError("a transaction names the same table more than once")
@@ -732,7 +740,11 @@ class CatalogStore:
     def check_location(self, location: str) -> str:
         """Table and namespace locations must stay inside the warehouse. Raises BadRequestError."""
         if self.remote:  # object storage: a prefix check on the normalized key, no '..' segments
-            if ".." in location.split("/") or _CONTROL.search(location) or not location.startswith(self.warehouse + "/"):
+            if (
+                ".." in location.split("/")
+                or _CONTROL.search(location)
+                or not location.startswith(self.warehouse + "/")
+            ):
                 raise errors.BadRequestError(f"location {location!r} is outside the warehouse {self.warehouse!r}")
             return location.rstrip("/")
         raw = location.removeprefix("file://")
@@ -861,4 +873,6 @@ __all__ = ["CatalogStore", "TableChange", "check_name", "open_store"]
 
 
 def open_store(project: ProjectConfig) -> CatalogStore:
-    return CatalogStore(project.catalog_store_url, project.warehouse_uri, project.lake.name, properties=file_io_properties(project))
+    return CatalogStore(
+        project.catalog_store_url, project.warehouse_uri, project.lake.name, properties=file_io_properties(project)
+    )

@@ -51,11 +51,15 @@ class LocalPostgres:
             raise SetupError(f"{' '.join(args[:2])} failed: {result.stderr.strip() or result.stdout.strip()}")
 
     def start(self) -> LocalPostgres:
-        self._run(str(PG_BIN / "initdb"), "-D", str(self.data), "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync")
+        self._run(
+            str(PG_BIN / "initdb"), "-D", str(self.data), "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync"
+        )
         options = f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.base} -c max_connections=200"
         if not self.durable:
             options += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
-        self._run(str(PG_BIN / "pg_ctl"), "-D", str(self.data), "-o", options, "-l", str(self.base / "log"), "-w", "start")
+        self._run(
+            str(PG_BIN / "pg_ctl"), "-D", str(self.data), "-o", options, "-l", str(self.base / "log"), "-w", "start"
+        )
         self.started = True
         return self
 

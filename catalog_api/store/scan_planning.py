@@ -108,7 +108,9 @@ class ScanPlanner:
         data, deletes = self._manifests(spec)
         by_position = dict(data)
         if not positions or any(p not in by_position for p in positions):
-            raise errors.NoSuchPlanTaskError("the plan task names manifests that are not data manifests of the snapshot")
+            raise errors.NoSuchPlanTaskError(
+                "the plan task names manifests that are not data manifests of the snapshot"
+            )
         return self._scan_tasks(spec, [(p, by_position[p]) for p in positions], deletes)
 
     def _manifests(self, spec: ScanSpec) -> tuple[list[tuple[int, ManifestFile]], list[ManifestFile]]:

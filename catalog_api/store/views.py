@@ -63,7 +63,13 @@ class SetCurrentViewVersion(BaseModel):
 
 
 ViewUpdate = Annotated[
-    AssignUUID | UpgradeFormatVersion | AddSchema | SetLocation | SetProperties | RemoveProperties | AddViewVersion
+    AssignUUID
+    | UpgradeFormatVersion
+    | AddSchema
+    | SetLocation
+    | SetProperties
+    | RemoveProperties
+    | AddViewVersion
     | SetCurrentViewVersion,
     Field(discriminator="action"),
 ]
@@ -81,8 +87,6 @@ class CommitViewRequest(BaseModel):
     identifier: dict[str, Any] | None = None
     requirements: list[ViewRequirement] = Field(default_factory=list)
     updates: list[ViewUpdate] = Field(default_factory=list)
-
-
 
 
 class ViewCatalog:

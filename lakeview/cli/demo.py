@@ -29,7 +29,9 @@ MARKER = ".lakeview-demo"
 VIEW = "sales_by_product"
 
 
-def run_demo(directory: Path, *, batches: int = 4, orders: int = 250, cadence: str = "5s", console: Console | None = None) -> bool:
+def run_demo(
+    directory: Path, *, batches: int = 4, orders: int = 250, cadence: str = "5s", console: Console | None = None
+) -> bool:
     """Run the demo; True when every snapshot matched the generated orders."""
     console = console or Console()
     started = time.monotonic()
@@ -73,7 +75,9 @@ def run_demo(directory: Path, *, batches: int = 4, orders: int = 250, cadence: s
             )
         stack.stop_views()
     elapsed = time.monotonic() - started
-    console.print(f"\n[bold]{'All snapshots matched' if all_ok else 'MISMATCH'}[/] the generated orders ({elapsed:.0f} s).")
+    console.print(
+        f"\n[bold]{'All snapshots matched' if all_ok else 'MISMATCH'}[/] the generated orders ({elapsed:.0f} s)."
+    )
     _print_next_steps(console, directory, project.lake.name, project.server.port)
     return all_ok
 
@@ -98,7 +102,7 @@ def _print_next_steps(console: Console, directory: Path, warehouse: str, port: i
     uri = f"http://127.0.0.1:{port}/iceberg"
     console.print(
         f"""
-The lake is on disk in {directory / 'lake'}; nothing is left running.
+The lake is on disk in {directory / "lake"}; nothing is left running.
 
 Run the same project continuously (first: source .venv/bin/activate):
   cd {directory} && lakeview up            # catalog on {uri} + the streaming view

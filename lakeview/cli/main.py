@@ -68,14 +68,28 @@ def up(
     project: ProjectOption = Path("."),
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
     spark_master: Annotated[
-        str | None, typer.Option("--spark-master", help="Run view jobs on this Spark cluster (spark://HOST:PORT, k8s://URL); overrides the master in lakeview.toml.")
+        str | None,
+        typer.Option(
+            "--spark-master",
+            help="Run view jobs on this Spark cluster (spark://HOST:PORT, k8s://URL); overrides the master in lakeview.toml.",
+        ),
     ] = None,
     catalog_uri: Annotated[
-        str | None, typer.Option("--catalog-uri", help="Commit through a catalog already running there (e.g. http://catalog:8181/iceberg) instead of starting one.")
+        str | None,
+        typer.Option(
+            "--catalog-uri",
+            help="Commit through a catalog already running there (e.g. http://catalog:8181/iceberg) instead of starting one.",
+        ),
     ] = None,
     views: Annotated[list[str] | None, typer.Option("--view", help="Maintain only this view (repeatable).")] = None,
     metrics_port: Annotated[
-        int | None, typer.Option("--metrics-port", min=0, max=65535, help="Also serve this process's Prometheus metrics (commit latency) on this port; for view jobs without a catalog (--catalog-uri).")
+        int | None,
+        typer.Option(
+            "--metrics-port",
+            min=0,
+            max=65535,
+            help="Also serve this process's Prometheus metrics (commit latency) on this port; for view jobs without a catalog (--catalog-uri).",
+        ),
     ] = None,
     metrics_host: Annotated[str, typer.Option("--metrics-host", help="Bind address for --metrics-port.")] = "127.0.0.1",
 ) -> None:
@@ -119,9 +133,13 @@ def up(
 
         start_http_server(metrics_port, addr=metrics_host)
         typer.echo(f"metrics: http://{metrics_host}:{metrics_port}/metrics")
+
     def on_park(parked) -> None:
-        typer.echo(f"error: view {parked.view} FAILED at epoch {parked.failed_epoch}: {parked.error} "
-                   f"(the other views go on; `lakeview resume {parked.view}` restarts it)", err=True)
+        typer.echo(
+            f"error: view {parked.view} FAILED at epoch {parked.failed_epoch}: {parked.error} "
+            f"(the other views go on; `lakeview resume {parked.view}` restarts it)",
+            err=True,
+        )
 
     stack = EmbeddedStack(config, catalog_uri=catalog_uri)
     failed: list[str] = []
@@ -142,8 +160,11 @@ def up(
                 failed = sorted(stack.parked)
                 break
         if failed:
-            typer.echo(f"error: every view FAILED ({', '.join(failed)}); nothing can run. Fix the cause and restart "
-                       "`lakeview up` (it resumes each view from its last committed epoch)", err=True)
+            typer.echo(
+                f"error: every view FAILED ({', '.join(failed)}); nothing can run. Fix the cause and restart "
+                "`lakeview up` (it resumes each view from its last committed epoch)",
+                err=True,
+            )
         else:
             typer.echo("stopping ...")
     except KeyboardInterrupt:  # Ctrl-C while starting up
@@ -203,8 +224,9 @@ def serve(project: ProjectOption = Path(".")) -> None:
     )
 
     history = HistorySampler(config, store).start()  # the console's lag and backlog history
-    typer.echo(f"catalog: {server.uri} (warehouse {config.lake.name!r}); console: {console_url(config)}; "
-               "Ctrl-C to stop")
+    typer.echo(
+        f"catalog: {server.uri} (warehouse {config.lake.name!r}); console: {console_url(config)}; Ctrl-C to stop"
+    )
     try:
         server.serve_forever()
     finally:
@@ -254,7 +276,9 @@ def ui(
 def resume(
     view: Annotated[str, typer.Argument(help="The FAILED view to restart.")],
     project: ProjectOption = Path("."),
-    wait: Annotated[float, typer.Option(min=0, help="Seconds to wait for the running `lakeview up` to restart it.")] = 30.0,
+    wait: Annotated[
+        float, typer.Option(min=0, help="Seconds to wait for the running `lakeview up` to restart it.")
+    ] = 30.0,
 ) -> None:
     """Restart a FAILED (parked) view from its last committed epoch, exactly once.
 
@@ -286,8 +310,11 @@ def resume(
             typer.echo(f"error: {view} FAILED again at epoch {now.failed_epoch}: {now.error}", err=True)
             raise typer.Exit(1)
         time.sleep(0.5)
-    typer.echo(f"{view}: resume requested; no running `lakeview up` picked it up within {wait:g} s "
-               "(the next `lakeview up` resumes it)", err=True)
+    typer.echo(
+        f"{view}: resume requested; no running `lakeview up` picked it up within {wait:g} s "
+        "(the next `lakeview up` resumes it)",
+        err=True,
+    )
     raise typer.Exit(1)
 
 
@@ -336,8 +363,12 @@ def query(
     sql: Annotated[str, typer.Argument(help="SQL for DuckDB; views are lake.<namespace>.<view>.")],
     project: ProjectOption = Path("."),
     engine: Annotated[str, typer.Option(help="duckdb, or trino (needs --server).")] = "duckdb",
-    server: Annotated[str | None, typer.Option(help="Trino server URL for --engine trino, e.g. http://HOST:8080.")] = None,
-    catalog: Annotated[str, typer.Option(help="Trino catalog for --engine trino (see `lakeview trino-config`).")] = "lakeview",
+    server: Annotated[
+        str | None, typer.Option(help="Trino server URL for --engine trino, e.g. http://HOST:8080.")
+    ] = None,
+    catalog: Annotated[
+        str, typer.Option(help="Trino catalog for --engine trino (see `lakeview trino-config`).")
+    ] = "lakeview",
 ) -> None:
     """Run SQL in DuckDB with the Lakeview catalog attached over REST as `lake`.
 
@@ -351,7 +382,9 @@ def query(
         from lakeview.cli.trino import run_query  # lazy: the command line imports a command's modules only when it runs
 
         if not server:
-            raise LakeviewError("--engine trino needs --server http://HOST:PORT (a Trino with the `lakeview trino-config` catalogs)")
+            raise LakeviewError(
+                "--engine trino needs --server http://HOST:PORT (a Trino with the `lakeview trino-config` catalogs)"
+            )
         _print_result(*run_query(sql, server, catalog=catalog))
         return
     from lakeview.sql.duck import (
@@ -455,7 +488,9 @@ def verify(
     )
 
     # Three steps, each over all files or rows at once (the recompute is one DuckDB query).
-    with work_progress(f"verify {view}: read snapshot, recompute {sum(map(len, files.values()))} files, compare", total=3, unit="steps") as progress:
+    with work_progress(
+        f"verify {view}: read snapshot, recompute {sum(map(len, files.values()))} files, compare", total=3, unit="steps"
+    ) as progress:
         stored = tables.read_rows(config, view, record.snapshot_id)
         progress.advance()
         expected = oracle.recompute(config, view, files)

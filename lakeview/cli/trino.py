@@ -61,10 +61,18 @@ def catalog_files(project: ProjectConfig, *, credential: str | None = None) -> d
         if glue.catalog_id:
             metastore["hive.metastore.glue.catalogid"] = glue.catalog_id
         files["lakeview_glue.properties"] = {"connector.name": "iceberg", "iceberg.catalog.type": "glue", **metastore}
-        files["lakeview_glue_delta.properties"] = {"connector.name": "delta_lake", "hive.metastore": "glue", **metastore}
+        files["lakeview_glue_delta.properties"] = {
+            "connector.name": "delta_lake",
+            "hive.metastore": "glue",
+            **metastore,
+        }
     if project.hive is not None:
         uri = {"hive.metastore.uri": project.hive.uri}
-        files["lakeview_hive.properties"] = {"connector.name": "iceberg", "iceberg.catalog.type": "hive_metastore", **uri}
+        files["lakeview_hive.properties"] = {
+            "connector.name": "iceberg",
+            "iceberg.catalog.type": "hive_metastore",
+            **uri,
+        }
         files["lakeview_hive_delta.properties"] = {"connector.name": "delta_lake", "hive.metastore": "thrift", **uri}
     return files
 
@@ -76,7 +84,9 @@ def render(name: str, properties: dict[str, str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def run_query(sql: str, server: str, *, catalog: str = "lakeview", schema: str | None = None, user: str = "lakeview") -> tuple[list[str], list[tuple[Any, ...]]]:
+def run_query(
+    sql: str, server: str, *, catalog: str = "lakeview", schema: str | None = None, user: str = "lakeview"
+) -> tuple[list[str], list[tuple[Any, ...]]]:
     """Run ``sql`` on the Trino server at ``server`` (``http(s)://HOST:PORT``); columns and rows.
 
     Raises LakeviewError naming the server when none answers there, or Trino's own message when
@@ -92,7 +102,9 @@ def run_query(sql: str, server: str, *, catalog: str = "lakeview", schema: str |
     try:
         httpx.get(f"{url.scheme}://{url.hostname}:{port}/v1/info", timeout=5).raise_for_status()
     except httpx.HTTPError as exc:
-        raise LakeviewError(f"no Trino server answers at {url.scheme}://{url.hostname}:{port} ({exc.__class__.__name__}: {exc})") from None
+        raise LakeviewError(
+            f"no Trino server answers at {url.scheme}://{url.hostname}:{port} ({exc.__class__.__name__}: {exc})"
+        ) from None
     connection = trino.dbapi.connect(
         host=url.hostname, port=port, http_scheme=url.scheme, user=user, catalog=catalog, schema=schema
     )

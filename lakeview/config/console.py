@@ -12,7 +12,7 @@ from lakeview.config.cadence import Cadence, parse_cadence
 def _duration(value: Any) -> Cadence:
     parsed = value if isinstance(value, Cadence) else parse_cadence(value)
     if parsed.is_manual:
-        raise ValueError(f"{value!r}: use a duration like \"5s\", \"1h\" or \"2d\"")
+        raise ValueError(f'{value!r}: use a duration like "5s", "1h" or "2d"')
     return parsed
 
 

@@ -70,7 +70,9 @@ def with_evolved_sources(project: ProjectConfig) -> ProjectConfig:
     return project.model_copy(update={"sources": {**project.sources, **evolved}})
 
 
-def record_added(project: ProjectConfig, source: str, columns: list[tuple[str, str]], *, epoch: int, view: str) -> list[str]:
+def record_added(
+    project: ProjectConfig, source: str, columns: list[tuple[str, str]], *, epoch: int, view: str
+) -> list[str]:
     """Add ``columns`` ((name, Spark type)) to the source's recorded schema; returns the names
     that were really new (another view of the source may have recorded them already)."""
     path = schema_file(project, source)
@@ -80,7 +82,9 @@ def record_added(project: ProjectConfig, source: str, columns: list[tuple[str, s
     with open(path.parent / f".{source}.lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         added = added_columns(project, source)
-        known = {c.name.lower() for c in parse_ddl(project.sources[source].schema_)} | {str(c["name"]).lower() for c in added}
+        known = {c.name.lower() for c in parse_ddl(project.sources[source].schema_)} | {
+            str(c["name"]).lower() for c in added
+        }
         fresh = [(name, kind) for name, kind in columns if name.lower() not in known]
         if not fresh:
             return []
@@ -88,6 +92,11 @@ def record_added(project: ProjectConfig, source: str, columns: list[tuple[str, s
         hidden = path.with_name(f".{path.name}.{uuid.uuid4().hex}")
         hidden.write_text(json.dumps({"source": source, "added": added}, indent=2))
         os.replace(hidden, path)
-    log.warning("source %s: new column(s) %s (epoch %s of %s) added to its schema",
-                source, ", ".join(f"{n} {t}" for n, t in fresh), epoch, view)
+    log.warning(
+        "source %s: new column(s) %s (epoch %s of %s) added to its schema",
+        source,
+        ", ".join(f"{n} {t}" for n, t in fresh),
+        epoch,
+        view,
+    )
     return [name for name, _ in fresh]

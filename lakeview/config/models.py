@@ -57,7 +57,7 @@ class RegistrarName(str, Enum):
 def _interval(value: Any) -> Cadence:
     interval = value if isinstance(value, Cadence) else parse_cadence(value)
     if interval.is_manual:
-        raise ValueError(f"{value!r}: the pointer-update interval is a duration like \"10s\"")
+        raise ValueError(f'{value!r}: the pointer-update interval is a duration like "10s"')
     return interval
 
 
@@ -166,7 +166,9 @@ class ChangeFeedConfig(_Strict):
     operation: str = Field(description="column holding the operation")
     key: list[str] = Field(min_length=1, description="columns identifying a row of the source")
     sequence: str = Field(description="column ordering the changes of one key (e.g. an LSN or a timestamp)")
-    insert: list[str] = Field(default_factory=lambda: ["insert", "i", "c", "r"], description="operation values meaning insert")
+    insert: list[str] = Field(
+        default_factory=lambda: ["insert", "i", "c", "r"], description="operation values meaning insert"
+    )
     update: list[str] = Field(default_factory=lambda: ["update", "u"], description="operation values meaning update")
     delete: list[str] = Field(default_factory=lambda: ["delete", "d"], description="operation values meaning delete")
 
@@ -235,8 +237,7 @@ class ViewConfig(_Strict):
     format: TableFormat = Field(
         TableFormat.ICEBERG,
         description=(
-            "`iceberg` (committed through the REST catalog) or `delta` (delta-rs, at "
-            "`<warehouse>/<namespace>/<view>`)"
+            "`iceberg` (committed through the REST catalog) or `delta` (delta-rs, at `<warehouse>/<namespace>/<view>`)"
         ),
     )
     cadence: Cadence = Field(
@@ -247,7 +248,8 @@ class ViewConfig(_Strict):
     )
     namespace: str = Field("default", description="catalog namespace of the view's table")
     registrars: list[RegistrarName] = Field(
-        default_factory=list, alias="register",
+        default_factory=list,
+        alias="register",
         description="also publish in `glue`, `hive` (needs `[hive]`) or `filesystem` after each commit",
     )
     materialize: bool = Field(
@@ -298,7 +300,7 @@ class ViewConfig(_Strict):
             return value
         lag = parse_cadence(value)
         if lag.is_manual:
-            raise ValueError(f"{value!r}: a target lag is a duration like \"10s\" or \"5m\"")
+            raise ValueError(f'{value!r}: a target lag is a duration like "10s" or "5m"')
         return lag
 
     @property
@@ -329,17 +331,21 @@ class SparkConfig(_Strict):
         description='extra Spark properties, e.g. `{ "spark.driver.host" = "10.0.0.5" }` so executors reach the driver',
     )
     driver_rows_max: int = Field(
-        500_000, ge=0,
+        500_000,
+        ge=0,
         description="append views: a batch with more input rows has its data files written by the executors; keyed views: "
         "a first batch (a backfill into empty tables) with more input rows is computed by Spark and written by the executors",
     )
     driver_keys_max: int = Field(
-        2_000_000, ge=0,
+        2_000_000,
+        ge=0,
         description="keyed tables (a view's, its state, a change feed's mirror) with more live rows are read only by the "
         "executors: keys found, deletes folded and changes derived by Spark jobs; the driver keeps no index or rows of them",
     )
     max_files_per_trigger: int | None = Field(
-        None, ge=1, description="at most this many new files per batch (Spark's maxFilesPerTrigger); bounds every view's delta"
+        None,
+        ge=1,
+        description="at most this many new files per batch (Spark's maxFilesPerTrigger); bounds every view's delta",
     )
 
     @field_validator("master")

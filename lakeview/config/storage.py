@@ -20,7 +20,7 @@ def _duration(value: Any) -> Cadence | None:
         return value
     parsed = parse_cadence(value)
     if parsed.is_manual:
-        raise ValueError(f"{value!r}: use a duration like \"30s\", \"1h\" or \"7d\"")
+        raise ValueError(f'{value!r}: use a duration like "30s", "1h" or "7d"')
     return parsed
 
 
@@ -31,8 +31,7 @@ class S3Config(_Strict):
     endpoint: str | None = Field(
         None,
         description=(
-            "e.g. `http://127.0.0.1:8333` (S3-compatible stores); default: `AWS_ENDPOINT_URL_S3` or "
-            "`AWS_ENDPOINT_URL`"
+            "e.g. `http://127.0.0.1:8333` (S3-compatible stores); default: `AWS_ENDPOINT_URL_S3` or `AWS_ENDPOINT_URL`"
         ),
     )
     region: str | None = Field(None, description="default: `AWS_REGION`, `AWS_DEFAULT_REGION`, else `us-east-1`")
@@ -41,11 +40,14 @@ class S3Config(_Strict):
     session_token: str | None = Field(None, description="default: `AWS_SESSION_TOKEN`")
     path_style: bool = Field(True, description="bucket in the path, not the host name (MinIO, SeaweedFS)")
     vended_credentials_ttl: int | None = Field(
-        None, ge=900, le=43200,
+        None,
+        ge=900,
+        le=43200,
         description="seconds that credentials vended to catalog clients live (STS AssumeRole); unset: no vending",
     )
     vended_credentials_role_arn: str | None = Field(
-        None, description="role the catalog assumes to vend credentials (AWS); unset: the catalog's own identity (SeaweedFS)"
+        None,
+        description="role the catalog assumes to vend credentials (AWS); unset: the catalog's own identity (SeaweedFS)",
     )
 
     def resolved(self) -> dict[str, str | None]:
@@ -85,7 +87,9 @@ class S3Config(_Strict):
             "s3.secret-access-key": r["secret_access_key"],
             "s3.session-token": r["session_token"],
             "s3.force-virtual-addressing": "false" if self.path_style else "true",
-            "lakeview.vended-credentials-ttl": str(self.vended_credentials_ttl) if self.vended_credentials_ttl else None,
+            "lakeview.vended-credentials-ttl": str(self.vended_credentials_ttl)
+            if self.vended_credentials_ttl
+            else None,
             "lakeview.vended-credentials-role-arn": self.vended_credentials_role_arn,
         }
         return {k: v for k, v in props.items() if v}
@@ -104,7 +108,10 @@ class S3Config(_Strict):
             if r["session_token"]:
                 parts.append(f"SESSION_TOKEN {quoted(r['session_token'])}")
         if endpoint:
-            parts += [f"ENDPOINT {quoted(endpoint.split('://', 1)[-1])}", f"USE_SSL {str(endpoint.startswith('https')).lower()}"]
+            parts += [
+                f"ENDPOINT {quoted(endpoint.split('://', 1)[-1])}",
+                f"USE_SSL {str(endpoint.startswith('https')).lower()}",
+            ]
         if self.path_style:
             parts.append("URL_STYLE 'path'")
         return f"CREATE OR REPLACE SECRET lakeview_s3 ({', '.join(parts)})"
@@ -131,11 +138,14 @@ class MaintenanceConfig(_Strict):
     """``[views.NAME.maintenance]``: background compaction and orphan removal thresholds."""
 
     enabled: bool = Field(True, description="`false`: `lakeview up` runs no background pass for this view")
-    interval: Cadence = Field(default_factory=lambda: parse_cadence("5m"), description="how often the background pass runs")
+    interval: Cadence = Field(
+        default_factory=lambda: parse_cadence("5m"), description="how often the background pass runs"
+    )
     small_file_bytes: int = Field(8 * 1024 * 1024, ge=1, description="data files below this size count as small")
     compact_min_files: int = Field(10, ge=2, description="compact when at least this many small files exist")
     delete_files_max: int = Field(
-        20, ge=1,
+        20,
+        ge=1,
         description=(
             "keyed Iceberg views: the commit that would make this many position-delete files folds them all into "
             "rewritten data files instead (each keyed epoch adds one); a maintenance pass folds them at this many too"

@@ -84,8 +84,9 @@ class Aggregate(Operator):
             rt.store.apply(self.records, delta.schema.empty_table())
         old = rt.store.lookup(self.records, self._keys(rt, delta))
         sel = cols_sql(cols)
-        new = rt.duck.consolidate(union_sql([f"SELECT {sel}, {WEIGHT} FROM o", f"SELECT {sel}, {WEIGHT} FROM d"]),
-                                  cols, o=old, d=delta)
+        new = rt.duck.consolidate(
+            union_sql([f"SELECT {sel}, {WEIGHT} FROM o", f"SELECT {sel}, {WEIGHT} FROM d"]), cols, o=old, d=delta
+        )
         aggs = ", ".join(f"{a.sql()} AS {q(a.out)}" for a in self.aggs)
         lead = f"{cols_sql(self.group)}, " if self.group else ""
 
@@ -102,8 +103,12 @@ class Aggregate(Operator):
     def _partials(self) -> list[str]:
         exprs = [f"SUM({WEIGHT}) AS __cnt"]
         for i, a in enumerate(self.aggs):
-            cond = " AND ".join(c for c in [
-                f"{q(a.arg)} IS NOT NULL" if a.arg else "", q(a.filter) if a.filter else ""] if c) or "TRUE"
+            cond = (
+                " AND ".join(
+                    c for c in [f"{q(a.arg)} IS NOT NULL" if a.arg else "", q(a.filter) if a.filter else ""] if c
+                )
+                or "TRUE"
+            )
             if a.func in ("sum", "avg"):
                 exprs.append(f"SUM({q(a.arg)} * {WEIGHT}) FILTER (WHERE {cond}) AS __s{i}")
             exprs.append(f"SUM({WEIGHT}) FILTER (WHERE {cond}) AS __n{i}")
@@ -118,8 +123,9 @@ class Aggregate(Operator):
         return f"CASE WHEN {n} > 0 THEN CAST({t}.__s{i} AS DOUBLE) / {n} END"
 
     def _linear(self, rt: Runtime, delta: pa.Table, first: bool) -> pa.Table:
-        partial_cols = ["__cnt"] + [c for i, a in enumerate(self.aggs)
-                                    for c in ([f"__s{i}"] if a.func in ("sum", "avg") else []) + [f"__n{i}"]]
+        partial_cols = ["__cnt"] + [
+            c for i, a in enumerate(self.aggs) for c in ([f"__s{i}"] if a.func in ("sum", "avg") else []) + [f"__n{i}"]
+        ]
         lead = f"{cols_sql(self.group)}, " if self.group else ""
         dagg = rt.duck.query(f"SELECT {lead}{', '.join(self._partials())} FROM d{self._group_by()}", d=delta)
         rec_cols = self.group + partial_cols
@@ -129,7 +135,8 @@ class Aggregate(Operator):
         on = " AND ".join(f"o.{q(g)} IS NOT DISTINCT FROM g.{q(g)}" for g in self.group) or "TRUE"
         merged = ", ".join(
             [f"COALESCE(g.{q(c)}, o.{q(c)}) AS {q(c)}" for c in self.group]
-            + [f"COALESCE(o.{c}, 0) + COALESCE(g.{c}, 0) AS {c}" for c in partial_cols])
+            + [f"COALESCE(o.{c}, 0) + COALESCE(g.{c}, 0) AS {c}" for c in partial_cols]
+        )
         new = rt.duck.query(f"SELECT {merged}, 1 AS {WEIGHT} FROM o FULL JOIN g ON {on}", o=old, g=dagg)
         values = ", ".join(f"{self._value(i, a, 't')} AS {q(a.out)}" for i, a in enumerate(self.aggs))
         gl = f"{cols_sql(self.group, 't.')}, " if self.group else ""
@@ -140,7 +147,11 @@ class Aggregate(Operator):
         out = rt.duck.consolidate(union_sql(parts), self.columns, old=old, new=new)
         rec = cols_sql(rec_cols)
         change = rt.duck.query(
-            union_sql([f"SELECT {rec}, 1 AS {WEIGHT} FROM new t WHERE {live}",
-                       f"SELECT {rec}, -1 AS {WEIGHT} FROM old"]), old=old, new=new)
+            union_sql(
+                [f"SELECT {rec}, 1 AS {WEIGHT} FROM new t WHERE {live}", f"SELECT {rec}, -1 AS {WEIGHT} FROM old"]
+            ),
+            old=old,
+            new=new,
+        )
         rt.store.apply(self.records, change)
         return out

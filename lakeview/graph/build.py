@@ -52,11 +52,15 @@ class Render:
                 what = "neither grouped nor aggregated" if self.replace else "not found"
                 raise refused(f"column {n.sql(dialect='duckdb')}", what)
             if isinstance(n, (exp.Subquery, exp.Exists)) or (isinstance(n, exp.In) and n.args.get("query")):
-                raise refused(n.sql(dialect="duckdb")[:80], "a subquery is maintained only as a top-level "
-                              "AND-ed [NOT] IN / [NOT] EXISTS of WHERE or in FROM")
+                raise refused(
+                    n.sql(dialect="duckdb")[:80],
+                    "a subquery is maintained only as a top-level AND-ed [NOT] IN / [NOT] EXISTS of WHERE or in FROM",
+                )
             if isinstance(n, exp.Window):
-                raise refused(n.sql(dialect="duckdb"), "window functions are maintained only as a top-k "
-                              "(ROW_NUMBER/RANK/DENSE_RANK filtered to <= k)")
+                raise refused(
+                    n.sql(dialect="duckdb"),
+                    "window functions are maintained only as a top-k (ROW_NUMBER/RANK/DENSE_RANK filtered to <= k)",
+                )
             return n
 
         return expr.transform(fn)
@@ -76,8 +80,9 @@ def aggregate_units(exprs: list[exp.Expr]) -> list[exp.Expr]:
         for node in root.walk():
             if isinstance(node, exp.Filter) and isinstance(node.this, exp.AggFunc):
                 units.setdefault(node.sql(), node)
-            elif isinstance(node, exp.AggFunc) and not window_function(node) and not isinstance(
-                    node.parent, exp.Filter):
+            elif (
+                isinstance(node, exp.AggFunc) and not window_function(node) and not isinstance(node.parent, exp.Filter)
+            ):
                 if isinstance(node, (exp.RowNumber, exp.Rank, exp.DenseRank)):
                     continue
                 units.setdefault(node.sql(), node)
@@ -209,8 +214,9 @@ class Builder:
             rel = self.semi(rel, c)
         return rel
 
-    def split_where(self, sel: exp.Select, from_: exp.Expr, joins: list[exp.Expr]) -> tuple[
-            dict[str, list[exp.Expr]], list[exp.Expr], list[exp.Expr]]:
+    def split_where(
+        self, sel: exp.Select, from_: exp.Expr, joins: list[exp.Expr]
+    ) -> tuple[dict[str, list[exp.Expr]], list[exp.Expr], list[exp.Expr]]:
         """WHERE's conjuncts: those on one input that no outer join NULL-extends (filtered before the joins, so
         the joins keep less state), the other plain ones, and the IN / EXISTS ones."""
         items = [from_.this] + [j.this for j in joins]
@@ -276,8 +282,7 @@ class Builder:
     @staticmethod
     def equality(c: exp.Expr, left: Scope, right: Scope) -> tuple[str, str] | None:
         """(left column, right column) when ``c`` is ``l = r`` across the two sides."""
-        if not isinstance(c, exp.EQ) or not isinstance(c.this, exp.Column) or not isinstance(c.expression,
-                                                                                             exp.Column):
+        if not isinstance(c, exp.EQ) or not isinstance(c.this, exp.Column) or not isinstance(c.expression, exp.Column):
             return None
         a, b = (c.this.table, c.this.name), (c.expression.table, c.expression.name)
         if a in left and b in right and a not in right and b not in left:
@@ -296,15 +301,24 @@ class Builder:
                 lk.append(pair[0])
                 rk.append(pair[1])
         condition = " AND ".join(f"({render.sql(c)})" for c in conds) or "TRUE"
-        op = self.add(Join, [left.op, right.op], left.op.columns + right.op.columns, kind=kind,
-                      left_key=lk, right_key=rk, condition=condition)
+        op = self.add(
+            Join,
+            [left.op, right.op],
+            left.op.columns + right.op.columns,
+            kind=kind,
+            left_key=lk,
+            right_key=rk,
+            condition=condition,
+        )
         return Rel(op, scope, left.inputs | right.inputs)
 
     # -- IN / EXISTS ----------------------------------------------------------------------------------------
     @staticmethod
     def is_subquery_predicate(c: exp.Expr) -> bool:
-        return any(isinstance(n, (exp.Exists, exp.Subquery)) or (isinstance(n, exp.In) and n.args.get("query"))
-                   for n in c.walk())
+        return any(
+            isinstance(n, (exp.Exists, exp.Subquery)) or (isinstance(n, exp.In) and n.args.get("query"))
+            for n in c.walk()
+        )
 
     def semi(self, rel: Rel, c: exp.Expr) -> Rel:
         """A top-level [NOT] IN (subquery) or [NOT] EXISTS conjunct as a semi or anti join."""
@@ -317,8 +331,10 @@ class Builder:
         elif isinstance(inner, exp.In) and inner.args.get("query") is not None:
             sub, lhs = inner.args["query"], inner.this
         else:
-            raise refused(c.sql(dialect="duckdb")[:80], "a subquery is maintained only as a top-level AND-ed "
-                          "[NOT] IN / [NOT] EXISTS")
+            raise refused(
+                c.sql(dialect="duckdb")[:80],
+                "a subquery is maintained only as a top-level AND-ed [NOT] IN / [NOT] EXISTS",
+            )
         while isinstance(sub, exp.Subquery):
             sub = sub.this
         local = self.local_aliases(sub)
@@ -330,10 +346,13 @@ class Builder:
             right_scope: Scope = {}
             rhs = q(right_op.columns[0]) if lhs is not None else None
         else:
-            if any(sub.args.get(k) for k in ("group", "having", "limit", "distinct", "qualify")) or \
-                    aggregate_units(sub.expressions):
-                raise refused(c.sql(dialect="duckdb")[:80], "a correlated subquery with grouping, DISTINCT or "
-                              "LIMIT is not maintained")
+            if any(sub.args.get(k) for k in ("group", "having", "limit", "distinct", "qualify")) or aggregate_units(
+                sub.expressions
+            ):
+                raise refused(
+                    c.sql(dialect="duckdb")[:80],
+                    "a correlated subquery with grouping, DISTINCT or LIMIT is not maintained",
+                )
             stripped = sub.copy()
             kept = [w for w in where if w not in correlated]
             stripped.set("where", exp.Where(this=exp.and_(*kept)) if kept else None)
@@ -364,8 +383,9 @@ class Builder:
                     lk.append(rel.scope[(lhs.table, lhs.name)])
                     rk.append(right_op.columns[0])
         condition = " AND ".join(parts) or "TRUE"
-        op = self.add(SemiJoin, [rel.op, right_op], rel.op.columns, anti=anti, left_key=lk, right_key=rk,
-                      condition=condition)
+        op = self.add(
+            SemiJoin, [rel.op, right_op], rel.op.columns, anti=anti, left_key=lk, right_key=rk, condition=condition
+        )
         return Rel(op, rel.scope)
 
     @staticmethod
@@ -380,20 +400,30 @@ class Builder:
     def select(self, sel: exp.Select, hints: dict[str, int]) -> tuple[Operator, list[str]]:
         for part in sel.expressions + [sel.args.get(k) for k in ("group", "having", "qualify", "order")]:
             if part is not None and self.is_subquery_predicate(part):
-                raise refused(part.sql(dialect="duckdb")[:80], "a subquery is maintained only in FROM or as a "
-                              "top-level AND-ed [NOT] IN / [NOT] EXISTS of WHERE")
+                raise refused(
+                    part.sql(dialect="duckdb")[:80],
+                    "a subquery is maintained only in FROM or as a top-level AND-ed [NOT] IN / [NOT] EXISTS of WHERE",
+                )
         from_hints = self.rank_hints(sel)
         rel = self.from_where(sel, from_hints)
         op, render = rel.op, Render(rel.scope)
         order = sel.args.get("order")
         order_exprs = [o.this for o in order.expressions] if order is not None else []
-        windows = [w for e in sel.expressions + ([sel.args["qualify"]] if sel.args.get("qualify") else [])
-                   for w in e.find_all(exp.Window)]
-        window_parts = [x for w in windows for x in (w.args.get("partition_by") or []) + (
-            [o.this for o in w.args["order"].expressions] if w.args.get("order") else [])]
+        windows = [
+            w
+            for e in sel.expressions + ([sel.args["qualify"]] if sel.args.get("qualify") else [])
+            for w in e.find_all(exp.Window)
+        ]
+        window_parts = [
+            x
+            for w in windows
+            for x in (w.args.get("partition_by") or [])
+            + ([o.this for o in w.args["order"].expressions] if w.args.get("order") else [])
+        ]
         group = sel.args.get("group")
-        units = aggregate_units(sel.expressions + ([sel.args["having"]] if sel.args.get("having") else [])
-                                + window_parts + order_exprs)
+        units = aggregate_units(
+            sel.expressions + ([sel.args["having"]] if sel.args.get("having") else []) + window_parts + order_exprs
+        )
         if group is not None or units:
             op, render = self.aggregate(rel, group.expressions if group is not None else [], units)
             if sel.args.get("having"):
@@ -428,8 +458,7 @@ class Builder:
             for o in order_exprs:
                 if not (isinstance(o, exp.Column) and not o.table and o.name in by_name):
                     mapped[o.sql()] = next(keys)
-            op = self.limit(op, sel, Render(order_scope, lambda n: mapped.get(n.sql())), by_name,
-                            hidden=len(hidden))
+            op = self.limit(op, sel, Render(order_scope, lambda n: mapped.get(n.sql())), by_name, hidden=len(hidden))
         return op, names
 
     def rank_hints(self, sel: exp.Select) -> dict[str, dict[str, int]]:
@@ -479,8 +508,10 @@ class Builder:
             agg, filt = (u.this, u.expression) if isinstance(u, exp.Filter) else (u, None)
             name = type(agg).__name__.lower()
             if name not in SUPPORTED:
-                raise refused(agg.sql(dialect="duckdb"), "aggregate not maintained (SUM, COUNT, COUNT(*), AVG, "
-                              "MIN, MAX, with DISTINCT or FILTER)")
+                raise refused(
+                    agg.sql(dialect="duckdb"),
+                    "aggregate not maintained (SUM, COUNT, COUNT(*), AVG, MIN, MAX, with DISTINCT or FILTER)",
+                )
             arg_node = agg.this
             distinct = isinstance(arg_node, exp.Distinct)
             if distinct:
@@ -512,15 +543,18 @@ class Builder:
 
         return agg_op, Render({}, replace)
 
-    def top_k(self, op: Operator, render: Render, sel: exp.Select, windows: list[exp.Window],
-              hints: dict[str, int]) -> tuple[Operator, Render]:
+    def top_k(
+        self, op: Operator, render: Render, sel: exp.Select, windows: list[exp.Window], hints: dict[str, int]
+    ) -> tuple[Operator, Render]:
         specs = {w.sql() for w in windows}
         if len(specs) != 1:
             raise refused(windows[0].sql(dialect="duckdb"), "one top-k window per SELECT is maintained")
         w = windows[0]
         if not isinstance(w.this, (exp.RowNumber, exp.Rank, exp.DenseRank)):
-            raise refused(w.sql(dialect="duckdb"), "window functions are maintained only as a top-k "
-                          "(ROW_NUMBER/RANK/DENSE_RANK filtered to <= k)")
+            raise refused(
+                w.sql(dialect="duckdb"),
+                "window functions are maintained only as a top-k (ROW_NUMBER/RANK/DENSE_RANK filtered to <= k)",
+            )
         func = {exp.RowNumber: "row_number", exp.Rank: "rank", exp.DenseRank: "dense_rank"}[type(w.this)]
         assert func in RANKERS
         k = None
@@ -532,8 +566,11 @@ class Builder:
             if isinstance(e, exp.Alias) and e.this.sql() == w.sql() and e.alias in hints:
                 k = hints[e.alias] if k is None else min(k, hints[e.alias])
         if k is None:
-            raise refused(w.sql(dialect="duckdb"), "a window function is maintained only when filtered to rank "
-                          "<= k (QUALIFY, or WHERE on the subquery's rank column)")
+            raise refused(
+                w.sql(dialect="duckdb"),
+                "a window function is maintained only when filtered to rank "
+                "<= k (QUALIFY, or WHERE on the subquery's rank column)",
+            )
         parts = w.args.get("partition_by") or []
         extra_cols, extra_exprs, part_cols = [], [], []
         for p in parts:
@@ -547,8 +584,9 @@ class Builder:
                 part_cols.append(col)
         if extra_cols:
             op = self.add(Project, [op], op.columns + extra_cols, exprs=[q(c) for c in op.columns] + extra_exprs)
-        order = [render.node(o).sql(dialect="duckdb") for o in w.args["order"].expressions] \
-            if w.args.get("order") else []
+        order = (
+            [render.node(o).sql(dialect="duckdb") for o in w.args["order"].expressions] if w.args.get("order") else []
+        )
         rank = self.fresh("rank")
         topk = self.add(TopK, [op], op.columns + [rank], partition=part_cols, order=order, func=func, limit=k)
         sig = w.sql()
@@ -564,14 +602,14 @@ class Builder:
             topk = self.add(Filter, [topk], topk.columns, predicate=after.sql(sel.args["qualify"].this))
         return topk, after
 
-    def limit(self, op: Operator, node: exp.Expr, render: Render, by_name: dict[str, str],
-              hidden: int) -> Operator:
+    def limit(self, op: Operator, node: exp.Expr, render: Render, by_name: dict[str, str], hidden: int) -> Operator:
         """ORDER BY … LIMIT k [OFFSET m] over a whole query: a top-k with no partition, rank dropped."""
         k = int_literal(node.args.get("limit"), "LIMIT")
         offset = int_literal(node.args["offset"], "OFFSET") if node.args.get("offset") else 0
         order = [render.node(o).sql(dialect="duckdb") for o in node.args["order"].expressions]
         rank = self.fresh("rank")
-        topk = self.add(TopK, [op], op.columns + [rank], partition=[], order=order, func="row_number",
-                        limit=k, offset=offset)
-        keep = op.columns[:len(op.columns) - hidden]
+        topk = self.add(
+            TopK, [op], op.columns + [rank], partition=[], order=order, func="row_number", limit=k, offset=offset
+        )
+        keep = op.columns[: len(op.columns) - hidden]
         return self.add(Project, [topk], [self.fresh(c) for c in keep], exprs=[q(c) for c in keep])

@@ -14,8 +14,9 @@ from lakeview.graph.zset import WEIGHT, q
 PASSES = (parse, refuse, qualify, subqueries_as_ctes, eager_aggregation)
 
 
-def compile_view(sql: str, schemas: dict[str, pa.Schema], sizes: dict[str, int] | None = None,
-                 eager: bool | None = None) -> Graph:
+def compile_view(
+    sql: str, schemas: dict[str, pa.Schema], sizes: dict[str, int] | None = None, eager: bool | None = None
+) -> Graph:
     """Compile a view's SQL over inputs with these arrow schemas into an operator graph.
 
     ``sizes`` (optional rows per input) orders inner joins so that small inputs join first. ``eager``: push

@@ -96,4 +96,3 @@ def explain(graph: Graph) -> str:
 
     walk(graph.output, 0)
     return "\n".join(lines)
-

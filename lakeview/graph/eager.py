@@ -40,8 +40,11 @@ def _units(select: exp.Select) -> list[exp.Expr]:
 def _rewrite(select: exp.Select, sizes: dict[str, int], mode: bool | None) -> None:
     from_ = select.args.get("from_") or select.args.get("from")
     joins = select.args.get("joins") or []
-    if from_ is None or not joins or any((j.side or "") or (j.args.get("kind") or "").upper() not in ("", "INNER")
-                                         for j in joins):
+    if (
+        from_ is None
+        or not joins
+        or any((j.side or "") or (j.args.get("kind") or "").upper() not in ("", "INNER") for j in joins)
+    ):
         return
     if select.args.get("qualify") or any(select.find_all(exp.Window)) or select.args.get("limit"):
         return
@@ -78,8 +81,12 @@ def _rewrite(select: exp.Select, sizes: dict[str, int], mode: bool | None) -> No
     # the fact input's columns used outside its aggregates are the pre-aggregate's keys
     unit_ids = {id(n) for u in units for n in u.walk()}
     keys: dict[str, exp.Column] = {}
-    rest = [select.args.get("where") and exp.and_(*outer_where) if outer_where else None, select.args.get("group")] \
-        + select.expressions + [j.args.get("on") for j in joins] + [select.args.get("having"), select.args.get("order")]
+    rest = (
+        [select.args.get("where") and exp.and_(*outer_where) if outer_where else None, select.args.get("group")]
+        + select.expressions
+        + [j.args.get("on") for j in joins]
+        + [select.args.get("having"), select.args.get("order")]
+    )
     for root in rest:
         if root is None:
             continue
@@ -107,8 +114,10 @@ def _rewrite(select: exp.Select, sizes: dict[str, int], mode: bool | None) -> No
         else:  # AVG = total / count over the partials
             s = partial(exp.Sum(this=arg.copy()), f"lv_s{i}")
             n = partial(exp.Count(this=arg.copy()), f"lv_n{i}")
-            new = exp.Div(this=exp.cast(exp.Sum(this=s), "DOUBLE"),
-                          expression=exp.func("NULLIF", exp.Sum(this=n), exp.Literal.number(0)))
+            new = exp.Div(
+                this=exp.cast(exp.Sum(this=s), "DOUBLE"),
+                expression=exp.func("NULLIF", exp.Sum(this=n), exp.Literal.number(0)),
+            )
         replacements[id(u)] = new
     pre = exp.select(*[exp.alias_(exp.column(k, table=fact_alias), k) for k in keys], *partials).from_(fact.copy())
     if inner_where:

@@ -42,8 +42,11 @@ class Join(Operator):
     def __post_init__(self) -> None:
         self.left_state = self.state("left", self.left_key, f"rows of {self.inputs[0].id} by key")
         self.right_state = self.state("right", self.right_key, f"rows of {self.inputs[1].id} by key")
-        self.cost = "per changed row × matching rows of the other side" if self.left_key else (
-            "whole other side per changed row (no equality in ON)")
+        self.cost = (
+            "per changed row × matching rows of the other side"
+            if self.left_key
+            else ("whole other side per changed row (no equality in ON)")
+        )
         if self.kind != "inner":
             self.cost += "; NULL-extension: both sides' rows under each changed key"
 
@@ -63,18 +66,24 @@ class Join(Operator):
         return f"Join {self.kind.upper()} key ({keys}) ON {self.condition}"
 
     def _inner(self, x: str, y: str) -> str:
-        return (f"SELECT {cols_sql(self.left_columns, 'l.')}, {cols_sql(self.right_columns, 'r.')}, "
-                f"l.{WEIGHT} * r.{WEIGHT} AS {WEIGHT} FROM {x} l JOIN {y} r ON {self.condition}")
+        return (
+            f"SELECT {cols_sql(self.left_columns, 'l.')}, {cols_sql(self.right_columns, 'r.')}, "
+            f"l.{WEIGHT} * r.{WEIGHT} AS {WEIGHT} FROM {x} l JOIN {y} r ON {self.condition}"
+        )
 
     def _left_only(self, x: str, y: str, sign: str) -> str:
-        return (f"SELECT {cols_sql(self.left_columns, 'l.')}, {cols_sql(self.right_columns, 'r.')}, "
-                f"{sign}l.{WEIGHT} AS {WEIGHT} FROM {x} l LEFT JOIN {y} r ON {self.condition} "
-                f"WHERE r.{WEIGHT} IS NULL")
+        return (
+            f"SELECT {cols_sql(self.left_columns, 'l.')}, {cols_sql(self.right_columns, 'r.')}, "
+            f"{sign}l.{WEIGHT} AS {WEIGHT} FROM {x} l LEFT JOIN {y} r ON {self.condition} "
+            f"WHERE r.{WEIGHT} IS NULL"
+        )
 
     def _right_only(self, x: str, y: str, sign: str) -> str:
-        return (f"SELECT {cols_sql(self.left_columns, 'l.')}, {cols_sql(self.right_columns, 'r.')}, "
-                f"{sign}r.{WEIGHT} AS {WEIGHT} FROM {y} r LEFT JOIN {x} l ON {self.condition} "
-                f"WHERE l.{WEIGHT} IS NULL")
+        return (
+            f"SELECT {cols_sql(self.left_columns, 'l.')}, {cols_sql(self.right_columns, 'r.')}, "
+            f"{sign}r.{WEIGHT} AS {WEIGHT} FROM {y} r LEFT JOIN {x} l ON {self.condition} "
+            f"WHERE l.{WEIGHT} IS NULL"
+        )
 
     def step(self, rt: Runtime, deltas: list[pa.Table]) -> pa.Table:
         da, db = deltas
@@ -110,8 +119,8 @@ class Join(Operator):
     def _merged(rt: Runtime, old: pa.Table, delta: pa.Table, columns: list[str]) -> pa.Table:
         cols = cols_sql(columns)
         return rt.duck.consolidate(
-            union_sql([f"SELECT {cols}, {WEIGHT} FROM o", f"SELECT {cols}, {WEIGHT} FROM d"]), columns,
-            o=old, d=delta)
+            union_sql([f"SELECT {cols}, {WEIGHT} FROM o", f"SELECT {cols}, {WEIGHT} FROM d"]), columns, o=old, d=delta
+        )
 
 
 @dataclass(eq=False)
@@ -126,8 +135,11 @@ class SemiJoin(Operator):
     def __post_init__(self) -> None:
         self.left_state = self.state("left", self.left_key, f"rows of {self.inputs[0].id} by key")
         self.right_state = self.state("right", self.right_key, f"rows of {self.inputs[1].id} by key")
-        self.cost = "per changed key (both sides' rows under it)" if self.left_key else (
-            "whole state per epoch (no equality correlation, or NOT IN's NULL rule)")
+        self.cost = (
+            "per changed key (both sides' rows under it)"
+            if self.left_key
+            else ("whole state per epoch (no equality correlation, or NOT IN's NULL rule)")
+        )
 
     def state_tables(self) -> list[StateTable]:
         return [self.left_state, self.right_state]
@@ -139,8 +151,10 @@ class SemiJoin(Operator):
     def _kept(self, x: str, y: str, sign: str) -> str:
         cols = cols_sql(self.columns, "l.")
         neg = "NOT " if self.anti else ""
-        return (f"SELECT {cols}, {sign}l.{WEIGHT} AS {WEIGHT} FROM {x} l "
-                f"WHERE {neg}EXISTS (SELECT 1 FROM {y} r WHERE {self.condition})")
+        return (
+            f"SELECT {cols}, {sign}l.{WEIGHT} AS {WEIGHT} FROM {x} l "
+            f"WHERE {neg}EXISTS (SELECT 1 FROM {y} r WHERE {self.condition})"
+        )
 
     def step(self, rt: Runtime, deltas: list[pa.Table]) -> pa.Table:
         da, db = deltas
@@ -158,8 +172,9 @@ class SemiJoin(Operator):
             b = rt.store.lookup(self.right_state, None)
         an = Join._merged(rt, a, da, self.inputs[0].columns)
         bn = Join._merged(rt, b, db, self.inputs[1].columns)
-        out = rt.duck.consolidate(union_sql([self._kept("an", "bn", ""), self._kept("a", "b", "-")]),
-                                  self.columns, a=a, b=b, an=an, bn=bn)
+        out = rt.duck.consolidate(
+            union_sql([self._kept("an", "bn", ""), self._kept("a", "b", "-")]), self.columns, a=a, b=b, an=an, bn=bn
+        )
         rt.store.apply(self.left_state, da)
         rt.store.apply(self.right_state, db)
         if not hasattr(self, "_empty"):

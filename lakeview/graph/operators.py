@@ -142,12 +142,20 @@ class Distinct(Operator):
         cols = cols_sql(self.columns)
         new = rt.duck.consolidate(
             union_sql([f"SELECT {cols}, {WEIGHT} FROM old", f"SELECT {cols}, {WEIGHT} FROM d"]),
-            self.columns, old=old, d=delta,
+            self.columns,
+            old=old,
+            d=delta,
         )
         out = rt.duck.consolidate(
-            union_sql([f"SELECT {cols}, 1 AS {WEIGHT} FROM new WHERE {WEIGHT} > 0",
-                       f"SELECT {cols}, -1 AS {WEIGHT} FROM old WHERE {WEIGHT} > 0"]),
-            self.columns, old=old, new=new,
+            union_sql(
+                [
+                    f"SELECT {cols}, 1 AS {WEIGHT} FROM new WHERE {WEIGHT} > 0",
+                    f"SELECT {cols}, -1 AS {WEIGHT} FROM old WHERE {WEIGHT} > 0",
+                ]
+            ),
+            self.columns,
+            old=old,
+            new=new,
         )
         rt.store.apply(self.counts, delta)
         return out

@@ -19,11 +19,35 @@ from sqlglot.optimizer.qualify import qualify as sqlglot_qualify
 from lakeview.errors import UnsupportedSQLError
 
 NONDETERMINISTIC_CLASSES = tuple(
-    getattr(exp, n) for n in ("Rand", "CurrentTimestamp", "CurrentDate", "CurrentTime", "CurrentDatetime",
-                              "Uuid", "CurrentTimestampLTZ", "Localtime", "Localtimestamp") if hasattr(exp, n))
-NONDETERMINISTIC_NAMES = {"now", "random", "uuid", "gen_random_uuid", "setseed", "nextval", "currval",
-                          "current_timestamp", "get_current_time", "get_current_timestamp", "today",
-                          "transaction_timestamp", "random_uuid"}
+    getattr(exp, n)
+    for n in (
+        "Rand",
+        "CurrentTimestamp",
+        "CurrentDate",
+        "CurrentTime",
+        "CurrentDatetime",
+        "Uuid",
+        "CurrentTimestampLTZ",
+        "Localtime",
+        "Localtimestamp",
+    )
+    if hasattr(exp, n)
+)
+NONDETERMINISTIC_NAMES = {
+    "now",
+    "random",
+    "uuid",
+    "gen_random_uuid",
+    "setseed",
+    "nextval",
+    "currval",
+    "current_timestamp",
+    "get_current_time",
+    "get_current_timestamp",
+    "today",
+    "transaction_timestamp",
+    "random_uuid",
+}
 
 
 def refused(construct: str, reason: str) -> UnsupportedSQLError:
@@ -49,9 +73,13 @@ def refuse(tree: exp.Expr) -> exp.Expr:
     """Raise UnsupportedSQLError for the first construct that cannot be maintained; return the tree unchanged."""
     for node in tree.walk():
         if isinstance(node, NONDETERMINISTIC_CLASSES) or (
-                isinstance(node, exp.Anonymous) and str(node.this).lower() in NONDETERMINISTIC_NAMES):
-            raise refused(node.sql(dialect="duckdb"), "a non-deterministic function gives a different value "
-                          "on every evaluation, so no change of the inputs can maintain it")
+            isinstance(node, exp.Anonymous) and str(node.this).lower() in NONDETERMINISTIC_NAMES
+        ):
+            raise refused(
+                node.sql(dialect="duckdb"),
+                "a non-deterministic function gives a different value "
+                "on every evaluation, so no change of the inputs can maintain it",
+            )
         if isinstance(node, exp.With) and node.args.get("recursive"):
             raise refused("WITH RECURSIVE", "a recursive CTE is a fixed point, not maintained by this graph")
         if isinstance(node, (exp.Except, exp.Intersect)):
@@ -69,8 +97,10 @@ def _refuse_select(select: exp.Select) -> None:
     if isinstance(select.args.get("distinct"), exp.Distinct) and select.args["distinct"].args.get("on"):
         raise refused("DISTINCT ON", "not an operator of the graph (use ROW_NUMBER() ... = 1)")
     group = select.args.get("group")
-    if group is not None and (any(group.args.get(k) for k in ("grouping_sets", "cube", "rollup")) or any(
-            isinstance(g, (exp.Rollup, exp.Cube, exp.GroupingSets)) for g in group.expressions)):
+    if group is not None and (
+        any(group.args.get(k) for k in ("grouping_sets", "cube", "rollup"))
+        or any(isinstance(g, (exp.Rollup, exp.Cube, exp.GroupingSets)) for g in group.expressions)
+    ):
         raise refused("GROUPING SETS / ROLLUP / CUBE", "not an operator of the graph")
 
 
@@ -99,8 +129,9 @@ def qualify(tree: exp.Expr, schemas: dict[str, pa.Schema]) -> exp.Expr:
         if isinstance(table.this, exp.Identifier) and table.name not in ctes and table.name not in schema:
             raise refused(f"table {table.name}", f"not an input of this view (inputs: {', '.join(sorted(schema))})")
     try:
-        return sqlglot_qualify(tree, schema=schema, dialect="duckdb", quote_identifiers=False,
-                               validate_qualify_columns=True)
+        return sqlglot_qualify(
+            tree, schema=schema, dialect="duckdb", quote_identifiers=False, validate_qualify_columns=True
+        )
     except SqlglotError as e:
         raise UnsupportedSQLError(f"the view's SQL does not resolve against its inputs: {e}") from e
 

@@ -60,8 +60,9 @@ class MemoryStateStore:
             if keys.num_rows == 0 or held.num_rows == 0:
                 return held.schema.empty_table()
             on = " AND ".join(f"s.{q(k)} IS NOT DISTINCT FROM k.{q(k)}" for k in table.key)
-            return self.duck.consolidate(f"SELECT s.* FROM held s SEMI JOIN keys k ON {on}", columns,
-                                         held=held, keys=keys).cast(held.schema)
+            return self.duck.consolidate(
+                f"SELECT s.* FROM held s SEMI JOIN keys k ON {on}", columns, held=held, keys=keys
+            ).cast(held.schema)
         if len(self.tables[table.name]) == 1:
             return held
         return self._merge(table.name)
@@ -87,8 +88,9 @@ class MemoryStateStore:
         columns = data_columns(chunks[0])
         select = f"SELECT {cols_sql(columns)}, {WEIGHT}"
         tables = {f"c{i}": c for i, c in enumerate(chunks)}
-        merged = self.duck.consolidate(union_sql([f"{select} FROM c{i}" for i in range(len(chunks))]), columns,
-                                       **tables)
+        merged = self.duck.consolidate(
+            union_sql([f"{select} FROM c{i}" for i in range(len(chunks))]), columns, **tables
+        )
         self.tables[name] = [merged]
         return merged
 

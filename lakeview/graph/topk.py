@@ -39,8 +39,10 @@ class TopK(Operator):
 
     def describe(self) -> str:
         part = ", ".join(self.partition) or "whole view"
-        return (f"TopK {self.func.upper()}() OVER (PARTITION BY {part} ORDER BY {', '.join(self.order)}) "
-                f"in ({self.offset}, {self.offset + self.limit}]")
+        return (
+            f"TopK {self.func.upper()}() OVER (PARTITION BY {part} ORDER BY {', '.join(self.order)}) "
+            f"in ({self.offset}, {self.offset + self.limit}]"
+        )
 
     def _ranked(self, table: str, sign: int) -> str:
         inputs = self.inputs[0].columns
@@ -49,9 +51,11 @@ class TopK(Operator):
             order += [f"{q(c)} ASC NULLS LAST" for c in inputs]
         part = f"PARTITION BY {cols_sql(self.partition)} " if self.partition else ""
         rank = self.columns[-1]
-        return (f"SELECT {cols_sql(inputs)}, {self.func.upper()}() OVER ({part}ORDER BY {', '.join(order)}) "
-                f"AS {q(rank)}, {sign} AS {WEIGHT} FROM {expand_sql(table)} "
-                f"QUALIFY {q(rank)} > {self.offset} AND {q(rank)} <= {self.offset + self.limit}")
+        return (
+            f"SELECT {cols_sql(inputs)}, {self.func.upper()}() OVER ({part}ORDER BY {', '.join(order)}) "
+            f"AS {q(rank)}, {sign} AS {WEIGHT} FROM {expand_sql(table)} "
+            f"QUALIFY {q(rank)} > {self.offset} AND {q(rank)} <= {self.offset + self.limit}"
+        )
 
     def step(self, rt: Runtime, deltas: list[pa.Table]) -> pa.Table:
         delta = deltas[0]
@@ -64,10 +68,15 @@ class TopK(Operator):
             keys = rt.duck.query(f"SELECT DISTINCT {cols_sql(self.partition)} FROM d", d=delta)
         old = rt.store.lookup(self.rows, keys)
         cols = cols_sql(self.inputs[0].columns)
-        new = rt.duck.consolidate(union_sql([f"SELECT {cols}, {WEIGHT} FROM o", f"SELECT {cols}, {WEIGHT} FROM d"]),
-                                  self.inputs[0].columns, o=old, d=delta)
-        out = rt.duck.consolidate(union_sql([self._ranked("new", 1), self._ranked("old", -1)]), self.columns,
-                                  old=old, new=new)
+        new = rt.duck.consolidate(
+            union_sql([f"SELECT {cols}, {WEIGHT} FROM o", f"SELECT {cols}, {WEIGHT} FROM d"]),
+            self.inputs[0].columns,
+            o=old,
+            d=delta,
+        )
+        out = rt.duck.consolidate(
+            union_sql([self._ranked("new", 1), self._ranked("old", -1)]), self.columns, old=old, new=new
+        )
         rt.store.apply(self.rows, delta)
         self._empty = out.schema.empty_table()
         return out

@@ -64,6 +64,7 @@ def check_view_over_sources(plan: AppendPlan | KeyedAggregatePlan, project: Proj
 
 def images_sql(images: ImagesConfig, columns: list[str], relation: str) -> str:
     """Spark SQL: a before/after-image batch as a Z-set (before −1, after +1)."""
+
     def side(name: str, weight: int) -> str:
         cols = ", ".join(f"`{name}`.`{c}` AS `{c}`" for c in columns)
         return f"SELECT {cols}, {weight} AS {WEIGHT} FROM {relation} WHERE `{name}` IS NOT NULL"

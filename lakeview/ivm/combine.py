@@ -142,7 +142,9 @@ class CombinedMaintainer:
 def appended_rows(weighted: pa.Table) -> Change:
     """An append-only output: each row repeated by its (positive) weight."""
     cols = ", ".join(f'"{c}"' for c in weighted.column_names if c != WEIGHT)
-    return Change(rows=_sql(f"SELECT {cols} FROM w, range(CAST(w.{WEIGHT} AS BIGINT)) WHERE w.{WEIGHT} > 0", w=weighted))
+    return Change(
+        rows=_sql(f"SELECT {cols} FROM w, range(CAST(w.{WEIGHT} AS BIGINT)) WHERE w.{WEIGHT} > 0", w=weighted)
+    )
 
 
 def multiset_change(view: SnapshotWriter, weighted: pa.Table, key: tuple[str, ...]) -> Change:
@@ -166,10 +168,16 @@ def _side_change(writer: SnapshotWriter, columns: list[str], delta: pa.Table) ->
     if delta.num_rows == 0:
         return Change(rows=delta.rename_columns([*columns, COUNT]).slice(0, 0), key=tuple(columns))
     stored = writer.lookup(delta.select(columns))
-    stored = stored.select([*columns, COUNT]) if stored.num_rows else delta.rename_columns([*columns, COUNT]).slice(0, 0)
+    stored = (
+        stored.select([*columns, COUNT]) if stored.num_rows else delta.rename_columns([*columns, COUNT]).slice(0, 0)
+    )
     match = " AND ".join(f'd."{c}" IS NOT DISTINCT FROM o."{c}"' for c in columns)
     items = ", ".join(f'd."{c}"' for c in columns)
-    merged = _sql(f"SELECT {items}, CAST(COALESCE(o.{COUNT}, 0) + d.w AS BIGINT) AS {COUNT} FROM d LEFT JOIN o ON {match}", d=delta, o=stored)
+    merged = _sql(
+        f"SELECT {items}, CAST(COALESCE(o.{COUNT}, 0) + d.w AS BIGINT) AS {COUNT} FROM d LEFT JOIN o ON {match}",
+        d=delta,
+        o=stored,
+    )
     return state_change(merged, tuple(columns), COUNT)
 
 
@@ -187,7 +195,6 @@ def _stored(writer: SnapshotWriter, keys: pa.Table, like: pa.Table) -> pa.Table:
 def _has(writer: SnapshotWriter, epoch: Epoch) -> bool:
     last = writer.last_commit()
     return last is not None and last.epoch >= epoch.number
-
 
 
 def check_combined_view(plan, project) -> str | None:  # type: ignore[no-untyped-def]

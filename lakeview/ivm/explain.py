@@ -30,35 +30,55 @@ def explain(project: ProjectConfig, view: str) -> str:
     lines = [f"view {view} ({plan.kind}) -> {ns}.{view}, cadence {config.cadence}"]
     step = iter(range(1, 100))
     images = source.images if source else None
-    kind = f"change feed: operation {feed.operation}, key {', '.join(feed.key)}, sequence {feed.sequence}" if feed else "append-only"
+    kind = (
+        f"change feed: operation {feed.operation}, key {', '.join(feed.key)}, sequence {feed.sequence}"
+        if feed
+        else "append-only"
+    )
     if images is not None:
         kind = f"change feed of images: before {images.before}, after {images.after}, key {', '.join(images.key)}"
     if source is None:
         key = f"key {', '.join(upstream_key)}" if upstream_key else "append-only, all +1"
-        lines.append(f"  {next(step)}. read the view {upstream}: its change per epoch, Z-set files (weights -1/+1, {key}) in "
-                     f"_lakeview/changes/{upstream}/, published after each of its commits; Spark file stream, only new files per trigger")
+        lines.append(
+            f"  {next(step)}. read the view {upstream}: its change per epoch, Z-set files (weights -1/+1, {key}) in "
+            f"_lakeview/changes/{upstream}/, published after each of its commits; Spark file stream, only new files per trigger"
+        )
     else:
-        lines.append(f"  {next(step)}. read {source_name} ({source.format.value} files, {kind}): Spark file stream, only new files per trigger")
-    reasons = ["rows that do not parse into the schema"] if source and source.format.reader_format in ("json", "csv") else []
-    reasons += [f"rows missing {c}" for c in (source.required if source else [])] + (["unknown operations"] if feed else [])
+        lines.append(
+            f"  {next(step)}. read {source_name} ({source.format.value} files, {kind}): Spark file stream, only new files per trigger"
+        )
+    reasons = (
+        ["rows that do not parse into the schema"] if source and source.format.reader_format in ("json", "csv") else []
+    )
+    reasons += [f"rows missing {c}" for c in (source.required if source else [])] + (
+        ["unknown operations"] if feed else []
+    )
     if reasons:
-        lines.append(f"  {next(step)}. quarantine: {', '.join(reasons)} -> _lakeview/quarantine/{source_name}/{view}/ (stateless)")
+        lines.append(
+            f"  {next(step)}. quarantine: {', '.join(reasons)} -> _lakeview/quarantine/{source_name}/{view}/ (stateless)"
+        )
     if feed:
         lines.append(
             f"  {next(step)}. changes -> Z-set: newest change per key in the batch (Spark), old image from the mirror "
             f"{ns}.{mirror_table_name(view)} looked up by touched key: old row weight -1, new image +1"
         )
     if images is not None:
-        lines.append(f"  {next(step)}. images -> Z-set (Spark): before image weight -1, after image +1; no mirror needed")
+        lines.append(
+            f"  {next(step)}. images -> Z-set (Spark): before image weight -1, after image +1; no mirror needed"
+        )
     if config.watermark:
-        lines.append(f"  {next(step)}. watermark {config.watermark} on {event_column(plan, config.event_time)}: a row older than the max event "
-                     "time consumed in committed epochs minus the delay is late -> quarantine (reason 'late: ...'), counted "
-                     "(lakeview.rows-late); recorded on each commit (lakeview.watermark-us, lakeview.max-event-time-us)")
+        lines.append(
+            f"  {next(step)}. watermark {config.watermark} on {event_column(plan, config.event_time)}: a row older than the max event "
+            "time consumed in committed epochs minus the delay is late -> quarantine (reason 'late: ...'), counted "
+            "(lakeview.rows-late); recorded on each commit (lakeview.watermark-us, lakeview.max-event-time-us)"
+        )
     if plan.where:
         lines.append(f"  {next(step)}. filter WHERE {plan.where}: stateless, per weighted row")
     window = getattr(plan, "window", None)
     if window is not None:
-        lines.append(f"  {next(step)}. window: {window.describe()} (stateless expansion, weight carried; bounds are key columns)")
+        lines.append(
+            f"  {next(step)}. window: {window.describe()} (stateless expansion, weight carried; bounds are key columns)"
+        )
     if isinstance(plan, AppendPlan):
         lines.append(f"  {next(step)}. project {', '.join(plan.columns) or '*'}: stateless")
         if upstream_key:
@@ -73,20 +93,35 @@ def explain(project: ProjectConfig, view: str) -> str:
             key, state = fkey, [f"{ns}.{mirror_table_name(view)} (current row per key)"] if feed else []
         else:
             lines.append(f"  {next(step)}. write: append, one snapshot per epoch")
-            lines.append(f"       a batch of more than {project.spark.driver_rows_max} input rows ([spark] driver_rows_max): its data files "
-                         "are written by the Spark executors, the driver commits only their metadata")
+            lines.append(
+                f"       a batch of more than {project.spark.driver_rows_max} input rows ([spark] driver_rows_max): its data files "
+                "are written by the Spark executors, the driver commits only their metadata"
+            )
             key, state = "none (append-only)", []
-        return "\n".join(lines + [f"key: {key}", f"state: {'; '.join(state) or 'none'}"] + published_lines(project, view) + group_lines(project, view))
+        return "\n".join(
+            lines
+            + [f"key: {key}", f"state: {'; '.join(state) or 'none'}"]
+            + published_lines(project, view)
+            + group_lines(project, view)
+        )
     assert isinstance(plan, KeyedAggregatePlan)
     in_view = plan.view_is_state(append_only=feed is None and images is None and upstream_key is None)
     if plan.keys:
-        group_by = ", ".join(dict(zip(plan.key_exprs, plan.keys)).get(e, e) if e.startswith("__lv_w") else e for e in plan.key_exprs)
-        lines.append(f"  {next(step)}. aggregate GROUP BY {group_by}: keyed aggregate, state looked up by touched group only")
+        group_by = ", ".join(
+            dict(zip(plan.key_exprs, plan.keys)).get(e, e) if e.startswith("__lv_w") else e for e in plan.key_exprs
+        )
+        lines.append(
+            f"  {next(step)}. aggregate GROUP BY {group_by}: keyed aggregate, state looked up by touched group only"
+        )
     else:
-        lines.append(f"  {next(step)}. global aggregate (no GROUP BY): one row, present also over no rows (COUNT 0, SUM NULL)")
+        lines.append(
+            f"  {next(step)}. global aggregate (no GROUP BY): one row, present also over no rows (COUNT 0, SUM NULL)"
+        )
     if in_view:
         for agg in plan.aggregates:
-            lines.append(f"       {agg.column} = {agg.function.value.upper()}: merged into the stored view row (append-only input)")
+            lines.append(
+                f"       {agg.column} = {agg.function.value.upper()}: merged into the stored view row (append-only input)"
+            )
         state = [f"{ns}.{view} itself (every output is mergeable)"]
     else:
         names = state_table_names(view, plan)
@@ -101,20 +136,38 @@ def explain(project: ProjectConfig, view: str) -> str:
         outputs = ", ".join(name for name, _ in plan.outputs)
         lines.append(f"  {next(step)}. finalize {outputs} from the touched groups' state (DuckDB)")
         if plan.having:
-            lines.append(f"  {next(step)}. HAVING: re-evaluated per touched group; a group enters or leaves the view as it flips")
+            lines.append(
+                f"  {next(step)}. HAVING: re-evaluated per touched group; a group enters or leaves the view as it flips"
+            )
         state = [f"{ns}.{names[0]} (group state: key, __lv_rows, sums and counts)"]
-        state += [f"{ns}.{names[i + 1]} (value multiset of {arg}: key, __lv_v, __lv_n)" for i, arg in enumerate(plan.multisets)]
+        state += [
+            f"{ns}.{names[i + 1]} (value multiset of {arg}: key, __lv_v, __lv_n)"
+            for i, arg in enumerate(plan.multisets)
+        ]
         if feed:
             state.append(f"{ns}.{mirror_table_name(view)} (current row per feed key)")
     if window is not None and config.watermark and not in_view:
-        state.append("state rows of windows ending at or before the watermark are deleted (bounded); their view rows stay")
+        state.append(
+            "state rows of windows ending at or before the watermark are deleted (bounded); their view rows stay"
+        )
     if not plan.keys:
-        lines.append(f"  {next(step)}. write: the one row replaced, one snapshot per epoch (state tables first, the view, then the mirror)")
+        lines.append(
+            f"  {next(step)}. write: the one row replaced, one snapshot per epoch (state tables first, the view, then the mirror)"
+        )
     else:
-        lines.append(f"  {next(step)}. write: upsert/delete by key, one snapshot per epoch (state tables first, the view, then the mirror)")
+        lines.append(
+            f"  {next(step)}. write: upsert/delete by key, one snapshot per epoch (state tables first, the view, then the mirror)"
+        )
     lines += batch_lines(project)
     if config.format.value == "iceberg":
-        lines.append(f"       stored rows of the touched keys: found by the driver's key index up to {project.spark.driver_keys_max} rows "
-                     "per table, past that read only by the Spark executors ([spark] driver_keys_max)")
+        lines.append(
+            f"       stored rows of the touched keys: found by the driver's key index up to {project.spark.driver_keys_max} rows "
+            "per table, past that read only by the Spark executors ([spark] driver_keys_max)"
+        )
     key = ", ".join(plan.keys) or "none (one row)"
-    return "\n".join(lines + [f"key: {key}", "state: " + "; ".join(state)] + published_lines(project, view) + group_lines(project, view))
+    return "\n".join(
+        lines
+        + [f"key: {key}", "state: " + "; ".join(state)]
+        + published_lines(project, view)
+        + group_lines(project, view)
+    )

@@ -37,5 +37,7 @@ def published_lines(project: ProjectConfig, view: str) -> list[str]:
     readers = downstreams_of(project, view)
     if not readers:
         return []
-    return [f"changes: each epoch's change (derived from the committed snapshot) is published for {', '.join(readers)} "
-            f"in _lakeview/changes/{view}/; files every reader has consumed are deleted"]
+    return [
+        f"changes: each epoch's change (derived from the committed snapshot) is published for {', '.join(readers)} "
+        f"in _lakeview/changes/{view}/; files every reader has consumed are deleted"
+    ]

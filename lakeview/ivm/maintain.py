@@ -90,7 +90,9 @@ class ViewMaintainer:
 
         stores = ViewStores(view=self.view, groups=self.state[0], multisets=self.state[1:])
         deltas = [self._cast(i + 1, d) for i, d in enumerate(multiset_deltas)]
-        return apply_epoch(self.plan, epoch, self._cast(0, group_delta), deltas, stores, closed_windows(self.plan, closed_before_us))
+        return apply_epoch(
+            self.plan, epoch, self._cast(0, group_delta), deltas, stores, closed_windows(self.plan, closed_before_us)
+        )
 
     # --- change feeds: the newest change per key, weights applied here ------------------
     def apply_changes(self, epoch: Epoch, latest: pa.Table) -> CommitRecord | None:
@@ -133,16 +135,23 @@ class ViewMaintainer:
         on_time, late, stamps = apply_to_changes(self.watermark, epoch.number, applied, zset, self.plan)
         if late.num_rows and self.set_aside is not None and applied is not None:
             self.set_aside(epoch.number, late, self.watermark.reason(applied))
-        return on_time, replace(epoch, rows_quarantined=epoch.rows_quarantined + late.num_rows, stamps={**epoch.stamps, **stamps})
+        return on_time, replace(
+            epoch, rows_quarantined=epoch.rows_quarantined + late.num_rows, stamps={**epoch.stamps, **stamps}
+        )
 
     def apply_zset(self, epoch: Epoch, zset: pa.Table, closed_before_us: int | None = None) -> CommitRecord | None:
         con = duckdb.connect()
         try:
             con.register("z", zset)
             if isinstance(self.plan, AppendPlan):
-                return self.apply_weighted_rows(epoch, con.execute(self.plan.weighted_sql("z", "duckdb")).to_arrow_table())
+                return self.apply_weighted_rows(
+                    epoch, con.execute(self.plan.weighted_sql("z", "duckdb")).to_arrow_table()
+                )
             group = con.execute(self.plan.group_delta_sql("z", "duckdb")).to_arrow_table()
-            multisets = [con.execute(self.plan.multiset_delta_sql(i, "z", "duckdb")).to_arrow_table() for i in range(len(self.plan.multisets))]
+            multisets = [
+                con.execute(self.plan.multiset_delta_sql(i, "z", "duckdb")).to_arrow_table()
+                for i in range(len(self.plan.multisets))
+            ]
         finally:
             con.close()
         return self.apply_state_deltas(epoch, group, multisets, closed_before_us)

@@ -64,15 +64,25 @@ def recompute(project: ProjectConfig, view: str, files: list[Path] | dict[str, l
             found = files.get(source_name)
             chosen = landed_files(project.source_path(source_name)) if found is None else found
             relation = _source_relation(project, source_name, chosen)
-            if config.watermark and project.sources[source_name].changes is not None:  # late images left out (lakeview.watermark)
+            if (
+                config.watermark and project.sources[source_name].changes is not None
+            ):  # late images left out (lakeview.watermark)
                 relation = _applied_changes(con, project, view, plan, chosen, source_name)
-            elif config.watermark and project.sources[source_name].images is not None:  # late images left out (lakeview.watermark)
+            elif (
+                config.watermark and project.sources[source_name].images is not None
+            ):  # late images left out (lakeview.watermark)
                 relation = _applied_images(con, project, view, plan, chosen, source_name)
             elif config.watermark:  # late rows left out: the rule replayed batch by batch (lakeview.watermark)
-                relation = _on_time(con, project, view, plan, chosen, lambda fs, s=source_name: _source_relation(project, s, fs))
+                relation = _on_time(
+                    con, project, view, plan, chosen, lambda fs, s=source_name: _source_relation(project, s, fs)
+                )
             con.execute(f'CREATE TEMP VIEW "{source_name}" AS {relation}')
         # a windowed view's SQL reads its source expanded to windows (lakeview.sql.windows)
-        sql = plan.batch_sql({s: s for s in plan.sources}, "duckdb") if getattr(plan, "window", None) is not None else _duck(plan.sql)
+        sql = (
+            plan.batch_sql({s: s for s in plan.sources}, "duckdb")
+            if getattr(plan, "window", None) is not None
+            else _duck(plan.sql)
+        )
         return con.execute(sql).to_arrow_table()
     finally:
         con.close()
@@ -86,14 +96,29 @@ def _watermark(project: ProjectConfig, view: str, plan) -> Watermark:
 
 
 def _on_time(con, project: ProjectConfig, view: str, plan, files: list[Path], relation_of) -> str:
-    return on_time_relation(con, project.checkpoint_path(view), files, relation_of, _watermark(project, view, plan), plan.alias,
-                            duckdb_where(plan))
+    return on_time_relation(
+        con,
+        project.checkpoint_path(view),
+        files,
+        relation_of,
+        _watermark(project, view, plan),
+        plan.alias,
+        duckdb_where(plan),
+    )
 
 
 def _applied_changes(con, project: ProjectConfig, view: str, plan, files: list[Path], source_name: str) -> str:
     feed = project.sources[source_name].changes
-    return applied_changes(con, project.checkpoint_path(view), files, lambda fs: _latest_changes(project, source_name, fs),
-                           _watermark(project, view, plan), list(feed.key), plan.alias, duckdb_where(plan))
+    return applied_changes(
+        con,
+        project.checkpoint_path(view),
+        files,
+        lambda fs: _latest_changes(project, source_name, fs),
+        _watermark(project, view, plan),
+        list(feed.key),
+        plan.alias,
+        duckdb_where(plan),
+    )
 
 
 def _applied_images(con, project: ProjectConfig, view: str, plan, files: list[Path], source_name: str) -> str:
@@ -108,7 +133,9 @@ def _applied_images(con, project: ProjectConfig, view: str, plan, files: list[Pa
             return f"SELECT {cols}, 1 AS __lv_w WHERE FALSE"
         return _image_zset(batch, columns, source.images.before, source.images.after)
 
-    held = applied_images(con, project.checkpoint_path(view), files, zset_of, wm, list(columns), plan.alias, duckdb_where(plan))
+    held = applied_images(
+        con, project.checkpoint_path(view), files, zset_of, wm, list(columns), plan.alias, duckdb_where(plan)
+    )
     good = [f'"{c}" IS NOT NULL' for c in source.required]
     return f"SELECT * FROM ({held}) WHERE {' AND '.join(good)}" if good else held
 
@@ -208,7 +235,8 @@ def _image_zset(files: list[Path], columns: dict[str, str], before: str, after: 
     before −1, after +1), without the rows the pipeline quarantines."""
     bad = " OR ".join(
         f"(j->'{side}'->>'{n}' IS NOT NULL AND TRY_CAST(j->'{side}'->>'{n}' AS {t}) IS NULL)"
-        for side in (before, after) for n, t in columns.items()
+        for side in (before, after)
+        for n, t in columns.items()
     )
     good = f"SELECT j FROM ({_json_objects(files)}) WHERE NOT ({bad})"
 
@@ -227,9 +255,7 @@ def _read(fmt: SourceFormat, files: list[Path], columns: dict[str, str]) -> str:
         # value that does not cast to its column's type, makes the row malformed.
         values = ", ".join(f"TRY_CAST(j->>'{n}' AS {t}) AS \"{n}\"" for n, t in columns.items())
         bad = " OR ".join(f"(j->>'{n}' IS NOT NULL AND TRY_CAST(j->>'{n}' AS {t}) IS NULL)" for n, t in columns.items())
-        lines = (
-            f"SELECT unnest(string_split(content, chr(10))) AS line FROM read_text({paths})"
-        )
+        lines = f"SELECT unnest(string_split(content, chr(10))) AS line FROM read_text({paths})"
         parsed = f"SELECT CAST(line AS JSON) AS j FROM ({lines}) WHERE trim(line) <> '' AND json_valid(line) AND json_type(CAST(line AS JSON)) = 'OBJECT'"
         return f"SELECT {values} FROM ({parsed}) WHERE NOT ({bad})"
     spec = "{" + ", ".join(f"'{n}': '{t}'" for n, t in columns.items()) + "}"

@@ -81,17 +81,25 @@ def apply_epoch(
     """
     if group_delta.num_rows == 0:
         if closed is not None:  # nothing consumed (e.g. every row late): still drop closed windows' state
-            for writer, key in zip([stores.groups, *stores.multisets], [plan.keys] + [(*plan.keys, VALUE)] * len(stores.multisets)):
+            for writer, key in zip(
+                [stores.groups, *stores.multisets], [plan.keys] + [(*plan.keys, VALUE)] * len(stores.multisets)
+            ):
                 gone = closed(writer)
                 if gone.num_rows:
-                    writer.commit(epoch, Change(rows=gone.schema.empty_table(), key=key, deletes=gone.select(list(key))))
+                    writer.commit(
+                        epoch, Change(rows=gone.schema.empty_table(), key=key, deletes=gone.select(list(key)))
+                    )
         return None
     keys = plan.keys
     # a global aggregate (no key) has one group: the key-less table row
     touched = _distinct(group_delta.select(list(keys))) if keys else group_delta.select([]).slice(0, 1)
-    groups = _advance(stores.groups, epoch, touched, lambda old: merge_group_state(plan, group_delta, old), keys, ROWS, closed)
+    groups = _advance(
+        stores.groups, epoch, touched, lambda old: merge_group_state(plan, group_delta, old), keys, ROWS, closed
+    )
     values = [
-        _advance(writer, epoch, touched, lambda old, d=delta: merge_multiset(plan, d, old), (*keys, VALUE), COUNT, closed)
+        _advance(
+            writer, epoch, touched, lambda old, d=delta: merge_multiset(plan, d, old), (*keys, VALUE), COUNT, closed
+        )
         for writer, delta in zip(stores.multisets, multiset_deltas)
     ]
     return stores.view.commit(epoch, view_change(plan, touched, finalize(plan, groups, values)))
@@ -125,7 +133,9 @@ def _advance(
         change = Change(rows=change.rows, key=key, deletes=deletes)
     writer.commit(epoch, change)
     match = " AND ".join(f'o."{k}" IS NOT DISTINCT FROM m."{k}"' for k in key)
-    kept = _sql(f"SELECT o.* FROM o WHERE NOT EXISTS (SELECT 1 FROM m WHERE {match})", o=_or_empty(old, merged), m=merged)
+    kept = _sql(
+        f"SELECT o.* FROM o WHERE NOT EXISTS (SELECT 1 FROM m WHERE {match})", o=_or_empty(old, merged), m=merged
+    )
     after = pa.concat_tables([merged, kept.cast(merged.schema)]) if kept.num_rows else merged
     return _sql(f"SELECT * FROM a WHERE {count} <> 0", a=after).cast(merged.schema)
 
@@ -139,7 +149,9 @@ def merge_group_state(plan: KeyedAggregatePlan, delta: pa.Table, old: pa.Table) 
             count = column[:-2] + "_c"
             total = f"COALESCE(o.{count}, 0) + COALESCE(d.{count}, 0)"
             # A sum with no values left is NULL (not a float residue of retractions).
-            items.append(f"CASE WHEN {total} = 0 THEN NULL ELSE COALESCE(o.{column}, 0) + COALESCE(d.{column}, 0) END AS {column}")
+            items.append(
+                f"CASE WHEN {total} = 0 THEN NULL ELSE COALESCE(o.{column}, 0) + COALESCE(d.{column}, 0) END AS {column}"
+            )
         else:
             items.append(f"COALESCE(o.{column}, 0) + COALESCE(d.{column}, 0) AS {column}")
     sql = f"SELECT {', '.join(items)} FROM d LEFT JOIN o ON {plan.key_match('d', 'o')}"
@@ -172,7 +184,9 @@ def view_change(plan: KeyedAggregatePlan, touched: pa.Table, rows: pa.Table) -> 
     if not plan.keys:  # a global aggregate: its one row replaces the table's
         return Change(rows=rows, key=())
     names = ", ".join(f't."{k}"' for k in plan.keys)
-    gone = _sql(f"SELECT {names} FROM t WHERE NOT EXISTS (SELECT 1 FROM r WHERE {plan.key_match('t', 'r')})", t=touched, r=rows)
+    gone = _sql(
+        f"SELECT {names} FROM t WHERE NOT EXISTS (SELECT 1 FROM r WHERE {plan.key_match('t', 'r')})", t=touched, r=rows
+    )
     return Change(rows=rows, key=plan.keys, deletes=gone if gone.num_rows else None)
 
 
@@ -187,7 +201,11 @@ def keyed_append_change(plan: AppendPlan, key: tuple[str, ...], weighted: pa.Tab
     keys = ", ".join(f'z."{k}"' for k in key)
     # Only a key whose old row is retracted (net weight < 0) without a new one is deleted;
     # an update to an identical row nets to 0 and changes nothing.
-    gone = _sql(f"SELECT DISTINCT {keys} FROM ({net}) AS z WHERE w < 0 AND NOT EXISTS (SELECT 1 FROM u WHERE {match})", z=weighted, u=rows)
+    gone = _sql(
+        f"SELECT DISTINCT {keys} FROM ({net}) AS z WHERE w < 0 AND NOT EXISTS (SELECT 1 FROM u WHERE {match})",
+        z=weighted,
+        u=rows,
+    )
     return Change(rows=rows, key=key, deletes=gone if gone.num_rows else None)
 
 

@@ -130,7 +130,9 @@ def compliance(
     return 1.0 if counted == 0 else ok / counted
 
 
-def achieved_cadence_ms(history: Sequence[CommitPoint], *, now_ms: int, window_ms: int = DEFAULT_WINDOW_MS) -> int | None:
+def achieved_cadence_ms(
+    history: Sequence[CommitPoint], *, now_ms: int, window_ms: int = DEFAULT_WINDOW_MS
+) -> int | None:
     """Median time between consecutive commits in the window (None with fewer than two).
 
     Views only commit when input arrived, so quiet sources make this longer than the cadence
@@ -167,8 +169,10 @@ def degraded_reason(
 
     Most specific first: nothing running, a failed query, commits losing races, a registrar
     down, the first batch, catching up after a restart, and otherwise falling behind."""
-    below = compliance_value is None or compliance_value < 1.0 or (
-        lag_ms is not None and target_lag_ms is not None and lag_ms > target_lag_ms
+    below = (
+        compliance_value is None
+        or compliance_value < 1.0
+        or (lag_ms is not None and target_lag_ms is not None and lag_ms > target_lag_ms)
     )
     if not below:
         return None
@@ -185,7 +189,11 @@ def degraded_reason(
         return DegradedReason.REGISTRAR_DOWN
     if not history:
         return DegradedReason.BACKFILLING
-    if runtime.started_at_ms and (runtime.pending_files or runtime.trigger_active) and last_commit < runtime.started_at_ms:
+    if (
+        runtime.started_at_ms
+        and (runtime.pending_files or runtime.trigger_active)
+        and last_commit < runtime.started_at_ms
+    ):
         return DegradedReason.RECOVERING
     healthy_now = lag_ms is None or target_lag_ms is None or lag_ms <= target_lag_ms
     if healthy_now and runtime.started_at_ms and history[0].committed_at_ms >= runtime.started_at_ms:

@@ -35,7 +35,10 @@ from lakeview.errors import BadRequestError, NotFoundError
 MAX_BODY_BYTES = 16 * 1024 * 1024
 T = exp.DataType.Type
 _INT_RANGES = {
-    T.TINYINT: 2**7, T.SMALLINT: 2**15, T.INT: 2**31, T.BIGINT: 2**63,
+    T.TINYINT: 2**7,
+    T.SMALLINT: 2**15,
+    T.INT: 2**31,
+    T.BIGINT: 2**63,
 }
 _FLOATS = {T.FLOAT, T.DOUBLE, T.DECIMAL}
 _STRINGS = {T.VARCHAR, T.CHAR, T.TEXT, T.NCHAR, T.NVARCHAR}

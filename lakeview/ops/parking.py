@@ -47,12 +47,20 @@ def _resume_path(project: ProjectConfig, view: str) -> Path:
     return runtime_dir(project) / f"{view}.resume"
 
 
-def park(project: ProjectConfig, view: str, error: BaseException | str, epoch: int | None, *, transient: bool = False) -> ParkedView:
+def park(
+    project: ProjectConfig, view: str, error: BaseException | str, epoch: int | None, *, transient: bool = False
+) -> ParkedView:
     """Record ``view`` as FAILED at ``epoch`` with ``error`` (atomically replaced)."""
     message = str(error) if not isinstance(error, str) else error
     kind = error.__class__.__name__ if not isinstance(error, str) else "Error"
-    parked = ParkedView(view=view, error=message[:2000], failed_epoch=epoch, error_type=kind,
-                        failed_at_ms=int(time.time() * 1000), transient=transient)
+    parked = ParkedView(
+        view=view,
+        error=message[:2000],
+        failed_epoch=epoch,
+        error_type=kind,
+        failed_at_ms=int(time.time() * 1000),
+        transient=transient,
+    )
     directory = runtime_dir(project)
     directory.mkdir(parents=True, exist_ok=True)
     hidden = directory / f".{view}.failed.json.{os.getpid()}"

@@ -56,7 +56,9 @@ class WorkHandle:
         if self._progress is not None:
             self._progress.advance(self._task, amount)
 
-    def update(self, *, completed: float | None = None, total: float | None = None, description: str | None = None) -> None:
+    def update(
+        self, *, completed: float | None = None, total: float | None = None, description: str | None = None
+    ) -> None:
         if self._progress is not None:
             self._progress.update(self._task, completed=completed, total=total, description=description)
 
@@ -83,7 +85,9 @@ def shown(console: Console | None = None) -> bool:
 
 
 @contextmanager
-def work_progress(description: str, total: float | None, unit: str = "items", console: Console | None = None) -> Iterator[WorkHandle]:
+def work_progress(
+    description: str, total: float | None, unit: str = "items", console: Console | None = None
+) -> Iterator[WorkHandle]:
     """A progress bar for one piece of work (drawn on stderr, only on a terminal)."""
     console = console or Console(file=sys.stderr)
     if not console.is_terminal:

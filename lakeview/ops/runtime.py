@@ -81,8 +81,11 @@ def failure_text(error: object, limit: int = 1000) -> str:
     """A failed query's error with its root cause on the first line: Spark's message puts it
     last, under a Python traceback and a JVM stack that a 500-character cut never reaches."""
     text = str(error)
-    causes = [line.strip() for line in text.splitlines()
-              if _CAUSE.search(line) and "An error occurred while calling" not in line and not line.lstrip().startswith("at ")]
+    causes = [
+        line.strip()
+        for line in text.splitlines()
+        if _CAUSE.search(line) and "An error occurred while calling" not in line and not line.lstrip().startswith("at ")
+    ]
     return (f"{causes[-1]}\n{text}" if causes else text)[:limit]
 
 
@@ -97,7 +100,9 @@ def read_runtime(project: ProjectConfig, view: str) -> ViewRuntime | None:
         return None
 
 
-def count_pending_files(project: ProjectConfig, view_source: str | tuple[str, ...], checkpoint: Path) -> tuple[int, int]:
+def count_pending_files(
+    project: ProjectConfig, view_source: str | tuple[str, ...], checkpoint: Path
+) -> tuple[int, int]:
     """(landed files the view's query has not taken in yet, files it has), over every source
     it reads (a join or UNION ALL view reads several; source i's file log is ``sources/i``)."""
 
@@ -147,7 +152,9 @@ class RuntimePublisher:
         self._thread: threading.Thread | None = None
         self._races = _CommitRaceWatcher()
         self._caught_up: dict[str, int] = {}
-        self._counts: dict[str, tuple[int, tuple[int, ...], int, int]] = {}  # view -> (at, dir mtimes, pending, processed)
+        self._counts: dict[
+            str, tuple[int, tuple[int, ...], int, int]
+        ] = {}  # view -> (at, dir mtimes, pending, processed)
 
     def start(self) -> RuntimePublisher:
         runtime_dir(self.project).mkdir(parents=True, exist_ok=True)
@@ -170,7 +177,14 @@ class RuntimePublisher:
 
     def state_of(self, view: str, query: Any, *, stopped: bool = False) -> ViewRuntime:
         at = now_ms()
-        state = ViewRuntime(view=view, pid=os.getpid(), host=self.host, started_at_ms=self.started_at_ms, heartbeat_at_ms=at, stopped=stopped)
+        state = ViewRuntime(
+            view=view,
+            pid=os.getpid(),
+            host=self.host,
+            started_at_ms=self.started_at_ms,
+            heartbeat_at_ms=at,
+            stopped=stopped,
+        )
         try:
             state.query_active = bool(query.isActive)
             status = query.status
@@ -204,13 +218,17 @@ class RuntimePublisher:
         names = self.sources[view]
         names = (names,) if isinstance(names, str) else names  # a join or UNION ALL view reads several
         checkpoint = self.project.checkpoint_path(view)
-        watched = [self.project.source_path(n) for n in names] + [checkpoint / "sources" / str(i) for i in range(len(names))]
+        watched = [self.project.source_path(n) for n in names] + [
+            checkpoint / "sources" / str(i) for i in range(len(names))
+        ]
         key = tuple(p.stat().st_mtime_ns if p.exists() else 0 for p in watched)
         cached = self._counts.get(view)
         # Files still pending are recounted every time: the directories' mtimes can miss a
         # change (a log file created and renamed within one timestamp tick).
         if cached is None or cached[1] != key or cached[2] > 0 or at - cached[0] >= RECOUNT_MS:
-            pending, processed = count_pending_files(self.project, self.sources[view], self.project.checkpoint_path(view))
+            pending, processed = count_pending_files(
+                self.project, self.sources[view], self.project.checkpoint_path(view)
+            )
             cached = self._counts[view] = (at, key, pending, processed)
         return cached[2], cached[3]
 

@@ -105,26 +105,38 @@ def check_dag(project: ProjectConfig) -> None:
         upstreams = upstreams_of(project, name)
         for upstream in upstreams:
             if not project.views[upstream].materialize:
-                raise ConfigError(project.file, f"views.{name}.sql",
-                                  f"reads the inline view {upstream!r} (materialize = false), which keeps no changes to read; "
-                                  f"set materialize = true on {upstream!r} or read its sources")
+                raise ConfigError(
+                    project.file,
+                    f"views.{name}.sql",
+                    f"reads the inline view {upstream!r} (materialize = false), which keeps no changes to read; "
+                    f"set materialize = true on {upstream!r} or read its sources",
+                )
             if is_combined(project, upstream) and _plan(project, name).is_append and _is_multiset(project, upstream):
-                raise ConfigError(project.file, f"views.{name}.sql",
-                                  f"a projection over the JOIN or UNION ALL view {upstream!r}, whose rows may repeat and be "
-                                  "retracted (it has no key but the whole row), is not supported yet; nearest supported form: "
-                                  f"aggregate it with GROUP BY, or put the projection into {upstream!r}'s SQL")
+                raise ConfigError(
+                    project.file,
+                    f"views.{name}.sql",
+                    f"a projection over the JOIN or UNION ALL view {upstream!r}, whose rows may repeat and be "
+                    "retracted (it has no key but the whole row), is not supported yet; nearest supported form: "
+                    f"aggregate it with GROUP BY, or put the projection into {upstream!r}'s SQL",
+                )
         if not upstreams or is_combined(project, name):
             continue  # a join or UNION ALL reads its upstreams' Z-sets as weighted inputs: any key, any columns
         upstream = upstreams[0]
         plan = _plan(project, name)
         if plan.is_append and getattr(plan, "star", False):
-            raise ConfigError(project.file, f"views.{name}.sql",
-                              f"SELECT * over the view {upstream!r} is not supported; name the columns")
+            raise ConfigError(
+                project.file,
+                f"views.{name}.sql",
+                f"SELECT * over the view {upstream!r} is not supported; name the columns",
+            )
         key = view_key(project, upstream)
         if key == ():
-            raise ConfigError(project.file, f"views.{name}.sql",
-                              f"reading the one-row global aggregate view {upstream!r} is not supported yet; nearest "
-                              f"supported form: GROUP BY a column in {upstream!r}, or read its source directly")
+            raise ConfigError(
+                project.file,
+                f"views.{name}.sql",
+                f"reading the one-row global aggregate view {upstream!r} is not supported yet; nearest "
+                f"supported form: GROUP BY a column in {upstream!r}, or read its source directly",
+            )
         if plan.is_append and key is not None:
             selected = {c.lower() for c in plan.plain_columns}  # type: ignore[union-attr]
             lacking = [k for k in key if k.lower() not in selected]
@@ -158,7 +170,7 @@ def _is_multiset(project: ProjectConfig, view: str) -> bool:
 def _cycle_from(project: ProjectConfig, view: str, path: tuple[str, ...] = ()) -> list[str] | None:
     """A cycle reached by following the views ``view`` reads, as ``[a, b, a]``; None if none."""
     if view in path:
-        return [*path[path.index(view):], view]
+        return [*path[path.index(view) :], view]
     for upstream in _views_read(project, view):
         cycle = _cycle_from(project, upstream, (*path, view))
         if cycle:

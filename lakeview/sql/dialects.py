@@ -65,7 +65,9 @@ def check_inline_view(config: ProjectConfig, name: str) -> None:
     for view in referenced_views(config, name):
         if config.views[view].format.value != "iceberg":
             raise ConfigError(
-                config.file, f"views.{name}.sql", f"reads {view!r}, a Delta view; an inline view can read Iceberg views only"
+                config.file,
+                f"views.{name}.sql",
+                f"reads {view!r}, a Delta view; an inline view can read Iceberg views only",
             )
 
 

@@ -55,10 +55,7 @@ def arrow_sql(sql: str, **tables: pa.Table) -> pa.Table:
 
 def attach_sql(catalog_uri: str, warehouse: str, alias: str = "lake") -> str:
     """The ATTACH statement that points DuckDB at Lakeview's REST catalog."""
-    return (
-        f"ATTACH '{warehouse}' AS {alias} "
-        f"(TYPE iceberg, ENDPOINT '{catalog_uri}', AUTHORIZATION_TYPE 'none')"
-    )
+    return f"ATTACH '{warehouse}' AS {alias} (TYPE iceberg, ENDPOINT '{catalog_uri}', AUTHORIZATION_TYPE 'none')"
 
 
 def connect_catalog(catalog_uri: str, warehouse: str, alias: str = "lake") -> duckdb.DuckDBPyConnection:

@@ -29,25 +29,37 @@ def check_groups(config: ProjectConfig) -> None:
             view = config.views[name]
             key = f"views.{name}.group"
             if view.format is not TableFormat.ICEBERG:
-                raise ConfigError(config.file, key, f"{group!r}: grouped views must be Iceberg (Delta has no multi-table transaction)")
+                raise ConfigError(
+                    config.file, key, f"{group!r}: grouped views must be Iceberg (Delta has no multi-table transaction)"
+                )
             if not view.materialize:
-                raise ConfigError(config.file, key, f"{group!r}: an inline view (materialize = false) has no table to commit")
+                raise ConfigError(
+                    config.file, key, f"{group!r}: an inline view (materialize = false) has no table to commit"
+                )
             if view.cadence.seconds != first.cadence.seconds:
                 raise ConfigError(
-                    config.file, key, f"{group!r}: cadence {view.cadence} differs from {members[0]}'s {first.cadence}; a group shares one cadence"
+                    config.file,
+                    key,
+                    f"{group!r}: cadence {view.cadence} differs from {members[0]}'s {first.cadence}; a group shares one cadence",
                 )
             sources = sorted(plan_view(name, view.sql, view.dialect).sources)
             if len(sources) != 1:
                 raise ConfigError(
-                    config.file, key, f"{group!r}: reads {len(sources)} sources ({', '.join(sources)}); a group's one query reads one source"
+                    config.file,
+                    key,
+                    f"{group!r}: reads {len(sources)} sources ({', '.join(sources)}); a group's one query reads one source",
                 )
             if sources[0] in config.views:
                 raise ConfigError(
-                    config.file, key, f"{group!r}: reads the view {sources[0]}; grouped views read a source (group the upstream view instead)"
+                    config.file,
+                    key,
+                    f"{group!r}: reads the view {sources[0]}; grouped views read a source (group the upstream view instead)",
                 )
             if sources != first_sources:
                 raise ConfigError(
-                    config.file, key, f"{group!r}: reads {sources}, {members[0]} reads {first_sources}; a group shares its sources"
+                    config.file,
+                    key,
+                    f"{group!r}: reads {sources}, {members[0]} reads {first_sources}; a group shares its sources",
                 )
 
 

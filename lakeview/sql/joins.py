@@ -65,46 +65,74 @@ def plan_join(view: str, sql: str, tree: exp.Select, spark_sql: str) -> JoinPlan
     joins = tree.args.get("joins") or []
     if len(joins) > 1:
         lines = [n for n, text in enumerate(sql.splitlines(), start=1) for _ in range(text.lower().count("join"))]
-        raise UnsupportedSQLError(f"a JOIN of more than two sources is not supported yet (line {lines[1] if len(lines) > 1 else None}); "
-                                  f"nearest supported form: one JOIN per view, {EQUI_JOIN}")
+        raise UnsupportedSQLError(
+            f"a JOIN of more than two sources is not supported yet (line {lines[1] if len(lines) > 1 else None}); "
+            f"nearest supported form: one JOIN per view, {EQUI_JOIN}"
+        )
     join = joins[0]
     side, kind = (join.args.get("side") or "").upper(), (join.args.get("kind") or "").upper()
     construct = " ".join(p for p in (side, kind) if p) or "JOIN"
     if side in ("RIGHT", "FULL") or kind in ("CROSS", "SEMI", "ANTI", "NATURAL") or join.args.get("method"):
         nearest = "LEFT JOIN with the two sources swapped" if side == "RIGHT" else EQUI_JOIN
-        raise UnsupportedSQLError(f"{construct} JOIN is not supported (line {_keyword_line(sql, side or kind or 'join')}); "
-                                  f"nearest supported form: {nearest}")
+        raise UnsupportedSQLError(
+            f"{construct} JOIN is not supported (line {_keyword_line(sql, side or kind or 'join')}); "
+            f"nearest supported form: {nearest}"
+        )
     if join.args.get("using"):
         raise UnsupportedSQLError(_at(sql, join, "JOIN ... USING is not supported", "JOIN ... ON a.k = b.k"))
     on = join.args.get("on")
     if on is None:
-        raise UnsupportedSQLError(f"a JOIN without ON (a cross product) is not supported (line {_keyword_line(sql, 'join')}); "
-                                  f"nearest supported form: {EQUI_JOIN}")
+        raise UnsupportedSQLError(
+            f"a JOIN without ON (a cross product) is not supported (line {_keyword_line(sql, 'join')}); "
+            f"nearest supported form: {EQUI_JOIN}"
+        )
     from_ = tree.args.get("from_") or tree.args.get("from")
     tables = [from_.this, join.this]
     for table in tables:
         if not isinstance(table, exp.Table) or not table.name or table.args.get("db"):
-            raise UnsupportedSQLError(_at(sql, table, f"a JOIN must name two sources, not {table.sql('spark')!r}", EQUI_JOIN))
+            raise UnsupportedSQLError(
+                _at(sql, table, f"a JOIN must name two sources, not {table.sql('spark')!r}", EQUI_JOIN)
+            )
     aliases = [t.alias_or_name for t in tables]
     if tables[0].name == tables[1].name:
-        raise UnsupportedSQLError(_at(sql, join, f"a self-join of {tables[0].name!r} is not supported yet",
-                                      "two different sources, or declare a second source over the same files"))
+        raise UnsupportedSQLError(
+            _at(
+                sql,
+                join,
+                f"a self-join of {tables[0].name!r} is not supported yet",
+                "two different sources, or declare a second source over the same files",
+            )
+        )
     keys: list[list[str]] = [[], []]
     for conjunct in on.flatten() if isinstance(on, exp.And) else [on]:
         columns = [conjunct.this, conjunct.expression] if isinstance(conjunct, exp.EQ) else []
         sides = [aliases.index(c.table) if isinstance(c, exp.Column) and c.table in aliases else None for c in columns]
         if sorted(s for s in sides if s is not None) != [0, 1]:
-            raise UnsupportedSQLError(_at(sql, conjunct, f"join condition {conjunct.sql('spark')!r} is not an equality of a "
-                                                         f"column of each side", f"{EQUI_JOIN}; other conditions go in WHERE"))
+            raise UnsupportedSQLError(
+                _at(
+                    sql,
+                    conjunct,
+                    f"join condition {conjunct.sql('spark')!r} is not an equality of a column of each side",
+                    f"{EQUI_JOIN}; other conditions go in WHERE",
+                )
+            )
         for column, index in zip(columns, sides):
             keys[index].append(column.name)
     needed: list[list[str]] = [list(keys[0]), list(keys[1])]
     for column in tree.find_all(exp.Column):
         if isinstance(column.this, exp.Star):
-            raise UnsupportedSQLError(_at(sql, column, "SELECT alias.* over a JOIN is not supported", "name the columns"))
+            raise UnsupportedSQLError(
+                _at(sql, column, "SELECT alias.* over a JOIN is not supported", "name the columns")
+            )
         if column.table not in aliases:
-            raise UnsupportedSQLError(_at(sql, column, f"column {column.sql('spark')!r} must be qualified with its source in a "
-                                                       f"JOIN view", f"{aliases[0]}.{column.name} or {aliases[1]}.{column.name}"))
+            raise UnsupportedSQLError(
+                _at(
+                    sql,
+                    column,
+                    f"column {column.sql('spark')!r} must be qualified with its source in a JOIN view",
+                    f"{aliases[0]}.{column.name} or {aliases[1]}.{column.name}",
+                )
+            )
         names = needed[aliases.index(column.table)]
         if column.name not in names:
             names.append(column.name)
@@ -118,13 +146,30 @@ def plan_join(view: str, sql: str, tree: exp.Select, spark_sql: str) -> JoinPlan
     names = [n.lower() for n in getattr(top, "columns", ())]
     if len(set(names)) != len(names):
         twice = sorted({n for n in names if names.count(n) > 1})[0]
-        raise UnsupportedSQLError(_at(sql, tree, f"two output columns are named {twice!r}",
-                                      f"{aliases[1]}.{twice} AS {aliases[1]}_{twice} (a view's columns need distinct names)"))
+        raise UnsupportedSQLError(
+            _at(
+                sql,
+                tree,
+                f"two output columns are named {twice!r}",
+                f"{aliases[1]}.{twice} AS {aliases[1]}_{twice} (a view's columns need distinct names)",
+            )
+        )
     if top.kind not in ("append", "keyed_aggregate"):
-        raise UnsupportedSQLError(_at(sql, tree, f"{top.kind} over a JOIN is not supported", "a projection or GROUP BY over the JOIN"))
-    sides = tuple(JoinSide(source=t.name, alias=a, key=tuple(k), columns=tuple(n)) for t, a, k, n in zip(tables, aliases, keys, needed))
-    return JoinPlan(view=view, sql=spark_sql, sources=(tables[0].name, tables[1].name), how="left" if side == "LEFT" else "inner",
-                    sides=sides, top=top)  # type: ignore[arg-type]
+        raise UnsupportedSQLError(
+            _at(sql, tree, f"{top.kind} over a JOIN is not supported", "a projection or GROUP BY over the JOIN")
+        )
+    sides = tuple(
+        JoinSide(source=t.name, alias=a, key=tuple(k), columns=tuple(n))
+        for t, a, k, n in zip(tables, aliases, keys, needed)
+    )
+    return JoinPlan(
+        view=view,
+        sql=spark_sql,
+        sources=(tables[0].name, tables[1].name),
+        how="left" if side == "LEFT" else "inner",
+        sides=sides,
+        top=top,
+    )  # type: ignore[arg-type]
 
 
 def _rewrite_over_joined(tree: exp.Select) -> str:
@@ -144,6 +189,7 @@ def _rewrite_over_joined(tree: exp.Select) -> str:
 
 
 # --- the Z-set algebra (DuckDB SQL over the epoch's per-side deltas and looked-up state) ---
+
 
 def _q(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
@@ -186,6 +232,7 @@ def join_delta_sql(plan: JoinPlan, da: str, db: str, ao: str, bo: str) -> str:
         f"{select('l', 'r', 'l.w * r.w')} FROM {da} AS l JOIN {db} AS r ON {on('l', 'r')}",
     ]
     if plan.how == "left":
+
         def counted(rel: str) -> str:
             old = f"COALESCE((SELECT SUM(r.w) FROM {bo} AS r WHERE {on('x', 'r')}), 0)"
             change = f"COALESCE((SELECT SUM(r.w) FROM {db} AS r WHERE {on('x', 'r')}), 0)"
@@ -194,9 +241,10 @@ def join_delta_sql(plan: JoinPlan, da: str, db: str, ao: str, bo: str) -> str:
         # New left rows are NULL-extended while their key has no match after the epoch; stored
         # left rows flip in (+) or out (−) when their key's match count crosses 0.
         parts.append(f"{select('l', None, 'l.w')} FROM {counted(da)} AS l WHERE l.new_n = 0")
-        parts.append(f"{select('l', None, 'CASE WHEN l.new_n = 0 THEN l.w ELSE -l.w END')} FROM {counted(ao)} AS l "
-                     "WHERE (l.old_n = 0) <> (l.new_n = 0)")
+        parts.append(
+            f"{select('l', None, 'CASE WHEN l.new_n = 0 THEN l.w ELSE -l.w END')} FROM {counted(ao)} AS l "
+            "WHERE (l.old_n = 0) <> (l.new_n = 0)"
+        )
     body = " UNION ALL ".join(f"({p})" for p in parts)
     names = ", ".join(_q(n) for n in [*a.joined(), *b.joined()])
     return f"SELECT {names}, CAST(SUM(__lv_w) AS INTEGER) AS __lv_w FROM ({body}) GROUP BY ALL HAVING SUM(__lv_w) <> 0"
-

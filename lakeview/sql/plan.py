@@ -66,7 +66,13 @@ _AGGREGATES: dict[type[exp.Expression], AggregateFunction] = {
     exp.Max: AggregateFunction.MAX,
 }
 # Aggregates whose stored value merges with a batch's partial value by itself (append-only input).
-_SELF_MERGEABLE = {AggregateFunction.SUM, AggregateFunction.COUNT, AggregateFunction.COUNT_STAR, AggregateFunction.MIN, AggregateFunction.MAX}
+_SELF_MERGEABLE = {
+    AggregateFunction.SUM,
+    AggregateFunction.COUNT,
+    AggregateFunction.COUNT_STAR,
+    AggregateFunction.MIN,
+    AggregateFunction.MAX,
+}
 
 
 class Aggregate(BaseModel):
@@ -183,23 +189,33 @@ class KeyedAggregatePlan(_Plan):
             arg = f"({slot.argument})"
             counted = f"SUM(CASE WHEN {arg} IS NOT NULL THEN {WEIGHT} ELSE 0 END)"
             if slot.function in (AggregateFunction.SUM, AggregateFunction.AVG):
-                items += [f"SUM(CASE WHEN {arg} IS NOT NULL THEN {WEIGHT} * {arg} END) AS {slot.name}_s", f"{counted} AS {slot.name}_c"]
+                items += [
+                    f"SUM(CASE WHEN {arg} IS NOT NULL THEN {WEIGHT} * {arg} END) AS {slot.name}_s",
+                    f"{counted} AS {slot.name}_c",
+                ]
             elif slot.function is AggregateFunction.COUNT:
                 items.append(f"{counted} AS {slot.name}_c")
         # A global aggregate (no GROUP BY) yields its one row even for an empty batch: the
         # view row exists over no rows (COUNT 0, SUM NULL).
         sql = f"SELECT {', '.join(items)} {self._from(windows.placeholder(relation, self.window))}{self._group_by()}"
-        return windows.substitute(sqlglot.transpile(sql, read="spark", write=dialect)[0], relation, self.window, self.alias, dialect)
+        return windows.substitute(
+            sqlglot.transpile(sql, read="spark", write=dialect)[0], relation, self.window, self.alias, dialect
+        )
 
     def multiset_delta_sql(self, index: int, relation: str, dialect: str = "spark") -> str:
         """Per touched (group, value): the sum of weights of the non-null values of one argument."""
         arg = f"({self.multisets[index]})"
-        items = [f"{e} AS `{k}`" for k, e in zip(self.keys, self.key_exprs)] + [f"{arg} AS {VALUE}", f"SUM({WEIGHT}) AS {COUNT}"]
+        items = [f"{e} AS `{k}`" for k, e in zip(self.keys, self.key_exprs)] + [
+            f"{arg} AS {VALUE}",
+            f"SUM({WEIGHT}) AS {COUNT}",
+        ]
         where = f"({self.where}) AND {arg} IS NOT NULL" if self.where else f"{arg} IS NOT NULL"
         groups = ", ".join([*self.key_exprs, arg])
         source = windows.placeholder(relation, self.window)
         sql = f"SELECT {', '.join(items)} FROM {source} AS {self.alias} WHERE {where} GROUP BY {groups}"
-        return windows.substitute(sqlglot.transpile(sql, read="spark", write=dialect)[0], relation, self.window, self.alias, dialect)
+        return windows.substitute(
+            sqlglot.transpile(sql, read="spark", write=dialect)[0], relation, self.window, self.alias, dialect
+        )
 
     def _group_by(self) -> str:
         return f" GROUP BY {', '.join(self.key_exprs)}" if self.key_exprs else ""
@@ -287,6 +303,8 @@ class CombinedPlan(BaseModel):
     @property
     def key(self) -> tuple[str, ...] | None:
         return self.top.key if self.top is not None else None
+
+
 DIALECTS = ("spark", "duckdb", "trino")
 
 
@@ -334,14 +352,26 @@ def plan_select(view: str, sql: str, tree: exp.Select, dialect: str = "spark") -
         tree, window = windowed
         spark_sql = tree.sql("spark")
     where = tree.args.get("where")
-    common = dict(view=view, sql=spark_sql, sources=(source,), alias=alias, where=where.this.sql("spark") if where else None, window=window)
+    common = dict(
+        view=view,
+        sql=spark_sql,
+        sources=(source,),
+        alias=alias,
+        where=where.this.sql("spark") if where else None,
+        window=window,
+    )
     aggregates = [e for e in tree.expressions if e.find(exp.AggFunc)]
     if not tree.args.get("group") and not aggregates and not tree.args.get("distinct"):
         if tree.args.get("having"):
             raise UnsupportedSQLError(_at(sql, tree.args["having"], "HAVING without GROUP BY", "WHERE"))
-        star = any(isinstance(e, exp.Star) or (isinstance(e, exp.Column) and isinstance(e.this, exp.Star)) for e in tree.expressions)
+        star = any(
+            isinstance(e, exp.Star) or (isinstance(e, exp.Column) and isinstance(e.this, exp.Star))
+            for e in tree.expressions
+        )
         names = tuple(e.alias_or_name for e in tree.expressions if not isinstance(e, exp.Star))
-        plain = tuple(e.alias_or_name for e in tree.expressions if isinstance(e, exp.Column) and not isinstance(e.this, exp.Star))
+        plain = tuple(
+            e.alias_or_name for e in tree.expressions if isinstance(e, exp.Column) and not isinstance(e.this, exp.Star)
+        )
         return AppendPlan(**common, columns=() if star else names, plain_columns=plain, star=star)
     return _keyed_aggregate(sql, tree, common)
 
@@ -378,8 +408,10 @@ def _keyword_line(sql: str, keyword: str) -> int | None:
 
 def _single_source(sql: str, tree: exp.Select) -> tuple[str, str]:
     if tree.args.get("with_") or tree.args.get("with"):
-        raise UnsupportedSQLError(f"WITH (common table expressions) is not supported yet (line {_keyword_line(sql, 'with')}); "
-                                  "nearest supported form: declare the inner query as its own view")
+        raise UnsupportedSQLError(
+            f"WITH (common table expressions) is not supported yet (line {_keyword_line(sql, 'with')}); "
+            "nearest supported form: declare the inner query as its own view"
+        )
     joins = tree.args.get("joins")
     if joins:
         raise UnsupportedSQLError(
@@ -391,7 +423,9 @@ def _single_source(sql: str, tree: exp.Select) -> tuple[str, str]:
         raise UnsupportedSQLError("a view must read FROM a source")
     table = from_.this
     if not isinstance(table, exp.Table) or not table.name:
-        raise UnsupportedSQLError(_at(sql, table, f"FROM must name a source, not {table.sql('spark')!r}", "FROM <source> [alias]"))
+        raise UnsupportedSQLError(
+            _at(sql, table, f"FROM must name a source, not {table.sql('spark')!r}", "FROM <source> [alias]")
+        )
     if table.args.get("db"):
         raise UnsupportedSQLError(f"name the source without a qualifier: {table.name!r}, not {table.sql('spark')!r}")
     return table.name, table.alias_or_name
@@ -407,31 +441,59 @@ def _reject(sql: str, tree: exp.Select) -> None:
     for arg, name, nearest in checks:
         node = tree.args.get(arg)
         if node:
-            raise UnsupportedSQLError(f"{name} is not supported yet (line {_keyword_line(sql, name.split()[0]) or line_of(sql, node)}); "
-                                      f"nearest supported form: {nearest}")
+            raise UnsupportedSQLError(
+                f"{name} is not supported yet (line {_keyword_line(sql, name.split()[0]) or line_of(sql, node)}); "
+                f"nearest supported form: {nearest}"
+            )
     distinct = tree.args.get("distinct")
     if distinct is not None and distinct.args.get("on"):
         raise UnsupportedSQLError(_at(sql, distinct, "DISTINCT ON is not supported", "SELECT DISTINCT or GROUP BY"))
     window = tree.find(exp.Window)
     if window is not None:
-        raise UnsupportedSQLError(_at(sql, window, f"window functions (OVER ...) are not supported yet: {window.sql('spark')!r}",
-                                      "GROUP BY with SUM/COUNT/MIN/MAX"))
+        raise UnsupportedSQLError(
+            _at(
+                sql,
+                window,
+                f"window functions (OVER ...) are not supported yet: {window.sql('spark')!r}",
+                "GROUP BY with SUM/COUNT/MIN/MAX",
+            )
+        )
     for sub in tree.find_all(exp.Subquery, exp.Exists, exp.Select):
         if sub is tree:
             continue
-        raise UnsupportedSQLError(_at(sql, sub, f"subqueries are not supported yet: {sub.sql('spark')!r}",
-                                      "declare the subquery as its own view"))
+        raise UnsupportedSQLError(
+            _at(
+                sql,
+                sub,
+                f"subqueries are not supported yet: {sub.sql('spark')!r}",
+                "declare the subquery as its own view",
+            )
+        )
     for node in tree.walk():
         if isinstance(node, (exp.Rand, exp.CurrentTimestamp, exp.CurrentDate)) or (
-            isinstance(node, exp.Anonymous) and str(node.this).lower() in {"uuid", "now", "random", "monotonically_increasing_id"}
+            isinstance(node, exp.Anonymous)
+            and str(node.this).lower() in {"uuid", "now", "random", "monotonically_increasing_id"}
         ):
-            raise UnsupportedSQLError(_at(sql, node, f"non-deterministic functions (rand, current_timestamp, ...) cannot be "
-                                                     f"maintained: {node.sql('spark')!r}", "a column of the source"))
+            raise UnsupportedSQLError(
+                _at(
+                    sql,
+                    node,
+                    f"non-deterministic functions (rand, current_timestamp, ...) cannot be "
+                    f"maintained: {node.sql('spark')!r}",
+                    "a column of the source",
+                )
+            )
     if tree.find(exp.Anonymous) is not None:
         node = tree.find(exp.Anonymous)
         if str(node.this).lower() == "window":
-            raise UnsupportedSQLError(_at(sql, node, "event-time window() is Spark SQL: declare the view with dialect = \"spark\"",
-                                          "GROUP BY date_trunc('hour', ts) AS hour (a tumbling window, kept without a watermark)"))
+            raise UnsupportedSQLError(
+                _at(
+                    sql,
+                    node,
+                    'event-time window() is Spark SQL: declare the view with dialect = "spark"',
+                    "GROUP BY date_trunc('hour', ts) AS hour (a tumbling window, kept without a watermark)",
+                )
+            )
 
 
 def _keyed_aggregate(sql: str, tree: exp.Select, common: dict) -> KeyedAggregatePlan:
@@ -440,10 +502,20 @@ def _keyed_aggregate(sql: str, tree: exp.Select, common: dict) -> KeyedAggregate
     if distinct and group:
         raise UnsupportedSQLError(_at(sql, group, "SELECT DISTINCT with GROUP BY", "GROUP BY alone"))
     items = list(tree.expressions)
-    group_exprs = list(group.expressions) if group else ([i.this if isinstance(i, exp.Alias) else i for i in items] if distinct else [])
+    group_exprs = (
+        list(group.expressions)
+        if group
+        else ([i.this if isinstance(i, exp.Alias) else i for i in items] if distinct else [])
+    )
     if not group_exprs and tree.args.get("having"):
-        raise UnsupportedSQLError(_at(sql, tree.args["having"], "HAVING on a global aggregate (no GROUP BY) is not supported",
-                                      "WHERE, or GROUP BY a column with HAVING"))
+        raise UnsupportedSQLError(
+            _at(
+                sql,
+                tree.args["having"],
+                "HAVING on a global aggregate (no GROUP BY) is not supported",
+                "WHERE, or GROUP BY a column with HAVING",
+            )
+        )
     group_sql = [g.sql("spark").lower() for g in group_exprs]
     keys: dict[str, str] = {}  # group expr (lower Spark SQL) -> key column name
     slots: dict[tuple[str, str | None], Slot] = {}
@@ -452,18 +524,32 @@ def _keyed_aggregate(sql: str, tree: exp.Select, common: dict) -> KeyedAggregate
     def slot_for(agg: exp.AggFunc) -> Slot:
         function = _AGGREGATES.get(type(agg))
         if function is None:
-            raise UnsupportedSQLError(_at(sql, agg, f"{agg.sql('spark')!r}: aggregate {agg.key.upper()} is not supported",
-                                          "SUM, COUNT, COUNT(*), AVG, MIN, MAX or COUNT(DISTINCT x)"))
+            raise UnsupportedSQLError(
+                _at(
+                    sql,
+                    agg,
+                    f"{agg.sql('spark')!r}: aggregate {agg.key.upper()} is not supported",
+                    "SUM, COUNT, COUNT(*), AVG, MIN, MAX or COUNT(DISTINCT x)",
+                )
+            )
         argument_node = agg.this
         if isinstance(argument_node, exp.Distinct):
             if function is not AggregateFunction.COUNT or len(argument_node.expressions) != 1:
-                raise UnsupportedSQLError(_at(sql, agg, f"{agg.sql('spark')!r}: only COUNT(DISTINCT one_expression) is supported",
-                                              "COUNT(DISTINCT x)"))
+                raise UnsupportedSQLError(
+                    _at(
+                        sql,
+                        agg,
+                        f"{agg.sql('spark')!r}: only COUNT(DISTINCT one_expression) is supported",
+                        "COUNT(DISTINCT x)",
+                    )
+                )
             function, argument_node = AggregateFunction.COUNT_DISTINCT, argument_node.expressions[0]
         if isinstance(argument_node, exp.Star):
             function, argument_node = AggregateFunction.COUNT_STAR, None
         if argument_node is not None and argument_node.find(exp.AggFunc):
-            raise UnsupportedSQLError(_at(sql, agg, f"nested aggregate {agg.sql('spark')!r}", "one level of aggregation"))
+            raise UnsupportedSQLError(
+                _at(sql, agg, f"nested aggregate {agg.sql('spark')!r}", "one level of aggregation")
+            )
         argument = argument_node.sql("spark") if argument_node is not None else None
         found = slots.get((function.value, argument))
         if found:
@@ -484,8 +570,14 @@ def _keyed_aggregate(sql: str, tree: exp.Select, common: dict) -> KeyedAggregate
         if not isinstance(node, (exp.Identifier, exp.DataType)) and node.sql("spark").lower() in keys:
             return exp.column(keys[node.sql("spark").lower()], quoted=True)
         if isinstance(node, exp.Column):
-            raise UnsupportedSQLError(_at(sql, node, f"{node.sql('spark')!r} is neither aggregated nor in GROUP BY",
-                                          f"GROUP BY {node.sql('spark')} or an aggregate of it"))
+            raise UnsupportedSQLError(
+                _at(
+                    sql,
+                    node,
+                    f"{node.sql('spark')!r} is neither aggregated nor in GROUP BY",
+                    f"GROUP BY {node.sql('spark')} or an aggregate of it",
+                )
+            )
         for name, value in list(node.args.items()):
             if isinstance(value, exp.Expression):
                 node.set(name, to_state(value))
@@ -498,25 +590,41 @@ def _keyed_aggregate(sql: str, tree: exp.Select, common: dict) -> KeyedAggregate
     for item in items:
         inner = item.this if isinstance(item, exp.Alias) else item
         if isinstance(inner, exp.Star):
-            raise UnsupportedSQLError(_at(sql, item, f"SELECT * cannot be combined with {'DISTINCT' if distinct else 'GROUP BY'}",
-                                          "name the columns"))
+            raise UnsupportedSQLError(
+                _at(
+                    sql,
+                    item,
+                    f"SELECT * cannot be combined with {'DISTINCT' if distinct else 'GROUP BY'}",
+                    "name the columns",
+                )
+            )
         if not inner.find(exp.AggFunc) and inner.sql("spark").lower() in group_sql:
             if not isinstance(item, (exp.Alias, exp.Column)):
-                raise UnsupportedSQLError(_at(sql, item, f"give the group key {inner.sql('spark')!r} a name", "... AS name"))
+                raise UnsupportedSQLError(
+                    _at(sql, item, f"give the group key {inner.sql('spark')!r} a name", "... AS name")
+                )
             keys[inner.sql("spark").lower()] = item.alias_or_name
             key_names.append(item.alias_or_name)
             key_exprs.append(inner.sql("spark"))
     for g in group_exprs:
         if g.sql("spark").lower() not in keys:
-            raise UnsupportedSQLError(_at(sql, g, f"GROUP BY {g.sql('spark')!r} must also be selected: it is the key of the view's rows",
-                                          f"SELECT {g.sql('spark')} AS name, ..."))
+            raise UnsupportedSQLError(
+                _at(
+                    sql,
+                    g,
+                    f"GROUP BY {g.sql('spark')!r} must also be selected: it is the key of the view's rows",
+                    f"SELECT {g.sql('spark')} AS name, ...",
+                )
+            )
     outputs: list[tuple[str, str]] = []
     plain: list[Aggregate] = []
     mergeable = True
     for item in items:
         inner = item.this if isinstance(item, exp.Alias) else item
         if inner.find(exp.AggFunc) and not isinstance(item, exp.Alias):
-            raise UnsupportedSQLError(_at(sql, inner, f"give {inner.sql('spark')!r} a column name", f"{inner.sql('spark')} AS name"))
+            raise UnsupportedSQLError(
+                _at(sql, inner, f"give {inner.sql('spark')!r} a column name", f"{inner.sql('spark')} AS name")
+            )
         state = to_state(inner.copy())
         outputs.append((item.alias_or_name, state.sql("duckdb")))
         if isinstance(inner, exp.AggFunc):

@@ -66,17 +66,19 @@ def check(plan, watermark: str | None, event_time: str | None, source=None) -> s
     """What is wrong with a view's watermark settings (``source``: its one source's config, None
     over another view), or None."""
     if watermark is None:
-        return "event_time is set without a watermark; add watermark = \"10 minutes\"" if event_time else None
+        return 'event_time is set without a watermark; add watermark = "10 minutes"' if event_time else None
     try:
         delay_us(watermark)
     except ValueError as exc:
         return str(exc)
     if event_column(plan, event_time) is None:
-        return "a watermark needs an event-time column: GROUP BY window(ts, ...) or event_time = \"ts\""
+        return 'a watermark needs an event-time column: GROUP BY window(ts, ...) or event_time = "ts"'
     feed = source is not None and (source.changes is not None or source.images is not None)
     if feed and not getattr(plan, "is_keyed_aggregate", False):
-        return ("a watermark over a change feed needs an aggregate (GROUP BY window(ts, ...) or GROUP BY keys): "
-                "a projection keeps one row per feed key, so a late change could not be left out of it")
+        return (
+            "a watermark over a change feed needs an aggregate (GROUP BY window(ts, ...) or GROUP BY keys): "
+            "a projection keeps one row per feed key, so a late change could not be left out of it"
+        )
     if not getattr(plan, "is_keyed_aggregate", False) and not getattr(plan, "is_append", False):
         return "a watermark applies to a view over one source"
     return None
@@ -115,14 +117,19 @@ class Watermark:
         if batch_max is not None:
             self.max_event_us = batch_max if self.max_event_us is None else max(self.max_event_us, batch_max)
         self.last_epoch, self.applied_us = epoch, applied
-        return {APPLIED: "" if applied is None else str(applied), MAX_EVENT: "" if self.max_event_us is None else str(self.max_event_us)}
+        return {
+            APPLIED: "" if applied is None else str(applied),
+            MAX_EVENT: "" if self.max_event_us is None else str(self.max_event_us),
+        }
 
     def late_sql(self, applied: int | None, dialect: str = "spark") -> str | None:
         """A condition true for a late row (None: no watermark yet)."""
         if applied is None:
             return None
         micros = "unix_micros" if dialect == "spark" else "epoch_us"
-        return f"{micros}(`{self.column}`) < {applied}" if dialect == "spark" else f'{micros}("{self.column}") < {applied}'
+        return (
+            f"{micros}(`{self.column}`) < {applied}" if dialect == "spark" else f'{micros}("{self.column}") < {applied}'
+        )
 
     def reason(self, applied: int) -> str:
         return f"late: {self.column} older than the watermark {_iso(applied)} (max event time - {self.delay_us // 1_000_000}s)"
@@ -161,8 +168,10 @@ def split_late(zset: pa.Table, column: str, applied: int | None) -> tuple[pa.Tab
     if applied is None or zset.num_rows == 0:
         return zset, zset.slice(0, 0)
     late = f'coalesce(epoch_us("{column}") < {applied}, false)'
-    return (arrow_sql(f"SELECT * FROM z WHERE NOT {late}", z=zset).cast(zset.schema),
-            arrow_sql(f"SELECT * FROM z WHERE {late}", z=zset).cast(zset.schema))
+    return (
+        arrow_sql(f"SELECT * FROM z WHERE NOT {late}", z=zset).cast(zset.schema),
+        arrow_sql(f"SELECT * FROM z WHERE {late}", z=zset).cast(zset.schema),
+    )
 
 
 def duckdb_where(plan) -> str | None:
@@ -173,12 +182,16 @@ def duckdb_where(plan) -> str | None:
     return sqlglot.transpile(f"SELECT 1 WHERE {plan.where}", read="spark", write="duckdb")[0].split(" WHERE ", 1)[1]
 
 
-def apply_to_changes(wm: Watermark, epoch: int, applied: int | None, zset: pa.Table, plan) -> tuple[pa.Table, pa.Table, dict[str, str]]:
+def apply_to_changes(
+    wm: Watermark, epoch: int, applied: int | None, zset: pa.Table, plan
+) -> tuple[pa.Table, pa.Table, dict[str, str]]:
     """A change feed's epoch under the rule: the Z-set's on-time images, its late ones, and the
     summary keys of the epoch's commits (the watermark moves by the new images consumed)."""
     on_time, late = split_late(zset, wm.column, applied)
     where = duckdb_where(plan) or "TRUE"
-    consumed = arrow_sql(f'SELECT max(epoch_us("{wm.column}")) AS t FROM z AS {plan.alias} WHERE __lv_w > 0 AND ({where})', z=on_time)
+    consumed = arrow_sql(
+        f'SELECT max(epoch_us("{wm.column}")) AS t FROM z AS {plan.alias} WHERE __lv_w > 0 AND ({where})', z=on_time
+    )
     return on_time, late, {**wm.advance(epoch, applied, consumed.column("t")[0].as_py()), LATE: str(late.num_rows)}
 
 
@@ -193,8 +206,16 @@ def _batches(checkpoint, files: list) -> list[list]:
     return [batches[number] for number in sorted(batches)]
 
 
-def applied_changes(con, checkpoint, files: list, changes_of: Callable[[list], str], wm: Watermark, key: list[str], alias: str,
-                    where: str | None) -> str:
+def applied_changes(
+    con,
+    checkpoint,
+    files: list,
+    changes_of: Callable[[list], str],
+    wm: Watermark,
+    key: list[str],
+    alias: str,
+    where: str | None,
+) -> str:
     """DuckDB SQL: the rows a watermarked view over a change feed holds, for the oracle. The rule
     is replayed batch by batch in the order Spark took the files in, on each key's newest change
     per batch (``changes_of(files)``: DuckDB SQL of those, with ``__lv_op``): a new image older
@@ -204,7 +225,9 @@ def applied_changes(con, checkpoint, files: list, changes_of: Callable[[list], s
     current: dict[tuple, tuple[dict, bool]] = {}  # per key: the source's row, whether the view holds it
     kept: list[dict] = []  # rows whose retraction was late
     high: int | None = None
-    empty = con.execute(f"SELECT * EXCLUDE (__lv_op), epoch_us({column}) AS __lv_t FROM ({changes_of([])}) LIMIT 0").to_arrow_table()
+    empty = con.execute(
+        f"SELECT * EXCLUDE (__lv_op), epoch_us({column}) AS __lv_t FROM ({changes_of([])}) LIMIT 0"
+    ).to_arrow_table()
     for batch in _batches(checkpoint, files):
         mark = None if high is None else high - wm.delay_us
 
@@ -212,7 +235,11 @@ def applied_changes(con, checkpoint, files: list, changes_of: Callable[[list], s
             return mark is not None and row["__lv_t"] is not None and row["__lv_t"] < mark
 
         consumed = []
-        for row in con.execute(f"SELECT *, epoch_us({column}) AS __lv_t FROM ({changes_of(batch)})").to_arrow_table().to_pylist():
+        for row in (
+            con.execute(f"SELECT *, epoch_us({column}) AS __lv_t FROM ({changes_of(batch)})")
+            .to_arrow_table()
+            .to_pylist()
+        ):
             op = row.pop("__lv_op")
             old = current.pop(tuple(row[k] for k in key), None)
             if old is not None and old[1] and late(old[0]):
@@ -232,8 +259,16 @@ def applied_changes(con, checkpoint, files: list, changes_of: Callable[[list], s
     return f"SELECT * FROM {name}"
 
 
-def applied_images(con, checkpoint, files: list, zset_of: Callable[[list], str], wm: Watermark, names: list[str], alias: str,
-                   where: str | None) -> str:
+def applied_images(
+    con,
+    checkpoint,
+    files: list,
+    zset_of: Callable[[list], str],
+    wm: Watermark,
+    names: list[str],
+    alias: str,
+    where: str | None,
+) -> str:
     """DuckDB SQL: the rows a watermarked view over a before/after-image feed holds, for the
     oracle. The rule is replayed batch by batch in the order Spark took the files in, on each
     batch's consolidated Z-set (``zset_of(files)``: DuckDB SQL of the images, ``names`` and the
@@ -242,7 +277,9 @@ def applied_images(con, checkpoint, files: list, zset_of: Callable[[list], str],
     cols = ", ".join(f'"{n}"' for n in names)
 
     def consolidated(batch: list) -> str:
-        return f"SELECT {cols}, SUM({WEIGHT}) AS {WEIGHT} FROM ({zset_of(batch)}) GROUP BY ALL HAVING SUM({WEIGHT}) <> 0"
+        return (
+            f"SELECT {cols}, SUM({WEIGHT}) AS {WEIGHT} FROM ({zset_of(batch)}) GROUP BY ALL HAVING SUM({WEIGHT}) <> 0"
+        )
 
     parts = _replay(con, checkpoint, files, consolidated, wm, alias, f"{WEIGHT} > 0 AND ({where or 'TRUE'})")
     if not parts:
@@ -252,7 +289,9 @@ def applied_images(con, checkpoint, files: list, zset_of: Callable[[list], str],
     return f"SELECT {cols} FROM (SELECT {cols}, unnest(range(CAST({WEIGHT} AS BIGINT))) AS __lv_copy FROM ({total}) WHERE {WEIGHT} > 0)"
 
 
-def on_time_relation(con, checkpoint, files: list, relation_of: Callable[[list], str], wm: Watermark, alias: str, where: str | None) -> str:
+def on_time_relation(
+    con, checkpoint, files: list, relation_of: Callable[[list], str], wm: Watermark, alias: str, where: str | None
+) -> str:
     """DuckDB SQL: the rows of ``files`` that were on time, for the oracle. The rule is replayed
     batch by batch in the order Spark took the files in (its file-source log in the view's
     checkpoint): independent of what the pipeline quarantined, so a wrong late decision shows
@@ -262,7 +301,9 @@ def on_time_relation(con, checkpoint, files: list, relation_of: Callable[[list],
     return " UNION ALL ".join(f"SELECT * FROM ({p})" for p in parts) if parts else relation_of([])
 
 
-def _replay(con, checkpoint, files: list, relation_of: Callable[[list], str], wm: Watermark, alias: str, consumed_where: str) -> list[str]:
+def _replay(
+    con, checkpoint, files: list, relation_of: Callable[[list], str], wm: Watermark, alias: str, consumed_where: str
+) -> list[str]:
     """Per Spark batch (in the order its file-source log took the files), DuckDB SQL of the
     batch's rows that were on time: ``relation_of(batch)`` without the rows older than the
     watermark the earlier batches reached; the newest event time among the rows passing
@@ -273,8 +314,12 @@ def _replay(con, checkpoint, files: list, relation_of: Callable[[list], str], wm
     for batch in _batches(checkpoint, files):
         relation = relation_of(batch)
         if high is not None:
-            relation = f"SELECT * FROM ({relation}) WHERE NOT coalesce(epoch_us({column}) < {high - wm.delay_us}, false)"
-        consumed = con.execute(f"SELECT max(epoch_us({column})) FROM ({relation}) AS {alias} WHERE {consumed_where}").fetchone()[0]
+            relation = (
+                f"SELECT * FROM ({relation}) WHERE NOT coalesce(epoch_us({column}) < {high - wm.delay_us}, false)"
+            )
+        consumed = con.execute(
+            f"SELECT max(epoch_us({column})) FROM ({relation}) AS {alias} WHERE {consumed_where}"
+        ).fetchone()[0]
         if consumed is not None:
             high = consumed if high is None else max(high, consumed)
         parts.append(relation)

@@ -91,10 +91,14 @@ class EventWindow(BaseModel):
         if dialect == "spark":
             bounds = f"timestamp_micros(__lv_s) AS {START}, timestamp_micros(__lv_s + {self.size_us}) AS {END}"
         else:  # keep the event time's own type (TIMESTAMP or TIMESTAMPTZ)
-            bounds = (f"{ts} - to_microseconds({t} - __lv_s) AS {START}, "
-                      f"{ts} - to_microseconds({t} - __lv_s - {self.size_us}) AS {END}")
-        inner = (f"SELECT {alias}.*, {start} AS __lv_s FROM {relation} AS {alias} "
-                 f"CROSS JOIN (VALUES {offsets}) AS __lv_o(__lv_k) WHERE {ts} IS NOT NULL")
+            bounds = (
+                f"{ts} - to_microseconds({t} - __lv_s) AS {START}, "
+                f"{ts} - to_microseconds({t} - __lv_s - {self.size_us}) AS {END}"
+            )
+        inner = (
+            f"SELECT {alias}.*, {start} AS __lv_s FROM {relation} AS {alias} "
+            f"CROSS JOIN (VALUES {offsets}) AS __lv_o(__lv_k) WHERE {ts} IS NOT NULL"
+        )
         return f"SELECT {alias}.*, {bounds} FROM ({inner}) AS {alias} WHERE __lv_s + {self.size_us} > {t}"
 
 
@@ -122,8 +126,13 @@ def rewrite(tree: exp.Select, at: Callable[[exp.Expression, str, str], str]) -> 
     or None when the view has no window(). ``at`` formats an error (node, problem, nearest)."""
     for node in [n for item in tree.expressions for n in item.walk()] + list(tree.walk()):  # the SELECT list first
         if isinstance(node, exp.Anonymous) and str(node.this).lower() == "session_window":
-            raise UnsupportedSQLError(at(node, "session windows (session_window) are not supported",
-                                         "a tumbling window: GROUP BY window(ts, '10 minutes')"))
+            raise UnsupportedSQLError(
+                at(
+                    node,
+                    "session windows (session_window) are not supported",
+                    "a tumbling window: GROUP BY window(ts, '10 minutes')",
+                )
+            )
     calls = [n for n in tree.find_all(exp.Anonymous) if _is_call(n)]
     refs = [c for c in tree.find_all(exp.Column) if c.table.lower() == "window" and c.name.lower() in ("start", "end")]
     if not calls and not refs:
@@ -132,7 +141,9 @@ def rewrite(tree: exp.Select, at: Callable[[exp.Expression, str, str], str]) -> 
     grouped = [g for g in (group.expressions if group else []) if _is_call(g)]
     if not grouped:
         node = calls[0] if calls else refs[0]
-        raise UnsupportedSQLError(at(node, f"{_spark(node)} needs GROUP BY window(...) (an event-time window groups rows)", NEAREST))
+        raise UnsupportedSQLError(
+            at(node, f"{_spark(node)} needs GROUP BY window(...) (an event-time window groups rows)", NEAREST)
+        )
     if len(grouped) > 1:
         raise UnsupportedSQLError(at(grouped[1], "more than one window() in GROUP BY", "one window(ts, size[, slide])"))
     call = grouped[0]
@@ -141,27 +152,56 @@ def rewrite(tree: exp.Select, at: Callable[[exp.Expression, str, str], str]) -> 
         if other is call:
             continue
         if other.sql("spark") != call.sql("spark"):
-            raise UnsupportedSQLError(at(other, f"{_spark(other)} differs from GROUP BY {_spark(call)}",
-                                         "the same window(...) in SELECT and GROUP BY, or window.start / window.end"))
+            raise UnsupportedSQLError(
+                at(
+                    other,
+                    f"{_spark(other)} differs from GROUP BY {_spark(call)}",
+                    "the same window(...) in SELECT and GROUP BY, or window.start / window.end",
+                )
+            )
         parent = other.parent
         if not (isinstance(parent, exp.Dot) and parent.name.lower() in ("start", "end")):
-            raise UnsupportedSQLError(at(other, f"select the window's bounds, not the window struct {_spark(other)}",
-                                         f"{_spark(other)}.start AS window_start, {_spark(other)}.end AS window_end"))
+            raise UnsupportedSQLError(
+                at(
+                    other,
+                    f"select the window's bounds, not the window struct {_spark(other)}",
+                    f"{_spark(other)}.start AS window_start, {_spark(other)}.end AS window_end",
+                )
+            )
     for clause in ("where", "having"):
         node = tree.args.get(clause)
-        if node is not None and (any(_is_call(n) for n in node.walk()) or any(
-                isinstance(n, exp.Column) and n.table.lower() == "window" for n in node.walk())):
-            raise UnsupportedSQLError(at(node, f"window bounds in {clause.upper()} are not supported", "filter the event-time column"))
+        if node is not None and (
+            any(_is_call(n) for n in node.walk())
+            or any(isinstance(n, exp.Column) and n.table.lower() == "window" for n in node.walk())
+        ):
+            raise UnsupportedSQLError(
+                at(node, f"window bounds in {clause.upper()} are not supported", "filter the event-time column")
+            )
     tree = tree.copy()
     for node in list(tree.walk()):
-        if isinstance(node, exp.Dot) and _is_call(node.this) and node.name.lower() in ("start", "end") or isinstance(node, exp.Column) and node.table.lower() == "window" and node.name.lower() in ("start", "end"):
+        if (
+            isinstance(node, exp.Dot)
+            and _is_call(node.this)
+            and node.name.lower() in ("start", "end")
+            or isinstance(node, exp.Column)
+            and node.table.lower() == "window"
+            and node.name.lower() in ("start", "end")
+        ):
             node.replace(exp.column(START if node.name.lower() == "start" else END))
-    selected = {(i.this if isinstance(i, exp.Alias) else i).name for i in tree.expressions
-                if isinstance(i.this if isinstance(i, exp.Alias) else i, exp.Column)}
+    selected = {
+        (i.this if isinstance(i, exp.Alias) else i).name
+        for i in tree.expressions
+        if isinstance(i.this if isinstance(i, exp.Alias) else i, exp.Column)
+    }
     bounds = [exp.column(c) for c in (START, END) if c in selected]
     if not bounds:
-        raise UnsupportedSQLError(at(call, f"select the bounds of {_spark(call)}: they are the view's key",
-                                     f"SELECT {_spark(call)}.start AS window_start, {_spark(call)}.end AS window_end, ..."))
+        raise UnsupportedSQLError(
+            at(
+                call,
+                f"select the bounds of {_spark(call)}: they are the view's key",
+                f"SELECT {_spark(call)}.start AS window_start, {_spark(call)}.end AS window_end, ...",
+            )
+        )
     new_group = tree.args["group"]
     rest = [g for g in new_group.expressions if not _is_call(g)]
     new_group.set("expressions", bounds + rest)
@@ -171,14 +211,20 @@ def rewrite(tree: exp.Select, at: Callable[[exp.Expression, str, str], str]) -> 
 def _window_of(call: exp.Anonymous, at: Callable[[exp.Expression, str, str], str]) -> EventWindow:
     args = list(call.expressions)
     if not 2 <= len(args) <= 3:
-        raise UnsupportedSQLError(at(call, f"{_spark(call)}: window takes (time_column, size[, slide]) here (no start offset)", NEAREST))
+        raise UnsupportedSQLError(
+            at(call, f"{_spark(call)}: window takes (time_column, size[, slide]) here (no start offset)", NEAREST)
+        )
     time, *lengths = args
     if not isinstance(time, exp.Column):
-        raise UnsupportedSQLError(at(call, f"{_spark(call)}: the event time must be a column of the source", "window(ts, '10 minutes')"))
+        raise UnsupportedSQLError(
+            at(call, f"{_spark(call)}: the event time must be a column of the source", "window(ts, '10 minutes')")
+        )
     values = []
     for arg in lengths:
         if not (isinstance(arg, exp.Literal) and arg.is_string):
-            raise UnsupportedSQLError(at(call, f"{_spark(call)}: window lengths must be string literals", "window(ts, '10 minutes')"))
+            raise UnsupportedSQLError(
+                at(call, f"{_spark(call)}: window lengths must be string literals", "window(ts, '10 minutes')")
+            )
         try:
             values.append(parse_interval(arg.this))
         except ValueError as exc:
@@ -186,10 +232,20 @@ def _window_of(call: exp.Anonymous, at: Callable[[exp.Expression, str, str], str
     size = values[0]
     slide = values[1] if len(values) > 1 else size
     if size <= 0 or slide <= 0 or slide > size:
-        raise UnsupportedSQLError(at(call, f"{_spark(call)}: the slide must be positive and at most the window size",
-                                     "window(ts, '10 minutes', '5 minutes')"))
-    return EventWindow(time_column=time.sql("spark"), size=lengths[0].this, slide=lengths[1].this if len(lengths) > 1 else None,
-                       size_us=size, slide_us=slide)
+        raise UnsupportedSQLError(
+            at(
+                call,
+                f"{_spark(call)}: the slide must be positive and at most the window size",
+                "window(ts, '10 minutes', '5 minutes')",
+            )
+        )
+    return EventWindow(
+        time_column=time.sql("spark"),
+        size=lengths[0].this,
+        slide=lengths[1].this if len(lengths) > 1 else None,
+        size_us=size,
+        slide_us=slide,
+    )
 
 
 def _spark(node: exp.Expression) -> str:

@@ -101,7 +101,6 @@ class EmbeddedStack:
         if self.external_catalog_uri is None:
             self.server.start()
             if history and self.history is None:  # the console's lag and backlog history (/ui/)
-
                 self.history = HistorySampler(self.project, self.server.store).start()
         return self
 
@@ -125,11 +124,15 @@ class EmbeddedStack:
         names = topological_order(self.project, list(self.project.views) if views is None else views)  # upstreams first
         on_commit = self._with_registration(on_commit)
         self._on_commit = on_commit
-        self.spark = spark or self.spark or build_session(
-            catalog_uri=self.catalog_uri,
-            warehouse=self.project.lake.name,
-            master=self.project.spark.master,
-            extra=self.project.spark.conf,
+        self.spark = (
+            spark
+            or self.spark
+            or build_session(
+                catalog_uri=self.catalog_uri,
+                warehouse=self.project.lake.name,
+                master=self.project.spark.master,
+                extra=self.project.spark.conf,
+            )
         )
         for name in names:
             if not self.project.views[name].materialize:
@@ -143,7 +146,9 @@ class EmbeddedStack:
                 if not isolate:
                     raise
                 for parked in self.park(name, exc, None):
-                    log.error("%s: FAILED to start: %s (parked; `lakeview resume %s` retries)", name, parked.error, name)
+                    log.error(
+                        "%s: FAILED to start: %s (parked; `lakeview resume %s` retries)", name, parked.error, name
+                    )
                     if on_park is not None:
                         on_park(parked)
         self._publish_inline_views()
@@ -165,7 +170,9 @@ class EmbeddedStack:
 
         if self.project.views[name].group is not None:
             self._start_group(self.project.views[name].group, on_commit, available_now)  # type: ignore[arg-type]
-            started = [v for v, p in self.pipelines.items() if self.project.views[v].group == self.project.views[name].group]
+            started = [
+                v for v, p in self.pipelines.items() if self.project.views[v].group == self.project.views[name].group
+            ]
         else:
             writer = make_writer(self.project, name, self.catalog_uri)
             writer.commit = timed(name, writer.commit)  # type: ignore[method-assign]  # commit latency metric
@@ -183,12 +190,18 @@ class EmbeddedStack:
             if self.runtime is not None and view in self.pipelines:
                 self.runtime.sources[view] = self.pipelines[view].source
 
-    def park(self, view: str, error: BaseException | str, epoch: int | None, *, transient: bool = False) -> list[ParkedView]:
+    def park(
+        self, view: str, error: BaseException | str, epoch: int | None, *, transient: bool = False
+    ) -> list[ParkedView]:
         """Record ``view`` (with a group's other members: they share its query) as FAILED and stop
         tracking its query; every other view keeps running. Returns the views parked."""
 
         group = self.project.views[view].group
-        views = [v for v, c in self.project.views.items() if c.group == group and c.materialize] if group is not None else [view]
+        views = (
+            [v for v, c in self.project.views.items() if c.group == group and c.materialize]
+            if group is not None
+            else [view]
+        )
         parked = []
         for name in views:
             self.queries.pop(name, None)
@@ -224,7 +237,13 @@ class EmbeddedStack:
             return
 
         assert self.spark is not None
-        pipeline = GroupPipeline(self.spark, self.project, group, rest_catalog(self.project, f"lakeview-group-{group}", self.catalog_uri), on_commit)
+        pipeline = GroupPipeline(
+            self.spark,
+            self.project,
+            group,
+            rest_catalog(self.project, f"lakeview-group-{group}", self.catalog_uri),
+            on_commit,
+        )
         pipeline.prepare()
         assert pipeline.writer is not None
         for view in pipeline.views:  # one transaction is every member's commit latency
@@ -243,12 +262,19 @@ class EmbeddedStack:
             for name, outcome in publish_inline_views(self.project).items():
                 log.info("%s: inline view %s", name, outcome)
 
-    def _with_registration(self, on_commit: Callable[[CommitRecord], None] | None) -> Callable[[CommitRecord], None] | None:
+    def _with_registration(
+        self, on_commit: Callable[[CommitRecord], None] | None
+    ) -> Callable[[CommitRecord], None] | None:
         """Fan each commit out to the view's registrars (Glue, HMS, paths) in the background:
         ``notify`` only sets a flag, so a slow or failing registrar never blocks a commit."""
         if self.registration is None:
             for view, registrar, namespace in registered_elsewhere(self.project):
-                log.warning("%s.%s is still registered in %s but no longer configured there; `lakeview prune` removes it", namespace, view, registrar)
+                log.warning(
+                    "%s.%s is still registered in %s but no longer configured there; `lakeview prune` removes it",
+                    namespace,
+                    view,
+                    registrar,
+                )
             service = RegistrationService(self.project)
             if not service.has_work:
                 return on_commit

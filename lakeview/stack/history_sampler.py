@@ -110,15 +110,26 @@ class HistorySampler:
         views, commits = [], []
         for status in view_statuses(self.project, self.store, at_ms=now_ms):
             data = status.as_dict()
-            views.append(ViewSample(status.view, now_ms, status.freshness_lag_ms, status.target_lag_ms,
-                                    console_state(data), status.degraded_reason))
+            views.append(
+                ViewSample(
+                    status.view,
+                    now_ms,
+                    status.freshness_lag_ms,
+                    status.target_lag_ms,
+                    console_state(data),
+                    status.degraded_reason,
+                )
+            )
             if status.commits:
                 try:
                     _, snapshots = status_inputs(self.project, self.store, status.view)
                 except LakeviewError:
                     continue
-                commits += [(status.view, p.epoch, p.committed_at_ms, p.rows_in, p.rows_inserted)
-                            for p in commit_history(snapshots) if p.epoch is not None]
+                commits += [
+                    (status.view, p.epoch, p.committed_at_ms, p.rows_in, p.rows_inserted)
+                    for p in commit_history(snapshots)
+                    if p.epoch is not None
+                ]
         sources, quarantine = [], {}
         for source in self.project.sources:
             files, size = source_backlog(self.project, source, self._readers.get(source, []))

@@ -47,7 +47,6 @@ def publish_inline_view(config: ProjectConfig, name: str, store: CatalogStore | 
     """
 
     if store is None:
-
         store = open_store(config)
     view = config.views[name]
     identifier = (view.namespace, name)

@@ -67,7 +67,9 @@ class MaintenanceThread:
         return self
 
     def _run(self) -> None:
-        due = {view: time.monotonic() + (self.project.views[view].maintenance.interval.seconds or 0) for view in self.views}
+        due = {
+            view: time.monotonic() + (self.project.views[view].maintenance.interval.seconds or 0) for view in self.views
+        }
         while not self._stop.wait(self.tick_s):
             for view in self.views:
                 if self._stop.is_set() or time.monotonic() < due[view]:

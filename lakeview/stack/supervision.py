@@ -58,14 +58,21 @@ class ViewSupervisor:
                 if query.isActive:
                     continue
                 failure = failure_of(query.name)
-                error: BaseException | str = failure.error if failure is not None else (query.exception() or "its query stopped")
+                error: BaseException | str = (
+                    failure.error if failure is not None else (query.exception() or "its query stopped")
+                )
             except Exception as exc:  # the JVM going away: not a view's failure
                 log.debug("%s: query state unavailable: %s", view, exc)
                 continue
             epoch = failure.epoch if failure is not None else None
             for parked in self.stack.park(view, error, epoch, transient=bool(failure and failure.transient)):
-                log.error("%s: FAILED at epoch %s: %s (parked; `lakeview resume %s` restarts it)", parked.view, parked.failed_epoch,
-                          parked.error, parked.view)
+                log.error(
+                    "%s: FAILED at epoch %s: %s (parked; `lakeview resume %s` restarts it)",
+                    parked.view,
+                    parked.failed_epoch,
+                    parked.error,
+                    parked.view,
+                )
                 if self.on_park is not None:
                     self.on_park(parked)
         for view in list(self.stack.parked):

@@ -74,7 +74,11 @@ def bootstraps(pipeline: ViewPipeline, epoch: Epoch) -> bool:
     m = pipeline.maintainer
     if epoch.rows_in <= pipeline.project.spark.driver_rows_max or (pipeline.plan.is_append and m.view_is_state):
         return False
-    if pipeline.watermark is not None and (pipeline.feed is not None or pipeline.images is not None) and m.closed_before_us is not None:
+    if (
+        pipeline.watermark is not None
+        and (pipeline.feed is not None or pipeline.images is not None)
+        and m.closed_before_us is not None
+    ):
         return False  # a watermark applies: each image is judged against it in the driver
     # Empty, or holding this very epoch (a replay after a crash between two tables' commits).
     return all((last := w.last_commit()) is None or last.epoch == epoch.number for w in m.tables())
@@ -99,7 +103,9 @@ def bootstrap_on_executors(pipeline: ViewPipeline, good: DataFrame, epoch: Epoch
             df.unpersist()
 
 
-def _write_tables(pipeline: ViewPipeline, epoch: Epoch, spark: SparkSession, zset: str, net: str, images: str | None) -> Bootstrap:
+def _write_tables(
+    pipeline: ViewPipeline, epoch: Epoch, spark: SparkSession, zset: str, net: str, images: str | None
+) -> Bootstrap:
     """Each table's rows as Spark SQL over the batch's relations, written by the executors (the mirror last)."""
     m, plan = pipeline.maintainer, pipeline.plan
     tables: list[tuple[SnapshotWriter, DataFrame]] = []
@@ -112,7 +118,9 @@ def _write_tables(pipeline: ViewPipeline, epoch: Epoch, spark: SparkSession, zse
     return write_in_order(tables, pipeline.writer, epoch, pipeline.project)
 
 
-def write_in_order(tables: list[tuple[SnapshotWriter, DataFrame]], view: SnapshotWriter, epoch: Epoch, project: ProjectConfig) -> Bootstrap:
+def write_in_order(
+    tables: list[tuple[SnapshotWriter, DataFrame]], view: SnapshotWriter, epoch: Epoch, project: ProjectConfig
+) -> Bootstrap:
     """Write each table's rows from the executors, one snapshot each stamped with ``epoch``, in
     the given (commit) order; a table that has the epoch already writes nothing."""
 
@@ -159,7 +167,9 @@ def _relations(pipeline: ViewPipeline, good: DataFrame) -> tuple[str, str, str |
         good.createOrReplaceTempView(name("_changes"))
         columns = ", ".join(f"`{c}`" for c in pipeline.maintainer.source_columns)
         latest = latest_sql(pipeline.feed, name("_changes"))
-        images = spark.sql(f"SELECT {columns} FROM ({latest}) WHERE {OP} <> '{DELETE}'").persist()  # one shuffle, not one per table
+        images = spark.sql(
+            f"SELECT {columns} FROM ({latest}) WHERE {OP} <> '{DELETE}'"
+        ).persist()  # one shuffle, not one per table
         images.createOrReplaceTempView(name("_images"))
         spark.sql(f"SELECT *, CAST(1 AS INT) AS {WEIGHT} FROM {name('_images')}").createOrReplaceTempView(name("_zset"))
         return name("_zset"), name("_images"), name("_images"), [images]
@@ -200,7 +210,8 @@ def group_state_sql(plan: KeyedAggregatePlan, zset: str) -> str:
     one row, its counts 0 over no rows (not NULL), as :func:`lakeview.ivm.zsets.merge_group_state` stores it."""
     sums = set(plan.sum_columns())
     items = [f"`{k}`" for k in plan.keys] + [
-        f"CASE WHEN {c[:-2]}_c = 0 THEN NULL ELSE {c} END AS {c}" if c in sums else f"COALESCE({c}, 0) AS {c}" for c in plan.state_columns()
+        f"CASE WHEN {c[:-2]}_c = 0 THEN NULL ELSE {c} END AS {c}" if c in sums else f"COALESCE({c}, 0) AS {c}"
+        for c in plan.state_columns()
     ]
     live = f" WHERE {ROWS} <> 0" if plan.keys else ""
     return f"SELECT {', '.join(items)} FROM ({plan.group_delta_sql(zset)}){live}"

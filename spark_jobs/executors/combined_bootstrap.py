@@ -78,7 +78,9 @@ def bootstrap_on_executors(pipeline: CombinedPipeline, frames: dict[str, DataFra
     driver (a negative net weight under an aggregate, see the module's doc); nothing written."""
     spark = next(iter(frames.values())).sparkSession  # a foreachBatch's temp views live in its session
 
-    held: list[DataFrame] = []  # persisted: each feeds several tables' jobs (the batch itself is persisted by the pipeline)
+    held: list[
+        DataFrame
+    ] = []  # persisted: each feeds several tables' jobs (the batch itself is persisted by the pipeline)
     try:
         return _write_tables(pipeline, frames, epoch, spark, held)
     finally:
@@ -165,14 +167,18 @@ def first_join_sql(plan: JoinPlan, da: str, db: str) -> str:
     a, b = plan.sides
     on = " AND ".join(f"l.`{x}` = r.`{y}`" for x, y in zip(a.key, b.key))
     left = [f"l.`{c}` AS `{n}`" for c, n in zip(a.columns, a.joined())]
-    parts = [f"SELECT {', '.join(left + [f'r.`{c}` AS `{n}`' for c, n in zip(b.columns, b.joined())])}, l.w * r.w AS w "
-             f"FROM {da} AS l JOIN {db} AS r ON {on}"]
+    parts = [
+        f"SELECT {', '.join(left + [f'r.`{c}` AS `{n}`' for c, n in zip(b.columns, b.joined())])}, l.w * r.w AS w "
+        f"FROM {da} AS l JOIN {db} AS r ON {on}"
+    ]
     if plan.how == "left":
         keys = ", ".join(f"`{k}`" for k in b.key)
         matches = f"SELECT {keys}, SUM(w) AS n FROM {db} GROUP BY {keys}"
         nulls = [f"NULL AS `{n}`" for n in b.joined()]
-        parts.append(f"SELECT {', '.join(left + nulls)}, l.w AS w FROM {da} AS l LEFT JOIN ({matches}) AS r ON {on} "
-                     "WHERE COALESCE(r.n, 0) = 0")
+        parts.append(
+            f"SELECT {', '.join(left + nulls)}, l.w AS w FROM {da} AS l LEFT JOIN ({matches}) AS r ON {on} "
+            "WHERE COALESCE(r.n, 0) = 0"
+        )
     names = ", ".join(f"`{n}`" for n in [*a.joined(), *b.joined()])
     body = " UNION ALL ".join(f"({p})" for p in parts)
     return f"SELECT {names}, CAST(SUM(w) AS INT) AS {WEIGHT} FROM ({body}) GROUP BY {names} HAVING SUM(w) <> 0"

@@ -92,16 +92,28 @@ class ExecutorReads:
             "pos": pa.concat_arrays([h.column(POS).combine_chunks().cast(pa.int64()) for h in hits]) if hits else pa.array([], pa.int64()),
         })  # fmt: skip
         self.timings["find_s"] = time.perf_counter() - started
-        log.debug("%s: %s stored row(s) of %s key(s) found in %s file(s) on the executors in %.3f s",
-                  table.name(), rows.num_rows, keys.num_rows, len(live.data), self.timings["find_s"])
+        log.debug(
+            "%s: %s stored row(s) of %s key(s) found in %s file(s) on the executors in %.3f s",
+            table.name(),
+            rows.num_rows,
+            keys.num_rows,
+            len(live.data),
+            self.timings["find_s"],
+        )
         return Found(rows=rows, positions=positions, files_read=len(live.data))
 
     def rewrite(self, table: Table, live: LiveTable, files: list[DataFile], drop: pa.Table) -> list[DataFile]:
         started = time.perf_counter()
         specs = []
         for f in files:
-            gone = [p for p in (live.deleted(f.file_path),
-                                drop.column("pos").filter(pc.equal(drop.column("file_path"), f.file_path)).combine_chunks()) if p is not None]
+            gone = [
+                p
+                for p in (
+                    live.deleted(f.file_path),
+                    drop.column("pos").filter(pc.equal(drop.column("file_path"), f.file_path)).combine_chunks(),
+                )
+                if p is not None
+            ]
             specs.append((f, pa.concat_arrays([g.cast(pa.int64()) for g in gone]) if gone else None, False, 1))
         target = iceberg_target(table)  # its own write uuid: the driver names the epoch's new file after the commit's
 
@@ -112,7 +124,14 @@ class ExecutorReads:
         self.timings["rewrite_s"] = time.perf_counter() - started
         return [DataFile.from_args(**fields) for fields in written]
 
-    def change(self, table: Table, parent: LiveTable | None, deletes: list[DataFile], removed: list[DataFile], added: list[DataFile]) -> pa.Table:
+    def change(
+        self,
+        table: Table,
+        parent: LiveTable | None,
+        deletes: list[DataFile],
+        removed: list[DataFile],
+        added: list[DataFile],
+    ) -> pa.Table:
         from pyspark.sql import functions as F  # lazy: Spark loads only where views run
         from pyspark.sql.pandas.types import (  # lazy: Spark loads only where views run
             from_arrow_schema,
@@ -140,8 +159,12 @@ class ExecutorReads:
         def rows_in(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             return _rows_in(plan, target, _specs(batches))
 
-        net = (self._frame(specs, rows_in, spark_schema).groupBy(*columns).agg(F.sum(WEIGHT).cast("int").alias(WEIGHT))
-               .where(F.col(WEIGHT) != 0))
+        net = (
+            self._frame(specs, rows_in, spark_schema)
+            .groupBy(*columns)
+            .agg(F.sum(WEIGHT).cast("int").alias(WEIGHT))
+            .where(F.col(WEIGHT) != 0)
+        )
         result = pa.Table.from_batches(net._collect_as_arrow(), schema=target)
         self.timings["change_s"] = time.perf_counter() - started
         return result.rename_columns(weighted.names).cast(weighted)
@@ -154,9 +177,13 @@ class ExecutorReads:
         for module in (sys.modules[__name__], sys.modules["spark_jobs.executor_writes"], writers.arrow_ops):
             cloudpickle.register_pickle_by_value(module)  # by value: executors need not import Lakeview
         self.jobs += 1
-        rows = [(pickle.dumps(f), _ipc(pa.table({POS: p.cast(pa.int64())})) if p is not None else None, take, weight)
-                for f, p, take, weight in specs]
-        return self.spark.sparkContext.parallelize(rows, max(1, min(len(rows), self.spark.sparkContext.defaultParallelism)))
+        rows = [
+            (pickle.dumps(f), _ipc(pa.table({POS: p.cast(pa.int64())})) if p is not None else None, take, weight)
+            for f, p, take, weight in specs
+        ]
+        return self.spark.sparkContext.parallelize(
+            rows, max(1, min(len(rows), self.spark.sparkContext.defaultParallelism))
+        )
 
     def _frame(self, specs: list[tuple[DataFile, pa.Array | None, bool, int]], func: Any, ddl: Any) -> DataFrame:
         """``specs`` as a DataFrame mapped by ``func`` (an Arrow map with the output ``ddl``)."""
@@ -199,7 +226,12 @@ def _specs(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple]:
 
 def _spec(row: tuple) -> tuple[Any, pa.Array | None, bool, int]:
     spec, positions, take, weight = row
-    return pickle.loads(spec), (_from_ipc(positions).column(POS).combine_chunks() if positions is not None else None), take, weight
+    return (
+        pickle.loads(spec),
+        (_from_ipc(positions).column(POS).combine_chunks() if positions is not None else None),
+        take,
+        weight,
+    )
 
 
 class _FileCache:
@@ -255,7 +287,9 @@ def _file_rows(metadata: Any, io: Any, data_file: Any, positions: pa.Array | Non
     return every.filter(member if take else pc.invert(member))
 
 
-def _find_in(plan: IcebergFiles, keys_ipc: bytes, key: tuple[str, ...], part: Iterator[tuple]) -> Iterator[tuple[str, bytes]]:
+def _find_in(
+    plan: IcebergFiles, keys_ipc: bytes, key: tuple[str, ...], part: Iterator[tuple]
+) -> Iterator[tuple[str, bytes]]:
     metadata, io = _open(plan)
     keys = _from_ipc(keys_ipc)
     for row in part:

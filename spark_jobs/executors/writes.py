@@ -102,7 +102,9 @@ def write_on_executors(df: DataFrame, target: IcebergFiles | DeltaFiles) -> list
     return [WrittenFile(path=r.path, size=r.size, rows=r.rows, writer=r.writer, payload=bytes(r.payload)) for r in rows]
 
 
-def append_on_executors(writer: SnapshotWriter, rows: DataFrame, epoch: Epoch, project: ProjectConfig) -> tuple[CommitRecord | None, list[WrittenFile]]:
+def append_on_executors(
+    writer: SnapshotWriter, rows: DataFrame, epoch: Epoch, project: ProjectConfig
+) -> tuple[CommitRecord | None, list[WrittenFile]]:
     """Append ``rows`` to the view's table as ONE snapshot for ``epoch``, the data files written
     by the executors. A replayed epoch writes nothing; files of a commit that never lands are
     orphans ``lakeview maintain`` removes."""
@@ -165,7 +167,15 @@ def _result(path: str, size: int, rows: int, payload: bytes) -> pa.RecordBatch:
     writer = f"{socket.gethostname()}:{os.getpid()}"
     return pa.RecordBatch.from_pydict(
         {"path": [path], "size": [size], "rows": [rows], "writer": [writer], "payload": [payload]},
-        schema=pa.schema([("path", pa.string()), ("size", pa.int64()), ("rows", pa.int64()), ("writer", pa.string()), ("payload", pa.binary())]),
+        schema=pa.schema(
+            [
+                ("path", pa.string()),
+                ("size", pa.int64()),
+                ("rows", pa.int64()),
+                ("writer", pa.string()),
+                ("payload", pa.binary()),
+            ]
+        ),
     )
 
 
@@ -183,7 +193,12 @@ class _IcebergTask:
     def __call__(self, batches: list[pa.RecordBatch]) -> pa.RecordBatch:
         rows = pa.Table.from_batches(batches).select(self.arrow_schema.names).cast(self.arrow_schema)
         schema = pyarrow_to_schema(rows.schema, name_mapping=self.metadata.schema().name_mapping)
-        task = WriteTask(write_uuid=self.write_uuid, task_id=self.partition * 100_000 + self.files, schema=schema, record_batches=rows.to_batches())
+        task = WriteTask(
+            write_uuid=self.write_uuid,
+            task_id=self.partition * 100_000 + self.files,
+            schema=schema,
+            record_batches=rows.to_batches(),
+        )
         self.files += 1
         (data_file,) = list(write_file(self.io, self.metadata, iter([task])))
         fields = {name: getattr(data_file, name) for name in _DATA_FILE_FIELDS}
@@ -226,7 +241,12 @@ def _delta_stats(rows: pa.Table) -> dict[str, Any]:
     for name, column in zip(rows.column_names, rows.columns):
         stats["nullCount"][name] = column.null_count
         kind = column.type
-        if not (pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_string(kind) or pa.types.is_date(kind)):
+        if not (
+            pa.types.is_integer(kind)
+            or pa.types.is_floating(kind)
+            or pa.types.is_string(kind)
+            or pa.types.is_date(kind)
+        ):
             continue
         if column.null_count == len(column):
             continue

@@ -34,7 +34,12 @@ class SourceEvolution:
         if not self.images:
             return list(schema.fields)
         found = {f.name: f for f in schema.fields}
-        return [f for side in self.images if side in found and isinstance(found[side].dataType, StructType) for f in found[side].dataType.fields]
+        return [
+            f
+            for side in self.images
+            if side in found and isinstance(found[side].dataType, StructType)
+            for f in found[side].dataType.fields
+        ]
 
     def known(self) -> set[str]:
         return {c.name.lower() for c in parse_ddl(effective_ddl(self.project, self.source))}
@@ -47,7 +52,11 @@ class SourceEvolution:
         if self.format is SourceFormat.JSON:
             objects = [f"get_json_object(value, '$.{side}')" for side in self.images] if self.images else ["value"]
             text = self.spark.read.text(files)
-            keys = {r.k for o in objects for r in text.selectExpr(f"explode(json_object_keys({o})) AS k").distinct().collect()}
+            keys = {
+                r.k
+                for o in objects
+                for r in text.selectExpr(f"explode(json_object_keys({o})) AS k").distinct().collect()
+            }
             names = sorted(k for k in keys if k is not None and k.lower() not in known)
             if not names:
                 return []

@@ -78,7 +78,11 @@ class Quarantine:
         return f"{schema}, {CORRUPT} STRING" if self.parses_text else schema
 
     def reason_sql(self, operation: str | None) -> str:
-        cases = [f"WHEN {CORRUPT} IS NOT NULL THEN 'malformed row: does not parse into the schema'"] if self.parses_text else []
+        cases = (
+            [f"WHEN {CORRUPT} IS NOT NULL THEN 'malformed row: does not parse into the schema'"]
+            if self.parses_text
+            else []
+        )
         names = {c.name.lower(): c.name for c in parse_ddl(self.config.schema_)}
         images = self.config.images
         for column in self.config.required:
@@ -87,7 +91,9 @@ class Quarantine:
             cases.append(f"WHEN {value} IS NULL THEN 'missing required column {column}'")
         if operation is not None and self.config.changes is not None:
             op = self.config.changes.operation
-            cases.append(f"WHEN {operation} IS NULL THEN concat('unknown operation ', coalesce(CAST(`{op}` AS STRING), 'NULL'))")
+            cases.append(
+                f"WHEN {operation} IS NULL THEN concat('unknown operation ', coalesce(CAST(`{op}` AS STRING), 'NULL'))"
+            )
         if self.late is not None:
             condition, reason = self.late
             cases.append(f"WHEN {condition} THEN '{reason}'")
@@ -96,9 +102,16 @@ class Quarantine:
     def checks(self, operation: str | None) -> bool:
         """Whether a row of this source can be set aside at all (text formats, required
         columns, change operations); Parquet without required columns cannot."""
-        return self.parses_text or bool(self.config.required) or (operation is not None and self.config.changes is not None) or self.late is not None
+        return (
+            self.parses_text
+            or bool(self.config.required)
+            or (operation is not None and self.config.changes is not None)
+            or self.late is not None
+        )
 
-    def split(self, batch: DataFrame, epoch: int, operation: str | None = None, files: list[Path] | None = None) -> Split:
+    def split(
+        self, batch: DataFrame, epoch: int, operation: str | None = None, files: list[Path] | None = None
+    ) -> Split:
         """The batch's good rows, how many there are and how many were set aside (written to
         the quarantine).
 
@@ -117,23 +130,45 @@ class Quarantine:
         # One payload column read too: Spark refuses a raw JSON/CSV query that needs only the
         # corrupt-record column.
         late = F.count(F.when(F.col(REASON).startswith("late:"), 1)) if self.late is not None else F.lit(0)
-        counts = tagged.agg(F.count(F.lit(1)).alias("rows"), F.count(F.col(REASON)).alias("bad"), F.count(F.col(payload[0])).alias("_"),
-                            late.alias("late")).first()
+        counts = tagged.agg(
+            F.count(F.lit(1)).alias("rows"),
+            F.count(F.col(REASON)).alias("bad"),
+            F.count(F.col(payload[0])).alias("_"),
+            late.alias("late"),
+        ).first()
         bad = int(counts["bad"]) if counts else 0
         if bad:
-            record = F.coalesce(F.col(CORRUPT), F.to_json(F.struct(*payload))) if self.parses_text else F.to_json(F.struct(*payload))
-            rows = tagged.where(F.col(REASON).isNotNull()).select(F.col(FILE).alias("file"), F.col(REASON).alias("reason"), record.alias("record")).collect()
+            record = (
+                F.coalesce(F.col(CORRUPT), F.to_json(F.struct(*payload)))
+                if self.parses_text
+                else F.to_json(F.struct(*payload))
+            )
+            rows = (
+                tagged.where(F.col(REASON).isNotNull())
+                .select(F.col(FILE).alias("file"), F.col(REASON).alias("reason"), record.alias("record"))
+                .collect()
+            )
             self._write(epoch, [r.asDict() for r in rows])
-        return Split(tagged.where(F.col(REASON).isNull()).drop(REASON), (int(counts["rows"]) if counts else 0) - bad, bad,
-                     int(counts["late"]) if counts else 0)
+        return Split(
+            tagged.where(F.col(REASON).isNull()).drop(REASON),
+            (int(counts["rows"]) if counts else 0) - bad,
+            bad,
+            int(counts["late"]) if counts else 0,
+        )
 
     def set_aside_late(self, epoch: int, images, reason: str) -> None:
         """A change feed's late images (decided in the driver, after the mirror lookup or from a
         row's before/after images: lakeview.watermark), in their own file so the epoch's
         malformed rows stay and a replay rewrites it."""
 
-        rows = [{"file": None, "reason": f"{reason}; {'retracted old' if row.pop(WEIGHT) < 0 else 'new'} image left out",
-                 "record": json.dumps(row, default=str)} for row in images.to_pylist()]
+        rows = [
+            {
+                "file": None,
+                "reason": f"{reason}; {'retracted old' if row.pop(WEIGHT) < 0 else 'new'} image left out",
+                "record": json.dumps(row, default=str),
+            }
+            for row in images.to_pylist()
+        ]
         self._write(epoch, rows, suffix="-late")
 
     def _write(self, epoch: int, rows: list[dict], suffix: str = "") -> None:

@@ -37,7 +37,9 @@ def with_upstream_source(spark: SparkSession, project: ProjectConfig, view: str)
     for upstream in upstreams_of(project, view):
         columns = view_schema(spark, project, upstream)
         ddl = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in columns.fields) + f", `{WEIGHT}` INT"
-        added[upstream] = SourceConfig.model_validate({"format": "parquet", "path": str(reader_path(project, upstream, view)), "schema": ddl})
+        added[upstream] = SourceConfig.model_validate(
+            {"format": "parquet", "path": str(reader_path(project, upstream, view)), "schema": ddl}
+        )
     return project.model_copy(update={"sources": {**project.sources, **added}}) if added else project
 
 

@@ -104,7 +104,9 @@ class ChangePublisher:
         published: set[int] = set()
         marks = {reader: self.published_epoch(reader) for reader in self.downstreams}
         known = [done for done in marks.values() if done is not None]
-        commits = commits_after(self.writer, min(known)) if known else []  # the table's history, walked once for all readers
+        commits = (
+            commits_after(self.writer, min(known)) if known else []
+        )  # the table's history, walked once for all readers
         for reader, done in marks.items():
             directory = self.reader_dir(reader)
             directory.mkdir(parents=True, exist_ok=True)
@@ -121,7 +123,12 @@ class ChangePublisher:
                 self._write(directory, record, changes[record.snapshot_id])
                 published.add(record.epoch)
         if published:
-            log.info("%s: published the change of epoch(s) %s for %s", self.view, sorted(published), ", ".join(self.downstreams))
+            log.info(
+                "%s: published the change of epoch(s) %s for %s",
+                self.view,
+                sorted(published),
+                ", ".join(self.downstreams),
+            )
         self.prune()
         return sorted(published)
 
@@ -138,7 +145,11 @@ class ChangePublisher:
         with pq.ParquetWriter(hidden, schema) as out:
             for batch in rows:
                 if batch.num_rows:
-                    out.write_batch(pa.RecordBatch.from_arrays([*batch.columns, pa.repeat(pa.scalar(1, pa.int32()), batch.num_rows)], schema=schema))
+                    out.write_batch(
+                        pa.RecordBatch.from_arrays(
+                            [*batch.columns, pa.repeat(pa.scalar(1, pa.int32()), batch.num_rows)], schema=schema
+                        )
+                    )
                     written += batch.num_rows
         if written:
             os.replace(hidden, directory / name)
@@ -184,7 +195,11 @@ def consumed_files(project: ProjectConfig, view: str, upstream: str | None = Non
         sources = list(plan_view(view, config.sql, config.dialect).sources)
         index = sources.index(upstream) if upstream in sources else 0
     checkpoint = project.checkpoint_path(view)
-    commits = [int(p.name) for p in (checkpoint / "commits").glob("*") if p.name.isdigit()] if (checkpoint / "commits").exists() else []
+    commits = (
+        [int(p.name) for p in (checkpoint / "commits").glob("*") if p.name.isdigit()]
+        if (checkpoint / "commits").exists()
+        else []
+    )
     if not commits:
         return set()
     offsets = checkpoint / "offsets" / str(max(commits))

@@ -40,7 +40,12 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CatalogServer]
 def token(server: CatalogServer, client: str) -> str:
     response = httpx.post(
         f"{server.uri}/v1/oauth/tokens",
-        data={"grant_type": "client_credentials", "client_id": client, "client_secret": SECRETS[client], "scope": "catalog"},
+        data={
+            "grant_type": "client_credentials",
+            "client_id": client,
+            "client_secret": SECRETS[client],
+            "scope": "catalog",
+        },
     )
     assert response.status_code == 200, response.text
     assert response.json()["token_type"] == "bearer"
@@ -48,16 +53,27 @@ def token(server: CatalogServer, client: str) -> str:
 
 
 def as_client(server: CatalogServer, client: str) -> httpx.Client:
-    return httpx.Client(base_url=f"{server.uri}/v1/lakeview", headers={"Authorization": f"Bearer {token(server, client)}"})
+    return httpx.Client(
+        base_url=f"{server.uri}/v1/lakeview", headers={"Authorization": f"Bearer {token(server, client)}"}
+    )
 
 
 def test_token_endpoint_grants_and_refusals(secured: CatalogServer) -> None:
     basic = base64.b64encode(f"writer:{SECRETS['writer']}".encode()).decode()
-    response = httpx.post(f"{secured.uri}/v1/oauth/tokens", data={"grant_type": "client_credentials"}, headers={"Authorization": f"Basic {basic}"})
+    response = httpx.post(
+        f"{secured.uri}/v1/oauth/tokens",
+        data={"grant_type": "client_credentials"},
+        headers={"Authorization": f"Basic {basic}"},
+    )
     assert response.status_code == 200 and response.json()["expires_in"] == 300
-    wrong = httpx.post(f"{secured.uri}/v1/oauth/tokens", data={"grant_type": "client_credentials", "client_id": "writer", "client_secret": "nope"})
+    wrong = httpx.post(
+        f"{secured.uri}/v1/oauth/tokens",
+        data={"grant_type": "client_credentials", "client_id": "writer", "client_secret": "nope"},
+    )
     assert wrong.status_code == 401 and wrong.json()["error"] == "invalid_client"
-    grant = httpx.post(f"{secured.uri}/v1/oauth/tokens", data={"grant_type": "password", "client_id": "writer", "client_secret": "x"})
+    grant = httpx.post(
+        f"{secured.uri}/v1/oauth/tokens", data={"grant_type": "password", "client_id": "writer", "client_secret": "x"}
+    )
     assert grant.status_code == 400 and grant.json()["error"] == "unsupported_grant_type"
 
 
@@ -65,7 +81,9 @@ def test_missing_forged_and_expired_tokens_are_401(secured: CatalogServer) -> No
     url = f"{secured.uri}/v1/lakeview/namespaces"
     missing = httpx.get(url)
     assert missing.status_code == 401
-    assert missing.json() == {"error": {"message": missing.json()["error"]["message"], "type": "NotAuthorizedException", "code": 401}}
+    assert missing.json() == {
+        "error": {"message": missing.json()["error"]["message"], "type": "NotAuthorizedException", "code": 401}
+    }
     good = token(secured, "reader")
     assert httpx.get(url, headers={"Authorization": f"Bearer {good[:-2]}xx"}).status_code == 401
     expired = Authenticator(
@@ -82,7 +100,10 @@ def test_privileges_per_namespace_are_403(secured: CatalogServer) -> None:
     assert admin.post("/namespaces", json={"namespace": ["hr"]}).status_code == 200
     forbidden = writer.post("/namespaces", json={"namespace": ["ops"]})
     assert forbidden.status_code == 403 and forbidden.json()["error"]["type"] == "ForbiddenException"
-    table = {"name": "t", "schema": {"type": "struct", "fields": [{"id": 1, "name": "id", "type": "long", "required": False}]}}
+    table = {
+        "name": "t",
+        "schema": {"type": "struct", "fields": [{"id": 1, "name": "id", "type": "long", "required": False}]},
+    }
     assert writer.post("/namespaces/sales/tables", json=table).status_code == 200
     assert writer.post("/namespaces/hr/tables", json=table).status_code == 403
     assert writer.get("/namespaces/hr/tables").status_code == 200  # read everywhere

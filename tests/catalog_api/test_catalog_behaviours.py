@@ -51,7 +51,12 @@ def test_config_lists_exactly_the_served_endpoints(any_catalog: CatalogServer) -
     # Every advertised endpoint is routed: none answers "no route" (404 NotFoundException) or 405.
     for endpoint in endpoints:
         method, path = endpoint.split(" ")
-        url = path.replace("{prefix}", "lakeview").replace("{namespace}", "nowhere").replace("{table}", "t").replace("{view}", "v")
+        url = (
+            path.replace("{prefix}", "lakeview")
+            .replace("{namespace}", "nowhere")
+            .replace("{table}", "t")
+            .replace("{view}", "v")
+        )
         response = httpx.request(method, f"{any_catalog.uri}{url}", json={})
         assert response.status_code != 405, endpoint
         if response.status_code == 404 and method != "HEAD":
@@ -68,7 +73,9 @@ def test_nested_namespaces_parent_and_paging(any_catalog: CatalogServer, unique_
     assert client.head(f"/namespaces/{unique_name}{SEP}a").status_code == 204
     first = client.get("/namespaces", params={"parent": unique_name, "pageSize": 2}).json()
     assert first["namespaces"] == [[unique_name, "a"], [unique_name, "b"]]
-    second = client.get("/namespaces", params={"parent": unique_name, "pageSize": 2, "pageToken": first["next-page-token"]}).json()
+    second = client.get(
+        "/namespaces", params={"parent": unique_name, "pageSize": 2, "pageToken": first["next-page-token"]}
+    ).json()
     assert second["namespaces"] == [[unique_name, "c"]] and "next-page-token" not in second
     overlap = client.post(f"/namespaces/{unique_name}/properties", json={"removals": ["a"], "updates": {"a": "1"}})
     assert overlap.status_code == 422 and overlap.json()["error"]["type"] == "UnprocessableEntityException"
@@ -92,12 +99,18 @@ def test_tables_paging_rename_register_metrics_credentials(any_catalog: CatalogS
     rest = client.get(f"/namespaces/{unique_name}/tables", params={"pageToken": page["next-page-token"]}).json()
     assert [i["name"] for i in rest["identifiers"]] == ["t3"]
 
-    rename = {"source": {"namespace": [unique_name], "name": "t1"}, "destination": {"namespace": [unique_name], "name": "renamed"}}
+    rename = {
+        "source": {"namespace": [unique_name], "name": "t1"},
+        "destination": {"namespace": [unique_name], "name": "renamed"},
+    }
     assert client.post("/tables/rename", json=rename).status_code == 204
     assert client.head(f"/namespaces/{unique_name}/tables/t1").status_code == 404
     assert client.head(f"/namespaces/{unique_name}/tables/renamed").status_code == 204
     assert client.post("/tables/rename", json=rename).status_code == 404
-    clash = {"source": {"namespace": [unique_name], "name": "t2"}, "destination": {"namespace": [unique_name], "name": "t3"}}
+    clash = {
+        "source": {"namespace": [unique_name], "name": "t2"},
+        "destination": {"namespace": [unique_name], "name": "t3"},
+    }
     assert client.post("/tables/rename", json=clash).json()["error"]["type"] == "AlreadyExistsException"
 
     assert client.get(f"/namespaces/{unique_name}/tables/t2/credentials").json() == {"storage-credentials": []}
@@ -109,22 +122,30 @@ def test_tables_paging_rename_register_metrics_credentials(any_catalog: CatalogS
     assert unregistered.status_code == 200
     location = unregistered.json()["metadata-location"]
     assert Path(location).exists()
-    registered = client.post(f"/namespaces/{unique_name}/register", json={"name": "back", "metadata-location": location})
+    registered = client.post(
+        f"/namespaces/{unique_name}/register", json={"name": "back", "metadata-location": location}
+    )
     assert registered.status_code == 200, registered.text
     assert registered.json()["metadata"]["table-uuid"] == unregistered.json()["metadata"]["table-uuid"]
     outside = client.post(f"/namespaces/{unique_name}/register", json={"name": "x", "metadata-location": "/etc/passwd"})
     assert outside.status_code == 400
     # Neither a new location nor write.metadata.path may move the catalog's writes out of the warehouse.
-    for update in [{"action": "set-location", "location": "/tmp/elsewhere"},
-                   {"action": "set-properties", "updates": {"write.metadata.path": "/tmp/elsewhere"}}]:
+    for update in [
+        {"action": "set-location", "location": "/tmp/elsewhere"},
+        {"action": "set-properties", "updates": {"write.metadata.path": "/tmp/elsewhere"}},
+    ]:
         moved = client.post(f"/namespaces/{unique_name}/tables/t3", json={"updates": [update]})
         assert moved.status_code == 400 and "outside the warehouse" in moved.json()["error"]["message"]
 
 
-def test_stage_create_then_commit_creates_the_table(any_catalog: CatalogServer, any_rest_catalog, unique_name: str) -> None:
+def test_stage_create_then_commit_creates_the_table(
+    any_catalog: CatalogServer, any_rest_catalog, unique_name: str
+) -> None:
     client = api(any_catalog)
     client.post("/namespaces", json={"namespace": [unique_name]})
-    staged = client.post(f"/namespaces/{unique_name}/tables", json={"name": "st", "schema": SCHEMA_JSON, "stage-create": True})
+    staged = client.post(
+        f"/namespaces/{unique_name}/tables", json={"name": "st", "schema": SCHEMA_JSON, "stage-create": True}
+    )
     assert staged.status_code == 200 and "metadata-location" not in staged.json()
     assert client.head(f"/namespaces/{unique_name}/tables/st").status_code == 404
     # A create-transaction as pyiceberg runs it: assert-create + the staged metadata as updates.
@@ -133,7 +154,10 @@ def test_stage_create_then_commit_creates_the_table(any_catalog: CatalogServer, 
     assert any_rest_catalog.load_table(f"{unique_name}.st2").properties["owner"] == "tests"
     again = client.post(
         f"/namespaces/{unique_name}/tables/st2",
-        json={"requirements": [{"type": "assert-create"}], "updates": [{"action": "set-properties", "updates": {"a": "b"}}]},
+        json={
+            "requirements": [{"type": "assert-create"}],
+            "updates": [{"action": "set-properties", "updates": {"a": "b"}}],
+        },
     )
     assert again.status_code == 409
 
@@ -165,7 +189,9 @@ def test_drop_with_purge_deletes_files(any_catalog: CatalogServer, any_rest_cata
         table.append(pa.table({"id": [1], "name": ["a"]}, schema=SCHEMA))
     client = api(any_catalog)
     assert client.delete(f"/namespaces/{unique_name}/tables/kept").status_code == 204
-    assert client.delete(f"/namespaces/{unique_name}/tables/purged", params={"purgeRequested": "true"}).status_code == 204
+    assert (
+        client.delete(f"/namespaces/{unique_name}/tables/purged", params={"purgeRequested": "true"}).status_code == 204
+    )
     assert any(Path(kept.location()).rglob("*.parquet"))
     assert not Path(purged.location()).exists()
     assert client.delete(f"/namespaces/{unique_name}/tables/purged").status_code == 404
@@ -190,9 +216,21 @@ def test_each_requirement_type_passes_or_gives_409(any_catalog: CatalogServer, u
     holds, fails = REQUIREMENTS[kind]
     holds = {k: (created["metadata"]["table-uuid"] if v == "{uuid}" else v) for k, v in holds.items()}
     url = f"/namespaces/{unique_name}/tables/t"
-    bad = client.post(url, json={"requirements": [{"type": kind, **fails}], "updates": [{"action": "set-properties", "updates": {"x": "1"}}]})
+    bad = client.post(
+        url,
+        json={
+            "requirements": [{"type": kind, **fails}],
+            "updates": [{"action": "set-properties", "updates": {"x": "1"}}],
+        },
+    )
     assert bad.status_code == 409 and bad.json()["error"]["type"] == "CommitFailedException", bad.text
-    good = client.post(url, json={"requirements": [{"type": kind, **holds}], "updates": [{"action": "set-properties", "updates": {"x": "2"}}]})
+    good = client.post(
+        url,
+        json={
+            "requirements": [{"type": kind, **holds}],
+            "updates": [{"action": "set-properties", "updates": {"x": "2"}}],
+        },
+    )
     assert good.status_code == 200, good.text
     assert client.get(url, headers={"If-None-Match": good.headers["ETag"]}).status_code == 304
     assert client.get(url).json()["metadata"]["properties"]["x"] == "2"
@@ -215,7 +253,8 @@ def test_transaction_commits_all_tables_or_none(any_catalog: CatalogServer, any_
     ok = client.post("/transactions/commit", json={"table-changes": [change("a", a, "1"), change("b", b, "1")]})
     assert ok.status_code == 204, ok.text
     failed = client.post(
-        "/transactions/commit", json={"table-changes": [change("a", a, "2"), change("b", b, "2", str(uuid.UUID(int=0)))]}
+        "/transactions/commit",
+        json={"table-changes": [change("a", a, "2"), change("b", b, "2", str(uuid.UUID(int=0)))]},
     )
     assert failed.status_code == 409
     for name in ("a", "b"):
@@ -237,21 +276,34 @@ def test_views_lifecycle(any_catalog: CatalogServer, unique_name: str) -> None:
         "representations": [{"type": "sql", "sql": "SELECT 1 AS id", "dialect": "spark"}],
         "default-namespace": [unique_name],
     }
-    created = client.post(f"/namespaces/{unique_name}/views", json={"name": "v", "schema": SCHEMA_JSON, "view-version": version})
+    created = client.post(
+        f"/namespaces/{unique_name}/views", json={"name": "v", "schema": SCHEMA_JSON, "view-version": version}
+    )
     assert created.status_code == 200, created.text
     metadata = created.json()["metadata"]
     assert client.head(f"/namespaces/{unique_name}/views/v").status_code == 204
-    assert client.get(f"/namespaces/{unique_name}/views").json()["identifiers"] == [{"namespace": [unique_name], "name": "v"}]
+    assert client.get(f"/namespaces/{unique_name}/views").json()["identifiers"] == [
+        {"namespace": [unique_name], "name": "v"}
+    ]
     assert client.get(f"/namespaces/{unique_name}/tables").json()["identifiers"] == []
     # A table cannot take a view's name.
-    assert client.post(f"/namespaces/{unique_name}/tables", json={"name": "v", "schema": SCHEMA_JSON}).status_code == 409
+    assert (
+        client.post(f"/namespaces/{unique_name}/tables", json={"name": "v", "schema": SCHEMA_JSON}).status_code == 409
+    )
     replaced = client.post(
         f"/namespaces/{unique_name}/views/v",
         json={
             "requirements": [{"type": "assert-view-uuid", "uuid": metadata["view-uuid"]}],
             "updates": [
                 {"action": "add-schema", "schema": SCHEMA_JSON},
-                {"action": "add-view-version", "view-version": {**version, "representations": [{"type": "sql", "sql": "SELECT 2 AS id", "dialect": "spark"}], "schema-id": -1}},
+                {
+                    "action": "add-view-version",
+                    "view-version": {
+                        **version,
+                        "representations": [{"type": "sql", "sql": "SELECT 2 AS id", "dialect": "spark"}],
+                        "schema-id": -1,
+                    },
+                },
                 {"action": "set-current-view-version", "view-version-id": -1},
                 {"action": "set-properties", "updates": {"comment": "two"}},
             ],
@@ -269,12 +321,17 @@ def test_views_lifecycle(any_catalog: CatalogServer, unique_name: str) -> None:
     assert stale.status_code == 409
     bad = client.post(f"/namespaces/{unique_name}/views/v", json={"updates": [{"action": "fly"}]})
     assert bad.status_code == 400
-    rename = {"source": {"namespace": [unique_name], "name": "v"}, "destination": {"namespace": [unique_name], "name": "w"}}
+    rename = {
+        "source": {"namespace": [unique_name], "name": "v"},
+        "destination": {"namespace": [unique_name], "name": "w"},
+    }
     assert client.post("/views/rename", json=rename).status_code == 204
     assert client.get(f"/namespaces/{unique_name}/views/v").json()["error"]["type"] == "NoSuchViewException"
     location = client.get(f"/namespaces/{unique_name}/views/w").json()["metadata-location"]
     assert client.delete(f"/namespaces/{unique_name}/views/w").status_code == 204
-    registered = client.post(f"/namespaces/{unique_name}/register-view", json={"name": "again", "metadata-location": location})
+    registered = client.post(
+        f"/namespaces/{unique_name}/register-view", json={"name": "again", "metadata-location": location}
+    )
     assert registered.status_code == 200 and registered.json()["metadata"]["current-version-id"] == 2
     assert client.delete(f"/namespaces/{unique_name}").status_code == 409  # holds a view
     assert client.delete(f"/namespaces/{unique_name}/views/again").status_code == 204
@@ -288,8 +345,17 @@ def test_idempotency_key_replays_the_first_response(any_catalog: CatalogServer, 
     key = str(uuid.uuid4())
     body = {
         "requirements": [{"type": "assert-table-uuid", "uuid": created["metadata"]["table-uuid"]}],
-        "updates": [{"action": "add-schema", "schema": {**SCHEMA_JSON, "schema-id": 1, "fields": [*SCHEMA_JSON["fields"], {"id": 3, "name": "x", "type": "int", "required": False}]}},
-                    {"action": "set-current-schema", "schema-id": -1}],
+        "updates": [
+            {
+                "action": "add-schema",
+                "schema": {
+                    **SCHEMA_JSON,
+                    "schema-id": 1,
+                    "fields": [*SCHEMA_JSON["fields"], {"id": 3, "name": "x", "type": "int", "required": False}],
+                },
+            },
+            {"action": "set-current-schema", "schema-id": -1},
+        ],
     }
     url = f"/namespaces/{unique_name}/tables/t"
     first = client.post(url, json=body, headers={"Idempotency-Key": key})
@@ -300,13 +366,18 @@ def test_idempotency_key_replays_the_first_response(any_catalog: CatalogServer, 
     assert len(metadata["metadata-log"]) == 1  # one commit, not two
     # A failed create replays its 409 too; the same key on another path is refused.
     ns_key = str(uuid.uuid4())
-    again = [client.post("/namespaces", json={"namespace": [unique_name]}, headers={"Idempotency-Key": ns_key}) for _ in range(2)]
+    again = [
+        client.post("/namespaces", json={"namespace": [unique_name]}, headers={"Idempotency-Key": ns_key})
+        for _ in range(2)
+    ]
     assert [r.status_code for r in again] == [409, 409]
     assert client.delete(url, headers={"Idempotency-Key": key}).status_code == 422
     assert client.post(url, json=body, headers={"Idempotency-Key": "short"}).status_code == 400
 
 
-@pytest.mark.parametrize("path", ["/namespaces/../tables", "/namespaces/a%2F..%2Fb/tables/t", "/namespaces/ok/tables/" + "x" * 300])
+@pytest.mark.parametrize(
+    "path", ["/namespaces/../tables", "/namespaces/a%2F..%2Fb/tables/t", "/namespaces/ok/tables/" + "x" * 300]
+)
 def test_path_tricks_in_urls_are_4xx(any_catalog: CatalogServer, path: str) -> None:
     response = api(any_catalog).get(path)
     assert 400 <= response.status_code < 500 and "error" in response.json()

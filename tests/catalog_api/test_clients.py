@@ -44,14 +44,19 @@ def test_pyiceberg_table_and_view_lifecycle(any_rest_catalog, unique_name: str) 
         version_id=1,
         schema_id=0,
         summary={"engine-name": "pyiceberg"},
-        representations=[ViewRepresentation(SQLViewRepresentation(type="sql", sql="SELECT id FROM persons", dialect="spark"))],
+        representations=[
+            ViewRepresentation(SQLViewRepresentation(type="sql", sql="SELECT id FROM persons", dialect="spark"))
+        ],
         default_namespace=(unique_name,),
     )
     view_schema = Schema(NestedField(1, "id", LongType(), required=False))
     catalog.create_view(f"{unique_name}.ids", view_schema, version)
     assert catalog.list_views(unique_name) == [(unique_name, "ids")]
     assert catalog.view_exists(f"{unique_name}.ids")
-    assert catalog.load_view(f"{unique_name}.ids").metadata.versions[0].representations[0].root.sql == "SELECT id FROM persons"
+    assert (
+        catalog.load_view(f"{unique_name}.ids").metadata.versions[0].representations[0].root.sql
+        == "SELECT id FROM persons"
+    )
     catalog.drop_view(f"{unique_name}.ids")
     assert not catalog.view_exists(f"{unique_name}.ids")
     catalog.drop_table(f"{unique_name}.persons")
@@ -72,7 +77,9 @@ def test_duckdb_lists_reads_and_time_travels(rest_catalog, catalog_server: Catal
 
 
 @pytest.mark.spark
-def test_spark_and_pyiceberg_read_each_other(spark, rest_catalog, catalog_server: CatalogServer, unique_name: str) -> None:
+def test_spark_and_pyiceberg_read_each_other(
+    spark, rest_catalog, catalog_server: CatalogServer, unique_name: str
+) -> None:
     for key, value in spark_catalog_conf(catalog_server.uri, "lakeview", name="restcat").items():
         spark.conf.set(key, value)
     ns = f"restcat.{unique_name}"
@@ -80,8 +87,10 @@ def test_spark_and_pyiceberg_read_each_other(spark, rest_catalog, catalog_server
     spark.sql(f"CREATE TABLE {ns}.orders (id BIGINT, qty INT) USING iceberg")
     spark.sql(f"INSERT INTO {ns}.orders VALUES (1, 10), (2, 20), (3, 30)")
     first = spark.sql(f"SELECT snapshot_id FROM {ns}.orders.snapshots ORDER BY committed_at").collect()[0][0]
-    spark.sql(f"MERGE INTO {ns}.orders t USING (SELECT 2 AS id, 25 AS qty UNION ALL SELECT 4, 40) s ON t.id = s.id "
-              "WHEN MATCHED THEN UPDATE SET qty = s.qty WHEN NOT MATCHED THEN INSERT *")
+    spark.sql(
+        f"MERGE INTO {ns}.orders t USING (SELECT 2 AS id, 25 AS qty UNION ALL SELECT 4, 40) s ON t.id = s.id "
+        "WHEN MATCHED THEN UPDATE SET qty = s.qty WHEN NOT MATCHED THEN INSERT *"
+    )
     spark.sql(f"DELETE FROM {ns}.orders WHERE id = 1")
     assert sorted(tuple(r) for r in spark.sql(f"SELECT * FROM {ns}.orders").collect()) == [(2, 25), (3, 30), (4, 40)]
     assert spark.sql(f"SELECT count(*) FROM {ns}.orders VERSION AS OF {first}").collect()[0][0] == 3
@@ -96,7 +105,9 @@ def test_spark_and_pyiceberg_read_each_other(spark, rest_catalog, catalog_server
     arrow = rest_catalog.load_table(f"{unique_name}.orders").scan().to_arrow()
     assert sorted(zip(arrow.column("id").to_pylist(), arrow.column("qty").to_pylist())) == [(2, 25), (3, 30), (4, 40)]
     # Spark reads what pyiceberg wrote.
-    written = rest_catalog.create_table(f"{unique_name}.people", Schema(NestedField(1, "id", LongType()), NestedField(2, "name", StringType())))
+    written = rest_catalog.create_table(
+        f"{unique_name}.people", Schema(NestedField(1, "id", LongType()), NestedField(2, "name", StringType()))
+    )
     written.append(pa.table({"id": [7], "name": ["ada"]}))
     assert [tuple(r) for r in spark.sql(f"SELECT id, name FROM {ns}.people").collect()] == [(7, "ada")]
 

@@ -73,10 +73,14 @@ def test_threads_race_one_winner_per_round(any_catalog: CatalogServer, unique_na
             barrier = threading.Barrier(threads)
             statuses: dict[int, int] = {}
 
-            def commit(i: int, round_=round_, barrier=barrier, statuses=statuses, parent=parent, sequence=sequence) -> None:
+            def commit(
+                i: int, round_=round_, barrier=barrier, statuses=statuses, parent=parent, sequence=sequence
+            ) -> None:
                 snapshot_id = 1000 * (round_ + 1) + i
                 barrier.wait()
-                statuses[snapshot_id] = client.post(url, json=append_snapshot_body(parent, snapshot_id, location, sequence)).status_code
+                statuses[snapshot_id] = client.post(
+                    url, json=append_snapshot_body(parent, snapshot_id, location, sequence)
+                ).status_code
 
             workers = [threading.Thread(target=commit, args=(i,)) for i in range(threads)]
             for w in workers:
@@ -101,7 +105,10 @@ def _append_with_retries(url: str, warehouse: str, namespace: str, worker: int, 
         while True:
             _, metadata = store.load_metadata((namespace, "t"))
             raw = append_snapshot_body(
-                metadata.current_snapshot_id, (worker + 1) * 100000 + n, metadata.location, metadata.last_sequence_number + 1
+                metadata.current_snapshot_id,
+                (worker + 1) * 100000 + n,
+                metadata.location,
+                metadata.last_sequence_number + 1,
             )
             request = CommitTableRequest.model_validate({"identifier": {"namespace": [namespace], "name": "t"}, **raw})
             try:
@@ -121,7 +128,9 @@ def test_processes_on_postgres_lose_no_update(
     context = multiprocessing.get_context("spawn")
     queue = context.Queue()
     workers = [
-        context.Process(target=_append_with_retries, args=(postgres.url, str(pg_warehouse), unique_name, i, per_process, queue))
+        context.Process(
+            target=_append_with_retries, args=(postgres.url, str(pg_warehouse), unique_name, i, per_process, queue)
+        )
         for i in range(processes)
     ]
     for w in workers:
@@ -147,7 +156,9 @@ server.stop()
 """
 
 
-def test_two_server_processes_on_one_postgres_are_one_catalog(postgres: LocalPostgres, pg_warehouse: Path, unique_name: str) -> None:
+def test_two_server_processes_on_one_postgres_are_one_catalog(
+    postgres: LocalPostgres, pg_warehouse: Path, unique_name: str
+) -> None:
     ports = [free_port("127.0.0.1"), free_port("127.0.0.1")]
     servers = [
         subprocess.Popen(
@@ -166,7 +177,9 @@ def test_two_server_processes_on_one_postgres_are_one_catalog(postgres: LocalPos
         assert httpx.head(f"{b}/namespaces/{unique_name}/tables/t").status_code == 204
         # Both servers race from the same base: one commit wins, the other gets 409.
         results = [
-            httpx.post(f"{url}/namespaces/{unique_name}/tables/t", json=append_snapshot_body(None, 7 + i, location), timeout=30).status_code
+            httpx.post(
+                f"{url}/namespaces/{unique_name}/tables/t", json=append_snapshot_body(None, 7 + i, location), timeout=30
+            ).status_code
             for i, url in enumerate([a, b])
         ]
         assert sorted(results) == [200, 409]
@@ -174,7 +187,10 @@ def test_two_server_processes_on_one_postgres_are_one_catalog(postgres: LocalPos
         seen_b = httpx.get(f"{b}/namespaces/{unique_name}/tables/t").json()["metadata"]
         assert main_chain(seen_a) == main_chain(seen_b) and len(main_chain(seen_a)) == 1
         # A rename on one is seen by the other.
-        rename = {"source": {"namespace": [unique_name], "name": "t"}, "destination": {"namespace": [unique_name], "name": "u"}}
+        rename = {
+            "source": {"namespace": [unique_name], "name": "t"},
+            "destination": {"namespace": [unique_name], "name": "u"},
+        }
         assert httpx.post(f"{b}/tables/rename", json=rename).status_code == 204
         assert httpx.head(f"{a}/namespaces/{unique_name}/tables/u").status_code == 204
     finally:

@@ -35,7 +35,9 @@ def vending(s3_server, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tup
         endpoint=s3_server.endpoint, region="us-east-1", access_key_id=ACCESS_KEY, secret_access_key=SECRET_KEY,
         vended_credentials_ttl=900,
     )  # fmt: skip
-    store = CatalogStore(f"sqlite:///{lake / 'c.db'}", f"s3://{BUCKET}/wh", "lakeview", properties=s3.iceberg_properties())
+    store = CatalogStore(
+        f"sqlite:///{lake / 'c.db'}", f"s3://{BUCKET}/wh", "lakeview", properties=s3.iceberg_properties()
+    )
     clients = {"reader": Client(hash_secret("r"), {"*": Privilege.READ})}
     with CatalogServer(store) as open_server, CatalogServer(store, authenticator=Authenticator(clients)) as secured:
         yield open_server, secured
@@ -69,7 +71,10 @@ def test_clients_without_keys_read_and_write_through_vended_credentials(vending,
     keyless.load_table(f"{unique_name}.other").append(pa.table({"id": [9]}, schema=SCHEMA))
     assert sorted(keyless.load_table(f"{unique_name}.orders").scan().to_arrow().column("id").to_pylist()) == [1, 2, 3]
 
-    loaded = httpx.get(f"{server.uri}/v1/lakeview/namespaces/{unique_name}/tables/orders", headers={"X-Iceberg-Access-Delegation": "vended-credentials"}).json()
+    loaded = httpx.get(
+        f"{server.uri}/v1/lakeview/namespaces/{unique_name}/tables/orders",
+        headers={"X-Iceberg-Access-Delegation": "vended-credentials"},
+    ).json()
     credential = loaded["storage-credentials"][0]
     assert credential["prefix"] == loaded["metadata"]["location"] and credential["config"]["s3.session-token"]
     expires = int(credential["config"]["s3.session-token-expires-at-ms"]) / 1000
@@ -109,8 +114,14 @@ def test_read_only_callers_get_read_only_credentials(vending, s3_server, unique_
     reader = RestCatalog("r", uri=secured.uri, warehouse="lakeview", credential="reader:r", **VENDED, **oauth)
     table = reader.load_table(f"{unique_name}.t")
     assert table.scan().to_arrow().column("id").to_pylist() == [5]
-    token = httpx.post(f"{secured.uri}/v1/oauth/tokens", data={"grant_type": "client_credentials", "client_id": "reader", "client_secret": "r"}).json()["access_token"]
-    answer = httpx.get(f"{secured.uri}/v1/lakeview/namespaces/{unique_name}/tables/t/credentials", headers={"Authorization": f"Bearer {token}"})
+    token = httpx.post(
+        f"{secured.uri}/v1/oauth/tokens",
+        data={"grant_type": "client_credentials", "client_id": "reader", "client_secret": "r"},
+    ).json()["access_token"]
+    answer = httpx.get(
+        f"{secured.uri}/v1/lakeview/namespaces/{unique_name}/tables/t/credentials",
+        headers={"Authorization": f"Bearer {token}"},
+    )
     assert answer.status_code == 200
     credential = answer.json()["storage-credentials"][0]
     scoped = scoped_s3(s3_server, credential)

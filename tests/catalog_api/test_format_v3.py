@@ -26,7 +26,9 @@ def _metadata_file(location: str) -> dict:
 def test_pyiceberg_creates_and_evolves_a_v3_table(any_rest_catalog, unique_name: str) -> None:
     catalog = any_rest_catalog
     catalog.create_namespace(unique_name)
-    schema = Schema(NestedField(1, "id", LongType(), required=True), NestedField(2, "name", StringType(), required=False))
+    schema = Schema(
+        NestedField(1, "id", LongType(), required=True), NestedField(2, "name", StringType(), required=False)
+    )
     table = catalog.create_table(f"{unique_name}.v3", schema, properties={"format-version": "3"})
     assert table.format_version == 3
     stored = _metadata_file(table.metadata_location)
@@ -63,14 +65,16 @@ def test_upgrade_to_v3_and_bad_versions_are_client_errors(any_catalog: CatalogSe
     assert downgrade.status_code == 400 and "downgrade" in downgrade.json()["error"]["message"]
     for version in ("4", "zero"):
         bad = httpx.post(
-            _tables(any_catalog, unique_name), json={"name": f"v{version}", "schema": schema, "properties": {"format-version": version}}
+            _tables(any_catalog, unique_name),
+            json={"name": f"v{version}", "schema": schema, "properties": {"format-version": version}},
         )
         assert bad.status_code == 400, bad.text
     defaulted = {**schema, "fields": [{"id": 1, "name": "id", "type": "long", "required": False, "initial-default": 5}]}
     v2_default = httpx.post(_tables(any_catalog, unique_name), json={"name": "d2", "schema": defaulted})
     assert v2_default.status_code == 400 and "initial-default" in v2_default.text
     v3_default = httpx.post(
-        _tables(any_catalog, unique_name), json={"name": "d3", "schema": defaulted, "properties": {"format-version": "3"}}
+        _tables(any_catalog, unique_name),
+        json={"name": "d3", "schema": defaulted, "properties": {"format-version": "3"}},
     )
     assert v3_default.status_code == 200, v3_default.text
     assert v3_default.json()["metadata"]["schemas"][0]["fields"][0]["initial-default"] == 5
@@ -112,9 +116,15 @@ def test_v3_types_and_unsupported_v3_features_answer_4xx(any_catalog: CatalogSer
     assert httpx.post(f"{any_catalog.uri}/v1/lakeview/namespaces", json={"namespace": [unique_name]}).status_code == 200
 
     def create(name: str, column_type: str, version: str | None) -> httpx.Response:
-        schema = {"type": "struct", "schema-id": 0, "fields": [{"id": 1, "name": "c", "type": column_type, "required": False}]}
+        schema = {
+            "type": "struct",
+            "schema-id": 0,
+            "fields": [{"id": 1, "name": "c", "type": column_type, "required": False}],
+        }
         properties = {"format-version": version} if version else {}
-        return httpx.post(_tables(any_catalog, unique_name), json={"name": name, "schema": schema, "properties": properties})
+        return httpx.post(
+            _tables(any_catalog, unique_name), json={"name": name, "schema": schema, "properties": properties}
+        )
 
     for i, column_type in enumerate(("timestamp_ns", "timestamptz_ns", "unknown", "geometry", "geography")):
         assert create(f"v3_{i}", column_type, "3").status_code == 200

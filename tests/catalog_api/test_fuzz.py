@@ -24,12 +24,27 @@ SCHEMA = {"type": "struct", "fields": [{"id": 1, "name": "id", "type": "long", "
 VALID_BODIES: dict[str, dict[str, Any]] = {
     "namespaces": {"namespace": ["fuzz"], "properties": {"a": "b"}},
     "tables": {"name": "t", "schema": SCHEMA},
-    "table": {"requirements": [{"type": "assert-create"}], "updates": [{"action": "set-properties", "updates": {"k": "v"}}]},
+    "table": {
+        "requirements": [{"type": "assert-create"}],
+        "updates": [{"action": "set-properties", "updates": {"k": "v"}}],
+    },
     "rename": {"source": {"namespace": ["fuzz"], "name": "t"}, "destination": {"namespace": ["fuzz"], "name": "u"}},
-    "commit": {"table-changes": [{"identifier": {"namespace": ["fuzz"], "name": "t"}, "requirements": [], "updates": []}]},
+    "commit": {
+        "table-changes": [{"identifier": {"namespace": ["fuzz"], "name": "t"}, "requirements": [], "updates": []}]
+    },
     "register": {"name": "r", "metadata-location": "/tmp/x.metadata.json"},
-    "views": {"name": "v", "schema": SCHEMA, "view-version": {"version-id": 1, "schema-id": 0, "timestamp-ms": 1, "summary": {},
-              "representations": [{"type": "sql", "sql": "select 1", "dialect": "spark"}], "default-namespace": ["fuzz"]}},
+    "views": {
+        "name": "v",
+        "schema": SCHEMA,
+        "view-version": {
+            "version-id": 1,
+            "schema-id": 0,
+            "timestamp-ms": 1,
+            "summary": {},
+            "representations": [{"type": "sql", "sql": "select 1", "dialect": "spark"}],
+            "default-namespace": ["fuzz"],
+        },
+    },
     "properties": {"removals": ["a"], "updates": {"b": "c"}},
     "metrics": {"report-type": "scan-report"},
 }
@@ -49,7 +64,11 @@ def operations() -> list[tuple[str, str]]:
 
 
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(-(2**63), 2**63) | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=20),
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**63)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=20),
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=4),
     max_leaves=12,
 )
@@ -76,9 +95,15 @@ def broken(valid: dict[str, Any], data: st.DataObject) -> Any:
 
 def body_kind(path: str) -> str:
     for suffix, kind in [
-        ("/rename", "rename"), ("/transactions/commit", "commit"), ("/register", "register"),
-        ("/register-view", "register"), ("/properties", "properties"), ("/metrics", "metrics"),
-        ("/tables", "tables"), ("/views", "views"), ("/namespaces", "namespaces"),
+        ("/rename", "rename"),
+        ("/transactions/commit", "commit"),
+        ("/register", "register"),
+        ("/register-view", "register"),
+        ("/properties", "properties"),
+        ("/metrics", "metrics"),
+        ("/tables", "tables"),
+        ("/views", "views"),
+        ("/namespaces", "namespaces"),
     ]:
         if path.endswith(suffix):
             return kind
@@ -108,7 +133,13 @@ def test_no_5xx_for_any_generated_request(fuzz_client: httpx.Client, data: st.Da
         if "{" + param + "}" in path:
             value = "lakeview" if param == "prefix" and data.draw(st.booleans()) else data.draw(segments)
             path = path.replace("{" + param + "}", value if value in RAW_SEGMENTS else quote(value, safe=""))
-    params = data.draw(st.dictionaries(st.sampled_from(["pageSize", "pageToken", "parent", "snapshots", "purgeRequested", "warehouse"]), st.text(max_size=8), max_size=2))
+    params = data.draw(
+        st.dictionaries(
+            st.sampled_from(["pageSize", "pageToken", "parent", "snapshots", "purgeRequested", "warehouse"]),
+            st.text(max_size=8),
+            max_size=2,
+        )
+    )
     headers = {}
     if data.draw(st.booleans()):
         headers["If-None-Match"] = data.draw(st.from_regex(r'\A"?[A-Za-z0-9,]{0,12}"?\Z'))

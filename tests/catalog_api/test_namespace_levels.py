@@ -53,7 +53,7 @@ def test_rest_paths_with_dotted_levels(any_catalog: CatalogServer, unique_name: 
     assert httpx.post(base, json={"namespace": namespace}).status_code == 200
     assert httpx.post(base, json={"namespace": namespace}).status_code == 409
     assert httpx.get(f"{base}/{path}").json()["namespace"] == namespace
-    assert httpx.get(f"{base}/{quote(unique_name + chr(0x1f) + 'new', safe='')}").status_code == 404
+    assert httpx.get(f"{base}/{quote(unique_name + chr(0x1F) + 'new', safe='')}").status_code == 404
     assert httpx.get(base, params={"parent": unique_name}).json()["namespaces"] == [namespace]
     schema = {"type": "struct", "schema-id": 0, "fields": [{"id": 1, "name": "id", "type": "long", "required": False}]}
     assert httpx.post(f"{base}/{path}/tables", json={"name": "t.x", "schema": schema}).status_code == 200

@@ -39,7 +39,9 @@ def test_namespace_lifecycle(rest_catalog, unique_name: str) -> None:
     assert (unique_name,) not in rest_catalog.list_namespaces()
 
 
-def test_table_written_by_pyiceberg_is_read_by_duckdb(rest_catalog, catalog_server: CatalogServer, unique_name: str) -> None:
+def test_table_written_by_pyiceberg_is_read_by_duckdb(
+    rest_catalog, catalog_server: CatalogServer, unique_name: str
+) -> None:
     rest_catalog.create_namespace(unique_name)
     table = rest_catalog.create_table(f"{unique_name}.people", SCHEMA)
     table.append(pa.table({"id": [1, 2], "name": ["ada", "grace"]}, schema=SCHEMA))
@@ -100,7 +102,9 @@ def test_missing_table_is_404_in_spec_shape(catalog_server: CatalogServer, rest_
         (b'{"name": "t"}', "schema"),
     ],
 )
-def test_bad_create_request_is_400(catalog_server: CatalogServer, rest_catalog, body: bytes, fragment: str, unique_name: str) -> None:
+def test_bad_create_request_is_400(
+    catalog_server: CatalogServer, rest_catalog, body: bytes, fragment: str, unique_name: str
+) -> None:
     rest_catalog.create_namespace(unique_name)
     response = httpx.post(f"{catalog_server.uri}/v1/lakeview/namespaces/{unique_name}/tables", content=body)
     assert response.status_code == 400
@@ -115,7 +119,9 @@ def test_path_tricks_in_names_are_400(catalog_server: CatalogServer, name: str) 
     assert response.json()["error"]["code"] == 400
 
 
-def test_table_location_outside_warehouse_is_400(catalog_server: CatalogServer, rest_catalog, unique_name: str, tmp_path) -> None:
+def test_table_location_outside_warehouse_is_400(
+    catalog_server: CatalogServer, rest_catalog, unique_name: str, tmp_path
+) -> None:
     rest_catalog.create_namespace(unique_name)
     with pytest.raises(Exception, match="outside the warehouse"):
         rest_catalog.create_table(f"{unique_name}.t", SCHEMA, location=str(tmp_path / "elsewhere"))

@@ -20,10 +20,17 @@ from catalog_api.server import CatalogServer
 from catalog_api.store.catalog import CatalogStore
 from spark_jobs.session import spark_catalog_conf
 
-SCHEMA = Schema(NestedField(1, "id", LongType(), required=False), NestedField(2, "region", StringType(), required=False))
+SCHEMA = Schema(
+    NestedField(1, "id", LongType(), required=False), NestedField(2, "region", StringType(), required=False)
+)
 SPEC = PartitionSpec(PartitionField(source_id=2, field_id=1000, transform=IdentityTransform(), name="region"))
 ARROW = pa.schema([("id", pa.int64()), ("region", pa.string())])
-FILTERS = [None, EqualTo("region", "eu"), GreaterThan("id", 25), And(In("region", ["us", "ap"]), GreaterThanOrEqual("id", 12))]
+FILTERS = [
+    None,
+    EqualTo("region", "eu"),
+    GreaterThan("id", 25),
+    And(In("region", ["us", "ap"]), GreaterThanOrEqual("id", 12)),
+]
 
 
 @pytest.fixture(scope="module")
@@ -43,16 +50,26 @@ def catalogs(server: CatalogServer) -> tuple[RestCatalog, RestCatalog]:
 
 
 def planned(table, row_filter=None, snapshot_id=None) -> list[str]:
-    scan = table.scan(row_filter=row_filter, snapshot_id=snapshot_id) if row_filter else table.scan(snapshot_id=snapshot_id)
+    scan = (
+        table.scan(row_filter=row_filter, snapshot_id=snapshot_id)
+        if row_filter
+        else table.scan(snapshot_id=snapshot_id)
+    )
     return sorted(task.file.file_path for task in scan.plan_files())
 
 
 def rows(table, row_filter=None, snapshot_id=None) -> list[tuple]:
-    scan = table.scan(row_filter=row_filter, snapshot_id=snapshot_id) if row_filter else table.scan(snapshot_id=snapshot_id)
+    scan = (
+        table.scan(row_filter=row_filter, snapshot_id=snapshot_id)
+        if row_filter
+        else table.scan(snapshot_id=snapshot_id)
+    )
     return sorted(tuple(r.values()) for r in scan.to_arrow().to_pylist())
 
 
-def test_server_planning_equals_client_planning_with_pages_and_time_travel(paged: CatalogServer, unique_name: str) -> None:
+def test_server_planning_equals_client_planning_with_pages_and_time_travel(
+    paged: CatalogServer, unique_name: str
+) -> None:
     client, remote = catalogs(paged)
     assert remote.supports_server_side_planning()
     client.create_namespace(unique_name)
@@ -68,7 +85,10 @@ def test_server_planning_equals_client_planning_with_pages_and_time_travel(paged
         assert planned(served, row_filter) == planned(local, row_filter)
         assert rows(served, row_filter) == rows(local, row_filter)
     assert len(planned(served, EqualTo("region", "eu"))) < len(planned(served))  # partitions were pruned
-    assert rows(served, snapshot_id=snapshots[1]) == rows(local, snapshot_id=snapshots[1]) and len(rows(served, snapshot_id=snapshots[1])) == 20
+    assert (
+        rows(served, snapshot_id=snapshots[1]) == rows(local, snapshot_id=snapshots[1])
+        and len(rows(served, snapshot_id=snapshots[1])) == 20
+    )
     assert planned(served, GreaterThan("id", 25), snapshots[2]) == planned(local, GreaterThan("id", 25), snapshots[2])
 
     url = f"{paged.uri}/v1/lakeview/namespaces/{unique_name}/tables/events"
@@ -105,7 +125,11 @@ def test_planning_endpoints_are_advertised_and_refuse_bad_input(any_catalog: Cat
     error(httpx.post(f"{url}/plan", json={"filter": {"type": "frobnicate"}}), 400, "BadRequestException")
     error(httpx.post(f"{url}/plan", json={"snapshot-id": 42}), 400, "BadRequestException")
     error(httpx.post(f"{url}/plan", content=b"{not json"), 400, "BadRequestException")
-    error(httpx.post(f"{url}/plan", json={"start-snapshot-id": 1, "end-snapshot-id": 2}), 406, "UnsupportedOperationException")
+    error(
+        httpx.post(f"{url}/plan", json={"start-snapshot-id": 1, "end-snapshot-id": 2}),
+        406,
+        "UnsupportedOperationException",
+    )
     error(httpx.get(f"{url}/plan/bogus"), 404, "NoSuchPlanIdException")
     error(httpx.delete(f"{url}/plan/{quote('%%%')}"), 404, "NoSuchPlanIdException")
     error(httpx.post(f"{url}/tasks", json={"plan-task": "bogus"}), 404, "NoSuchPlanTaskException")
@@ -147,4 +171,7 @@ def test_position_deletes_written_by_spark(spark, catalog_server: CatalogServer,
     assert sum(len(t.delete_files) for t in tasks) >= 2  # the position deletes travel with their data files
     assert rows(served) == rows(local) == expected
     assert rows(served, EqualTo("region", "us")) == [(4, "us")]
-    assert rows(served, snapshot_id=before) == rows(local, snapshot_id=before) and len(rows(served, snapshot_id=before)) == 5
+    assert (
+        rows(served, snapshot_id=before) == rows(local, snapshot_id=before)
+        and len(rows(served, snapshot_id=before)) == 5
+    )

@@ -24,7 +24,9 @@ def test_metadata_files_round_trip_with_reused_snapshot_json(tmp_path: Path) -> 
     store.create_namespace(("n",), {})
     location, metadata = store.create_table(("n", "t"), SCHEMA, None, None, None, {})
     for snapshot_id in range(1, 6):
-        raw = append_snapshot_body(metadata.current_snapshot_id, snapshot_id, metadata.location, metadata.last_sequence_number + 1)
+        raw = append_snapshot_body(
+            metadata.current_snapshot_id, snapshot_id, metadata.location, metadata.last_sequence_number + 1
+        )
         request = CommitTableRequest.model_validate({"identifier": {"namespace": ["n"], "name": "t"}, **raw})
         result = store.commit_table(("n", "t"), request.requirements, request.updates)
         location, metadata = result.metadata_location, result.metadata
@@ -42,7 +44,10 @@ def test_python_commit_transaction_is_all_or_nothing(tmp_path: Path) -> None:
     _, b = store.create_table(("n", "b"), SCHEMA, None, None, None, {})
     epoch = (SetPropertiesUpdate(updates={"epoch": "1"}),)
     results = store.commit_transaction(
-        [(("n", "a"), (AssertTableUUID(uuid=a.table_uuid),), epoch), (("n", "b"), (AssertTableUUID(uuid=b.table_uuid),), epoch)]
+        [
+            (("n", "a"), (AssertTableUUID(uuid=a.table_uuid),), epoch),
+            (("n", "b"), (AssertTableUUID(uuid=b.table_uuid),), epoch),
+        ]
     )
     assert [r.metadata.properties["epoch"] for r in results] == ["1", "1"]
     with pytest.raises(errors.CommitConflictError):

@@ -33,7 +33,9 @@ def auth_config(oidc: dict | None = None) -> AuthConfig:
         "etl": {"secret_hash": hash_secret(SECRET), "privileges": {"*": "admin"}},
         "bi": {"secret_hash": hash_secret(SECRET), "privileges": {"*": "read"}},
     }
-    return AuthConfig.model_validate({"mode": "oauth2", "token_ttl": 300, "clients": clients, **({"oidc": oidc} if oidc else {})})
+    return AuthConfig.model_validate(
+        {"mode": "oauth2", "token_ttl": 300, "clients": clients, **({"oidc": oidc} if oidc else {})}
+    )
 
 
 @pytest.fixture()
@@ -74,7 +76,9 @@ def test_tokens_are_signed_jwts_and_rotation_keeps_old_ones_valid(store: Catalog
         forged = jwt.encode({**claims, "sub": "etl"}, b"x" * 32, algorithm="HS256", headers={"kid": header["kid"]})
         assert get(retired, forged).status_code == 401
         expired = jwt.encode(
-            {**claims, "exp": int(time.time()) - 60}, KEY_NEW, algorithm="HS256",
+            {**claims, "exp": int(time.time()) - 60},
+            KEY_NEW,
+            algorithm="HS256",
             headers={"kid": jwt.get_unverified_header(token(retired, "etl"))["kid"]},
         )
         assert "expired" in get(retired, expired).json()["error"]["message"]
@@ -137,7 +141,9 @@ def idp() -> Iterator[tuple[rsa.RSAPrivateKey, str, dict]]:
     server.server_close()
 
 
-def idp_token(key: rsa.RSAPrivateKey, subject: str, audience: str = "lakeview", kid: str = "idp-1", **extra: object) -> str:
+def idp_token(
+    key: rsa.RSAPrivateKey, subject: str, audience: str = "lakeview", kid: str = "idp-1", **extra: object
+) -> str:
     now = int(time.time())
     claims = {"iss": IDP, "sub": subject, "aud": audience, "iat": now, "exp": now + 300, **extra}
     return jwt.encode(claims, key, algorithm="RS256", headers={"kid": kid})
@@ -158,7 +164,9 @@ def test_an_external_issuers_tokens_through_its_jwks(store: CatalogStore, idp) -
         impostor = rsa.generate_private_key(public_exponent=65537, key_size=2048)
         assert get(server, idp_token(impostor, "svc-etl")).status_code == 401  # same kid, another key
         assert get(server, idp_token(key, "svc-etl", kid="idp-9")).status_code == 401
-        stranger = jwt.encode({"iss": "http://elsewhere", "sub": "svc-etl", "exp": int(time.time()) + 60}, key, algorithm="RS256")
+        stranger = jwt.encode(
+            {"iss": "http://elsewhere", "sub": "svc-etl", "exp": int(time.time()) + 60}, key, algorithm="RS256"
+        )
         assert "does not trust" in get(server, stranger).json()["error"]["message"]
 
     from_file = {"issuer": IDP, "jwks_file": "jwks.json", "privileges": {"svc-etl": {"*": "read"}}}  # no audience

@@ -11,8 +11,15 @@ from pathlib import Path
 import pytest
 
 CHROMIUM = os.environ.get("LAKEVIEW_CHROMIUM", "/usr/bin/chromium")
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-        "--disable-sync", "--no-first-run"]
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +32,10 @@ def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     with sync_playwright() as playwright:
         context = playwright.chromium.launch_persistent_context(
             str(tmp_path_factory.mktemp("chromium-profile")),
-            executable_path=CHROMIUM, headless=True, args=ARGS, viewport={"width": 1280, "height": 900},
+            executable_path=CHROMIUM,
+            headless=True,
+            args=ARGS,
+            viewport={"width": 1280, "height": 900},
         )
         try:
             yield context

@@ -38,18 +38,38 @@ def project_data(root: Path, auth: dict[str, Any] | None = None) -> dict[str, An
         "console": {"sample_interval": "1s"},
         "sources": {
             "orders": {"format": "json", "path": str(root / "landing" / "orders"), "schema": ORDERS_SCHEMA},
-            "events": {"format": "parquet", "path": str(root / "landing" / "events"),
-                       "schema": "id BIGINT, kind STRING"},
+            "events": {
+                "format": "parquet",
+                "path": str(root / "landing" / "events"),
+                "schema": "id BIGINT, kind STRING",
+            },
         },
         "views": {
-            "sales": {"sql": SALES_SQL, "cadence": "1s", "target_lag": "1h", "namespace": "analytics",
-                      "register": ["filesystem"]},
-            "big_sellers": {"sql": "SELECT product_id, total_sold FROM sales WHERE total_sold > 5", "cadence": "1s",
-                            "target_lag": "1h", "namespace": "analytics"},
-            "slow_orders": {"sql": "SELECT order_id, quantity FROM orders", "cadence": "30s", "target_lag": "2s",
-                            "namespace": "analytics"},
-            "event_log": {"sql": "SELECT id, kind FROM events", "cadence": "1s", "target_lag": "1h",
-                          "namespace": "ops"},
+            "sales": {
+                "sql": SALES_SQL,
+                "cadence": "1s",
+                "target_lag": "1h",
+                "namespace": "analytics",
+                "register": ["filesystem"],
+            },
+            "big_sellers": {
+                "sql": "SELECT product_id, total_sold FROM sales WHERE total_sold > 5",
+                "cadence": "1s",
+                "target_lag": "1h",
+                "namespace": "analytics",
+            },
+            "slow_orders": {
+                "sql": "SELECT order_id, quantity FROM orders",
+                "cadence": "30s",
+                "target_lag": "2s",
+                "namespace": "analytics",
+            },
+            "event_log": {
+                "sql": "SELECT id, kind FROM events",
+                "cadence": "1s",
+                "target_lag": "1h",
+                "namespace": "ops",
+            },
         },
     }
     if auth:
@@ -64,8 +84,9 @@ def running(spark, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[st
     project = parse_project(project_data(root), file=str(root / "lakeview.toml"), root=root)
     orders = project.source_path("orders")
     land_json(orders, "a.json", make_orders(50, seed=3))
-    (orders / "b.json").write_text('{"order_id": 900, "product_id": 1, "quantity": 2, "ts": "2026-01-01T00:00:00"}\n'
-                                   "this line is not json at all\n")
+    (orders / "b.json").write_text(
+        '{"order_id": 900, "product_id": 1, "quantity": 2, "ts": "2026-01-01T00:00:00"}\nthis line is not json at all\n'
+    )
     events = project.source_path("events")
     events.mkdir(parents=True)
     (events / "bad.parquet").write_bytes(b"not a parquet file, just text")

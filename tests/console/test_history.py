@@ -23,11 +23,19 @@ HOUR = 3_600_000
 def test_history_keeps_samples_and_commits_within_retention_only(tmp_path: Path) -> None:
     history = ConsoleHistory(tmp_path / "history.db", retention_ms=2 * HOUR)
     now = 10 * HOUR
-    history.record(now - 3 * HOUR, [ViewSample("v", now - 3 * HOUR, 900, 1000, "fresh")],
-                   [("v", 0, now - 3 * HOUR, 5, 5)], [SourceSample("s", now - 3 * HOUR, 4, 400, 0)])
-    history.record(now, [ViewSample("v", now, 1500, 1000, "late", "FALLING_BEHIND")],
-                   [("v", 1, now - 30_000, 7, 6), ("v", 2, now - 10_000, 3, 3), ("v", 1, now, 99, 99)],
-                   [SourceSample("s", now, 1, 100, 2)], {"s": ({"malformed row": 2}, [{"epoch": 2, "record": "x"}])})
+    history.record(
+        now - 3 * HOUR,
+        [ViewSample("v", now - 3 * HOUR, 900, 1000, "fresh")],
+        [("v", 0, now - 3 * HOUR, 5, 5)],
+        [SourceSample("s", now - 3 * HOUR, 4, 400, 0)],
+    )
+    history.record(
+        now,
+        [ViewSample("v", now, 1500, 1000, "late", "FALLING_BEHIND")],
+        [("v", 1, now - 30_000, 7, 6), ("v", 2, now - 10_000, 3, 3), ("v", 1, now, 99, 99)],
+        [SourceSample("s", now, 1, 100, 2)],
+        {"s": ({"malformed row": 2}, [{"epoch": 2, "record": "x"}])},
+    )
     assert [s.lag_ms for s in history.view_samples("v", 0)] == [1500]  # the 3-hour-old sample is gone
     assert history.view_samples("v", 0)[0].reason == "FALLING_BEHIND"
     # Epochs 1 and 2 in one minute; epoch 1 recorded again is kept as first recorded.
@@ -56,9 +64,11 @@ def test_ui_prints_the_url_and_serve_serves_the_console_and_its_history(tmp_path
     url = f"http://127.0.0.1:{port}/ui/"
     idle = subprocess.run([*LAKEVIEW, "ui", "-p", str(tmp_path)], capture_output=True, text=True, env=env, timeout=60)
     assert idle.returncode == 0 and f"console: {url}" in idle.stdout and "start `lakeview up`" in idle.stdout
-    serve = subprocess.Popen([*LAKEVIEW, "serve", "-p", str(tmp_path)], stdout=subprocess.PIPE,
-                             stderr=subprocess.STDOUT, text=True)
+    serve = subprocess.Popen(
+        [*LAKEVIEW, "serve", "-p", str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     try:
+
         def page() -> httpx.Response | None:
             try:
                 response = httpx.get(url, timeout=2)
@@ -73,8 +83,9 @@ def test_ui_prints_the_url_and_serve_serves_the_console_and_its_history(tmp_path
         assert {n["id"] for n in lineage["nodes"]} >= {"source:orders", "view:sales_by_product", "target:rest"}
         bad = httpx.get(f"http://127.0.0.1:{port}/lakeview/v1/views/sales_by_product/history?window=1w")
         assert bad.status_code == 400 and "use one of 1h, 1d" in bad.json()["error"]["message"]
-        running = subprocess.run([*LAKEVIEW, "ui", "-p", str(tmp_path)], capture_output=True, text=True, env=env,
-                                 timeout=60)
+        running = subprocess.run(
+            [*LAKEVIEW, "ui", "-p", str(tmp_path)], capture_output=True, text=True, env=env, timeout=60
+        )
         assert running.returncode == 0 and f"console: {url}" in running.stdout
         assert "start `lakeview up`" not in running.stdout
 

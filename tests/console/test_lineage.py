@@ -19,19 +19,26 @@ FROM orders AS o JOIN products AS p ON o.product_id = p.product_id GROUP BY p.ca
 
 
 def project(tmp_path: Path):
-    return parse_project({
-        "lake": {"warehouse": str(tmp_path / "lake")},
-        "hive": {"uri": "thrift://127.0.0.1:9083"},
-        "sources": {
-            "orders": {"format": "json", "path": str(tmp_path / "orders"), "schema": ORDERS},
-            "products": {"format": "json", "path": str(tmp_path / "products"), "schema": PRODUCTS},
+    return parse_project(
+        {
+            "lake": {"warehouse": str(tmp_path / "lake")},
+            "hive": {"uri": "thrift://127.0.0.1:9083"},
+            "sources": {
+                "orders": {"format": "json", "path": str(tmp_path / "orders"), "schema": ORDERS},
+                "products": {"format": "json", "path": str(tmp_path / "products"), "schema": PRODUCTS},
+            },
+            "views": {
+                "by_category": {"sql": BY_CATEGORY, "namespace": "shop", "register": ["glue", "hive"]},
+                "top_categories": {
+                    "sql": "SELECT category, total FROM by_category WHERE total > 100",
+                    "namespace": "shop",
+                    "format": "delta",
+                    "register": ["filesystem"],
+                },
+            },
         },
-        "views": {
-            "by_category": {"sql": BY_CATEGORY, "namespace": "shop", "register": ["glue", "hive"]},
-            "top_categories": {"sql": "SELECT category, total FROM by_category WHERE total > 100", "namespace": "shop",
-                               "format": "delta", "register": ["filesystem"]},
-        },
-    }, root=tmp_path)
+        root=tmp_path,
+    )
 
 
 def card(config: Any, view: str, **status: Any) -> dict[str, Any]:
@@ -40,23 +47,41 @@ def card(config: Any, view: str, **status: Any) -> dict[str, Any]:
 
 def test_lineage_of_a_join_and_a_view_over_it_with_where_each_is_published(tmp_path: Path) -> None:
     config = project(tmp_path)
-    cards = [card(config, "by_category", freshness_lag_ms=500, target_lag_ms=120_000),
-             card(config, "top_categories", freshness_lag_ms=300_000, target_lag_ms=120_000,
-                  degraded_reason="FALLING_BEHIND")]
-    published = {"by_category": {"glue": {"registered": True, "location": "s3://b/shop/by_category"},
-                                 "hive": {"reason": "REGISTRAR_DOWN", "error": "connection refused"}}}
+    cards = [
+        card(config, "by_category", freshness_lag_ms=500, target_lag_ms=120_000),
+        card(
+            config, "top_categories", freshness_lag_ms=300_000, target_lag_ms=120_000, degraded_reason="FALLING_BEHIND"
+        ),
+    ]
+    published = {
+        "by_category": {
+            "glue": {"registered": True, "location": "s3://b/shop/by_category"},
+            "hive": {"reason": "REGISTRAR_DOWN", "error": "connection refused"},
+        }
+    }
     graph = lineage(config, cards, published)
     states = {n["id"]: n.get("state") for n in graph["nodes"]}
-    assert states == {"view:by_category": "fresh", "view:top_categories": "late", "source:orders": None,
-                      "source:products": None, "target:rest": None, "target:glue": None, "target:hive": None,
-                      "target:filesystem": None}
+    assert states == {
+        "view:by_category": "fresh",
+        "view:top_categories": "late",
+        "source:orders": None,
+        "source:products": None,
+        "target:rest": None,
+        "target:glue": None,
+        "target:hive": None,
+        "target:filesystem": None,
+    }
     edges = {(e["from"], e["to"]): e for e in graph["edges"]}
     assert ("source:orders", "view:by_category") in edges and ("source:products", "view:by_category") in edges  # join
     assert ("view:by_category", "view:top_categories") in edges  # a view over a view
     assert edges[("view:by_category", "target:glue")]["state"] == "ok"
     assert edges[("view:by_category", "target:hive")] == {
-        "from": "view:by_category", "to": "target:hive", "state": "failing", "error": "connection refused",
-        "location": None}
+        "from": "view:by_category",
+        "to": "target:hive",
+        "state": "failing",
+        "error": "connection refused",
+        "location": None,
+    }
     assert edges[("view:top_categories", "target:filesystem")]["state"] == "pending"  # not registered yet
     assert ("view:top_categories", "target:rest") not in edges  # a Delta view is not in the REST catalog
     # A caller who may read only one view sees only its part of the graph.

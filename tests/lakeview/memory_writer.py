@@ -26,7 +26,9 @@ class MemoryWriter(SnapshotWriter):
     def last_commit(self) -> CommitRecord | None:
         if self.epoch is None:
             return None
-        return CommitRecord(view="", epoch=self.epoch, frontier={}, snapshot_id=self.commits, committed_at_ms=0, extra=dict(self.stamps))
+        return CommitRecord(
+            view="", epoch=self.epoch, frontier={}, snapshot_id=self.commits, committed_at_ms=0, extra=dict(self.stamps)
+        )
 
     def lookup(self, keys: pa.Table) -> pa.Table:
         if self.rows is None or self.rows.num_rows == 0:
@@ -44,7 +46,11 @@ class MemoryWriter(SnapshotWriter):
             base = self.rows
         if change.key is not None and base.num_rows:
             base = rows_without_keys(base, change.touched_keys(), change.key)
-        self.rows = pa.concat_tables([base, change.rows.select(base.schema.names).cast(base.schema)]) if base.num_columns else change.rows
+        self.rows = (
+            pa.concat_tables([base, change.rows.select(base.schema.names).cast(base.schema)])
+            if base.num_columns
+            else change.rows
+        )
         self.epoch = epoch.number
         self.stamps = dict(epoch.stamps)
         self.commits += 1

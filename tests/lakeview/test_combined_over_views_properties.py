@@ -39,7 +39,12 @@ from tests.lakeview.duck_batch import feed_source_toml, spark_sql
 from tests.lakeview.memory_writer import MemoryWriter
 from writers.snapshot_diff import consolidate
 
-PROJECT = feed_source_toml("orders", "order_id BIGINT, product_id BIGINT, quantity BIGINT, price BIGINT, op STRING, seq BIGINT", "order_id") + feed_source_toml("products", "sku BIGINT, product_id BIGINT, category STRING, op STRING, seq BIGINT", "sku") + """
+PROJECT = (
+    feed_source_toml(
+        "orders", "order_id BIGINT, product_id BIGINT, quantity BIGINT, price BIGINT, op STRING, seq BIGINT", "order_id"
+    )
+    + feed_source_toml("products", "sku BIGINT, product_id BIGINT, category STRING, op STRING, seq BIGINT", "sku")
+    + """
 # the upstream views: a projection and two keyed aggregates (NULL group keys included)
 [views.lines]
 sql = "SELECT order_id, product_id, quantity * price AS amount FROM orders"
@@ -68,11 +73,27 @@ sql = "SELECT product_id AS id, amount AS x FROM lines UNION ALL SELECT product_
 [views.both_by_id]
 sql = "SELECT id, SUM(x) AS s, COUNT(*) AS c FROM (SELECT product_id AS id, q AS x FROM sales UNION ALL SELECT product_id AS id, skus AS x FROM stock) AS u GROUP BY id"
 """
+)
 SCHEMAS = {
-    "orders": pa.schema([("order_id", pa.int64()), ("product_id", pa.int64()), ("quantity", pa.int64()), ("price", pa.int64()),
-                         ("op", pa.string()), ("seq", pa.int64())]),
-    "products": pa.schema([("sku", pa.int64()), ("product_id", pa.int64()), ("category", pa.string()), ("op", pa.string()),
-                           ("seq", pa.int64())]),
+    "orders": pa.schema(
+        [
+            ("order_id", pa.int64()),
+            ("product_id", pa.int64()),
+            ("quantity", pa.int64()),
+            ("price", pa.int64()),
+            ("op", pa.string()),
+            ("seq", pa.int64()),
+        ]
+    ),
+    "products": pa.schema(
+        [
+            ("sku", pa.int64()),
+            ("product_id", pa.int64()),
+            ("category", pa.string()),
+            ("op", pa.string()),
+            ("seq", pa.int64()),
+        ]
+    ),
 }
 UPSTREAMS = {"lines": "orders", "sales": "orders", "stock": "products"}  # each upstream view and the feed it reads
 COMBINED = ["paired", "paired_by_count", "named", "named_by_category", "stocked", "both", "both_by_id"]
@@ -91,10 +112,12 @@ product_change = st.tuples(
     st.one_of(st.none(), st.sampled_from(["a", "b"])),  # category
 )
 epochs = st.lists(
-    st.tuples(st.lists(order_change, max_size=6), st.lists(product_change, max_size=4), st.booleans()),  # bool: the combined view runs
-    min_size=1, max_size=4,
+    st.tuples(
+        st.lists(order_change, max_size=6), st.lists(product_change, max_size=4), st.booleans()
+    ),  # bool: the combined view runs
+    min_size=1,
+    max_size=4,
 )
-
 
 
 @cache
@@ -162,18 +185,31 @@ class Pipeline:
         self.upstream: dict[str, ViewMaintainer] = {}
         for name in self.upstreams:
             plan = plan_view(name, self.project.views[name].sql)
-            state = [MemoryWriter() for _ in range(1 + len(plan.multisets))] if isinstance(plan, KeyedAggregatePlan) else []
+            state = (
+                [MemoryWriter() for _ in range(1 + len(plan.multisets))] if isinstance(plan, KeyedAggregatePlan) else []
+            )
             feed = UPSTREAMS[name]
-            self.upstream[name] = ViewMaintainer(plan=plan, view=MemoryWriter(), state=state, feed=self.project.sources[feed].changes,
-                                                 mirror=MemoryWriter(), source_columns=SCHEMAS[feed].names)
+            self.upstream[name] = ViewMaintainer(
+                plan=plan,
+                view=MemoryWriter(),
+                state=state,
+                feed=self.project.sources[feed].changes,
+                mirror=MemoryWriter(),
+                source_columns=SCHEMAS[feed].names,
+            )
         top = self.plan.top
         feeds = {s: self.project.sources[s].changes for s in self.feeds_read}
         self.combined = CombinedMaintainer(  # as CombinedPipeline builds it: upstream views are deleting sources
-            plan=self.plan, view=MemoryWriter(),
-            state=[MemoryWriter() for _ in range(1 + len(top.multisets))] if isinstance(top, KeyedAggregatePlan) else [],
+            plan=self.plan,
+            view=MemoryWriter(),
+            state=[MemoryWriter() for _ in range(1 + len(top.multisets))]
+            if isinstance(top, KeyedAggregatePlan)
+            else [],
             sides=[MemoryWriter(), MemoryWriter()] if isinstance(self.plan, JoinPlan) else [],
-            feeds=feeds, mirrors={s: MemoryWriter() for s in feeds},
-            source_columns={s: SCHEMAS[s].names for s in self.feeds_read}, deleting=set(self.upstreams),
+            feeds=feeds,
+            mirrors={s: MemoryWriter() for s in feeds},
+            source_columns={s: SCHEMAS[s].names for s in self.feeds_read},
+            deleting=set(self.upstreams),
         )
         assert self.combined.view_key == view_key(self.project, view), "the DAG's key of the view is the maintainer's"
         self.pending: dict[str, list[pa.Table]] = {s: [] for s in self.plan.sources}
@@ -262,10 +298,18 @@ def test_every_combined_view_reads_views() -> None:
 @pytest.mark.parametrize("view", COMBINED)
 @settings(max_examples=5, deadline=None)  # 7 views x 6 runs: under 30 s
 @given(history=epochs)
-@example(history=[  # an aggregate row updated, a NULL key, a skipped batch, then rows deleted and a key emptied
-    ([("I", 1, 1, 2, 3), ("I", 2, 1, 1, 1), ("I", 3, None, 4, 2)], [("I", 1, 1, "a"), ("I", 2, 1, "b"), ("I", 3, None, "a")], True),
-    ([("U", 2, 2, 1, 1), ("I", 4, 1, 3, 0)], [("U", 2, 2, "b")], False),
-    ([("D", 1, None, None, 0), ("D", 4, None, None, 0)], [("D", 1, None, None), ("I", 4, 2, None)], True),
-])
-def test_join_or_union_over_views_equals_the_recompute_after_every_batch(view: str, history: list[tuple[list, list, bool]]) -> None:
+@example(
+    history=[  # an aggregate row updated, a NULL key, a skipped batch, then rows deleted and a key emptied
+        (
+            [("I", 1, 1, 2, 3), ("I", 2, 1, 1, 1), ("I", 3, None, 4, 2)],
+            [("I", 1, 1, "a"), ("I", 2, 1, "b"), ("I", 3, None, "a")],
+            True,
+        ),
+        ([("U", 2, 2, 1, 1), ("I", 4, 1, 3, 0)], [("U", 2, 2, "b")], False),
+        ([("D", 1, None, None, 0), ("D", 4, None, None, 0)], [("D", 1, None, None), ("I", 4, 2, None)], True),
+    ]
+)
+def test_join_or_union_over_views_equals_the_recompute_after_every_batch(
+    view: str, history: list[tuple[list, list, bool]]
+) -> None:
     run_history(view, history)

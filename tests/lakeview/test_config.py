@@ -106,7 +106,7 @@ def test_missing_required_key(tmp_path: Path) -> None:
 
 def test_non_loopback_host_needs_auth(tmp_path: Path) -> None:
     message = error_for(tmp_path, '[server]\nhost = "0.0.0.0"\n' + GOOD)
-    assert "server.host" in message and "requires [auth] mode = \"oauth2\"" in message
+    assert "server.host" in message and 'requires [auth] mode = "oauth2"' in message
 
 
 def test_invalid_toml(tmp_path: Path) -> None:
@@ -125,7 +125,9 @@ def test_bad_view_name(tmp_path: Path) -> None:
 
 
 def test_change_feeds_may_evolve_their_schema(tmp_path: Path) -> None:
-    path = write(tmp_path, """
+    path = write(
+        tmp_path,
+        """
 [sources.cdc]
 format = "json"
 path = "landing/cdc"
@@ -148,7 +150,8 @@ key = ["id"]
 sql = "SELECT * FROM cdc"
 [views.current_images]
 sql = "SELECT * FROM imgs"
-""")
+""",
+    )
     project = load_project(path)
     assert {s.new_columns.value for s in project.sources.values()} == {"evolve"}
     assert project.sources["cdc"].changes is not None and project.sources["imgs"].images is not None

@@ -96,7 +96,10 @@ def test_a_view_reading_itself_is_a_cycle(tmp_path: Path) -> None:
 def test_an_unknown_name_lists_sources_and_views(tmp_path: Path) -> None:
     message = error_for(tmp_path, CHAIN.replace("FROM product_sales", "FROM product_sale"))
     assert "views.big_products.sql" in message
-    assert "'product_sale', which is not a declared source (declared: orders) nor a view (views: order_lines, product_sales)" in message
+    assert (
+        "'product_sale', which is not a declared source (declared: orders) nor a view (views: order_lines, product_sales)"
+        in message
+    )
 
 
 def test_a_projection_must_keep_the_upstream_key(tmp_path: Path) -> None:
@@ -105,7 +108,9 @@ def test_a_projection_must_keep_the_upstream_key(tmp_path: Path) -> None:
 
 
 def test_select_star_over_a_view_and_inline_upstreams_are_refused(tmp_path: Path) -> None:
-    assert "SELECT * over the view 'product_sales'" in error_for(tmp_path, CHAIN.replace("SELECT product_id, revenue FROM", "SELECT * FROM"))
+    assert "SELECT * over the view 'product_sales'" in error_for(
+        tmp_path, CHAIN.replace("SELECT product_id, revenue FROM", "SELECT * FROM")
+    )
     text = CHAIN + '\n[views.lines_inline]\nmaterialize = false\nsql = "SELECT order_id, amount FROM order_lines"\n'
     text += '\n[views.over_inline]\nsql = "SELECT order_id, amount FROM lines_inline"\n'
     message = error_for(tmp_path, text)
@@ -116,7 +121,10 @@ def test_change_files_name_the_upstream_epoch_and_snapshot() -> None:
     name = change_file_name(7, 123456789)
     assert parse_change_file(name) == (7, 123456789)
     assert parse_change_file("_published.json") is None and parse_change_file(".epoch-1.tmp") is None
-    assert upstream_position([f"/x/{change_file_name(3, 5)}", f"/x/{change_file_name(4, -9)}"]) == {"upstream_epoch": 4, "upstream_snapshot": -9}
+    assert upstream_position([f"/x/{change_file_name(3, 5)}", f"/x/{change_file_name(4, -9)}"]) == {
+        "upstream_epoch": 4,
+        "upstream_snapshot": -9,
+    }
 
 
 def test_consumed_files_are_those_of_committed_batches(tmp_path: Path) -> None:
@@ -129,7 +137,9 @@ def test_consumed_files_are_those_of_committed_batches(tmp_path: Path) -> None:
         f.write_text("")
     (checkpoint / "sources" / "0").mkdir(parents=True)
     for batch, f in enumerate(files):
-        (checkpoint / "sources" / "0" / str(batch)).write_text("v1\n" + json.dumps({"path": f"file://{f}", "timestamp": 0, "batchId": batch}) + "\n")
+        (checkpoint / "sources" / "0" / str(batch)).write_text(
+            "v1\n" + json.dumps({"path": f"file://{f}", "timestamp": 0, "batchId": batch}) + "\n"
+        )
     assert consumed_files(project, "product_sales") == set(), "no batch committed yet"
     (checkpoint / "offsets").mkdir()
     (checkpoint / "commits").mkdir()
@@ -155,7 +165,10 @@ def test_a_join_or_union_reading_views_loads_and_starts_after_every_upstream(tmp
     assert "joined" in downstreams_of(project, "order_lines") and "joined" in downstreams_of(project, "product_sales")
     assert "both" in downstreams_of(project, "order_lines") and downstreams_of(project, "big_products") == ["both"]
     order = topological_order(project, ["both", "joined", "order_lines", "product_sales", "big_products"])
-    for view, upstreams in {"joined": ("product_sales", "order_lines"), "both": ("big_products", "order_lines")}.items():
+    for view, upstreams in {
+        "joined": ("product_sales", "order_lines"),
+        "both": ("big_products", "order_lines"),
+    }.items():
         assert all(order.index(u) < order.index(view) for u in upstreams), order
     check_dag(project)
 
@@ -174,13 +187,20 @@ def test_still_refused_over_views_names_the_construct_and_the_nearest_form(tmp_p
         'ON s.product_id = l.product_id JOIN big_products b ON b.product_id = s.product_id"\n'
     )
     message = error_for(tmp_path, three)
-    assert "views.joined.sql" in message and "more than two sources is not supported yet" in message and "nearest supported form" in message
+    assert (
+        "views.joined.sql" in message
+        and "more than two sources is not supported yet" in message
+        and "nearest supported form" in message
+    )
     over_join = CHAIN + (
         '\n[views.joined]\nsql = "SELECT s.product_id, l.amount FROM product_sales s JOIN order_lines l ON s.product_id = l.product_id"\n'
         '\n[views.top]\nsql = "SELECT product_id, amount FROM joined WHERE amount > 1"\n'
     )
     message = error_for(tmp_path, over_join)
-    assert "views.top.sql" in message and "a projection over the JOIN or UNION ALL view 'joined', whose rows may repeat" in message
+    assert (
+        "views.top.sql" in message
+        and "a projection over the JOIN or UNION ALL view 'joined', whose rows may repeat" in message
+    )
     assert "nearest supported form: aggregate it with GROUP BY" in message
 
 
@@ -220,7 +240,9 @@ def test_publisher_starts_from_the_table_then_publishes_each_missed_epoch_once(t
 
     def commit(epoch: int, ids: list[int], amounts: list[float], deletes: list[int] = ()) -> None:
         gone = pa.table({"order_id": pa.array(list(deletes), pa.int64())}) if deletes else None
-        writer.commit(Epoch("order_lines", epoch, {}), Change(pa.table({"order_id": ids, "amount": amounts}), ("order_id",), gone))
+        writer.commit(
+            Epoch("order_lines", epoch, {}), Change(pa.table({"order_id": ids, "amount": amounts}), ("order_id",), gone)
+        )
 
     def table_rows() -> Counter:
         return Counter(tuple(sorted(r.items())) for r in writer.table().to_pyarrow_table().to_pylist())
@@ -253,7 +275,12 @@ def test_publisher_starts_from_the_table_then_publishes_each_missed_epoch_once(t
     assert sorted(p.name for p in directory.glob("epoch-*.parquet")) == names[2:]
 
     # A second reader declared now: it starts from the whole table; the first gets nothing twice.
-    later = load_project(write(tmp_path, CHAIN + '\n[views.counts]\nsql = "SELECT product_id, COUNT(*) AS c FROM order_lines GROUP BY product_id"\n'))
+    later = load_project(
+        write(
+            tmp_path,
+            CHAIN + '\n[views.counts]\nsql = "SELECT product_id, COUNT(*) AS c FROM order_lines GROUP BY product_id"\n',
+        )
+    )
     publisher = ChangePublisher(later, "order_lines", writer)
     assert publisher.downstreams == ["product_sales", "counts"]
     assert publisher.publish() == [3]

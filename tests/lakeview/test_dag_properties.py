@@ -33,7 +33,11 @@ from tests.lakeview.duck_batch import duck, feed_source_toml, latest_changes, sp
 from tests.lakeview.memory_writer import MemoryWriter
 from writers.delta.writer import DeltaWriter
 
-PROJECT = feed_source_toml("orders", "order_id BIGINT, product_id BIGINT, quantity BIGINT, price BIGINT, op STRING, seq BIGINT", "order_id") + """
+PROJECT = (
+    feed_source_toml(
+        "orders", "order_id BIGINT, product_id BIGINT, quantity BIGINT, price BIGINT, op STRING, seq BIGINT", "order_id"
+    )
+    + """
 # projection with a computed column -> keyed aggregate -> filter over the aggregate
 [views.lines]
 sql = "SELECT order_id, product_id, quantity * price AS amount FROM orders"
@@ -54,8 +58,17 @@ sql = "SELECT order_id, product_id, quantity * 2 + price AS amount FROM orders W
 [views.repeat_products]
 sql = "SELECT product_id, SUM(amount) AS s, COUNT(DISTINCT amount) AS d, MIN(amount) AS lo FROM positive GROUP BY product_id HAVING COUNT(*) >= 2"
 """
-SCHEMA = pa.schema([("order_id", pa.int64()), ("product_id", pa.int64()), ("quantity", pa.int64()), ("price", pa.int64()),
-                    ("op", pa.string()), ("seq", pa.int64())])
+)
+SCHEMA = pa.schema(
+    [
+        ("order_id", pa.int64()),
+        ("product_id", pa.int64()),
+        ("quantity", pa.int64()),
+        ("price", pa.int64()),
+        ("op", pa.string()),
+        ("seq", pa.int64()),
+    ]
+)
 TOPS = ["big", "by_count", "repeat_products"]  # each names its chain: the view and its upstreams
 
 change = st.tuples(
@@ -81,11 +94,15 @@ class Chain:
         self.epochs: dict[str, int] = {v: 0 for v in self.views}  # each downstream's own batch numbers
         for view in self.views:
             plan = plan_view(view, self.project.views[view].sql)
-            state = [MemoryWriter() for _ in range(1 + len(plan.multisets))] if isinstance(plan, KeyedAggregatePlan) else []
+            state = (
+                [MemoryWriter() for _ in range(1 + len(plan.multisets))] if isinstance(plan, KeyedAggregatePlan) else []
+            )
             writer = DeltaWriter(str(root / "lake" / view), view)
             if view == self.views[0]:
                 feed = self.project.sources["orders"].changes
-                m = ViewMaintainer(plan=plan, view=writer, state=state, feed=feed, mirror=MemoryWriter(), source_columns=SCHEMA.names)
+                m = ViewMaintainer(
+                    plan=plan, view=writer, state=state, feed=feed, mirror=MemoryWriter(), source_columns=SCHEMA.names
+                )
             else:
                 m = ViewMaintainer(plan=plan, view=writer, state=state, feed_key=upstream_key(self.project, view))
             writer.ensure_table(self.recompute(view, SCHEMA.empty_table()).schema, m.view_key, {})
@@ -139,7 +156,14 @@ def test_every_view_of_a_chain_equals_the_recompute_after_every_epoch(top: str, 
             rows = []
             for op, order_id, product_id, quantity, price in changes:
                 seq += 1
-                row = {"order_id": order_id, "product_id": product_id, "quantity": quantity, "price": price, "op": op, "seq": seq}
+                row = {
+                    "order_id": order_id,
+                    "product_id": product_id,
+                    "quantity": quantity,
+                    "price": price,
+                    "op": op,
+                    "seq": seq,
+                }
                 rows.append(row)
                 if op == "D":
                     current.pop(order_id, None)
@@ -150,4 +174,6 @@ def test_every_view_of_a_chain_equals_the_recompute_after_every_epoch(top: str, 
             for view in chain.views:
                 expected = chain.recompute(view, source)
                 result = compare(chain.rows(view, expected), expected)
-                assert result.equal, f"epoch {number}, view {view} (chain {' -> '.join(chain.views)}): {result.describe()}"
+                assert result.equal, (
+                    f"epoch {number}, view {view} (chain {' -> '.join(chain.views)}): {result.describe()}"
+                )

@@ -48,7 +48,11 @@ def test_explain_names_operators_key_and_state(tmp_path: Path) -> None:
 
 
 def test_projection_over_a_change_feed_must_keep_the_key(tmp_path: Path) -> None:
-    (tmp_path / "lakeview.toml").write_text(PROJECT.replace("SELECT order_id, quantity FROM changes", "SELECT quantity FROM changes"))
+    (tmp_path / "lakeview.toml").write_text(
+        PROJECT.replace("SELECT order_id, quantity FROM changes", "SELECT quantity FROM changes")
+    )
     result = CliRunner().invoke(app, ["explain", "sales", "-p", str(tmp_path)])
     assert result.exit_code != 0
-    assert "views.orders_copy.sql" in str(result.exception) and "must select its key column(s) order_id" in str(result.exception)
+    assert "views.orders_copy.sql" in str(result.exception) and "must select its key column(s) order_id" in str(
+        result.exception
+    )

@@ -43,7 +43,9 @@ epochs = st.lists(st.lists(change, max_size=10), min_size=1, max_size=4)
 def maintainer(sql: str) -> ViewMaintainer:
     plan = plan_view("v", sql)
     state = [MemoryWriter() for _ in range(1 + len(plan.multisets))] if isinstance(plan, KeyedAggregatePlan) else []
-    return ViewMaintainer(plan=plan, view=MemoryWriter(), state=state, feed=FEED, mirror=MemoryWriter(), source_columns=COLUMNS)
+    return ViewMaintainer(
+        plan=plan, view=MemoryWriter(), state=state, feed=FEED, mirror=MemoryWriter(), source_columns=COLUMNS
+    )
 
 
 def run_epoch(m: ViewMaintainer, number: int, batch: pa.Table) -> None:
@@ -80,7 +82,11 @@ def test_maintained_view_equals_recompute_after_every_epoch(name: str, history: 
         for row in rows:
             apply_python(current, row)
         run_epoch(m, number, pa.Table.from_pylist(rows, schema=SCHEMA))
-        view = m.view.rows if m.view.rows is not None and m.view.rows.num_columns else recompute(sql, {}).schema.empty_table()
+        view = (
+            m.view.rows
+            if m.view.rows is not None and m.view.rows.num_columns
+            else recompute(sql, {}).schema.empty_table()
+        )
         result = compare(view, recompute(sql, current))
         assert result.equal, f"epoch {number}: {result.describe()}"
 

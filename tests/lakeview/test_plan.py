@@ -37,17 +37,26 @@ def test_batch_sql_reads_the_batch_relation() -> None:
     [
         ("SELECT a FROM s\nFULL JOIN t ON s.a = t.a", "FULL JOIN is not supported (line 2); nearest supported form"),
         ("SELECT a, SUM(b) FROM s GROUP BY a", "give 'SUM(b)' a column name"),
-        ("SELECT a,\n  STDDEV(b) AS x FROM s GROUP BY a", "aggregate STDDEV is not supported (line 2); nearest supported form: SUM, COUNT"),
+        (
+            "SELECT a,\n  STDDEV(b) AS x FROM s GROUP BY a",
+            "aggregate STDDEV is not supported (line 2); nearest supported form: SUM, COUNT",
+        ),
         ("SELECT a, b, SUM(c) AS x FROM s GROUP BY a", "'b' is neither aggregated nor in GROUP BY (line 1)"),
         ("SELECT SUM(c) AS x FROM s GROUP BY a", "GROUP BY 'a' must also be selected"),
-        ("SELECT SUM(c) AS x FROM s\nHAVING SUM(c) > 1", "HAVING on a global aggregate (no GROUP BY) is not supported (line 2)"),
+        (
+            "SELECT SUM(c) AS x FROM s\nHAVING SUM(c) > 1",
+            "HAVING on a global aggregate (no GROUP BY) is not supported (line 2)",
+        ),
         ("SELECT a, COUNT(DISTINCT b, c) AS x FROM s GROUP BY a", "only COUNT(DISTINCT one_expression)"),
         ("SELECT * FROM s\nORDER BY a", "ORDER BY is not supported yet (line 2)"),
         ("SELECT a, ROW_NUMBER() OVER (ORDER BY a) AS r FROM s", "window functions"),
         ("SELECT a FROM s WHERE a IN (SELECT b FROM t)", "subqueries"),
         ("SELECT a, rand() AS r FROM s", "non-deterministic"),
         ("SELECT a FROM s UNION SELECT a FROM t", "UNION (without ALL) is not supported yet"),
-        ("SELECT a, COUNT(*) AS n FROM s GROUP BY a, session_window(ts, '5 minutes')", "session windows (session_window) are not supported"),
+        (
+            "SELECT a, COUNT(*) AS n FROM s GROUP BY a, session_window(ts, '5 minutes')",
+            "session windows (session_window) are not supported",
+        ),
         ("DELETE FROM s", "expected a SELECT statement"),
         ("SELEC a FROM s", "cannot parse SQL"),
         ("SELECT a FROM db.s", "without a qualifier"),
@@ -59,10 +68,10 @@ def test_unsupported_sql_names_the_construct(sql: str, message: str) -> None:
         plan_view("v", sql)
 
 
-VIEW_SQL = (
-    "SELECT k, SUM(x) AS s, COUNT(*) AS n, COUNT(x) AS nx, MIN(x) AS lo, MAX(x) AS hi FROM src GROUP BY k"
+VIEW_SQL = "SELECT k, SUM(x) AS s, COUNT(*) AS n, COUNT(x) AS nx, MIN(x) AS lo, MAX(x) AS hi FROM src GROUP BY k"
+rows = st.lists(
+    st.tuples(st.one_of(st.none(), st.integers(0, 3)), st.one_of(st.none(), st.integers(-50, 50))), max_size=12
 )
-rows = st.lists(st.tuples(st.one_of(st.none(), st.integers(0, 3)), st.one_of(st.none(), st.integers(-50, 50))), max_size=12)
 
 
 def _run(sql: str, table: pa.Table) -> pa.Table:
@@ -72,7 +81,10 @@ def _run(sql: str, table: pa.Table) -> pa.Table:
 
 
 def _table(batch: list[tuple]) -> pa.Table:
-    return pa.table({"k": [r[0] for r in batch], "x": [r[1] for r in batch]}, schema=pa.schema([("k", pa.int64()), ("x", pa.int64())]))
+    return pa.table(
+        {"k": [r[0] for r in batch], "x": [r[1] for r in batch]},
+        schema=pa.schema([("k", pa.int64()), ("x", pa.int64())]),
+    )
 
 
 def _as_set(table: pa.Table) -> set[tuple]:

@@ -45,7 +45,9 @@ def test_a_terminal_error_is_raised_at_once_and_the_last_transient_one_after_the
 
 
 def test_the_error_class_decides() -> None:
-    assert is_transient(TransientError("x")) and is_transient(StorageError("x")) and is_transient(ConnectionResetError())
+    assert (
+        is_transient(TransientError("x")) and is_transient(StorageError("x")) and is_transient(ConnectionResetError())
+    )
     assert not is_transient(TerminalError("x")) and not is_transient(ConfigError("f", "k", "bad"))
     assert not is_transient(FileNotFoundError("gone")), "a missing file does not come back by waiting"
     assert not is_transient(ValueError("a bug")) and is_transient(ValueError("x"), transient=(ValueError,))

@@ -26,8 +26,16 @@ from tests.lakeview.test_ivm_changes import FEED, apply_python, run_epoch
 UTC = dt.UTC
 T0 = dt.datetime(2026, 1, 1, tzinfo=UTC)
 MINUTE = 60_000_000
-SCHEMA = pa.schema([("id", pa.int64()), ("k", pa.int64()), ("x", pa.int64()), ("ts", pa.timestamp("us", tz="UTC")),
-                    ("op", pa.string()), ("seq", pa.int64())])
+SCHEMA = pa.schema(
+    [
+        ("id", pa.int64()),
+        ("k", pa.int64()),
+        ("x", pa.int64()),
+        ("ts", pa.timestamp("us", tz="UTC")),
+        ("op", pa.string()),
+        ("seq", pa.int64()),
+    ]
+)
 COLUMNS = SCHEMA.names
 
 # view SQL -> (window size, slide in minutes or None for a global aggregate, the aggregate over
@@ -62,12 +70,21 @@ VIEWS = {
 def change_rows(changes: list[tuple], seq: int) -> list[dict]:
     """Feed rows of ``(op, id, k, x, minutes past T0 or None)`` changes, sequenced after ``seq``."""
     return [
-        {"id": id_, "k": k, "x": x, "ts": None if minutes is None else T0 + dt.timedelta(minutes=minutes, seconds=id_), "op": op, "seq": seq + i}
+        {
+            "id": id_,
+            "k": k,
+            "x": x,
+            "ts": None if minutes is None else T0 + dt.timedelta(minutes=minutes, seconds=id_),
+            "op": op,
+            "seq": seq + i,
+        }
         for i, (op, id_, k, x, minutes) in enumerate(changes, start=1)
     ]
 
 
-def assert_epoch_held(m, name: str, batches: list[list[dict]], number: int, applied: int | None, late_total: int) -> None:
+def assert_epoch_held(
+    m, name: str, batches: list[list[dict]], number: int, applied: int | None, late_total: int
+) -> None:
     """After epoch ``number``: the view equals the reference over the rows the watermark rule
     holds, the late count agrees, and no closed window (end <= ``applied``) keeps state."""
     held, late = held_rows(batches, delay_us(DELAY), PASSES[name])
@@ -78,7 +95,10 @@ def assert_epoch_held(m, name: str, batches: list[list[dict]], number: int, appl
     assert late_total == late
     for state in m.state:
         if applied is not None and state.rows is not None and state.rows.num_rows:
-            assert min(_us(r["ws"]) + 10 * MINUTE for r in state.rows.to_pylist()) > applied, "state of a closed window was kept"
+            assert min(_us(r["ws"]) + 10 * MINUTE for r in state.rows.to_pylist()) > applied, (
+                "state of a closed window was kept"
+            )
+
 
 def expanded(rows: list[dict], window: tuple[int, int] | None) -> pa.Table:
     """Each row once per window it is in (start <= ts < end, epoch-aligned), by plain arithmetic."""
@@ -111,7 +131,9 @@ def maintainer(sql: str, feed=FEED) -> ViewMaintainer:
     state = [MemoryWriter() for _ in range(1 + len(plan.multisets))]
     if feed is None:
         return ViewMaintainer(plan=plan, view=MemoryWriter(), state=state)
-    return ViewMaintainer(plan=plan, view=MemoryWriter(), state=state, feed=feed, mirror=MemoryWriter(), source_columns=COLUMNS)
+    return ViewMaintainer(
+        plan=plan, view=MemoryWriter(), state=state, feed=feed, mirror=MemoryWriter(), source_columns=COLUMNS
+    )
 
 
 # --- plan: accepted and refused forms ---------------------------------------------------
@@ -120,11 +142,17 @@ def maintainer(sql: str, feed=FEED) -> ViewMaintainer:
 def test_window_forms_plan_to_keyed_aggregates_keyed_by_the_window_bounds() -> None:
     tumbling = plan_view("v", VIEWS["tumbling"][0])
     assert tumbling.keys == ("ws", "we", "k") and tumbling.window is not None
-    assert (tumbling.window.size_us, tumbling.window.slide_us, tumbling.window.windows_per_row) == (10 * MINUTE, 10 * MINUTE, 1)
+    assert (tumbling.window.size_us, tumbling.window.slide_us, tumbling.window.windows_per_row) == (
+        10 * MINUTE,
+        10 * MINUTE,
+        1,
+    )
     hopping = plan_view("v", VIEWS["hopping"][0])
     assert hopping.keys == ("ws",) and hopping.window.windows_per_row == 2 and hopping.window.is_hopping
     assert plan_view("v", VIEWS["hopping_uneven"][0]).window.windows_per_row == 3
-    lower = plan_view("v", "select WINDOW(o.ts, '1 hour').start as h, count(*) as n from orders o group by WINDOW(o.ts, '1 hour')")
+    lower = plan_view(
+        "v", "select WINDOW(o.ts, '1 hour').start as h, count(*) as n from orders o group by WINDOW(o.ts, '1 hour')"
+    )
     assert lower.keys == ("h",) and lower.window.time_column == "o.ts"
     assert parse_interval("1 hour 30 minutes") == 90 * MINUTE and parse_interval("interval 500 milliseconds") == 500_000
     quoted = plan_view("v", "SELECT k, COUNT(*) AS n FROM o WHERE note <> 'open window(s)' GROUP BY k")
@@ -139,27 +167,51 @@ def test_global_aggregate_plans_with_an_empty_key() -> None:
 @pytest.mark.parametrize(
     ("sql", "message"),
     [
-        ("SELECT session_window(ts, '5 minutes').start AS s, COUNT(*) AS n FROM o\nGROUP BY session_window(ts, '5 minutes')",
-         "session windows (session_window) are not supported (line 1); nearest supported form: a tumbling window"),
-        ("SELECT k,\n  window(ts, '5 minutes').start AS s FROM o",
-         "window(ts, '5 minutes') needs GROUP BY window(...) (an event-time window groups rows) (line 2); nearest supported form: GROUP BY window(ts"),
+        (
+            "SELECT session_window(ts, '5 minutes').start AS s, COUNT(*) AS n FROM o\nGROUP BY session_window(ts, '5 minutes')",
+            "session windows (session_window) are not supported (line 1); nearest supported form: a tumbling window",
+        ),
+        (
+            "SELECT k,\n  window(ts, '5 minutes').start AS s FROM o",
+            "window(ts, '5 minutes') needs GROUP BY window(...) (an event-time window groups rows) (line 2); nearest supported form: GROUP BY window(ts",
+        ),
         ("SELECT window.start AS s, COUNT(*) AS n FROM o GROUP BY k", "needs GROUP BY window(...)"),
-        ("SELECT window(ts, '5 minutes') AS w, COUNT(*) AS n FROM o\nGROUP BY window(ts, '5 minutes')",
-         "select the window's bounds, not the window struct"),
-        ("SELECT k, COUNT(*) AS n FROM o\nGROUP BY k, window(ts, '5 minutes')",
-         "select the bounds of window(ts, '5 minutes'): they are the view's key (line 2); nearest supported form: SELECT window(ts, '5 minutes').start AS window_start"),
-        ("SELECT window(ts, '5 parsecs').start AS s, COUNT(*) AS n FROM o GROUP BY window(ts, '5 parsecs')", "'5 parsecs' is not an interval"),
-        ("SELECT window(ts, '5 minutes', '10 minutes').start AS s, COUNT(*) AS n FROM o GROUP BY window(ts, '5 minutes', '10 minutes')",
-         "the slide must be positive and at most the window size"),
-        ("SELECT window(ts, '5 minutes', '1 minute', '30 seconds').start AS s, COUNT(*) AS n FROM o "
-         "GROUP BY window(ts, '5 minutes', '1 minute', '30 seconds')", "no start offset"),
-        ("SELECT window(ts, '1 hour').start AS s, COUNT(*) AS n FROM o GROUP BY window(ts, '5 minutes')", "differs from GROUP BY window(ts, '5 minutes')"),
-        ("SELECT COUNT(*) AS n FROM o\nHAVING COUNT(*) > 2", "HAVING on a global aggregate (no GROUP BY) is not supported (line 2)"),
+        (
+            "SELECT window(ts, '5 minutes') AS w, COUNT(*) AS n FROM o\nGROUP BY window(ts, '5 minutes')",
+            "select the window's bounds, not the window struct",
+        ),
+        (
+            "SELECT k, COUNT(*) AS n FROM o\nGROUP BY k, window(ts, '5 minutes')",
+            "select the bounds of window(ts, '5 minutes'): they are the view's key (line 2); nearest supported form: SELECT window(ts, '5 minutes').start AS window_start",
+        ),
+        (
+            "SELECT window(ts, '5 parsecs').start AS s, COUNT(*) AS n FROM o GROUP BY window(ts, '5 parsecs')",
+            "'5 parsecs' is not an interval",
+        ),
+        (
+            "SELECT window(ts, '5 minutes', '10 minutes').start AS s, COUNT(*) AS n FROM o GROUP BY window(ts, '5 minutes', '10 minutes')",
+            "the slide must be positive and at most the window size",
+        ),
+        (
+            "SELECT window(ts, '5 minutes', '1 minute', '30 seconds').start AS s, COUNT(*) AS n FROM o "
+            "GROUP BY window(ts, '5 minutes', '1 minute', '30 seconds')",
+            "no start offset",
+        ),
+        (
+            "SELECT window(ts, '1 hour').start AS s, COUNT(*) AS n FROM o GROUP BY window(ts, '5 minutes')",
+            "differs from GROUP BY window(ts, '5 minutes')",
+        ),
+        (
+            "SELECT COUNT(*) AS n FROM o\nHAVING COUNT(*) > 2",
+            "HAVING on a global aggregate (no GROUP BY) is not supported (line 2)",
+        ),
         ("SELECT k, COUNT(*) AS n FROM o", "'k' is neither aggregated nor in GROUP BY"),
     ],
 )
 def test_unsupported_window_forms_name_the_construct_line_and_nearest_form(sql: str, message: str) -> None:
-    with pytest.raises(UnsupportedSQLError, match=message.replace("(", r"\(").replace(")", r"\)").replace(".", r"\.").replace("'", "'")):
+    with pytest.raises(
+        UnsupportedSQLError, match=message.replace("(", r"\(").replace(")", r"\)").replace(".", r"\.").replace("'", "'")
+    ):
         plan_view("v", sql)
 
 
@@ -178,7 +230,9 @@ epochs = st.lists(st.lists(change, max_size=8), min_size=1, max_size=3)
 @pytest.mark.parametrize("name", list(VIEWS))
 @settings(max_examples=4, deadline=None)
 @given(history=epochs)
-def test_windowed_and_global_views_over_a_change_feed_equal_recompute_after_every_epoch(name: str, history: list[list[tuple]]) -> None:
+def test_windowed_and_global_views_over_a_change_feed_equal_recompute_after_every_epoch(
+    name: str, history: list[list[tuple]]
+) -> None:
     m = maintainer(VIEWS[name][0])
     current: dict[int, dict] = {}
     seq = 0
@@ -200,7 +254,9 @@ def test_global_aggregate_over_no_rows_is_one_row_with_count_0_and_sum_null() ->
     m = maintainer(VIEWS["global"][0])
     run_epoch(m, 0, pa.Table.from_pylist([{"id": 1, "k": 1, "x": 5, "ts": T0, "op": "I", "seq": 1}], schema=SCHEMA))
     assert m.view.rows.to_pylist() == [{"n": 1, "s": 5, "nx": 1, "a": 5.0, "hi": 5, "d": 1}]
-    run_epoch(m, 1, pa.Table.from_pylist([{"id": 1, "k": None, "x": None, "ts": None, "op": "D", "seq": 2}], schema=SCHEMA))
+    run_epoch(
+        m, 1, pa.Table.from_pylist([{"id": 1, "k": None, "x": None, "ts": None, "op": "D", "seq": 2}], schema=SCHEMA)
+    )
     assert m.view.rows.to_pylist() == [{"n": 0, "s": None, "nx": 0, "a": None, "hi": None, "d": 0}]
     # a batch whose rows the WHERE drops still leaves the row (nothing to add)
     run_epoch(m, 2, pa.Table.from_pylist([{"id": 2, "k": None, "x": 3, "ts": T0, "op": "I", "seq": 3}], schema=SCHEMA))
@@ -223,7 +279,9 @@ def run_watermarked_epoch(m: ViewMaintainer, wm: Watermark, number: int, rows: l
     late = duck(f"SELECT * FROM b WHERE {late_sql}", b=table).to_pylist() if late_sql else []
     good = duck(f"SELECT * FROM b WHERE NOT coalesce({late_sql}, false)", b=table) if late_sql else table
     plan = m.plan
-    batch_max = duck(f"SELECT max(epoch_us(ts)) AS t FROM b WHERE {plan.where or 'TRUE'}", b=good).column("t")[0].as_py()
+    batch_max = (
+        duck(f"SELECT max(epoch_us(ts)) AS t FROM b WHERE {plan.where or 'TRUE'}", b=good).column("t")[0].as_py()
+    )
     stamps = {**wm.advance(number, applied, batch_max), LATE: str(len(late))}
     weighted = duck("SELECT *, 1::INTEGER AS __lv_w FROM g", g=good)
     m.apply_zset(Epoch(view="v", number=number, frontier={}, stamps=stamps), weighted, closed_before_us=applied)
@@ -247,7 +305,9 @@ def _us(ts: dt.datetime) -> int:
     return int((ts - dt.datetime(1970, 1, 1, tzinfo=UTC)) / dt.timedelta(microseconds=1))
 
 
-arrival = st.lists(st.lists(st.tuples(st.integers(0, 2), st.integers(-30, 30), st.integers(0, 90)), max_size=8), min_size=1, max_size=5)
+arrival = st.lists(
+    st.lists(st.tuples(st.integers(0, 2), st.integers(-30, 30), st.integers(0, 90)), max_size=8), min_size=1, max_size=5
+)
 
 
 @settings(max_examples=6, deadline=None)
@@ -259,7 +319,10 @@ def test_watermarked_hopping_window_equals_recompute_over_on_time_rows_and_keeps
     batches: list[list[dict]] = []
     late_total = 0
     for number, batch in enumerate(history):
-        rows = [{"id": i, "k": k, "x": x, "ts": T0 + dt.timedelta(minutes=minutes), "op": "I", "seq": i} for i, (k, x, minutes) in enumerate(batch)]
+        rows = [
+            {"id": i, "k": k, "x": x, "ts": T0 + dt.timedelta(minutes=minutes), "op": "I", "seq": i}
+            for i, (k, x, minutes) in enumerate(batch)
+        ]
         batches.append(rows)
         applied = wm.for_epoch(number)
         late_total += len(run_watermarked_epoch(m, wm, number, rows))
@@ -277,8 +340,12 @@ def test_watermarked_hopping_window_equals_recompute_over_on_time_rows_and_keeps
 def test_watermark_recovered_from_the_last_commit_applies_the_same_rule_to_a_replayed_epoch() -> None:
     m = maintainer(VIEWS[WATERMARKED][0], feed=None)
     wm = Watermark(delay_us(DELAY), "ts")
+
     def rows(*minutes: int) -> list[dict]:
-        return [{"id": i, "k": 1, "x": 1, "ts": T0 + dt.timedelta(minutes=m), "op": "I", "seq": i} for i, m in enumerate(minutes)]
+        return [
+            {"id": i, "k": 1, "x": 1, "ts": T0 + dt.timedelta(minutes=m), "op": "I", "seq": i}
+            for i, m in enumerate(minutes)
+        ]
 
     run_watermarked_epoch(m, wm, 0, rows(60))
     assert run_watermarked_epoch(m, wm, 1, rows(55)) == []  # the watermark is 60 - 10 = 50
@@ -300,17 +367,27 @@ WINDOWED = "SELECT window(ts, '10 minutes').start AS ws, COUNT(*) AS n FROM even
     ("view", "sources", "message"),
     [
         ({"sql": WINDOWED, "watermark": "10 parsecs"}, {}, "views.v.watermark: '10 parsecs' is not an interval"),
-        ({"sql": "SELECT k, COUNT(*) AS n FROM events GROUP BY k", "watermark": "1 minute"}, {},
-         "views.v.watermark: a watermark needs an event-time column: GROUP BY window(ts, ...) or event_time = \"ts\""),
+        (
+            {"sql": "SELECT k, COUNT(*) AS n FROM events GROUP BY k", "watermark": "1 minute"},
+            {},
+            'views.v.watermark: a watermark needs an event-time column: GROUP BY window(ts, ...) or event_time = "ts"',
+        ),
         ({"sql": WINDOWED, "event_time": "ts"}, {}, "views.v.watermark: event_time is set without a watermark"),
-        ({"sql": "SELECT id, ts FROM events", "watermark": "1 minute", "event_time": "ts"},
-         {"events": {**EVENTS, "changes": {"operation": "op", "key": ["id"], "sequence": "id"}}},
-         "views.v.watermark: a watermark over a change feed needs an aggregate (GROUP BY window(ts, ...) or GROUP BY keys)"),
-        ({"sql": "SELECT id, ts FROM events", "watermark": "1 minute", "event_time": "ts"}, {"events": {**EVENTS, "images": {"key": ["id"]}}},
-         "views.v.watermark: a watermark over a change feed needs an aggregate (GROUP BY window(ts, ...) or GROUP BY keys)"),
+        (
+            {"sql": "SELECT id, ts FROM events", "watermark": "1 minute", "event_time": "ts"},
+            {"events": {**EVENTS, "changes": {"operation": "op", "key": ["id"], "sequence": "id"}}},
+            "views.v.watermark: a watermark over a change feed needs an aggregate (GROUP BY window(ts, ...) or GROUP BY keys)",
+        ),
+        (
+            {"sql": "SELECT id, ts FROM events", "watermark": "1 minute", "event_time": "ts"},
+            {"events": {**EVENTS, "images": {"key": ["id"]}}},
+            "views.v.watermark: a watermark over a change feed needs an aggregate (GROUP BY window(ts, ...) or GROUP BY keys)",
+        ),
     ],
 )
-def test_watermark_settings_are_checked_when_the_project_loads(tmp_path, view: dict, sources: dict, message: str) -> None:
+def test_watermark_settings_are_checked_when_the_project_loads(
+    tmp_path, view: dict, sources: dict, message: str
+) -> None:
     from lakeview.errors import ConfigError
     from lakeview.project import parse_project
 
@@ -324,7 +401,11 @@ def test_watermark_settings_are_checked_when_the_project_loads(tmp_path, view: d
 def test_a_watermarked_window_over_a_change_feed_is_accepted(tmp_path) -> None:
     from lakeview.project import parse_project
 
-    feed = {**EVENTS, "schema": EVENTS["schema"] + ", op STRING", "changes": {"operation": "op", "key": ["id"], "sequence": "id"}}
+    feed = {
+        **EVENTS,
+        "schema": EVENTS["schema"] + ", op STRING",
+        "changes": {"operation": "op", "key": ["id"], "sequence": "id"},
+    }
     data = {"sources": {"events": feed}, "views": {"v": {"sql": WINDOWED, "watermark": "10 minutes"}}}
     assert parse_project(data, file=str(tmp_path / "lakeview.toml"), root=tmp_path).views["v"].watermark == "10 minutes"
 
@@ -332,14 +413,22 @@ def test_a_watermarked_window_over_a_change_feed_is_accepted(tmp_path) -> None:
 def test_a_watermarked_window_over_a_before_after_image_feed_is_accepted(tmp_path) -> None:
     from lakeview.project import parse_project
 
-    data = {"sources": {"events": {**EVENTS, "images": {"key": ["id"]}}}, "views": {"v": {"sql": WINDOWED, "watermark": "10 minutes"}}}
+    data = {
+        "sources": {"events": {**EVENTS, "images": {"key": ["id"]}}},
+        "views": {"v": {"sql": WINDOWED, "watermark": "10 minutes"}},
+    }
     assert parse_project(data, file=str(tmp_path / "lakeview.toml"), root=tmp_path).views["v"].watermark == "10 minutes"
 
 
 def test_a_declared_event_time_gives_a_plain_aggregate_a_watermark(tmp_path) -> None:
     from lakeview.project import parse_project
 
-    data = {"sources": {"events": EVENTS}, "views": {"v": {"sql": "SELECT k, COUNT(*) AS n FROM events GROUP BY k", "watermark": "1 minute", "event_time": "ts"}}}
+    data = {
+        "sources": {"events": EVENTS},
+        "views": {
+            "v": {"sql": "SELECT k, COUNT(*) AS n FROM events GROUP BY k", "watermark": "1 minute", "event_time": "ts"}
+        },
+    }
     assert parse_project(data, file=str(tmp_path / "lakeview.toml"), root=tmp_path).views["v"].watermark == "1 minute"
 
 
@@ -349,7 +438,10 @@ def test_epoch_replayed_after_a_crash_between_commits_applies_its_own_watermark(
     tables, replays epoch 2 with the watermark epoch 2 had, and ends equal to a clean run."""
 
     def rows(*minutes: int) -> list[dict]:
-        return [{"id": i, "k": 1, "x": i, "ts": T0 + dt.timedelta(minutes=m), "op": "I", "seq": i} for i, m in enumerate(minutes)]
+        return [
+            {"id": i, "k": 1, "x": i, "ts": T0 + dt.timedelta(minutes=m), "op": "I", "seq": i}
+            for i, m in enumerate(minutes)
+        ]
 
     batches = [rows(1, 12, 18), rows(33, 9, 40), rows(52, 25, 31)]
     clean = maintainer(VIEWS[WATERMARKED][0], feed=None)
@@ -382,7 +474,9 @@ def run_watermarked_changes(m: ViewMaintainer, wm: Watermark, number: int, rows:
     late: list[tuple[dict, str]] = []
     m.watermark, m.closed_before_us = wm, wm.for_epoch(number)
     m.set_aside = lambda epoch, images, reason: late.extend((r, reason) for r in images.to_pylist())
-    m.apply_changes(Epoch(view="v", number=number, frontier={}), latest_changes(FEED, pa.Table.from_pylist(rows, schema=SCHEMA)))
+    m.apply_changes(
+        Epoch(view="v", number=number, frontier={}), latest_changes(FEED, pa.Table.from_pylist(rows, schema=SCHEMA))
+    )
     return late
 
 
@@ -431,7 +525,9 @@ feed_change = st.tuples(
 @pytest.mark.parametrize("name", list(PASSES))
 @settings(max_examples=8, deadline=None)
 @given(history=st.lists(st.lists(feed_change, max_size=8), min_size=1, max_size=5))
-def test_watermarked_window_over_a_change_feed_equals_recompute_of_the_rule_after_every_epoch(name: str, history) -> None:
+def test_watermarked_window_over_a_change_feed_equals_recompute_of_the_rule_after_every_epoch(
+    name: str, history
+) -> None:
     m = maintainer(VIEWS[name][0])
     wm = Watermark(delay_us(DELAY), "ts")
     batches: list[list[dict]] = []
@@ -460,7 +556,9 @@ def test_late_delete_and_update_of_a_closed_window_leave_its_row_while_open_wind
     def view() -> dict:
         return {(r["ws"].strftime("%H:%M"), r["k"]): (r["n"], r["s"]) for r in m.view.rows.to_pylist()}
 
-    run_watermarked_changes(m, wm, 0, [row("I", 1, 1, 5, 1), row("I", 2, 1, 7, 4), row("I", 3, 2, 1, 18), row("I", 4, 1, 2, 22)])
+    run_watermarked_changes(
+        m, wm, 0, [row("I", 1, 1, 5, 1), row("I", 2, 1, 7, 4), row("I", 3, 2, 1, 18), row("I", 4, 1, 2, 22)]
+    )
     assert view() == {("00:00", 1): (2, 12), ("00:10", 2): (1, 1), ("00:20", 1): (1, 2)}
     # watermark 00:12: [00:00, 00:10) is closed
     late = run_watermarked_changes(m, wm, 1, [row("U", 3, 2, 10, 19), row("D", 4), row("D", 1), row("I", 5, 1, 3, 35)])
@@ -483,10 +581,16 @@ def test_change_feed_epoch_replayed_after_a_crash_before_the_mirror_commit_judge
     same images aside and ends equal to a clean run."""
 
     def rows(*changes: tuple) -> list[dict]:
-        return [{"id": i, "k": 1, "x": i, "ts": None if m is None else T0 + dt.timedelta(minutes=m), "op": op, "seq": s}
-                for s, (op, i, m) in enumerate(changes)]
+        return [
+            {"id": i, "k": 1, "x": i, "ts": None if m is None else T0 + dt.timedelta(minutes=m), "op": op, "seq": s}
+            for s, (op, i, m) in enumerate(changes)
+        ]
 
-    batches = [rows(("I", 1, 1), ("I", 2, 12), ("I", 3, 18)), rows(("I", 4, 33), ("U", 2, 30)), rows(("D", 1, None), ("U", 3, 40), ("I", 5, 9))]
+    batches = [
+        rows(("I", 1, 1), ("I", 2, 12), ("I", 3, 18)),
+        rows(("I", 4, 33), ("U", 2, 30)),
+        rows(("D", 1, None), ("U", 3, 40), ("I", 5, 9)),
+    ]
     clean = maintainer(VIEWS[WATERMARKED][0])
     wm = Watermark(delay_us(DELAY), "ts")
     clean_late = [run_watermarked_changes(clean, wm, number, batch) for number, batch in enumerate(batches)]
@@ -497,12 +601,18 @@ def test_change_feed_epoch_replayed_after_a_crash_before_the_mirror_commit_judge
         run_watermarked_changes(crashed, wm, number, batch)
     mirror_before = (crashed.mirror.rows, crashed.mirror.epoch, crashed.mirror.stamps)
     run_watermarked_changes(crashed, wm, 2, batches[2])
-    crashed.mirror.rows, crashed.mirror.epoch, crashed.mirror.stamps = mirror_before  # the mirror's commit never happened
+    crashed.mirror.rows, crashed.mirror.epoch, crashed.mirror.stamps = (
+        mirror_before  # the mirror's commit never happened
+    )
     recovered = Watermark.recover(delay_us(DELAY), "ts", [w.last_commit() for w in crashed.tables()])
     assert recovered.for_epoch(2) == _us(T0 + dt.timedelta(minutes=23))
     late = run_watermarked_changes(crashed, recovered, 2, batches[2])
     assert late == clean_late[2]
-    assert sorted((r["id"], r["__lv_w"]) for r, _ in late) == [(1, -1), (3, -1), (5, 1)]  # 00:01 and 00:18 retracted, 00:09 inserted
+    assert sorted((r["id"], r["__lv_w"]) for r, _ in late) == [
+        (1, -1),
+        (3, -1),
+        (5, 1),
+    ]  # 00:01 and 00:18 retracted, 00:09 inserted
     assert compare(crashed.view.rows, clean.view.rows).equal and compare(crashed.mirror.rows, clean.mirror.rows).equal
     assert crashed.mirror.last_commit().extra == clean.mirror.last_commit().extra
 
@@ -517,22 +627,33 @@ def image_maintainer(sql: str) -> ViewMaintainer:
     """A view over a before/after-image feed keyed by ``id``: state tables, no mirror."""
     plan = plan_view("v", sql)
     assert isinstance(plan, KeyedAggregatePlan)
-    return ViewMaintainer(plan=plan, view=MemoryWriter(), state=[MemoryWriter() for _ in range(1 + len(plan.multisets))], feed_key=("id",))
+    return ViewMaintainer(
+        plan=plan, view=MemoryWriter(), state=[MemoryWriter() for _ in range(1 + len(plan.multisets))], feed_key=("id",)
+    )
 
 
-def run_watermarked_images(m: ViewMaintainer, wm: Watermark, number: int, images: list[tuple[dict | None, dict | None]]) -> list[tuple[dict, str]]:
+def run_watermarked_images(
+    m: ViewMaintainer, wm: Watermark, number: int, images: list[tuple[dict | None, dict | None]]
+) -> list[tuple[dict, str]]:
     """What the pipeline does per image-feed batch with a watermark (DuckDB in place of Spark):
     the batch's images as a Z-set (before -1, after +1) to the maintainer, which judges each
     image against the epoch's watermark. Returns the late images set aside, with their reasons."""
     late: list[tuple[dict, str]] = []
     m.watermark, m.closed_before_us = wm, wm.for_epoch(number)
     m.set_aside = lambda epoch, table, reason: late.extend((r, reason) for r in table.to_pylist())
-    weighted = [{**{c: row[c] for c in IMAGE_COLUMNS}, "__lv_w": w} for before, after in images for row, w in ((before, -1), (after, 1)) if row]
+    weighted = [
+        {**{c: row[c] for c in IMAGE_COLUMNS}, "__lv_w": w}
+        for before, after in images
+        for row, w in ((before, -1), (after, 1))
+        if row
+    ]
     m.apply_images(Epoch(view="v", number=number, frontier={}), pa.Table.from_pylist(weighted, schema=IMAGE_ZSET))
     return late
 
 
-def as_images(changes: list[tuple], source: dict[int, dict], seq: int) -> tuple[list[tuple[dict | None, dict | None]], list[dict]]:
+def as_images(
+    changes: list[tuple], source: dict[int, dict], seq: int
+) -> tuple[list[tuple[dict | None, dict | None]], list[dict]]:
     """``(op, id, k, x, minutes)`` changes as a before/after-image batch against ``source`` (the
     current row per id, moved forward), and the same batch as an operation-column feed: per key
     its net change (none when the batch leaves the key's row as it was)."""
@@ -552,14 +673,18 @@ def as_images(changes: list[tuple], source: dict[int, dict], seq: int) -> tuple[
     for id_ in sorted({before["id"] if before else after["id"] for before, after in images}):
         old, new = start.get(id_), source.get(id_)
         if old != new:
-            ops.append(new if new is not None else {"id": id_, "k": None, "x": None, "ts": None, "op": "D", "seq": old["seq"]})
+            ops.append(
+                new if new is not None else {"id": id_, "k": None, "x": None, "ts": None, "op": "D", "seq": old["seq"]}
+            )
     return images, ops
 
 
 @pytest.mark.parametrize("name", list(PASSES))
 @settings(max_examples=8, deadline=None)
 @given(history=st.lists(st.lists(feed_change, max_size=8), min_size=1, max_size=5))
-def test_watermarked_window_over_an_image_feed_equals_the_same_rule_over_an_operation_column_feed(name: str, history) -> None:
+def test_watermarked_window_over_an_image_feed_equals_the_same_rule_over_an_operation_column_feed(
+    name: str, history
+) -> None:
     """The images feed's view, late count and watermark equal what the rule gives over the same
     changes as an operation-column feed, after every epoch; closed windows keep no state."""
     m = image_maintainer(VIEWS[name][0])
@@ -586,11 +711,24 @@ def test_late_images_of_a_closed_window_are_left_out_while_open_windows_change_e
     def view() -> dict:
         return {(r["ws"].strftime("%H:%M"), r["k"]): (r["n"], r["s"]) for r in m.view.rows.to_pylist()}
 
-    run_watermarked_images(m, wm, 0, [(None, o(1, 1, 5, 1)), (None, o(2, 1, 7, 4)), (None, o(3, 2, 1, 18)), (None, o(4, 1, 2, 22))])
+    run_watermarked_images(
+        m, wm, 0, [(None, o(1, 1, 5, 1)), (None, o(2, 1, 7, 4)), (None, o(3, 2, 1, 18)), (None, o(4, 1, 2, 22))]
+    )
     assert view() == {("00:00", 1): (2, 12), ("00:10", 2): (1, 1), ("00:20", 1): (1, 2)}
     # watermark 00:12: [00:00, 00:10) is closed; order 6 is updated twice in the batch (its middle image cancels)
-    late = run_watermarked_images(m, wm, 1, [(o(3, 2, 1, 18), o(3, 2, 10, 19)), (o(4, 1, 2, 22), None), (o(1, 1, 5, 1), None),
-                                             (None, o(5, 1, 3, 35)), (None, o(6, 2, 4, 36)), (o(6, 2, 4, 36), o(6, 2, 8, 37))])
+    late = run_watermarked_images(
+        m,
+        wm,
+        1,
+        [
+            (o(3, 2, 1, 18), o(3, 2, 10, 19)),
+            (o(4, 1, 2, 22), None),
+            (o(1, 1, 5, 1), None),
+            (None, o(5, 1, 3, 35)),
+            (None, o(6, 2, 4, 36)),
+            (o(6, 2, 4, 36), o(6, 2, 8, 37)),
+        ],
+    )
     assert [(r["id"], r["__lv_w"]) for r, _ in late] == [(1, -1)]  # the delete of a closed window's row
     assert late[0][1].startswith("late: ts older than the watermark 2026-01-01 00:12:00 UTC")
     assert view() == {("00:00", 1): (2, 12), ("00:10", 2): (1, 10), ("00:30", 1): (1, 3), ("00:30", 2): (1, 8)}
@@ -598,7 +736,13 @@ def test_late_images_of_a_closed_window_are_left_out_while_open_windows_change_e
     # watermark 00:27: order 2 moves out of the closed window (old image late, new applied), a late insert
     late = run_watermarked_images(m, wm, 2, [(o(2, 1, 7, 4), o(2, 1, 9, 40)), (None, o(7, 2, 6, 20))])
     assert sorted((r["id"], r["__lv_w"]) for r, _ in late) == [(2, -1), (7, 1)]
-    assert view() == {("00:00", 1): (2, 12), ("00:10", 2): (1, 10), ("00:30", 1): (1, 3), ("00:30", 2): (1, 8), ("00:40", 1): (1, 9)}
+    assert view() == {
+        ("00:00", 1): (2, 12),
+        ("00:10", 2): (1, 10),
+        ("00:30", 1): (1, 3),
+        ("00:30", 2): (1, 8),
+        ("00:40", 1): (1, 9),
+    }
     assert {r["ws"].strftime("%H:%M") for r in m.state[0].rows.to_pylist()} == {"00:30", "00:40"}
     assert int(m.view.last_commit().extra["lakeview.watermark-us"]) == _us(T0 + dt.timedelta(minutes=27))
     # no change: the watermark (00:30) still drops the state of the windows it closed
@@ -617,8 +761,11 @@ def test_image_feed_epoch_replayed_after_a_crash_between_commits_judges_the_same
     def o(id_: int, minute: int) -> dict:
         return {"id": id_, "k": 1, "x": id_, "ts": T0 + dt.timedelta(minutes=minute)}
 
-    batches = [[(None, o(1, 1)), (None, o(2, 12)), (None, o(3, 18))], [(None, o(4, 33)), (o(2, 12), o(2, 30))],
-               [(o(1, 1), None), (o(3, 18), o(3, 40)), (None, o(5, 9))]]
+    batches = [
+        [(None, o(1, 1)), (None, o(2, 12)), (None, o(3, 18))],
+        [(None, o(4, 33)), (o(2, 12), o(2, 30))],
+        [(o(1, 1), None), (o(3, 18), o(3, 40)), (None, o(5, 9))],
+    ]
     clean = image_maintainer(VIEWS[WATERMARKED][0])
     wm = Watermark(delay_us(DELAY), "ts")
     clean_late = [run_watermarked_images(clean, wm, number, batch) for number, batch in enumerate(batches)]
@@ -635,5 +782,7 @@ def test_image_feed_epoch_replayed_after_a_crash_between_commits_judges_the_same
     late = run_watermarked_images(crashed, recovered, 2, batches[2])
     assert late == clean_late[2]
     assert sorted((r["id"], r["__lv_w"]) for r, _ in late) == [(1, -1), (3, -1), (5, 1)]
-    assert compare(crashed.view.rows, clean.view.rows).equal and compare(crashed.state[0].rows, clean.state[0].rows).equal
+    assert (
+        compare(crashed.view.rows, clean.view.rows).equal and compare(crashed.state[0].rows, clean.state[0].rows).equal
+    )
     assert crashed.view.last_commit().extra == clean.view.last_commit().extra

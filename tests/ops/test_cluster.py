@@ -32,7 +32,11 @@ def spark_class(*args: str, log: Path) -> subprocess.Popen:
     home = Path(pyspark.__file__).parent
     env = {**os.environ, "SPARK_HOME": str(home), "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_NO_DAEMONIZE": "1"}
     return subprocess.Popen(
-        [str(home / "bin" / "spark-class"), *args], env=env, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True
+        [str(home / "bin" / "spark-class"), *args],
+        env=env,
+        stdout=log.open("w"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
     )
 
 
@@ -51,7 +55,13 @@ def standalone_cluster(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     """A Spark master and one worker (1 core, 1 GB) on loopback; yields (master URL, work dir)."""
     port = free_port("127.0.0.1")
     master = spark_class(
-        "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port), "--webui-port", "0",
+        "org.apache.spark.deploy.master.Master",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--webui-port",
+        "0",
         log=tmp_path / "master.log",
     )
     url = f"spark://127.0.0.1:{port}"
@@ -60,11 +70,23 @@ def standalone_cluster(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     try:
         wait_for(lambda: "ALIVE" in (tmp_path / "master.log").read_text(), 60, "the Spark master")
         worker = spark_class(
-            "org.apache.spark.deploy.worker.Worker", url, "--host", "127.0.0.1", "--webui-port", "0",
-            "--cores", "1", "--memory", "1g", "--work-dir", str(work),
+            "org.apache.spark.deploy.worker.Worker",
+            url,
+            "--host",
+            "127.0.0.1",
+            "--webui-port",
+            "0",
+            "--cores",
+            "1",
+            "--memory",
+            "1g",
+            "--work-dir",
+            str(work),
             log=tmp_path / "worker.log",
         )
-        wait_for(lambda: "Successfully registered with master" in (tmp_path / "worker.log").read_text(), 60, "the worker")
+        wait_for(
+            lambda: "Successfully registered with master" in (tmp_path / "worker.log").read_text(), 60, "the worker"
+        )
         yield url, work
     finally:
         if worker is not None:
@@ -76,9 +98,14 @@ def test_up_runs_the_view_on_a_standalone_cluster(standalone_cluster: tuple[str,
     url, work = standalone_cluster
     project = tmp_path / "project"
     port = free_port("127.0.0.1")
-    subprocess.run([*CLI, "init", str(project), "--port", str(port), "--cadence", "1s"], check=True, capture_output=True)
+    subprocess.run(
+        [*CLI, "init", str(project), "--port", str(port), "--cadence", "1s"], check=True, capture_output=True
+    )
     up = subprocess.Popen(
-        [*CLI, "up", "-p", str(project), "--spark-master", url], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        [*CLI, "up", "-p", str(project), "--spark-master", url],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     try:
         orders = make_orders(40, seed=3)

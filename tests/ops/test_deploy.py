@@ -49,7 +49,9 @@ def k8s_documents() -> list[dict]:
     docs = []
     for path in sorted((DEPLOY / "k8s").glob("*.yaml")):
         if path.name == "kustomization.yaml":
-            assert set(yaml.safe_load(path.read_text())["resources"]) == {p.name for p in (DEPLOY / "k8s").glob("*.yaml")} - {path.name}
+            assert set(yaml.safe_load(path.read_text())["resources"]) == {
+                p.name for p in (DEPLOY / "k8s").glob("*.yaml")
+            } - {path.name}
             continue
         docs += [d for d in yaml.safe_load_all(path.read_text()) if d]
     return docs
@@ -74,7 +76,9 @@ def test_manifests_and_dashboard_parse() -> None:
     assert {"postgres", "seaweedfs", "spark-master", "spark-worker", "catalog", "views", "trino"} <= set(services)
     kinds = {(d["kind"], d["metadata"]["name"]) for d in k8s_documents()}
     assert ("Deployment", "lakeview-catalog") in kinds and ("Job", "lakeview-views-submit") in kinds
-    [catalog] = [d for d in k8s_documents() if d["kind"] == "Deployment" and d["metadata"]["name"] == "lakeview-catalog"]
+    [catalog] = [
+        d for d in k8s_documents() if d["kind"] == "Deployment" and d["metadata"]["name"] == "lakeview-catalog"
+    ]
     assert catalog["spec"]["replicas"] >= 2
     for doc in k8s_documents():
         if doc["kind"] == "ConfigMap" and doc["metadata"]["name"] == "lakeview-spark-pod-templates":
@@ -84,9 +88,19 @@ def test_manifests_and_dashboard_parse() -> None:
     first = dashboard["panels"][0]
     assert "SLO compliance" in first["title"] and "lakeview_view_slo_compliance" in first["targets"][0]["expr"]
     metric_names = set(re.findall(r"lakeview_[a-z_]+", json.dumps(dashboard)))
-    exported = {"lakeview_view_slo_compliance", "lakeview_view_lag_seconds", "lakeview_view_target_lag_seconds", "lakeview_view_degraded",
-                "lakeview_view_commits_total", "lakeview_commit_seconds_bucket", "lakeview_view_rows_in_total", "lakeview_view_rows_out_total",
-                "lakeview_view_rows_quarantined_total", "lakeview_view_pending_files", "lakeview_catalog_request_seconds_bucket"}
+    exported = {
+        "lakeview_view_slo_compliance",
+        "lakeview_view_lag_seconds",
+        "lakeview_view_target_lag_seconds",
+        "lakeview_view_degraded",
+        "lakeview_view_commits_total",
+        "lakeview_commit_seconds_bucket",
+        "lakeview_view_rows_in_total",
+        "lakeview_view_rows_out_total",
+        "lakeview_view_rows_quarantined_total",
+        "lakeview_view_pending_files",
+        "lakeview_catalog_request_seconds_bucket",
+    }
     assert metric_names <= exported, f"the dashboard queries metrics nobody exports: {metric_names - exported}"
 
 
@@ -98,13 +112,18 @@ def test_every_lakeview_command_in_the_manifests_is_real() -> None:
         if args[0] == "spark-submit":  # the app after the .py file is `lakeview up ARGS`
             app_file = next(i for i, a in enumerate(args) if a.endswith("lakeview_views.py"))
             assert (ROOT / args[app_file].removeprefix("local:///opt/lakeview/")).exists()
-            args = ["up", *args[app_file + 1:]]
+            args = ["up", *args[app_file + 1 :]]
         elif args[0] in SPARK_TOOLS:
             continue
         check_lakeview_args(args, where)
         checked += 1
     assert checked >= 3
-    for where, args in [("systemd unit", shlex.split(re.search(r"ExecStart=\S+/lakeview (.*)", (DEPLOY / "lakeview.service").read_text()).group(1)))]:
+    for where, args in [
+        (
+            "systemd unit",
+            shlex.split(re.search(r"ExecStart=\S+/lakeview (.*)", (DEPLOY / "lakeview.service").read_text()).group(1)),
+        )
+    ]:
         check_lakeview_args(args, where)
 
 
@@ -122,7 +141,9 @@ def test_the_projects_the_manifests_mount_load() -> None:
     assert compose_project.spark.master == "spark://spark-master:7077" and compose_project.is_s3
     import tomllib
 
-    [config_map] = [d for d in k8s_documents() if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "lakeview-config"]
+    [config_map] = [
+        d for d in k8s_documents() if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "lakeview-config"
+    ]
     k8s_project = parse_project(tomllib.loads(config_map["data"]["lakeview.toml"]), file="k8s lakeview.toml")
     assert k8s_project.spark.master.startswith("k8s://") and k8s_project.catalog_store_url.startswith("postgresql")
     # Same sources and views as the compose project: only where it runs differs.
@@ -142,5 +163,7 @@ def test_the_image_entry_point_runs_lakeview_and_spark_tools() -> None:
     script = str(DEPLOY / "docker-entrypoint.sh")
     help_out = subprocess.run(["sh", script, "--help"], env=env, capture_output=True, text=True, timeout=60)
     assert help_out.returncode == 0 and "Usage: lakeview" in help_out.stdout
-    spark = subprocess.run(["sh", script, "spark-submit", "--version"], env=env, capture_output=True, text=True, timeout=120)
+    spark = subprocess.run(
+        ["sh", script, "spark-submit", "--version"], env=env, capture_output=True, text=True, timeout=120
+    )
     assert "version 3.5.9" in spark.stdout + spark.stderr

@@ -75,7 +75,9 @@ def test_caught_up_query_keeps_an_idle_view_fresh() -> None:
     # Last input at t=100; the running query reported at t=600 that nothing was left to read.
     history = commits((100, 1))
     assert lag_at(history, 600 * S, caught_up_at_ms=598 * S) == 2 * S
-    assert compliance(history, now_ms=600 * S, target_lag_ms=10 * S, window_ms=500 * S, caught_up_at_ms=598 * S) == pytest.approx(
+    assert compliance(
+        history, now_ms=600 * S, target_lag_ms=10 * S, window_ms=500 * S, caught_up_at_ms=598 * S
+    ) == pytest.approx(
         (9 + 2) / 500  # 101..109 within target, then 598..600
     )
 
@@ -86,10 +88,14 @@ def test_achieved_cadence_is_the_median_gap() -> None:
     assert achieved_cadence_ms(commits((0, 0)), now_ms=40 * S) is None
 
 
-def reason(history: list[CommitPoint], runtime: RuntimeSignals | None, now: int, target: int = 10) -> DegradedReason | None:
+def reason(
+    history: list[CommitPoint], runtime: RuntimeSignals | None, now: int, target: int = 10
+) -> DegradedReason | None:
     value = compliance(history, now_ms=now * S, target_lag_ms=target * S)
     lag = lag_at(history, now * S)
-    return degraded_reason(compliance_value=value, lag_ms=lag, target_lag_ms=target * S, history=history, runtime=runtime, now_ms=now * S)
+    return degraded_reason(
+        compliance_value=value, lag_ms=lag, target_lag_ms=target * S, history=history, runtime=runtime, now_ms=now * S
+    )
 
 
 def test_degraded_reasons() -> None:
@@ -99,17 +105,22 @@ def test_degraded_reasons() -> None:
     stale = commits((0, 1), (100, 1))  # a 100 s gap with a 10 s target
     assert reason(stale, None, now=101) is DegradedReason.STOPPED
     assert reason(stale, RuntimeSignals(alive=False, started_at_ms=0), now=101) is DegradedReason.STOPPED
-    assert reason(stale, RuntimeSignals(alive=True, query_active=False, failed="FileNotFound"), now=101) is DegradedReason.SOURCE_ERROR
-    assert reason(stale, RuntimeSignals(alive=True, query_active=True, commit_retry_at_ms=100_500, started_at_ms=-H), now=101) is (
-        DegradedReason.COMMIT_RETRYING
+    assert (
+        reason(stale, RuntimeSignals(alive=True, query_active=False, failed="FileNotFound"), now=101)
+        is DegradedReason.SOURCE_ERROR
     )
-    assert reason(stale, RuntimeSignals(alive=True, query_active=True, registrars_down=("glue",), started_at_ms=-H), now=101) is (
-        DegradedReason.REGISTRAR_DOWN
-    )
+    assert reason(
+        stale, RuntimeSignals(alive=True, query_active=True, commit_retry_at_ms=100_500, started_at_ms=-H), now=101
+    ) is (DegradedReason.COMMIT_RETRYING)
+    assert reason(
+        stale, RuntimeSignals(alive=True, query_active=True, registrars_down=("glue",), started_at_ms=-H), now=101
+    ) is (DegradedReason.REGISTRAR_DOWN)
     assert reason([], RuntimeSignals(alive=True, query_active=True, trigger_active=True, started_at_ms=0), now=101) is (
         DegradedReason.BACKFILLING
     )
-    restarted = RuntimeSignals(alive=True, query_active=True, trigger_active=True, pending_files=3, started_at_ms=150 * S)
+    restarted = RuntimeSignals(
+        alive=True, query_active=True, trigger_active=True, pending_files=3, started_at_ms=150 * S
+    )
     assert reason(stale, restarted, now=160) is DegradedReason.RECOVERING
     assert reason(stale, running, now=160) is DegradedReason.FALLING_BEHIND
     # Healthy now, but the window holds a slow first batch (first commit after the process started).
@@ -118,12 +129,18 @@ def test_degraded_reasons() -> None:
     assert reason(first_slow, started, now=200) is DegradedReason.BACKFILLING
     # ... or a restart after a gap (the process started after commits it did not make).
     restarted_ok = RuntimeSignals(alive=True, query_active=True, started_at_ms=150 * S)
-    assert reason(stale + commits(*[(t, 1) for t in range(150, 200, 5)]), restarted_ok, now=200) is DegradedReason.RECOVERING
+    assert (
+        reason(stale + commits(*[(t, 1) for t in range(150, 200, 5)]), restarted_ok, now=200)
+        is DegradedReason.RECOVERING
+    )
 
 
 def test_target_lag_defaults_to_twice_the_cadence_and_is_validated() -> None:
     sources = {"orders": {"format": "ingest", "path": "landing", "schema": "id BIGINT"}}
-    views = {"a": {"sql": "SELECT id FROM orders", "cadence": "5s"}, "b": {"sql": "SELECT id FROM orders", "cadence": "5s", "target_lag": "1m"}}
+    views = {
+        "a": {"sql": "SELECT id FROM orders", "cadence": "5s"},
+        "b": {"sql": "SELECT id FROM orders", "cadence": "5s", "target_lag": "1m"},
+    }
     project = parse_project({"sources": sources, "views": views})
     assert project.views["a"].target_lag_seconds == 10
     assert project.views["b"].target_lag_seconds == 60

@@ -112,7 +112,9 @@ def test_concurrent_ingest_is_exactly_once_across_a_restart(spark, make_project,
     assert sorted(recomputed.column("order_id").to_pylist()) == expected
 
 
-def test_ingest_and_status_honour_catalog_auth(spark, catalog_server, lake_dir, tmp_path, unique_name: str, monkeypatch) -> None:
+def test_ingest_and_status_honour_catalog_auth(
+    spark, catalog_server, lake_dir, tmp_path, unique_name: str, monkeypatch
+) -> None:
     from catalog_api.auth.authenticator import hash_secret
     from lakeview.project import parse_project
 
@@ -123,7 +125,10 @@ def test_ingest_and_status_honour_catalog_auth(spark, catalog_server, lake_dir, 
         "auth": {
             "mode": "oauth2",
             "clients": {
-                "writer": {"secret_hash": hash_secret("w-secret"), "privileges": {"ops_auth": "admin"}},  # creates the namespace
+                "writer": {
+                    "secret_hash": hash_secret("w-secret"),
+                    "privileges": {"ops_auth": "admin"},
+                },  # creates the namespace
                 "reader": {"secret_hash": hash_secret("r-secret"), "privileges": {"ops_auth": "read"}},
                 "other": {"secret_hash": hash_secret("o-secret"), "privileges": {"elsewhere": "write"}},
             },
@@ -138,7 +143,9 @@ def test_ingest_and_status_honour_catalog_auth(spark, catalog_server, lake_dir, 
     base = stack.catalog_uri.removesuffix("/iceberg")
 
     def bearer(client: str, secret: str) -> dict[str, str]:
-        token = httpx.post(f"{base}/iceberg/v1/oauth/tokens", data={"grant_type": "client_credentials"}, auth=(client, secret))
+        token = httpx.post(
+            f"{base}/iceberg/v1/oauth/tokens", data={"grant_type": "client_credentials"}, auth=(client, secret)
+        )
         return {"Authorization": f"Bearer {token.json()['access_token']}"}
 
     rows = make_orders(10, seed=5)

@@ -30,7 +30,9 @@ def samples(text: str) -> dict[tuple[str, tuple], float]:
 
 def test_status_routes_and_metrics_on_a_running_view(spark, make_project, unique_name: str) -> None:
     view = unique_name
-    project = make_project(views={view: {"sql": SALES_SQL, "cadence": "1s", "namespace": "ops_tests", "target_lag": "1h"}})
+    project = make_project(
+        views={view: {"sql": SALES_SQL, "cadence": "1s", "namespace": "ops_tests", "target_lag": "1h"}}
+    )
     stack = EmbeddedStack(project, port=0).start_catalog()
     base = stack.catalog_uri.removesuffix("/iceberg")
     try:
@@ -40,7 +42,9 @@ def test_status_routes_and_metrics_on_a_running_view(spark, make_project, unique
         # History landed before the view starts: its first batch is a backfill, shown as progress.
         land_json(project.source_path("orders"), "a.json", make_orders(50, seed=1))
         screen = io.StringIO()
-        backfill = BackfillProgress(stack, [view], console=Console(file=screen, force_terminal=True, width=160), interval=0.1)
+        backfill = BackfillProgress(
+            stack, [view], console=Console(file=screen, force_terminal=True, width=160), interval=0.1
+        )
         stack.start_views([view], spark=spark, on_commit=lambda record: backfill.mark_committed(record.view))
         backfill.start()
         stack.queries[view].processAllAvailable()
@@ -100,7 +104,9 @@ def test_status_routes_and_metrics_on_a_running_view(spark, make_project, unique
 
 def test_work_progress_shows_done_of_total_rate_and_eta_only_on_a_terminal() -> None:
     screen = io.StringIO()
-    with work_progress("verify v", total=4, unit="files", console=Console(file=screen, force_terminal=True, width=160)) as progress:
+    with work_progress(
+        "verify v", total=4, unit="files", console=Console(file=screen, force_terminal=True, width=160)
+    ) as progress:
         for _ in range(4):
             progress.advance()
     text = screen.getvalue()

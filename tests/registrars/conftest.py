@@ -107,7 +107,13 @@ def view_project(make_project, unique_name: str) -> Callable[..., ProjectConfig]
             "format": fmt,
             "register": register or [],
         }
-        sources = {"orders": {"format": "json", "path": "/nonexistent/orders", "schema": "product_id BIGINT, quantity INT, label STRING"}}
+        sources = {
+            "orders": {
+                "format": "json",
+                "path": "/nonexistent/orders",
+                "schema": "product_id BIGINT, quantity INT, label STRING",
+            }
+        }
         base = make_project(views={unique_name: {**view, "register": []}}, sources=sources)
         data = {
             "lake": {"warehouse": base.lake.warehouse, "catalog_store": base.lake.catalog_store},
@@ -150,4 +156,3 @@ def delta_table(path: Path, rows: dict[int, tuple[int, str]]) -> None:
 
 def sorted_rows(table: pa.Table) -> list[tuple]:
     return sorted((tuple(r.values()) for r in table.select(SCHEMA.names).to_pylist()), key=repr)
-

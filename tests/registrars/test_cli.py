@@ -20,8 +20,8 @@ VIEW_SQL = "SELECT product_id, SUM(quantity) AS total_sold, MAX(label) AS label 
 def write_project(path: Path, lake_dir: Path, port: int, glue: str, views: dict[str, str]) -> Path:
     text = f"""
 [lake]
-warehouse = "{lake_dir / 'warehouse'}"
-catalog_store = "sqlite:///{lake_dir / 'catalog.db'}"
+warehouse = "{lake_dir / "warehouse"}"
+catalog_store = "sqlite:///{lake_dir / "catalog.db"}"
 [server]
 port = {port}
 [glue]
@@ -37,7 +37,9 @@ schema = "product_id BIGINT, quantity INT, label STRING"
     return path
 
 
-def test_register_unregister_and_prune(moto, lake_dir, catalog_server, rest_catalog, tmp_path, unique_name, monkeypatch, capsys, caplog) -> None:
+def test_register_unregister_and_prune(
+    moto, lake_dir, catalog_server, rest_catalog, tmp_path, unique_name, monkeypatch, capsys, caplog
+) -> None:
     namespace = f"cli_{unique_name}"[:50]
     project_dir = write_project(tmp_path, lake_dir, catalog_server.port, moto.endpoint, {unique_name: namespace})
     project = load_project(project_dir)

@@ -14,12 +14,18 @@ from lakeview.stack.embedded import EmbeddedStack
 from tests.conftest import SALES_SQL
 
 
-def test_commit_is_published_to_glue_paths_and_inline_view(spark, moto, catalog_server, make_project, unique_name) -> None:
+def test_commit_is_published_to_glue_paths_and_inline_view(
+    spark, moto, catalog_server, make_project, unique_name
+) -> None:
     view, namespace = unique_name[:40], f"e2e_{unique_name}"[:40]
     project = make_project(
         views={
             view: {"sql": SALES_SQL, "namespace": namespace, "cadence": "manual", "register": ["glue", "filesystem"]},
-            f"{view}_big": {"sql": f"SELECT product_id, total_sold FROM {view} WHERE total_sold > 0", "namespace": namespace, "materialize": False},
+            f"{view}_big": {
+                "sql": f"SELECT product_id, total_sold FROM {view} WHERE total_sold > 0",
+                "namespace": namespace,
+                "materialize": False,
+            },
         }
     )
     project = project.model_copy(update={"glue": GlueConfig(endpoint=moto.endpoint, interval="100ms")})
@@ -38,10 +44,15 @@ def test_commit_is_published_to_glue_paths_and_inline_view(spark, moto, catalog_
 
     table = published_table(project, view)
     glue = boto3.client("glue", endpoint_url=moto.endpoint, region_name="us-east-1")
-    assert glue.get_table(DatabaseName=namespace, Name=view)["Table"]["Parameters"]["metadata_location"] == table.metadata_location
+    assert (
+        glue.get_table(DatabaseName=namespace, Name=view)["Table"]["Parameters"]["metadata_location"]
+        == table.metadata_location
+    )
     assert view not in degraded_reasons(project)
 
-    rest = sorted(connect_catalog(catalog_server.uri, "lakeview").sql(f"SELECT * FROM lake.{namespace}.{view}").fetchall())
+    rest = sorted(
+        connect_catalog(catalog_server.uri, "lakeview").sql(f"SELECT * FROM lake.{namespace}.{view}").fetchall()
+    )
     path = sorted(connect("avro", "iceberg").sql(f"SELECT * FROM iceberg_scan('{table.location}')").fetchall())
     assert rest == path and sum(r[1] for r in rest) == sum(o["quantity"] for o in make_orders(100, seed=7, first_id=1))
 

@@ -43,7 +43,9 @@ def test_iceberg_version_hint_follows_every_commit(view_project, rest_catalog, u
     spark.conf.set("spark.sql.catalog.lv_paths.type", "hadoop")
     spark.conf.set("spark.sql.catalog.lv_paths.warehouse", str(warehouse))
     spark.sql(f"REFRESH TABLE lv_paths.`{table_dir.parent.name}`.`{unique_name}`")
-    got = spark.sql(f"SELECT product_id, total_sold, label FROM lv_paths.`{table_dir.parent.name}`.`{unique_name}`").collect()
+    got = spark.sql(
+        f"SELECT product_id, total_sold, label FROM lv_paths.`{table_dir.parent.name}`.`{unique_name}`"
+    ).collect()
     assert sorted((r[0], r[1], r[2]) for r in got) == expected
 
     assert registrar.unregister(namespace, unique_name) is True
@@ -60,7 +62,10 @@ def test_delta_is_self_describing(view_project, unique_name) -> None:
     registrar.register(published_table(project, unique_name))
     registration = registrar.registered(namespace, unique_name)
     assert registration is not None and registration.format == "delta"
-    assert connect("delta").sql(f"SELECT * FROM delta_scan('{path}') ORDER BY 1").fetchall() == [(1, 10, "a"), (2, 20, "b")]
+    assert connect("delta").sql(f"SELECT * FROM delta_scan('{path}') ORDER BY 1").fetchall() == [
+        (1, 10, "a"),
+        (2, 20, "b"),
+    ]
 
 
 def test_non_local_location_is_refused(view_project, unique_name) -> None:

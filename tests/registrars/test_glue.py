@@ -15,11 +15,18 @@ def glue_catalog(endpoint: str):
 
     return GlueCatalog(
         "glue",
-        **{"glue.endpoint": endpoint, "glue.region": "us-east-1", "client.access-key-id": "testing", "client.secret-access-key": "testing"},
+        **{
+            "glue.endpoint": endpoint,
+            "glue.region": "us-east-1",
+            "client.access-key-id": "testing",
+            "client.secret-access-key": "testing",
+        },
     )
 
 
-def test_iceberg_view_is_found_through_glue_and_its_pointer_moves(moto, glue_client, view_project, rest_catalog, unique_name) -> None:
+def test_iceberg_view_is_found_through_glue_and_its_pointer_moves(
+    moto, glue_client, view_project, rest_catalog, unique_name
+) -> None:
     project = view_project(register=["glue"])
     namespace = project.views[unique_name].namespace
     writer = iceberg_writer(rest_catalog, project, unique_name)
@@ -50,9 +57,11 @@ def test_iceberg_view_is_found_through_glue_and_its_pointer_moves(moto, glue_cli
     assert params["metadata_location"] == second.metadata_location
     assert params["previous_metadata_location"] == first.metadata_location
     lakeview_rows = sorted_rows(rest_catalog.load_table((namespace, unique_name)).scan().to_arrow())
-    assert sorted_rows(glue.load_table((namespace, unique_name)).scan().to_arrow()) == lakeview_rows == [
-        (1, 10, "a"), (2, 25, "b"), (3, 30, "c")
-    ]
+    assert (
+        sorted_rows(glue.load_table((namespace, unique_name)).scan().to_arrow())
+        == lakeview_rows
+        == [(1, 10, "a"), (2, 25, "b"), (3, 30, "c")]
+    )
 
     # A stale publish (an older metadata file) never moves the pointer backwards.
     with pytest.raises(RegistrarConflictError, match="newer than Lakeview's"):
@@ -78,7 +87,9 @@ def test_delta_view_is_registered_with_provider_and_location(moto, glue_client, 
     assert "metadata_location" not in entry["Parameters"]
     assert entry["StorageDescriptor"]["Location"] == str(path)
     assert [(c["Name"], c["Type"]) for c in entry["StorageDescriptor"]["Columns"]] == [
-        ("product_id", "bigint"), ("total_sold", "bigint"), ("label", "string")
+        ("product_id", "bigint"),
+        ("total_sold", "bigint"),
+        ("label", "string"),
     ]
     # A reader that follows the Glue location reads the rows.
     from lakeview.sql.duck import connect
@@ -87,18 +98,26 @@ def test_delta_view_is_registered_with_provider_and_location(moto, glue_client, 
     assert rows == [(1, 10, "a")]
 
 
-def test_entry_not_created_by_lakeview_is_never_overwritten(moto, glue_client, view_project, rest_catalog, unique_name) -> None:
+def test_entry_not_created_by_lakeview_is_never_overwritten(
+    moto, glue_client, view_project, rest_catalog, unique_name
+) -> None:
     project = view_project(register=["glue"])
     namespace = project.views[unique_name].namespace
     commit(iceberg_writer(rest_catalog, project, unique_name), unique_name, 0, {1: (1, "x")})
     glue_client.create_database(DatabaseInput={"Name": namespace})
-    glue_client.create_table(DatabaseName=namespace, TableInput={"Name": unique_name, "Parameters": {"owner": "someone"}})
+    glue_client.create_table(
+        DatabaseName=namespace, TableInput={"Name": unique_name, "Parameters": {"owner": "someone"}}
+    )
     with pytest.raises(RegistrarConflictError, match="not created by Lakeview"):
         GlueRegistrar(endpoint=moto.endpoint).register(published_table(project, unique_name))
-    assert glue_client.get_table(DatabaseName=namespace, Name=unique_name)["Table"]["Parameters"] == {"owner": "someone"}
+    assert glue_client.get_table(DatabaseName=namespace, Name=unique_name)["Table"]["Parameters"] == {
+        "owner": "someone"
+    }
 
 
-def test_concurrent_update_is_reread_and_retried_not_overwritten(moto, glue_client, view_project, rest_catalog, unique_name) -> None:
+def test_concurrent_update_is_reread_and_retried_not_overwritten(
+    moto, glue_client, view_project, rest_catalog, unique_name
+) -> None:
     """moto ignores VersionId, so Glue's optimistic lock is simulated at one point only: the
     boto3 client's update_table. On the first call a second, real writer changes the entry in
     moto between our read and our write, then the call fails with ConcurrentModificationException

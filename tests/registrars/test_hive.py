@@ -42,7 +42,11 @@ def test_iceberg_view_in_hms_read_by_pyiceberg_and_spark(hms, view_project, rest
     assert entry.parameters["EXTERNAL"] == "TRUE"
     assert entry.parameters["table_type"] == "ICEBERG"
     assert entry.parameters["metadata_location"] == first.metadata_location
-    assert [(c.name, c.type) for c in entry.sd.cols] == [("product_id", "bigint"), ("total_sold", "bigint"), ("label", "string")]
+    assert [(c.name, c.type) for c in entry.sd.cols] == [
+        ("product_id", "bigint"),
+        ("total_sold", "bigint"),
+        ("label", "string"),
+    ]
 
     catalog = hive_catalog(hms)
     assert sorted_rows(catalog.load_table((namespace, unique_name)).scan().to_arrow()) == [(1, 10, "a"), (2, 20, "b")]

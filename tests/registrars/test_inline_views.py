@@ -11,7 +11,13 @@ from lakeview.stack.inline import publish_inline_view, publish_inline_views
 from tests.registrars.conftest import commit, iceberg_writer
 
 BASE_SQL = "SELECT product_id, SUM(quantity) AS total_sold, MAX(label) AS label FROM orders GROUP BY product_id"
-SOURCES = {"orders": {"format": "json", "path": "/nonexistent/orders", "schema": "product_id BIGINT, quantity INT, label STRING"}}
+SOURCES = {
+    "orders": {
+        "format": "json",
+        "path": "/nonexistent/orders",
+        "schema": "product_id BIGINT, quantity INT, label STRING",
+    }
+}
 
 
 def project_with(make_project, base: str, namespace: str, inline_sql: str):
@@ -24,10 +30,17 @@ def project_with(make_project, base: str, namespace: str, inline_sql: str):
     )
 
 
-def test_inline_view_is_an_iceberg_view_spark_can_query(make_project, rest_catalog, catalog_server, spark, unique_name) -> None:
+def test_inline_view_is_an_iceberg_view_spark_can_query(
+    make_project, rest_catalog, catalog_server, spark, unique_name
+) -> None:
     base, namespace = f"b_{unique_name}"[:40], f"inl_{unique_name}"[:40]
     inline = f"{base}_top"
-    project = project_with(make_project, base, namespace, f"SELECT product_id, total_sold * 2 AS doubled FROM {base} WHERE total_sold >= 20")
+    project = project_with(
+        make_project,
+        base,
+        namespace,
+        f"SELECT product_id, total_sold * 2 AS doubled FROM {base} WHERE total_sold >= 20",
+    )
     assert publish_inline_views(project)[inline].startswith("not published"), "its base table does not exist yet"
     writer = iceberg_writer(rest_catalog, project, base)
     commit(writer, base, 0, {1: (10, "a"), 2: (20, "b"), 3: (30, "c")})
@@ -54,7 +67,9 @@ def test_inline_view_is_an_iceberg_view_spark_can_query(make_project, rest_catal
     assert [tuple(r) for r in spark.sql(query).collect()] == [(1, 50), (2, 40), (3, 60)]
 
     # Changing the SQL replaces the view (a new version, same view UUID).
-    changed = project_with(make_project, base, namespace, f"SELECT product_id, total_sold AS doubled FROM {base} WHERE total_sold > 25")
+    changed = project_with(
+        make_project, base, namespace, f"SELECT product_id, total_sold AS doubled FROM {base} WHERE total_sold > 25"
+    )
     assert publish_inline_view(changed, inline) == "replaced"
     reloaded = rest_catalog.load_view((namespace, inline))
     assert reloaded.metadata.view_uuid == view.metadata.view_uuid and len(reloaded.metadata.versions) == 2
@@ -79,7 +94,9 @@ def test_materialized_view_sql_per_dialect() -> None:
     assert "ARRAY_LENGTH(ARRAY_AGG(label)" in props["lakeview.sql.duckdb"]
 
 
-def test_pipeline_stamps_materialized_view_sql_per_dialect(spark, make_project, catalog_server, rest_catalog, unique_name) -> None:
+def test_pipeline_stamps_materialized_view_sql_per_dialect(
+    spark, make_project, catalog_server, rest_catalog, unique_name
+) -> None:
     from spark_jobs.pipeline import ViewPipeline
     from tests.conftest import SALES_SQL
     from writers.registry import make_writer

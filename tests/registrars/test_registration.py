@@ -37,14 +37,19 @@ def test_glue_down_degrades_then_catches_up(aws_env, view_project, rest_catalog,
             record = writer.commit(*_epoch(unique_name, 0, {1: 10}))
             on_commit(record)
             first = published_table(project, unique_name)
-            wait_for(lambda: glue_pointer(glue.endpoint, namespace, unique_name) == first.metadata_location, interval=0.05)
+            wait_for(
+                lambda: glue_pointer(glue.endpoint, namespace, unique_name) == first.metadata_location, interval=0.05
+            )
 
             glue.stop()
             record = writer.commit(*_epoch(unique_name, 1, {1: 11, 2: 20}))
             on_commit(record)  # returns at once; the commit stands
             assert [r.epoch for r in seen] == [0, 1]
             second = published_table(project, unique_name)
-            assert sorted_rows(rest_catalog.load_table((namespace, unique_name)).scan().to_arrow()) == [(1, 11, "x"), (2, 20, "x")]
+            assert sorted_rows(rest_catalog.load_table((namespace, unique_name)).scan().to_arrow()) == [
+                (1, 11, "x"),
+                (2, 20, "x"),
+            ]
             reason = wait_for(lambda: degraded_reasons(project).get(unique_name), interval=0.05)
             assert str(reason).startswith(f"{REGISTRAR_DOWN}: glue: ")
             # The filesystem registrar is not held up by Glue being down.
@@ -53,7 +58,9 @@ def test_glue_down_degrades_then_catches_up(aws_env, view_project, rest_catalog,
             assert status.degraded_reason == REGISTRAR_DOWN and "glue" in str(status.registrar_errors)
 
             glue.start()  # same port, empty state: the registrar recreates database and table
-            wait_for(lambda: glue_pointer(glue.endpoint, namespace, unique_name) == second.metadata_location, interval=0.05)
+            wait_for(
+                lambda: glue_pointer(glue.endpoint, namespace, unique_name) == second.metadata_location, interval=0.05
+            )
             wait_for(lambda: unique_name not in degraded_reasons(project), interval=0.05)
             assert {s.view: s for s in view_statuses(project)}[unique_name].registrar_errors is None
         finally:
@@ -88,5 +95,7 @@ def _epoch(view: str, number: int, totals: dict[int, int]):
     from lakeview.ivm.commits import Change, Epoch
     from tests.registrars.conftest import SCHEMA
 
-    rows = pa.table({"product_id": list(totals), "total_sold": list(totals.values()), "label": ["x"] * len(totals)}, schema=SCHEMA)
+    rows = pa.table(
+        {"product_id": list(totals), "total_sold": list(totals.values()), "label": ["x"] * len(totals)}, schema=SCHEMA
+    )
     return Epoch(view, number, {"orders": number}), Change(rows, ("product_id",))

@@ -49,8 +49,11 @@ def test_rest_glue_and_hms_catalog_files_use_documented_properties(view_project)
     )
     files = catalog_files(project)
     assert set(files) == {
-        "lakeview.properties", "lakeview_glue.properties", "lakeview_glue_delta.properties",
-        "lakeview_hive.properties", "lakeview_hive_delta.properties",
+        "lakeview.properties",
+        "lakeview_glue.properties",
+        "lakeview_glue_delta.properties",
+        "lakeview_hive.properties",
+        "lakeview_hive_delta.properties",
     }
     for properties in files.values():
         check_documented(properties)
@@ -67,7 +70,10 @@ def test_rest_glue_and_hms_catalog_files_use_documented_properties(view_project)
 
     oauth = catalog_files(project, credential="trino:s3cret")["lakeview.properties"]
     check_documented(oauth)
-    assert oauth["iceberg.rest-catalog.security"] == "OAUTH2" and oauth["iceberg.rest-catalog.oauth2.credential"] == "trino:s3cret"
+    assert (
+        oauth["iceberg.rest-catalog.security"] == "OAUTH2"
+        and oauth["iceberg.rest-catalog.oauth2.credential"] == "trino:s3cret"
+    )
 
 
 def test_shipped_deploy_files_use_documented_properties() -> None:
@@ -77,7 +83,9 @@ def test_shipped_deploy_files_use_documented_properties() -> None:
     assert len(shipped) >= 5
     for path in shipped:
         pairs = [line.split("=", 1) for line in path.read_text().splitlines() if line and not line.startswith("#")]
-        check_documented({k: v for k, v in pairs if not v.startswith("<")} | {k: "x" for k, v in pairs if v.startswith("<")})
+        check_documented(
+            {k: v for k, v in pairs if not v.startswith("<")} | {k: "x" for k, v in pairs if v.startswith("<")}
+        )
 
 
 def test_trino_config_prints_files_and_query_without_server_is_a_clear_error(view_project, capsys, tmp_path) -> None:

@@ -46,7 +46,9 @@ def changes() -> list[str]:
 def by_executors(write: dict) -> None:
     """The epoch was a bootstrap: nothing collected, every file written by a Spark task."""
     assert write.get("bootstrap") and write["by"] == "executors" and write["rows_collected"] == 0, write
-    assert f"{socket.gethostname()}:{os.getpid()}" not in write["writers"], "a data file was written by the driver process"
+    assert f"{socket.gethostname()}:{os.getpid()}" not in write["writers"], (
+        "a data file was written by the driver process"
+    )
 
 
 def assert_equals_recompute(project, view: str, when: str) -> None:
@@ -55,14 +57,18 @@ def assert_equals_recompute(project, view: str, when: str) -> None:
     assert comparison.equal, f"{view} {when}: {comparison.describe()}"
 
 
-def test_chain_over_a_change_feed_backfills_on_the_executors(spark, catalog_server: CatalogServer, make_project, unique_name: str) -> None:
+def test_chain_over_a_change_feed_backfills_on_the_executors(
+    spark, catalog_server: CatalogServer, make_project, unique_name: str
+) -> None:
     # A keyed projection over the feed (Delta), an aggregate with MAX state over it (its input:
     # the projection's change files), a filter view over that (10 products: a large first batch too).
     lines, sales, big, views = chain(unique_name[:36])
     for view in views.values():
         view["cadence"] = "1s"
     sources = {"orders": {"format": "json", "path": "landing/orders", "schema": SCHEMA, "changes": FEED}}
-    project = make_project(views=views, sources=sources).model_copy(update={"spark": SparkConfig(driver_rows_max=ROWS_MAX)})
+    project = make_project(views=views, sources=sources).model_copy(
+        update={"spark": SparkConfig(driver_rows_max=ROWS_MAX)}
+    )
     stack = EmbeddedStack(project, catalog_uri=catalog_server.uri)
     stack.start_views(spark=spark)
     try:
@@ -73,7 +79,9 @@ def test_chain_over_a_change_feed_backfills_on_the_executors(spark, catalog_serv
                 if number == 0:
                     by_executors(stack.pipelines[view].last_write)
                 else:
-                    assert not stack.pipelines[view].last_write.get("bootstrap"), f"{view}: batch {number} is not a first batch"
+                    assert not stack.pipelines[view].last_write.get("bootstrap"), (
+                        f"{view}: batch {number} is not a first batch"
+                    )
             assert_chain_equals_recompute(project, (lines, sales, big), f"after batch {number}")
     finally:
         stack.stop_views()
@@ -81,7 +89,9 @@ def test_chain_over_a_change_feed_backfills_on_the_executors(spark, catalog_serv
     assert first.epoch == 0 and first.rows_in == 43
 
 
-def test_aggregates_and_projections_backfill_on_the_executors(spark, catalog_server: CatalogServer, make_project, unique_name: str) -> None:
+def test_aggregates_and_projections_backfill_on_the_executors(
+    spark, catalog_server: CatalogServer, make_project, unique_name: str
+) -> None:
     p = unique_name[:30]
     views = {
         # over the change feed: state tables (sums, a MIN and a COUNT DISTINCT multiset) and the mirror
@@ -92,7 +102,9 @@ def test_aggregates_and_projections_backfill_on_the_executors(spark, catalog_ser
     }
     config = {name: {"sql": sql, "cadence": "1s", "namespace": NAMESPACE} for name, sql in views.items()}
     sources = {"orders": {"format": "json", "path": "landing/orders", "schema": SCHEMA, "changes": FEED}}
-    project = make_project(views=config, sources=sources).model_copy(update={"spark": SparkConfig(driver_rows_max=ROWS_MAX)})
+    project = make_project(views=config, sources=sources).model_copy(
+        update={"spark": SparkConfig(driver_rows_max=ROWS_MAX)}
+    )
     first = backfill()
     later = (  # updates, deletes taking products below HAVING, an insert
         [order("u", i, i % 10, 1) for i in range(2, 20, 3)] + [order("d", i) for i in (4, 10, 11, 12, *range(13, 41, 2))]
@@ -112,16 +124,23 @@ def test_aggregates_and_projections_backfill_on_the_executors(spark, catalog_ser
                     by_executors(pipeline.last_write)
                     kept = [pipeline.writer, *pipeline.maintainer.state, pipeline.maintainer.mirror]
                     written = pipeline.last_write["tables"]
-                    assert set(written) == {w.identifier[-1] for w in kept if w is not None}, "every table the view keeps"
+                    assert set(written) == {w.identifier[-1] for w in kept if w is not None}, (
+                        "every table the view keeps"
+                    )
                 mirror = stack.pipelines[f"{p}_agg"].maintainer.mirror
-                assert mirror.last_commit().epoch == 0 and stack.pipelines[f"{p}_agg"].last_write["tables"][mirror.identifier[-1]] == 39
+                assert (
+                    mirror.last_commit().epoch == 0
+                    and stack.pipelines[f"{p}_agg"].last_write["tables"][mirror.identifier[-1]] == 39
+                )
     finally:
         stack.stop_views()
     # the feed's deletes took products below HAVING: the state the executors wrote was exact
     assert 0 < tables.read_rows(project, f"{p}_agg").num_rows < 10
 
 
-def test_append_source_aggregates_backfill_on_the_executors(spark, catalog_server: CatalogServer, make_project, unique_name: str) -> None:
+def test_append_source_aggregates_backfill_on_the_executors(
+    spark, catalog_server: CatalogServer, make_project, unique_name: str
+) -> None:
     from lakeview.cli.generator import land_json, make_orders
 
     p = unique_name[:30]
@@ -138,7 +157,11 @@ def test_append_source_aggregates_backfill_on_the_executors(spark, catalog_serve
     stack.start_views(spark=spark)
     try:
         for number, count in enumerate([300, 5]):
-            land_json(project.source_path("orders"), f"{number:03d}.json", make_orders(count, seed=90 + number, first_id=1 + 1000 * number))
+            land_json(
+                project.source_path("orders"),
+                f"{number:03d}.json",
+                make_orders(count, seed=90 + number, first_id=1 + 1000 * number),
+            )
             for view in views:
                 stack.queries[view].processAllAvailable()
                 assert_equals_recompute(project, view, f"after batch {number}")
@@ -169,13 +192,23 @@ def test_sigkill_between_state_and_view_commits_of_a_backfill(spark, tmp_path: P
 
     land(project.source_path("orders"), "001.json", later)
     with CatalogServer(store, host="127.0.0.1", port=0) as server:
-        pipeline = ViewPipeline(spark, project, view, make_writer(project, view, server.uri), state_writer=state_writer_factory(project, view))
+        pipeline = ViewPipeline(
+            spark,
+            project,
+            view,
+            make_writer(project, view, server.uri),
+            state_writer=state_writer_factory(project, view),
+        )
         pipeline.prepare()
         pipeline.start(available_now=True).awaitTermination()  # replays epoch 0 (state tables skip it), then epoch 1
         assert_equals_recompute(project, view, "after the restart")
-        assert [c.epoch for c in tables.commit_history(project, view)] == [1, 0], "each epoch committed once (newest first)"
+        assert [c.epoch for c in tables.commit_history(project, view)] == [1, 0], (
+            "each epoch committed once (newest first)"
+        )
         for name in state:
-            summaries = [s.summary.additional_properties.get("lakeview.epoch") for s in store.load_table(name).snapshots()]
+            summaries = [
+                s.summary.additional_properties.get("lakeview.epoch") for s in store.load_table(name).snapshots()
+            ]
             assert summaries.count("0") == 1, f"{name}: epoch 0 applied once ({json.dumps(summaries)})"
 
 
@@ -200,17 +233,30 @@ def test_watermarked_window_over_a_change_feed_backfills_on_the_executors(spark,
         files = oracle.frontier_files(project, view, record.frontier)
         comparison = oracle.compare(tables.read_rows(project, view), oracle.recompute(project, view, files))
         assert comparison.equal, f"after batch {number}: {comparison.describe()}"
-    first = min(open_store(project).load_table((project.views[view].namespace, view)).snapshots(), key=lambda s: s.sequence_number)
-    assert first.summary.additional_properties.get(WRITTEN_BY) == "executors", "the first batch was written by the executors"
-    rows = {(r["window_start"].strftime("%H:%M"), r["product_id"]): (r["n"], r["total"], r["lo"], r["hi"])
-            for r in tables.read_rows(project, view).to_pylist()}
-    assert rows == {("00:00", 1): (2, 12.0, 5.0, 7.0), ("00:10", 2): (1, 10.0, 10.0, 10.0), ("00:40", 1): (1, 9.0, 9.0, 9.0)}
+    first = min(
+        open_store(project).load_table((project.views[view].namespace, view)).snapshots(),
+        key=lambda s: s.sequence_number,
+    )
+    assert first.summary.additional_properties.get(WRITTEN_BY) == "executors", (
+        "the first batch was written by the executors"
+    )
+    rows = {
+        (r["window_start"].strftime("%H:%M"), r["product_id"]): (r["n"], r["total"], r["lo"], r["hi"])
+        for r in tables.read_rows(project, view).to_pylist()
+    }
+    assert rows == {
+        ("00:00", 1): (2, 12.0, 5.0, 7.0),
+        ("00:10", 2): (1, 10.0, 10.0, 10.0),
+        ("00:40", 1): (1, 9.0, 9.0, 9.0),
+    }
     late = sorted(json.loads(r["record"])["order_id"] for r in quarantined_rows(project, "order_changes", view))
     assert late == [1, 2, 6], "each late image set aside once"
     assert record.extra["lakeview.watermark-us"] == str(int((T0 + timedelta(minutes=25)).timestamp() * 1_000_000))
 
 
-def test_image_feed_backfill_and_a_retraction_of_a_row_never_held(spark, catalog_server: CatalogServer, make_project, unique_name: str) -> None:
+def test_image_feed_backfill_and_a_retraction_of_a_row_never_held(
+    spark, catalog_server: CatalogServer, make_project, unique_name: str
+) -> None:
     """Over a before/after-image feed the first batch's Z-set can retract a row the view never
     held (the feed started mid-stream). A clean first batch is written by the executors; one with
     such a retraction under an aggregate is left to the driver's merge, whose state keeps that
@@ -224,15 +270,33 @@ def test_image_feed_backfill_and_a_retraction_of_a_row_never_held(spark, catalog
 
     row_schema = "order_id BIGINT, product_id BIGINT, quantity INT"
     sql = "SELECT product_id, SUM(quantity) AS total, MAX(quantity) AS hi, COUNT(*) AS n FROM {} GROUP BY product_id"
-    sources = {s: {"format": "json", "path": f"landing/{s}", "schema": row_schema, "images": {"key": ["order_id"]}} for s in ("clean", "mid")}
-    views = {f"{unique_name[:40]}_{s}": {"sql": sql.format(s), "cadence": "1s", "namespace": NAMESPACE} for s in sources}
-    project = make_project(views=views, sources=sources).model_copy(update={"spark": SparkConfig(driver_rows_max=ROWS_MAX)})
+    sources = {
+        s: {"format": "json", "path": f"landing/{s}", "schema": row_schema, "images": {"key": ["order_id"]}}
+        for s in ("clean", "mid")
+    }
+    views = {
+        f"{unique_name[:40]}_{s}": {"sql": sql.format(s), "cadence": "1s", "namespace": NAMESPACE} for s in sources
+    }
+    project = make_project(views=views, sources=sources).model_copy(
+        update={"spark": SparkConfig(driver_rows_max=ROWS_MAX)}
+    )
     inserts = [image(None, o(i, i % 3, i)) for i in range(1, 12)]
     first = {
-        "clean": [*inserts, image(o(2, 2, 2), o(2, 1, 7)), image(o(5, 2, 5), None)],  # changes of rows inserted in the batch
-        "mid": [*inserts, image(o(90, 1, 4), o(90, 2, 6))],  # order 90 was never inserted: its before image retracts nothing held
+        "clean": [
+            *inserts,
+            image(o(2, 2, 2), o(2, 1, 7)),
+            image(o(5, 2, 5), None),
+        ],  # changes of rows inserted in the batch
+        "mid": [
+            *inserts,
+            image(o(90, 1, 4), o(90, 2, 6)),
+        ],  # order 90 was never inserted: its before image retracts nothing held
     }
-    later = [image(o(1, 1, 1), o(1, 0, 3)), image(o(11, 2, 11), None), image(None, o(20, 1, 2))]  # an update, a delete, an insert
+    later = [
+        image(o(1, 1, 1), o(1, 0, 3)),
+        image(o(11, 2, 11), None),
+        image(None, o(20, 1, 2)),
+    ]  # an update, a delete, an insert
     stack = EmbeddedStack(project, catalog_uri=catalog_server.uri)
     stack.start_views(spark=spark)
     try:
@@ -242,7 +306,9 @@ def test_image_feed_backfill_and_a_retraction_of_a_row_never_held(spark, catalog
             for source, view in zip(sources, views):
                 stack.queries[view].processAllAvailable()
                 if number == 0:
-                    assert bool(stack.pipelines[view].last_write.get("bootstrap")) == (source == "clean"), stack.pipelines[view].last_write
+                    assert bool(stack.pipelines[view].last_write.get("bootstrap")) == (source == "clean"), (
+                        stack.pipelines[view].last_write
+                    )
                 if source == "clean":
                     expected = oracle.recompute(project, view, oracle.landed_files(project.source_path(source)))
                     comparison = oracle.compare(tables.read_rows(project, view), expected)

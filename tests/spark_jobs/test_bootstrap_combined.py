@@ -37,14 +37,26 @@ def batches() -> list[dict[str, list[str]]]:
         "orders": [order("c", i, None if i % 11 == 0 else i % 10, i % 7 + 1) for i in range(1, 45)]
         + [order("u", 3, 5, 9), order("d", 7), order("d", 99)],
         # products 0..7 (8 and 9 never arrive: their orders are NULL-extended), 6 deleted, 1 renamed
-        "products": [product("c", i, ("tools", "parts", "misc")[i % 3]) for i in range(8)] + [product("d", 6), product("u", 1, "spares")],
-        "refunds": [refund(i, i % 4, 1.5) for i in range(1, 9)] + [refund(2, 2, 1.5), refund(9, None, 4.0)],  # two equal rows
+        "products": [product("c", i, ("tools", "parts", "misc")[i % 3]) for i in range(8)]
+        + [product("d", 6), product("u", 1, "spares")],
+        "refunds": [refund(i, i % 4, 1.5) for i in range(1, 9)]
+        + [refund(2, 2, 1.5), refund(9, None, 4.0)],  # two equal rows
     }
     later = [
         {
             # order 7 and product 6, deleted in the backfill, come back (their mirrors must hold no row for them)
-            "orders": [order("u", 1, 1, 40), order("u", 2, 8, 2), order("d", 4), order("c", 50, 6, 5, price=10.0), order("c", 7, 6, 3)],
-            "products": [product("c", 8, "gears"), product("d", 0), product("c", 6, "misc")],  # product 8's orders join; 0's NULL-extended
+            "orders": [
+                order("u", 1, 1, 40),
+                order("u", 2, 8, 2),
+                order("d", 4),
+                order("c", 50, 6, 5, price=10.0),
+                order("c", 7, 6, 3),
+            ],
+            "products": [
+                product("c", 8, "gears"),
+                product("d", 0),
+                product("c", 6, "misc"),
+            ],  # product 8's orders join; 0's NULL-extended
             "refunds": [refund(10, 1, 2.0)],
         },
         {
@@ -75,7 +87,9 @@ def test_join_and_union_views_backfill_on_the_executors(spark, catalog_server, m
         "products": {"format": "json", "path": "landing/products", "schema": PRODUCTS, "changes": PRODUCT_FEED},
         "refunds": {"format": "json", "path": "landing/refunds", "schema": REFUNDS},
     }
-    project = make_project(views=views, sources=sources).model_copy(update={"spark": SparkConfig(driver_rows_max=ROWS_MAX)})
+    project = make_project(views=views, sources=sources).model_copy(
+        update={"spark": SparkConfig(driver_rows_max=ROWS_MAX)}
+    )
     landed = batches()
 
     def land_batch(number: int) -> None:
@@ -101,7 +115,9 @@ def test_join_and_union_views_backfill_on_the_executors(spark, catalog_server, m
                     by_executors(pipeline.last_write)
                     kept = {w.identifier[-1] for w in combined_tables(pipeline)}
                     assert set(pipeline.last_write["tables"]) == kept, "every table the view keeps"
-                    stamped = {w.identifier[-1]: getattr(w.last_commit(), "epoch", None) for w in combined_tables(pipeline)}
+                    stamped = {
+                        w.identifier[-1]: getattr(w.last_commit(), "epoch", None) for w in combined_tables(pipeline)
+                    }
                     assert set(stamped.values()) == {0}, f"each table holds rows, committed as epoch 0: {stamped}"
                 else:
                     assert pipeline.last_write["by"] == "driver", f"{view}: batch {number} is merged by the driver"
@@ -116,5 +132,6 @@ def test_join_and_union_views_backfill_on_the_executors(spark, catalog_server, m
     rows = tables.read_rows(project, named).to_pylist()
     assert any(r["product_id"] is None for r in rows), "orders without a product: a NULL-keyed group"
     assert any(r["product_id"] == 9 and r["category"] is None for r in rows), "product 9 never arrived: NULL-extended"
-    assert tables.read_rows(project, both).to_pylist().count({"id": 2, "product_id": 2, "amount": 1.5}) == 3, "equal refunds kept as a multiset"
-
+    assert tables.read_rows(project, both).to_pylist().count({"id": 2, "product_id": 2, "amount": 1.5}) == 3, (
+        "equal refunds kept as a multiset"
+    )

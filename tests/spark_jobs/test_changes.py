@@ -28,7 +28,9 @@ seq = iter(range(1, 10_000))
 
 
 def change(op: str, order_id: int, product_id: int | None = None, quantity: int | None = None) -> str:
-    return json.dumps({"order_id": order_id, "product_id": product_id, "quantity": quantity, "op": op, "seq": next(seq)})
+    return json.dumps(
+        {"order_id": order_id, "product_id": product_id, "quantity": quantity, "op": op, "seq": next(seq)}
+    )
 
 
 def land(directory: Path, name: str, lines: list[str]) -> None:
@@ -55,9 +57,21 @@ EPOCHS = [
 ]
 
 
-def test_change_feed_aggregate_equals_recompute_every_epoch(spark, catalog_server: CatalogServer, make_project, unique_name: str) -> None:
-    sources = {"changes": {"format": "json", "path": "landing/changes", "schema": SCHEMA, "changes": FEED, "required": ["order_id"]}}
-    project = make_project(views={unique_name: {"sql": AGG_SQL, "cadence": "1s", "namespace": "cdc_tests"}}, sources=sources)
+def test_change_feed_aggregate_equals_recompute_every_epoch(
+    spark, catalog_server: CatalogServer, make_project, unique_name: str
+) -> None:
+    sources = {
+        "changes": {
+            "format": "json",
+            "path": "landing/changes",
+            "schema": SCHEMA,
+            "changes": FEED,
+            "required": ["order_id"],
+        }
+    }
+    project = make_project(
+        views={unique_name: {"sql": AGG_SQL, "cadence": "1s", "namespace": "cdc_tests"}}, sources=sources
+    )
     landing = project.source_path("changes")
     pipeline, query = start(spark, project, unique_name, catalog_server)
     try:
@@ -65,7 +79,9 @@ def test_change_feed_aggregate_equals_recompute_every_epoch(spark, catalog_serve
             land(landing, f"{number:03d}.json", lines)
             query.processAllAvailable()
             files = oracle.landed_files(landing)
-            comparison = oracle.compare(read_view(catalog_server, "cdc_tests", unique_name), oracle.recompute(project, unique_name, files))
+            comparison = oracle.compare(
+                read_view(catalog_server, "cdc_tests", unique_name), oracle.recompute(project, unique_name, files)
+            )
             assert comparison.equal, f"after epoch {number}: {comparison.describe()}"
     finally:
         query.stop()
@@ -84,14 +100,21 @@ def test_change_feed_aggregate_equals_recompute_every_epoch(spark, catalog_serve
     assert status.rows_quarantined == 4
     # MIN, MAX and COUNT(DISTINCT) of quantity share one value multiset.
     assert {t.identifier[-1] for t in [pipeline.writer, *pipeline.maintainer.state, pipeline.maintainer.mirror]} == {
-        unique_name, f"__lv_state_{unique_name}_0", f"__lv_state_{unique_name}_1", f"__lv_state_{unique_name}_src",
+        unique_name,
+        f"__lv_state_{unique_name}_0",
+        f"__lv_state_{unique_name}_1",
+        f"__lv_state_{unique_name}_src",
     }
 
 
-def test_projection_over_a_change_feed_is_keyed_by_the_feed_key(spark, catalog_server: CatalogServer, make_project, unique_name: str) -> None:
+def test_projection_over_a_change_feed_is_keyed_by_the_feed_key(
+    spark, catalog_server: CatalogServer, make_project, unique_name: str
+) -> None:
     sources = {"changes": {"format": "json", "path": "landing/changes", "schema": SCHEMA, "changes": FEED}}
     sql = "SELECT order_id, product_id, quantity * 10 AS big FROM changes WHERE quantity > 2"
-    project = make_project(views={unique_name: {"sql": sql, "cadence": "1s", "namespace": "cdc_tests"}}, sources=sources)
+    project = make_project(
+        views={unique_name: {"sql": sql, "cadence": "1s", "namespace": "cdc_tests"}}, sources=sources
+    )
     landing = project.source_path("changes")
     _, query = start(spark, project, unique_name, catalog_server)
     try:
@@ -99,16 +122,29 @@ def test_projection_over_a_change_feed_is_keyed_by_the_feed_key(spark, catalog_s
             land(landing, f"{number:03d}.json", lines)
             query.processAllAvailable()
         files = oracle.landed_files(landing)
-        comparison = oracle.compare(read_view(catalog_server, "cdc_tests", unique_name), oracle.recompute(project, unique_name, files))
+        comparison = oracle.compare(
+            read_view(catalog_server, "cdc_tests", unique_name), oracle.recompute(project, unique_name, files)
+        )
         assert comparison.equal, comparison.describe()
     finally:
         query.stop()
 
 
-def test_csv_rows_that_do_not_fit_are_quarantined(spark, catalog_server: CatalogServer, make_project, unique_name: str) -> None:
-    sources = {"sales": {"format": "csv", "path": "landing/sales", "schema": "product_id BIGINT, quantity INT", "required": ["product_id"]}}
+def test_csv_rows_that_do_not_fit_are_quarantined(
+    spark, catalog_server: CatalogServer, make_project, unique_name: str
+) -> None:
+    sources = {
+        "sales": {
+            "format": "csv",
+            "path": "landing/sales",
+            "schema": "product_id BIGINT, quantity INT",
+            "required": ["product_id"],
+        }
+    }
     sql = "SELECT product_id, SUM(quantity) AS total FROM sales GROUP BY product_id"
-    project = make_project(views={unique_name: {"sql": sql, "cadence": "1s", "namespace": "cdc_tests"}}, sources=sources)
+    project = make_project(
+        views={unique_name: {"sql": sql, "cadence": "1s", "namespace": "cdc_tests"}}, sources=sources
+    )
     landing = project.source_path("sales")
     _, query = start(spark, project, unique_name, catalog_server)
     try:
@@ -116,23 +152,35 @@ def test_csv_rows_that_do_not_fit_are_quarantined(spark, catalog_server: Catalog
         query.processAllAvailable()
     finally:
         query.stop()
-    assert {r["product_id"]: r["total"] for r in read_view(catalog_server, "cdc_tests", unique_name).to_pylist()} == {1: 7, 3: 1}
+    assert {r["product_id"]: r["total"] for r in read_view(catalog_server, "cdc_tests", unique_name).to_pylist()} == {
+        1: 7,
+        3: 1,
+    }
     reasons = sorted(r["reason"] for r in quarantined_rows(project, "sales", unique_name))
     assert reasons == ["malformed row: does not parse into the schema", "missing required column product_id"]
-    assert [r["record"] for r in quarantined_rows(project, "sales") if r["reason"].startswith("malformed")] == ["2,seven"]
+    assert [r["record"] for r in quarantined_rows(project, "sales") if r["reason"].startswith("malformed")] == [
+        "2,seven"
+    ]
 
 
 def image(before: dict | None, after: dict | None) -> str:
     return json.dumps({"before": before, "after": after})
 
 
-def test_before_after_image_feed_equals_recompute(spark, catalog_server: CatalogServer, make_project, unique_name: str) -> None:
+def test_before_after_image_feed_equals_recompute(
+    spark, catalog_server: CatalogServer, make_project, unique_name: str
+) -> None:
     """A before/after-image feed needs no mirror: the images are the weights (before −1, after +1)."""
     row_schema = "order_id BIGINT, product_id BIGINT, quantity INT"
-    sources = {"images": {"format": "json", "path": "landing/images", "schema": row_schema, "images": {"key": ["order_id"]}}}
+    sources = {
+        "images": {"format": "json", "path": "landing/images", "schema": row_schema, "images": {"key": ["order_id"]}}
+    }
     views = {
-        f"{unique_name}_agg": {"sql": "SELECT product_id, SUM(quantity) AS total, MAX(quantity) AS hi FROM images GROUP BY product_id",
-                               "cadence": "1s", "namespace": "cdc_tests"},
+        f"{unique_name}_agg": {
+            "sql": "SELECT product_id, SUM(quantity) AS total, MAX(quantity) AS hi FROM images GROUP BY product_id",
+            "cadence": "1s",
+            "namespace": "cdc_tests",
+        },
     }
     project = make_project(views=views, sources=sources)
     landing = project.source_path("images")
@@ -150,7 +198,10 @@ def test_before_after_image_feed_equals_recompute(spark, catalog_server: Catalog
         for number, lines in enumerate(batches):
             land(landing, f"{number:03d}.json", lines)
             query.processAllAvailable()
-            comparison = oracle.compare(read_view(catalog_server, "cdc_tests", view), oracle.recompute(project, view, oracle.landed_files(landing)))
+            comparison = oracle.compare(
+                read_view(catalog_server, "cdc_tests", view),
+                oracle.recompute(project, view, oracle.landed_files(landing)),
+            )
             assert comparison.equal, f"after epoch {number}: {comparison.describe()}"
     finally:
         query.stop()

@@ -30,7 +30,11 @@ def refresh(project_dir: Path, fault: str | None) -> int:
         env["LAKEVIEW_FAULT"] = fault
     proc = subprocess.Popen(
         [sys.executable, "-m", "lakeview.cli", "refresh", "crashy", "-p", str(project_dir)],
-        env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
     )
     try:
         out, _ = proc.communicate(timeout=300)

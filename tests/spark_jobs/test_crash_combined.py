@@ -39,7 +39,9 @@ def write_project(tmp_path: Path, sources: dict, views: dict) -> ProjectConfig:
 
 def orders_project(tmp_path: Path, views: dict) -> ProjectConfig:
     """A project of ``views`` over the orders change feed (test_view_dag's batches land there)."""
-    return write_project(tmp_path, {"orders": {"format": "json", "path": "landing", "schema": SCHEMA, "changes": FEED}}, views)
+    return write_project(
+        tmp_path, {"orders": {"format": "json", "path": "landing", "schema": SCHEMA, "changes": FEED}}, views
+    )
 
 
 def land_and_refresh(spark, project: ProjectConfig, number: int, views: list[str]) -> None:
@@ -67,7 +69,9 @@ def assert_each_epoch_once(project: ProjectConfig, view: str, view_epochs: set[s
     assert len(counts) == 1 + state_tables, sorted(counts)
     for name, epochs in counts.items():
         assert set(epochs.values()) <= {1}, f"{name}: an epoch committed twice: {epochs}"
-    assert view_epochs is None or set(counts[view]) == view_epochs, f"{view}: epochs {sorted(counts[view])}, expected {sorted(view_epochs)}"
+    assert view_epochs is None or set(counts[view]) == view_epochs, (
+        f"{view}: epochs {sorted(counts[view])}, expected {sorted(view_epochs)}"
+    )
 
 
 def test_sigkill_join_over_views_and_its_publication(spark, tmp_path: Path) -> None:
@@ -79,8 +83,10 @@ def test_sigkill_join_over_views_and_its_publication(spark, tmp_path: Path) -> N
     views = {
         lines: {"sql": "SELECT order_id, product_id, quantity * price AS amount FROM orders"},
         sales: {"sql": f"SELECT product_id, SUM(amount) AS revenue, COUNT(*) AS n FROM {lines} GROUP BY product_id"},
-        joined: {"sql": f"SELECT s.product_id, COUNT(*) AS n, SUM(l.amount) AS amount, MIN(l.amount) AS lo, MAX(s.revenue) AS revenue "
-                        f"FROM {lines} l JOIN {sales} s ON l.product_id = s.product_id GROUP BY s.product_id"},
+        joined: {
+            "sql": f"SELECT s.product_id, COUNT(*) AS n, SUM(l.amount) AS amount, MIN(l.amount) AS lo, MAX(s.revenue) AS revenue "
+            f"FROM {lines} l JOIN {sales} s ON l.product_id = s.product_id GROUP BY s.product_id"
+        },
         per_n: {"sql": f"SELECT n, COUNT(*) AS k, SUM(amount) AS total FROM {joined} GROUP BY n"},
     }
     project = orders_project(tmp_path, views)
@@ -89,13 +95,17 @@ def test_sigkill_join_over_views_and_its_publication(spark, tmp_path: Path) -> N
     land_and_refresh(spark, project, 0, upstreams)
     assert refresh_in_subprocess(tmp_path, joined, "before_view_commit:0") == -signal.SIGKILL
     counts = epochs_per_table(project, joined)
-    assert "0" in counts[f"__lv_state_{joined}_0"] and not counts[joined], f"killed between the state and view commits: {counts}"
+    assert "0" in counts[f"__lv_state_{joined}_0"] and not counts[joined], (
+        f"killed between the state and view commits: {counts}"
+    )
     refresh_in_process(spark, project, [joined, per_n])  # the replay skips the committed state tables
 
     land_and_refresh(spark, project, 1, upstreams)
     assert refresh_in_subprocess(tmp_path, joined, "before_publish:1") == -signal.SIGKILL
     assert tables.last_commit(project, joined).epoch == 1
-    assert json.loads((reader_path(project, joined, per_n) / "_published.json").read_text())["epoch"] == 0, "killed before publishing"
+    assert json.loads((reader_path(project, joined, per_n) / "_published.json").read_text())["epoch"] == 0, (
+        "killed before publishing"
+    )
 
     land_and_refresh(spark, project, 2, upstreams)
     # The restart publishes epoch 1 (prepare), skips its replay, commits and publishes epoch 2, dies.
@@ -114,7 +124,9 @@ def test_sigkill_join_over_views_and_its_publication(spark, tmp_path: Path) -> N
     # the join view: its view, group state, two multisets (MIN, MAX) and one side table per side
     assert_each_epoch_once(project, joined, {"0", "1", "2"}, state_tables=5)
     assert_each_epoch_once(project, per_n, None, state_tables=1)
-    assert tables.last_commit(project, per_n).frontier[joined]["upstream_epoch"] == 2, "per_n read every published epoch"
+    assert tables.last_commit(project, per_n).frontier[joined]["upstream_epoch"] == 2, (
+        "per_n read every published epoch"
+    )
 
 
 def delta_epochs_per_table(project: ProjectConfig, view: str) -> dict[str, Counter]:
@@ -168,7 +180,9 @@ def test_sigkill_union_of_delta_views(spark, tmp_path: Path) -> None:
             assert set(epochs.values()) <= {1}, f"{name}: an epoch committed twice: {epochs}"
     counts = delta_epochs_per_table(project, both)
     assert set(counts[both]) == {"0", "1"}, f"every epoch changed the union: {counts}"
-    assert tables.last_commit(project, both).frontier[sales]["upstream_epoch"] == 1, "read every published epoch of sales"
+    assert tables.last_commit(project, both).frontier[sales]["upstream_epoch"] == 1, (
+        "read every published epoch of sales"
+    )
 
 
 def test_sigkill_watermarked_window_over_a_change_feed(spark, tmp_path: Path) -> None:
@@ -187,7 +201,9 @@ def test_sigkill_watermarked_window_over_a_change_feed(spark, tmp_path: Path) ->
     land(landing, "001.json", CHANGE_EPOCHS[1])
     assert refresh_in_subprocess(tmp_path, view, "before_view_commit:1") == -signal.SIGKILL
     counts = epochs_per_table(project, view)
-    assert "1" in counts[f"__lv_state_{view}_0"] and "1" not in counts[view], f"killed between the state and view commits: {counts}"
+    assert "1" in counts[f"__lv_state_{view}_0"] and "1" not in counts[view], (
+        f"killed between the state and view commits: {counts}"
+    )
     assert "1" not in counts[f"__lv_state_{view}_src"], "the mirror commits last"
     land(landing, "002.json", CHANGE_EPOCHS[2])
     refresh_in_process(spark, project, [view])  # replays epoch 1 (the watermark it had), then epoch 2
@@ -197,10 +213,20 @@ def test_sigkill_watermarked_window_over_a_change_feed(spark, tmp_path: Path) ->
     comparison = oracle.compare(tables.read_rows(project, view), oracle.recompute(project, view, files))
     assert comparison.equal, comparison.describe()
     assert len(files["order_changes"]) == 3, "every landed file is in the frontier"
-    rows = {(r["window_start"].strftime("%H:%M"), r["product_id"]): (r["n"], r["total"], r["lo"], r["hi"])
-            for r in tables.read_rows(project, view).to_pylist()}
-    assert rows == {("00:00", 1): (2, 12.0, 5.0, 7.0), ("00:10", 2): (1, 10.0, 10.0, 10.0), ("00:40", 1): (1, 9.0, 9.0, 9.0)}
+    rows = {
+        (r["window_start"].strftime("%H:%M"), r["product_id"]): (r["n"], r["total"], r["lo"], r["hi"])
+        for r in tables.read_rows(project, view).to_pylist()
+    }
+    assert rows == {
+        ("00:00", 1): (2, 12.0, 5.0, 7.0),
+        ("00:10", 2): (1, 10.0, 10.0, 10.0),
+        ("00:40", 1): (1, 9.0, 9.0, 9.0),
+    }
     late = sorted(json.loads(r["record"])["order_id"] for r in quarantined_rows(project, "order_changes", view))
     assert late == [1, 2, 6], "each late image set aside once"
-    assert record.extra["lakeview.watermark-us"] == str(int((T0 + timedelta(minutes=25)).timestamp() * 1_000_000)), "as without a crash"
-    assert_each_epoch_once(project, view, {"0", "1", "2"}, state_tables=3)  # group state, one multiset (MIN/MAX), mirror
+    assert record.extra["lakeview.watermark-us"] == str(int((T0 + timedelta(minutes=25)).timestamp() * 1_000_000)), (
+        "as without a crash"
+    )
+    assert_each_epoch_once(
+        project, view, {"0", "1", "2"}, state_tables=3
+    )  # group state, one multiset (MIN/MAX), mirror

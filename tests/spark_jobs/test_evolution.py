@@ -37,7 +37,9 @@ def assert_equal(project, view: str, snapshot, landing: Path) -> None:
     assert comparison.equal, comparison.describe()
 
 
-def test_new_input_columns_evolve_star_views_in_both_formats(spark, catalog_server: CatalogServer, make_project, unique_name: str) -> None:
+def test_new_input_columns_evolve_star_views_in_both_formats(
+    spark, catalog_server: CatalogServer, make_project, unique_name: str
+) -> None:
     source = f"ev_{unique_name}"[:50]
     ice, delta = f"{source}_ice", f"{source}_dl"
     sql = f"SELECT * FROM {source} WHERE amount > 0"
@@ -63,14 +65,24 @@ def test_new_input_columns_evolve_star_views_in_both_formats(spark, catalog_serv
     try:
         catch_up()
         assert read_view(catalog_server, "evolution_tests", ice).column_names == ["id", "amount"]
-        land(landing, "b.json", lines({"id": 3, "amount": 7, "channel": "web"}, {"id": 4, "amount": 2, "channel": "app", "items": 3}))
+        land(
+            landing,
+            "b.json",
+            lines({"id": 3, "amount": 7, "channel": "web"}, {"id": 4, "amount": 2, "channel": "app", "items": 3}),
+        )
         catch_up()
         view = read_view(catalog_server, "evolution_tests", ice)
         assert view.column_names == ["id", "amount", "channel", "items"]
         rows = {r["id"]: r for r in view.to_pylist()}
         assert rows[1]["channel"] is None, "rows committed before the column appeared read NULL"
-        assert (rows[3]["channel"], rows[4]["channel"], rows[4]["items"]) == ("web", "app", 3), "the batch that brought it keeps its values"
-        assert {r["id"]: r["channel"] for r in read_delta(str(project.table_location(delta))).to_pylist()} == {1: None, 3: "web", 4: "app"}
+        assert (rows[3]["channel"], rows[4]["channel"], rows[4]["items"]) == ("web", "app", 3), (
+            "the batch that brought it keeps its values"
+        )
+        assert {r["id"]: r["channel"] for r in read_delta(str(project.table_location(delta))).to_pylist()} == {
+            1: None,
+            3: "web",
+            4: "app",
+        }
         check()
     finally:
         for _, query in running.values():
@@ -81,7 +93,11 @@ def test_new_input_columns_evolve_star_views_in_both_formats(spark, catalog_serv
     # A restart reads with the evolved schema from the start (the Delta view catches up later).
     running = {ice: start(spark, project, ice, catalog_server)}
     try:
-        land(landing, "c.json", lines({"id": 5, "amount": 9, "channel": "store"}, {"id": 6, "amount": 1, "items": "lots"}))
+        land(
+            landing,
+            "c.json",
+            lines({"id": 5, "amount": 9, "channel": "store"}, {"id": 6, "amount": 1, "items": "lots"}),
+        )
         catch_up()
         rows = {r["id"]: r for r in read_view(catalog_server, "evolution_tests", ice).to_pylist()}
         assert rows[5]["channel"] == "store"
@@ -92,7 +108,9 @@ def test_new_input_columns_evolve_star_views_in_both_formats(spark, catalog_serv
             query.stop()
 
 
-def test_new_columns_are_ignored_by_default(spark, catalog_server: CatalogServer, make_project, unique_name: str) -> None:
+def test_new_columns_are_ignored_by_default(
+    spark, catalog_server: CatalogServer, make_project, unique_name: str
+) -> None:
     source = f"ig_{unique_name}"[:50]
     project = make_project(
         sources={source: {"format": "json", "path": f"landing/{source}", "schema": SCHEMA}},
@@ -111,7 +129,9 @@ def test_new_columns_are_ignored_by_default(spark, catalog_server: CatalogServer
 
 FEED_SCHEMA = "order_id BIGINT, product_id BIGINT, quantity INT, op STRING, seq BIGINT"
 FEED = {"operation": "op", "key": ["order_id"], "sequence": "seq", "insert": ["c"], "update": ["u"], "delete": ["d"]}
-AGG_SQL = "SELECT product_id, SUM(quantity) AS total, COUNT(*) AS n, MAX(quantity) AS hi FROM {source} GROUP BY product_id"
+AGG_SQL = (
+    "SELECT product_id, SUM(quantity) AS total, COUNT(*) AS n, MAX(quantity) AS hi FROM {source} GROUP BY product_id"
+)
 
 
 def feed_views(source: str) -> dict[str, dict]:
@@ -122,7 +142,9 @@ def feed_views(source: str) -> dict[str, dict]:
     }
 
 
-def run_epochs(spark, catalog_server: CatalogServer, project, source: str, epochs: list[list[str]], restart_before: int) -> None:
+def run_epochs(
+    spark, catalog_server: CatalogServer, project, source: str, epochs: list[list[str]], restart_before: int
+) -> None:
     """Land each epoch's file, let every view catch up and check it against the recompute;
     the queries are restarted before epoch ``restart_before`` (they then read the evolved schema)."""
     landing = project.source_path(source)
@@ -137,23 +159,37 @@ def run_epochs(spark, catalog_server: CatalogServer, project, source: str, epoch
             land(landing, f"{number:03d}.json", batch)
             for view, (_, query) in running.items():
                 query.processAllAvailable()
-                comparison = oracle.compare(read_view(catalog_server, "evolution_tests", view),
-                                            oracle.recompute(project, view, oracle.landed_files(landing)))
+                comparison = oracle.compare(
+                    read_view(catalog_server, "evolution_tests", view),
+                    oracle.recompute(project, view, oracle.landed_files(landing)),
+                )
                 assert comparison.equal, f"{view} after epoch {number}: {comparison.describe()}"
     finally:
         for _, query in running.values():
             query.stop()
 
 
-def test_change_feed_evolves_with_updates_and_deletes_after(spark, catalog_server: CatalogServer, make_project, unique_name: str) -> None:
+def test_change_feed_evolves_with_updates_and_deletes_after(
+    spark, catalog_server: CatalogServer, make_project, unique_name: str
+) -> None:
     source = f"cf_{unique_name}"[:40]
     project = make_project(
-        sources={source: {"format": "json", "path": f"landing/{source}", "schema": FEED_SCHEMA, "changes": FEED, "new_columns": "evolve"}},
+        sources={
+            source: {
+                "format": "json",
+                "path": f"landing/{source}",
+                "schema": FEED_SCHEMA,
+                "changes": FEED,
+                "new_columns": "evolve",
+            }
+        },
         views=feed_views(source),
     )
     seq = iter(range(1, 1000))
 
-    def change(op: str, order_id: int, product_id: int | None = None, quantity: int | None = None, **extra: object) -> str:
+    def change(
+        op: str, order_id: int, product_id: int | None = None, quantity: int | None = None, **extra: object
+    ) -> str:
         row = {"order_id": order_id, "product_id": product_id, "quantity": quantity, "op": op, "seq": next(seq)}
         return json.dumps({**row, **extra})
 
@@ -162,7 +198,13 @@ def test_change_feed_evolves_with_updates_and_deletes_after(spark, catalog_serve
         # the column appears: an insert with it and an update of a row written before it existed
         [change("c", 4, 3, 7, channel="web"), change("u", 1, 1, 6, channel="app")],
         # after it: updates and deletes of rows written before and after it appeared
-        [change("u", 4, 3, 8, channel="store"), change("d", 2), change("d", 1), change("u", 3, 2, 2), change("c", 5, 3, 1, channel="web")],
+        [
+            change("u", 4, 3, 8, channel="store"),
+            change("d", 2),
+            change("d", 1),
+            change("u", 3, 2, 2),
+            change("c", 5, 3, 1, channel="web"),
+        ],
         # after a restart (the stream reads the evolved schema): more of both
         [change("u", 5, 2, 3, channel="app"), change("d", 4), change("u", 6, 2, 2, channel="web")],
     ]
@@ -171,16 +213,30 @@ def test_change_feed_evolves_with_updates_and_deletes_after(spark, catalog_serve
     view = read_view(catalog_server, "evolution_tests", f"{source}_all")
     assert view.column_names == ["order_id", "product_id", "quantity", "op", "seq", "channel"]
     rows = {r["order_id"]: (r["quantity"], r["channel"]) for r in view.to_pylist()}
-    assert rows == {3: (2, None), 5: (3, "app"), 6: (2, "web")}, "order 3 was written and updated without the column: NULL"
-    totals = {r["product_id"]: (r["total"], r["n"]) for r in read_view(catalog_server, "evolution_tests", f"{source}_agg").to_pylist()}
+    assert rows == {3: (2, None), 5: (3, "app"), 6: (2, "web")}, (
+        "order 3 was written and updated without the column: NULL"
+    )
+    totals = {
+        r["product_id"]: (r["total"], r["n"])
+        for r in read_view(catalog_server, "evolution_tests", f"{source}_agg").to_pylist()
+    }
     assert totals == {2: (7, 3)}
 
 
-def test_images_feed_evolves_with_updates_and_deletes_after(spark, catalog_server: CatalogServer, make_project, unique_name: str) -> None:
+def test_images_feed_evolves_with_updates_and_deletes_after(
+    spark, catalog_server: CatalogServer, make_project, unique_name: str
+) -> None:
     source = f"im_{unique_name}"[:40]
     project = make_project(
-        sources={source: {"format": "json", "path": f"landing/{source}", "schema": "order_id BIGINT, product_id BIGINT, quantity INT",
-                          "images": {"key": ["order_id"]}, "new_columns": "evolve"}},
+        sources={
+            source: {
+                "format": "json",
+                "path": f"landing/{source}",
+                "schema": "order_id BIGINT, product_id BIGINT, quantity INT",
+                "images": {"key": ["order_id"]},
+                "new_columns": "evolve",
+            }
+        },
         views=feed_views(source),
     )
 
@@ -195,10 +251,18 @@ def test_images_feed_evolves_with_updates_and_deletes_after(spark, catalog_serve
         # the column appears in after images (a key outside the images is no row column)
         [image(None, o(4, 3, 7, channel="web"), ts_ms=1), image(o(1, 1, 5), o(1, 1, 6, channel="app"))],
         # in both images now: updates and deletes of rows written before and after it appeared
-        [image(o(4, 3, 7, channel="web"), o(4, 3, 8, channel="store")), image(o(2, 1, 9), None),
-         image(o(1, 1, 6, channel="app"), None), image(o(3, 2, 4), o(3, 2, 2)), image(None, o(5, 3, 1, channel="web"))],
-        [image(o(5, 3, 1, channel="web"), o(5, 2, 3, channel="app")), image(o(4, 3, 8, channel="store"), None),
-         image(o(6, 2, 1), o(6, 2, 2, channel="web"))],
+        [
+            image(o(4, 3, 7, channel="web"), o(4, 3, 8, channel="store")),
+            image(o(2, 1, 9), None),
+            image(o(1, 1, 6, channel="app"), None),
+            image(o(3, 2, 4), o(3, 2, 2)),
+            image(None, o(5, 3, 1, channel="web")),
+        ],
+        [
+            image(o(5, 3, 1, channel="web"), o(5, 2, 3, channel="app")),
+            image(o(4, 3, 8, channel="store"), None),
+            image(o(6, 2, 1), o(6, 2, 2, channel="web")),
+        ],
     ]
     run_epochs(spark, catalog_server, project, source, epochs, restart_before=3)
     assert [c["name"] for c in added_columns(project, source)] == ["channel"], "ts_ms is outside the images"
@@ -206,5 +270,8 @@ def test_images_feed_evolves_with_updates_and_deletes_after(spark, catalog_serve
     assert view.column_names == ["order_id", "product_id", "quantity", "channel"]
     rows = {r["order_id"]: (r["quantity"], r["channel"]) for r in view.to_pylist()}
     assert rows == {3: (2, None), 5: (3, "app"), 6: (2, "web")}
-    totals = {r["product_id"]: (r["total"], r["n"]) for r in read_view(catalog_server, "evolution_tests", f"{source}_agg").to_pylist()}
+    totals = {
+        r["product_id"]: (r["total"], r["n"])
+        for r in read_view(catalog_server, "evolution_tests", f"{source}_agg").to_pylist()
+    }
     assert totals == {2: (7, 3)}

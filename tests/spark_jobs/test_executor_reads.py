@@ -36,7 +36,9 @@ MORE = [
 def views_of(prefix: str) -> tuple[tuple[str, str, str], dict]:
     lines, sales, big, views = chain(prefix)
     for view in views.values():
-        view.update(cadence="1s", format="iceberg", maintenance={"delete_files_max": 2})  # fold at every second delete file
+        view.update(
+            cadence="1s", format="iceberg", maintenance={"delete_files_max": 2}
+        )  # fold at every second delete file
     return (lines, sales, big), views
 
 
@@ -45,7 +47,9 @@ def kept_tables(pipeline) -> list[IcebergWriter]:
     return [w for w in [pipeline.writer, *maintainer.state, maintainer.mirror] if w is not None]
 
 
-def run_chain(spark, project, names: tuple[str, str, str], catalog_uri: str, batches: list[list[str]]) -> dict[str, list[IcebergWriter]]:
+def run_chain(
+    spark, project, names: tuple[str, str, str], catalog_uri: str, batches: list[list[str]]
+) -> dict[str, list[IcebergWriter]]:
     stack = EmbeddedStack(project, catalog_uri=catalog_uri)
     stack.start_views(spark=spark)
     try:
@@ -74,14 +78,18 @@ def folds(project, view: str) -> int:
     return sum(1 for s in table.snapshots() if s.summary and MAINTENANCE in s.summary.additional_properties)
 
 
-def test_tables_past_the_driver_bound_are_read_by_the_executors(spark, catalog_server: CatalogServer, make_project, unique_name: str) -> None:
+def test_tables_past_the_driver_bound_are_read_by_the_executors(
+    spark, catalog_server: CatalogServer, make_project, unique_name: str
+) -> None:
     names, views = views_of(unique_name[:36])
     sources = {"orders": {"format": "json", "path": "landing/orders", "schema": SCHEMA, "changes": FEED}}
     project = make_project(views=views, sources=sources).model_copy(update={"spark": SparkConfig(driver_keys_max=0)})
     kept = run_chain(spark, project, names, catalog_server.uri, [*BATCHES, MORE[0]])
     assert_nothing_kept_on_the_driver(kept)
     lines, sales, _ = names
-    assert folds(project, lines) >= 1 and folds(project, sales) >= 1, "deletes were folded (by the executors) in some commit"
+    assert folds(project, lines) >= 1 and folds(project, sales) >= 1, (
+        "deletes were folded (by the executors) in some commit"
+    )
 
     # A snapshot's change derived on the executors (a new process: nothing remembered from the
     # commit) equals the driver's derivation, folds included.
@@ -92,12 +100,15 @@ def test_tables_past_the_driver_bound_are_read_by_the_executors(spark, catalog_s
             by_executors = snapshot_change(remote, record.snapshot_id)
             by_driver = snapshot_change(local, record.snapshot_id)
             assert by_executors.sort_by([(c, "ascending") for c in by_executors.column_names]).equals(
-                by_driver.sort_by([(c, "ascending") for c in by_driver.column_names])), f"{view} epoch {record.epoch}"
+                by_driver.sort_by([(c, "ascending") for c in by_driver.column_names])
+            ), f"{view} epoch {record.epoch}"
             assert summed(by_executors).num_rows == by_executors.num_rows
         assert remote.live.remote.jobs >= len(tables.commit_history(project, view))
 
 
-def test_executor_reads_on_s3(spark, s3_server, tmp_path: Path, unique_name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_executor_reads_on_s3(
+    spark, s3_server, tmp_path: Path, unique_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", ACCESS_KEY)
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
     bucket = "executor-reads"
@@ -111,7 +122,9 @@ def test_executor_reads_on_s3(spark, s3_server, tmp_path: Path, unique_name: str
                 "s3": {"endpoint": s3_server.endpoint, "region": "us-east-1"},
             },
             "spark": {"driver_keys_max": 0},
-            "sources": {"orders": {"format": "json", "path": str(tmp_path / "landing"), "schema": SCHEMA, "changes": FEED}},
+            "sources": {
+                "orders": {"format": "json", "path": str(tmp_path / "landing"), "schema": SCHEMA, "changes": FEED}
+            },
             "views": views,
         },
         file=str(tmp_path / "lakeview.toml"),
@@ -157,16 +170,22 @@ def test_remote_writer_equals_a_model_every_epoch(mode: str, spark, rest_catalog
         before = dict(model)
         count = 30 if epoch == 0 else 0 if epoch in (4, 5) else rng.randrange(1, 12)  # epochs 4 and 5 only delete
         upserts = {rng.choice([*range(80), None]): rng.randrange(1000) for _ in range(count)}
-        deletes = [k for k in rng.sample(sorted(model, key=repr), min(len(model), rng.randrange(1, 5))) if k not in upserts]
-        rows = pa.table({"k": pa.array(list(upserts), pa.int64()), "total": pa.array(list(upserts.values()), pa.int64())})
+        deletes = [
+            k for k in rng.sample(sorted(model, key=repr), min(len(model), rng.randrange(1, 5))) if k not in upserts
+        ]
+        rows = pa.table(
+            {"k": pa.array(list(upserts), pa.int64()), "total": pa.array(list(upserts.values()), pa.int64())}
+        )
         gone = pa.table({"k": pa.array(deletes, pa.int64())}) if deletes else None
         record = writer.commit(Epoch(unique_name, epoch, {"n": epoch}), Change(rows, ("k",), deletes=gone))
         model = {k: v for k, v in model.items() if k not in deletes} | upserts
         assert record is not None
         stored = writer.table().scan().to_arrow().to_pylist()
         assert {r["k"]: r["total"] for r in stored} == model and len(stored) == len(model), f"epoch {epoch}"
-        expected = {**{(k, v): -1 for k, v in before.items() if model.get(k, object()) != v},
-                    **{(k, v): 1 for k, v in model.items() if before.get(k, object()) != v}}
+        expected = {
+            **{(k, v): -1 for k, v in before.items() if model.get(k, object()) != v},
+            **{(k, v): 1 for k, v in model.items() if before.get(k, object()) != v},
+        }
         for derived_by in (writer, fresh):
             z = snapshot_change(derived_by, record.snapshot_id).to_pylist()  # type: ignore[arg-type]
             assert {(r["k"], r["total"]): r[WEIGHT] for r in z} == expected, f"epoch {epoch}"
@@ -177,7 +196,10 @@ def test_remote_writer_equals_a_model_every_epoch(mode: str, spark, rest_catalog
         assert {(r["k"], r["total"]): r[WEIGHT] for r in z} == expected, f"snapshot {snapshot_id}"
     assert rewrites >= 2, "files were rewritten (by the executors) several times"
     assert writer.live.index_builds == 0 and not writer.live._rows
-    assert writer.live.remote.timings.get("rewrite_s") is not None and fresh.live.remote.timings.get("change_s") is not None
+    assert (
+        writer.live.remote.timings.get("rewrite_s") is not None
+        and fresh.live.remote.timings.get("change_s") is not None
+    )
 
 
 # ---------------------------------------------------------------- a crash: the change derived on the executors

@@ -26,7 +26,14 @@ from writers.iceberg.writer import IcebergWriter
 from writers.maintenance import MAINTENANCE
 
 PRODUCTS = "product_id BIGINT, category STRING, op STRING, seq BIGINT"
-PRODUCT_FEED = {"operation": "op", "key": ["product_id"], "sequence": "seq", "insert": ["c"], "update": ["u"], "delete": ["d"]}
+PRODUCT_FEED = {
+    "operation": "op",
+    "key": ["product_id"],
+    "sequence": "seq",
+    "insert": ["c"],
+    "update": ["u"],
+    "delete": ["d"],
+}
 REFUNDS = "refund_id BIGINT, product_id BIGINT, amount DOUBLE"
 _seq = iter(range(1, 100_000))
 
@@ -39,7 +46,11 @@ def refund(refund_id: int, product_id: int | None, amount: float) -> str:
     return json.dumps({"refund_id": refund_id, "product_id": product_id, "amount": amount})
 
 
-ORDER_BATCHES = [*BATCHES[:2], [*BATCHES[2], order("c", 40, None, 3)], MORE[0]]  # order 40 has no product: a NULL join key
+ORDER_BATCHES = [
+    *BATCHES[:2],
+    [*BATCHES[2], order("c", 40, None, 3)],
+    MORE[0],
+]  # order 40 has no product: a NULL join key
 PRODUCT_BATCHES = [
     [product("c", 0, "tools"), product("c", 1, "parts")],  # products 2 and 3 arrive later: NULL-extended until then
     [product("c", 2, "gears"), product("u", 1, "spares")],  # product 1 moves category
@@ -57,10 +68,14 @@ REFUND_BATCHES = [
 def views_of(prefix: str) -> tuple[tuple[str, str, str], dict]:
     named, both, cats = f"{prefix}_named", f"{prefix}_both", f"{prefix}_cats"
     views = {
-        named: {"sql": "SELECT o.product_id, p.category, SUM(o.quantity * o.price) AS revenue, COUNT(*) AS n, MAX(o.quantity) AS top "
-                       "FROM orders o LEFT JOIN products p ON o.product_id = p.product_id GROUP BY o.product_id, p.category"},
-        both: {"sql": "SELECT order_id AS id, product_id, quantity * price AS amount FROM orders "
-                      "UNION ALL SELECT refund_id, product_id, amount FROM refunds"},
+        named: {
+            "sql": "SELECT o.product_id, p.category, SUM(o.quantity * o.price) AS revenue, COUNT(*) AS n, MAX(o.quantity) AS top "
+            "FROM orders o LEFT JOIN products p ON o.product_id = p.product_id GROUP BY o.product_id, p.category"
+        },
+        both: {
+            "sql": "SELECT order_id AS id, product_id, quantity * price AS amount FROM orders "
+            "UNION ALL SELECT refund_id, product_id, amount FROM refunds"
+        },
         cats: {"sql": f"SELECT category, SUM(n) AS orders, SUM(revenue) AS revenue FROM {named} GROUP BY category"},
     }
     for view in views.values():  # fold at every second delete file
@@ -88,7 +103,9 @@ def folds(writer: IcebergWriter) -> int:
     return sum(1 for s in writer.table().snapshots() if s.summary and MAINTENANCE in s.summary.additional_properties)
 
 
-def test_join_and_union_tables_past_the_driver_bound_are_read_by_the_executors(spark, catalog_server, make_project, unique_name: str) -> None:
+def test_join_and_union_tables_past_the_driver_bound_are_read_by_the_executors(
+    spark, catalog_server, make_project, unique_name: str
+) -> None:
     names, views = views_of(unique_name[:36])
     named, both, cats = names
     sources = {
@@ -101,7 +118,9 @@ def test_join_and_union_tables_past_the_driver_bound_are_read_by_the_executors(s
     stack = EmbeddedStack(project, catalog_uri=catalog_server.uri)
     stack.start_views(spark=spark)
     try:
-        assert isinstance(stack.pipelines[named], CombinedPipeline) and isinstance(stack.pipelines[both], CombinedPipeline)
+        assert isinstance(stack.pipelines[named], CombinedPipeline) and isinstance(
+            stack.pipelines[both], CombinedPipeline
+        )
         for number, batch in enumerate(ORDER_BATCHES):
             land(project.source_path("orders"), f"{number:03d}.json", batch)
             land(project.source_path("products"), f"{number:03d}.json", PRODUCT_BATCHES[number])
@@ -125,5 +144,9 @@ def test_join_and_union_tables_past_the_driver_bound_are_read_by_the_executors(s
     assert folds(kept[named][0]) >= 1 and folds(kept[both][0]) >= 1, "the views' deletes were folded (by the executors)"
     rows = tables.read_rows(project, named).to_pylist()
     assert any(r["product_id"] is None for r in rows), "order 40 (no product) is a NULL-keyed group"
-    assert {r["product_id"]: r["category"] for r in rows if r["product_id"] is not None}.get(0) == "parts", "product 0 came back"
-    assert tables.read_rows(project, both).to_pylist().count({"id": 4, "product_id": 2, "amount": 3.0}) == 2, "the two equal refunds kept as a multiset"
+    assert {r["product_id"]: r["category"] for r in rows if r["product_id"] is not None}.get(0) == "parts", (
+        "product 0 came back"
+    )
+    assert tables.read_rows(project, both).to_pylist().count({"id": 4, "product_id": 2, "amount": 3.0}) == 2, (
+        "the two equal refunds kept as a multiset"
+    )

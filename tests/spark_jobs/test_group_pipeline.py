@@ -28,14 +28,19 @@ from tests.waiting import wait_for
 from writers.staged_files import WRITTEN_BY
 
 NS = "group_pipeline_tests"
-STATS_SQL = "SELECT product_id, COUNT(*) AS n, AVG(quantity) AS avg_q, MAX(quantity) AS max_q FROM orders GROUP BY product_id"
+STATS_SQL = (
+    "SELECT product_id, COUNT(*) AS n, AVG(quantity) AS avg_q, MAX(quantity) AS max_q FROM orders GROUP BY product_id"
+)
 
 
 def grouped_project(make_project, name: str, **more: dict):
     views = {
         f"{name}_sums": {"sql": SALES_SQL, "cadence": "1s", "namespace": NS, "group": name},
         f"{name}_stats": {"sql": STATS_SQL, "cadence": "1s", "namespace": NS, "group": name},
-        **{f"{name}_{suffix}": {"cadence": "1s", "namespace": NS, "group": name, **view} for suffix, view in more.items()},
+        **{
+            f"{name}_{suffix}": {"cadence": "1s", "namespace": NS, "group": name, **view}
+            for suffix, view in more.items()
+        },
     }
     return make_project(views=views), f"{name}_sums", f"{name}_stats"
 
@@ -86,8 +91,12 @@ class JoiningReader:
         if before is None or stats is None or after is None or before.snapshot_id != after.snapshot_id:
             return  # nothing yet, or a commit landed while loading: no single moment observed
         s, t = summary(before), summary(stats)
-        if s.get("lakeview.epoch") != t.get("lakeview.epoch") or s.get("lakeview.frontier") != t.get("lakeview.frontier"):
-            self.problems.append(f"one moment, two points in time: sums {s.get('lakeview.epoch')}, stats {t.get('lakeview.epoch')}")
+        if s.get("lakeview.epoch") != t.get("lakeview.epoch") or s.get("lakeview.frontier") != t.get(
+            "lakeview.frontier"
+        ):
+            self.problems.append(
+                f"one moment, two points in time: sums {s.get('lakeview.epoch')}, stats {t.get('lakeview.epoch')}"
+            )
             return
         joined = self.duck.sql(
             f"WITH s AS (SELECT * FROM lake.{NS}.{self.sums} AT (VERSION => {before.snapshot_id})), "
@@ -96,9 +105,17 @@ class JoiningReader:
             "FROM s FULL JOIN t ON s.product_id = t.product_id"
         ).to_arrow_table()
         epoch = int(s["lakeview.epoch"])
-        files = files_up_to(self.project.checkpoint_path(self.sums), json.loads(s["lakeview.frontier"])["orders"]["log_offset"])
-        for view, columns in ((self.sums, ["product_id", "total_sold", "orders"]), (self.stats, ["product_id", "n", "avg_q", "max_q"])):
-            comparison = oracle.compare(joined.select(columns).filter(pc.is_valid(joined[columns[1]])), oracle.recompute(self.project, view, files))
+        files = files_up_to(
+            self.project.checkpoint_path(self.sums), json.loads(s["lakeview.frontier"])["orders"]["log_offset"]
+        )
+        for view, columns in (
+            (self.sums, ["product_id", "total_sold", "orders"]),
+            (self.stats, ["product_id", "n", "avg_q", "max_q"]),
+        ):
+            comparison = oracle.compare(
+                joined.select(columns).filter(pc.is_valid(joined[columns[1]])),
+                oracle.recompute(self.project, view, files),
+            )
             if not comparison.equal:
                 self.problems.append(f"epoch {epoch}, {view}: {comparison.describe()}")
         mismatched = [r for r in joined.to_pylist() if r["orders"] != r["n"]]
@@ -123,7 +140,9 @@ def assert_group_matches_recompute(tables: dict[str, object], project, views: tu
         assert comparison.equal, f"{view}: {comparison.describe()}"
 
 
-def test_grouped_views_commit_together_while_duckdb_joins_them(spark, catalog_server: CatalogServer, make_project, unique_name: str) -> None:
+def test_grouped_views_commit_together_while_duckdb_joins_them(
+    spark, catalog_server: CatalogServer, make_project, unique_name: str
+) -> None:
     group = unique_name[-40:]
     project, sums, stats = grouped_project(make_project, group)
     landing = project.source_path("orders")
@@ -142,7 +161,11 @@ def test_grouped_views_commit_together_while_duckdb_joins_them(spark, catalog_se
         stack.queries[sums].processAllAvailable()
         tables = group_tables(stack, group)
         for view in (sums, stats):  # each member still has its own heartbeat for `lakeview status`
-            heartbeat = wait_for(lambda v=view: (r := read_runtime(project, v)) and r.processed_files == 8 and r, what=f"{view}'s heartbeat", timeout=120)
+            heartbeat = wait_for(
+                lambda v=view: (r := read_runtime(project, v)) and r.processed_files == 8 and r,
+                what=f"{view}'s heartbeat",
+                timeout=120,
+            )
             assert heartbeat.query_active and heartbeat.pending_files == 0 and heartbeat.failed is None
         statuses = {s.view: s for s in view_statuses(project)}  # what `lakeview status` prints
         assert [statuses[v].running and statuses[v].state for v in (sums, stats)] == ["committed", "committed"]
@@ -157,11 +180,15 @@ def test_grouped_views_commit_together_while_duckdb_joins_them(spark, catalog_se
     assert_group_matches_recompute(tables, project, (sums, stats), files=8)
 
 
-def test_group_restart_continues_without_applying_an_epoch_twice(spark, catalog_server: CatalogServer, make_project, unique_name: str) -> None:
+def test_group_restart_continues_without_applying_an_epoch_twice(
+    spark, catalog_server: CatalogServer, make_project, unique_name: str
+) -> None:
     group = unique_name[-40:]
     # A third member, an append view: batches past driver_rows_max are written by Spark's
     # executors, and their data files join the group's transaction too.
-    project, sums, stats = grouped_project(make_project, group, big={"sql": "SELECT order_id, product_id, quantity FROM orders WHERE quantity >= 2"})
+    project, sums, stats = grouped_project(
+        make_project, group, big={"sql": "SELECT order_id, product_id, quantity FROM orders WHERE quantity >= 2"}
+    )
     project = project.model_copy(update={"spark": SparkConfig(driver_rows_max=60)})
     big = f"{group}_big"
     landing = project.source_path("orders")
@@ -177,7 +204,9 @@ def test_group_restart_continues_without_applying_an_epoch_twice(spark, catalog_
         stack.stop_views()
     assert_group_matches_recompute(tables, project, (sums, stats, big), files=2)
     written_by = [summary(s).get(WRITTEN_BY) for s in tables[big].snapshots()]
-    assert written_by == ["executors", None], "the 80-order batch was written by executors, the 40-order one by the driver"
+    assert written_by == ["executors", None], (
+        "the 80-order batch was written by executors, the 40-order one by the driver"
+    )
 
     # Stopped: more files land; a new stack continues from the group's checkpoint.
     land_json(landing, "c.json", make_orders(30, seed=3, first_id=201))
@@ -191,7 +220,9 @@ def test_group_restart_continues_without_applying_an_epoch_twice(spark, catalog_
         stack.stop_views()
     assert_group_matches_recompute(tables, project, (sums, stats, big), files=4)
     for name, table in tables.items():
-        assert summary(table.current_snapshot())["lakeview.rows-in"] == "50", f"{name}: only the files landed while stopped were read"
+        assert summary(table.current_snapshot())["lakeview.rows-in"] == "50", (
+            f"{name}: only the files landed while stopped were read"
+        )
 
     # A crash after the group's commit but before Spark recorded the batch: the replay is skipped
     # for every member (no new snapshot anywhere).
@@ -208,15 +239,24 @@ def test_group_restart_continues_without_applying_an_epoch_twice(spark, catalog_
         tables = group_tables(stack, group)
     finally:
         stack.stop_views()
-    assert {name: len(t.snapshots()) for name, t in tables.items()} == before, "the replayed epoch was skipped by every table"
+    assert {name: len(t.snapshots()) for name, t in tables.items()} == before, (
+        "the replayed epoch was skipped by every table"
+    )
     assert_group_matches_recompute(tables, project, (sums, stats, big), files=4)
 
 
-def test_refreshing_one_member_of_a_manual_group_refreshes_the_whole_group(spark, catalog_server: CatalogServer, make_project, unique_name: str) -> None:
+def test_refreshing_one_member_of_a_manual_group_refreshes_the_whole_group(
+    spark, catalog_server: CatalogServer, make_project, unique_name: str
+) -> None:
     group = unique_name[-40:]
     project, sums, stats = grouped_project(make_project, group)
     project = project.model_copy(
-        update={"views": {name: view.model_copy(update={"cadence": parse_cadence("manual")}) for name, view in project.views.items()}}
+        update={
+            "views": {
+                name: view.model_copy(update={"cadence": parse_cadence("manual")})
+                for name, view in project.views.items()
+            }
+        }
     )
     landing = project.source_path("orders")
     land_json(landing, "a.json", make_orders(50, seed=5, first_id=1))
@@ -229,7 +269,9 @@ def test_refreshing_one_member_of_a_manual_group_refreshes_the_whole_group(spark
     finally:
         stack.stop_views()
     assert_group_matches_recompute(tables, project, (sums, stats), files=2)
-    assert {name: epochs_of(table) for name, table in tables.items()} == {name: [0] for name in tables}, "one snapshot per table"
+    assert {name: epochs_of(table) for name, table in tables.items()} == {name: [0] for name in tables}, (
+        "one snapshot per table"
+    )
 
 
 def test_sigkill_mid_group_commit_then_restart_commits_every_table_once(tmp_path: Path) -> None:
@@ -248,21 +290,38 @@ def test_sigkill_mid_group_commit_then_restart_commits_every_table_once(tmp_path
         "sources": {"changes": {"format": "json", "path": "landing", "schema": SCHEMA, "changes": FEED}},
         "views": {
             "crashy": {"sql": SQL, "cadence": "manual", "namespace": "crash", "group": "g"},
-            "counts": {"sql": "SELECT product_id, COUNT(*) AS n FROM changes GROUP BY product_id", "cadence": "manual", "namespace": "crash", "group": "g"},
+            "counts": {
+                "sql": "SELECT product_id, COUNT(*) AS n FROM changes GROUP BY product_id",
+                "cadence": "manual",
+                "namespace": "crash",
+                "group": "g",
+            },
         },
     }
     project = project_on_disk(tmp_path, data)
     land(project.source_path("changes"), "000.json", EPOCHS[0])
     land(project.source_path("changes"), "001.json", EPOCHS[1])
 
-    names = ["crashy", "__lv_state_crashy_0", "__lv_state_crashy_1", "__lv_state_crashy_src", "counts", "__lv_state_counts_0", "__lv_state_counts_src"]
+    names = [
+        "crashy",
+        "__lv_state_crashy_0",
+        "__lv_state_crashy_1",
+        "__lv_state_crashy_src",
+        "counts",
+        "__lv_state_counts_0",
+        "__lv_state_counts_src",
+    ]
     assert refresh(tmp_path, "before_group_commit:0") == -signal.SIGKILL
     store = open_store(project)
-    assert {name: epochs_of(store.load_table(("crash", name))) for name in names} == {name: [] for name in names}, "no table moved"
+    assert {name: epochs_of(store.load_table(("crash", name))) for name in names} == {name: [] for name in names}, (
+        "no table moved"
+    )
     refresh(tmp_path, None)  # (a kill after the commit, before Spark's checkpoint: the replay test above)
 
     for view in ("crashy", "counts"):
-        comparison = oracle.compare(store.load_table(("crash", view)).scan().to_arrow(), oracle.recompute(project, view))
+        comparison = oracle.compare(
+            store.load_table(("crash", view)).scan().to_arrow(), oracle.recompute(project, view)
+        )
         assert comparison.equal, f"{view}: {comparison.describe()}"
     for name in names:
         epochs = Counter(summary(s).get("lakeview.epoch") for s in store.load_table(("crash", name)).snapshots())

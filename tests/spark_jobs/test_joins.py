@@ -36,7 +36,9 @@ def assert_verified(project, view: str, pipeline, catalog_server: CatalogServer,
     assert comparison.equal, f"epoch {record.epoch}: {comparison.describe()}"
 
 
-def test_orders_join_a_changing_products_table_with_an_aggregate(spark, catalog_server: CatalogServer, make_project, unique_name: str) -> None:
+def test_orders_join_a_changing_products_table_with_an_aggregate(
+    spark, catalog_server: CatalogServer, make_project, unique_name: str
+) -> None:
     sources = {
         "orders": {"format": "json", "path": "landing/orders", "schema": ORDERS},
         "products": {"format": "json", "path": "landing/products", "schema": PRODUCTS, "changes": FEED},
@@ -44,13 +46,20 @@ def test_orders_join_a_changing_products_table_with_an_aggregate(spark, catalog_
     sql = """SELECT p.category AS category, SUM(o.amount) AS total, COUNT(*) AS n
 FROM orders AS o JOIN products AS p ON o.product_id = p.product_id
 GROUP BY p.category"""
-    project = make_project(views={unique_name: {"sql": sql, "cadence": "1s", "namespace": "join_tests"}}, sources=sources)
+    project = make_project(
+        views={unique_name: {"sql": sql, "cadence": "1s", "namespace": "join_tests"}}, sources=sources
+    )
     batches = [
-        {"products": [product("c", 1, "toys"), product("c", 2, "books"), product("c", 3, "food")],
-         "orders": [order(1, 1, 10.0), order(2, 1, 5.0), order(3, 2, 7.0), order(4, 9, 1.0)]},
+        {
+            "products": [product("c", 1, "toys"), product("c", 2, "books"), product("c", 3, "food")],
+            "orders": [order(1, 1, 10.0), order(2, 1, 5.0), order(3, 2, 7.0), order(4, 9, 1.0)],
+        },
         {"products": [product("u", 1, "games")], "orders": [order(5, 3, 2.5)]},  # product 1 moves category
         {"products": [product("d", 2)]},  # product 2's orders leave the join
-        {"orders": [order(6, 2, 4.0), order(7, 1, 1.0)], "products": [product("c", 9, "toys")]},  # order 4 finds product 9
+        {
+            "orders": [order(6, 2, 4.0), order(7, 1, 1.0)],
+            "products": [product("c", 9, "toys")],
+        },  # order 4 finds product 9
     ]
     pipeline, query = start(spark, project, unique_name, catalog_server)
     try:
@@ -61,15 +70,22 @@ GROUP BY p.category"""
             assert_verified(project, unique_name, pipeline, catalog_server, "join_tests")
     finally:
         query.stop()
-    rows = {r["category"]: (r["total"], r["n"]) for r in read_view(catalog_server, "join_tests", unique_name).to_pylist()}
+    rows = {
+        r["category"]: (r["total"], r["n"]) for r in read_view(catalog_server, "join_tests", unique_name).to_pylist()
+    }
     assert rows == {"games": (16.0, 3), "food": (2.5, 1), "toys": (1.0, 1)}
     frontier = pipeline.writer.last_commit().frontier
     assert {frontier["orders"]["index"], frontier["products"]["index"]} == {0, 1}
     plan = explain(project, unique_name)
-    assert "join orders ⋈ products (inner) ON o.product_id = p.product_id" in plan and f"__lv_state_{unique_name}_join_p" in plan
+    assert (
+        "join orders ⋈ products (inner) ON o.product_id = p.product_id" in plan
+        and f"__lv_state_{unique_name}_join_p" in plan
+    )
 
 
-def test_stream_stream_left_join_projection(spark, catalog_server: CatalogServer, make_project, unique_name: str) -> None:
+def test_stream_stream_left_join_projection(
+    spark, catalog_server: CatalogServer, make_project, unique_name: str
+) -> None:
     """Two append-only streams: an order without a shipment shows NULLs until the shipment
     lands, then that row is replaced by the joined one."""
     sources = {
@@ -77,9 +93,14 @@ def test_stream_stream_left_join_projection(spark, catalog_server: CatalogServer
         "shipments": {"format": "json", "path": "landing/shipments", "schema": "order_id BIGINT, carrier STRING"},
     }
     sql = "SELECT o.order_id, o.amount, s.carrier FROM orders o LEFT JOIN shipments s ON o.order_id = s.order_id WHERE o.amount > 1"
-    project = make_project(views={unique_name: {"sql": sql, "cadence": "1s", "namespace": "join_tests"}}, sources=sources)
+    project = make_project(
+        views={unique_name: {"sql": sql, "cadence": "1s", "namespace": "join_tests"}}, sources=sources
+    )
     batches = [
-        {"orders": [order(1, 1, 10.0), order(2, 1, 5.0), order(3, 1, 0.5)], "shipments": [json.dumps({"order_id": 1, "carrier": "ups"})]},
+        {
+            "orders": [order(1, 1, 10.0), order(2, 1, 5.0), order(3, 1, 0.5)],
+            "shipments": [json.dumps({"order_id": 1, "carrier": "ups"})],
+        },
         {"shipments": [json.dumps({"order_id": 2, "carrier": "dhl"}), json.dumps({"order_id": 1, "carrier": "fedex"})]},
         {"orders": [order(4, 2, 3.0)]},
     ]
@@ -92,27 +113,41 @@ def test_stream_stream_left_join_projection(spark, catalog_server: CatalogServer
             assert_verified(project, unique_name, pipeline, catalog_server, "join_tests")
         finally:
             query.stop()
-    rows = sorted((r["order_id"], r["carrier"] or "") for r in read_view(catalog_server, "join_tests", unique_name).to_pylist())
+    rows = sorted(
+        (r["order_id"], r["carrier"] or "") for r in read_view(catalog_server, "join_tests", unique_name).to_pylist()
+    )
     assert rows == [(1, "fedex"), (1, "ups"), (2, "dhl"), (4, "")]
     assert pipeline.writer.last_commit().epoch == 2  # one epoch per batch, none replayed or skipped
     land(project.source_path("shipments"), "late.json", [json.dumps({"order_id": 4, "carrier": "ups"})])
     assert count_pending_files(project, pipeline.source, project.checkpoint_path(unique_name)) == (1, 4)
 
 
-def test_union_all_of_two_sources_and_an_aggregate_over_it(spark, catalog_server: CatalogServer, make_project, unique_name: str) -> None:
+def test_union_all_of_two_sources_and_an_aggregate_over_it(
+    spark, catalog_server: CatalogServer, make_project, unique_name: str
+) -> None:
     sources = {
         "web": {"format": "json", "path": "landing/web", "schema": ORDERS},
-        "store": {"format": "json", "path": "landing/store", "schema": "sale_id BIGINT, product_id BIGINT, price DOUBLE"},
+        "store": {
+            "format": "json",
+            "path": "landing/store",
+            "schema": "sale_id BIGINT, product_id BIGINT, price DOUBLE",
+        },
     }
     union = "SELECT order_id AS id, product_id, amount FROM web WHERE amount > 0 UNION ALL SELECT sale_id, product_id, price FROM store"
     views = {
         f"{unique_name}_all": {"sql": union, "cadence": "1s", "namespace": "join_tests"},
-        f"{unique_name}_agg": {"sql": f"SELECT product_id, SUM(amount) AS total, COUNT(*) AS n FROM ({union}) AS u GROUP BY product_id",
-                               "cadence": "1s", "namespace": "join_tests"},
+        f"{unique_name}_agg": {
+            "sql": f"SELECT product_id, SUM(amount) AS total, COUNT(*) AS n FROM ({union}) AS u GROUP BY product_id",
+            "cadence": "1s",
+            "namespace": "join_tests",
+        },
     }
     project = make_project(views=views, sources=sources)
     batches = [
-        {"web": [order(1, 1, 10.0), order(2, 2, -1.0)], "store": [json.dumps({"sale_id": 1, "product_id": 1, "price": 3.0})]},
+        {
+            "web": [order(1, 1, 10.0), order(2, 2, -1.0)],
+            "store": [json.dumps({"sale_id": 1, "product_id": 1, "price": 3.0})],
+        },
         {"store": [json.dumps({"sale_id": 2, "product_id": 2, "price": 4.0})]},
     ]
     started = [start(spark, project, view, catalog_server) for view in views]
@@ -127,7 +162,10 @@ def test_union_all_of_two_sources_and_an_aggregate_over_it(spark, catalog_server
         for _, query in started:
             query.stop()
     assert read_view(catalog_server, "join_tests", f"{unique_name}_all").num_rows == 3
-    totals = {r["product_id"]: (r["total"], r["n"]) for r in read_view(catalog_server, "join_tests", f"{unique_name}_agg").to_pylist()}
+    totals = {
+        r["product_id"]: (r["total"], r["n"])
+        for r in read_view(catalog_server, "join_tests", f"{unique_name}_agg").to_pylist()
+    }
     assert totals == {1: (13.0, 2), 2: (4.0, 1)}
 
 
@@ -145,8 +183,10 @@ def test_join_view_sigkilled_mid_epoch_then_verify_says_equal(spark, tmp_path) -
     from tests.spark_jobs.test_crash import ROOT, project_on_disk, refresh
     from tests.spark_jobs.test_view_dag import refresh_in_process
 
-    sql = ("SELECT p.category AS category, SUM(o.amount) AS total, COUNT(*) AS n "
-           "FROM orders o JOIN products p ON o.product_id = p.product_id GROUP BY p.category")
+    sql = (
+        "SELECT p.category AS category, SUM(o.amount) AS total, COUNT(*) AS n "
+        "FROM orders o JOIN products p ON o.product_id = p.product_id GROUP BY p.category"
+    )
     data = {
         "lake": {"warehouse": "lake"},
         "server": {"port": 0},
@@ -165,12 +205,25 @@ def test_join_view_sigkilled_mid_epoch_then_verify_says_equal(spark, tmp_path) -
     assert refresh(tmp_path, "after_commit:1") == -signal.SIGKILL
     refresh_in_process(spark, project, ["crashy"])  # the last restart in this process: one JVM start less
 
-    verify = subprocess.run([sys.executable, "-m", "lakeview.cli", "verify", "crashy", "-p", str(tmp_path)],
-                            cwd=ROOT, capture_output=True, text=True, timeout=300)
+    verify = subprocess.run(
+        [sys.executable, "-m", "lakeview.cli", "verify", "crashy", "-p", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert verify.returncode == 0 and "(4 files): equal" in verify.stdout, verify.stdout + verify.stderr
     store = open_store(project)
-    assert {r["category"]: r["n"] for r in store.load_table(("crash", "crashy")).scan().to_arrow().to_pylist()} == {"games": 3}
-    for name in ("crashy", "__lv_state_crashy_0", "__lv_state_crashy_join_o", "__lv_state_crashy_join_p", "__lv_state_crashy_src_products"):
+    assert {r["category"]: r["n"] for r in store.load_table(("crash", "crashy")).scan().to_arrow().to_pylist()} == {
+        "games": 3
+    }
+    for name in (
+        "crashy",
+        "__lv_state_crashy_0",
+        "__lv_state_crashy_join_o",
+        "__lv_state_crashy_join_p",
+        "__lv_state_crashy_src_products",
+    ):
         table = store.load_table(("crash", name))
         epochs = Counter(s.summary.additional_properties.get("lakeview.epoch") for s in table.snapshots() if s.summary)
         epochs.pop(None, None)

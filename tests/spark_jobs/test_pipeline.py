@@ -35,7 +35,9 @@ def assert_matches_recompute(project, view: str, snapshot: pa.Table, files: int)
     assert comparison.equal, comparison.describe()
 
 
-def test_files_to_duckdb_exactly_once_across_restarts(spark, catalog_server: CatalogServer, make_project, unique_name: str) -> None:
+def test_files_to_duckdb_exactly_once_across_restarts(
+    spark, catalog_server: CatalogServer, make_project, unique_name: str
+) -> None:
     view = unique_name
     project = make_project(views={view: {"sql": SALES_SQL, "cadence": "1s", "namespace": "pipeline_tests"}})
     landing = project.source_path("orders")
@@ -108,7 +110,9 @@ def test_append_view_with_filter(spark, catalog_server: CatalogServer, make_proj
     assert_matches_recompute(project, unique_name, read_view(catalog_server, "pipeline_tests", unique_name), files=2)
 
 
-def test_files_landing_while_stopped_are_all_picked_up(spark, catalog_server: CatalogServer, make_project, unique_name: str, tmp_path: Path) -> None:
+def test_files_landing_while_stopped_are_all_picked_up(
+    spark, catalog_server: CatalogServer, make_project, unique_name: str, tmp_path: Path
+) -> None:
     project = make_project(views={unique_name: {"sql": SALES_SQL, "cadence": "manual", "namespace": "pipeline_tests"}})
     landing = project.source_path("orders")
     for i in range(3):
@@ -120,7 +124,9 @@ def test_files_landing_while_stopped_are_all_picked_up(spark, catalog_server: Ca
     assert len(pipeline.writer.table().snapshots()) == 1
 
 
-def test_append_only_source_with_state_tables(spark, catalog_server: CatalogServer, make_project, unique_name: str) -> None:
+def test_append_only_source_with_state_tables(
+    spark, catalog_server: CatalogServer, make_project, unique_name: str
+) -> None:
     """AVG, COUNT(DISTINCT) and HAVING over an append-only source: Spark computes the weighted
     state deltas, the state tables hold sums/counts and the value multiset."""
     sql = (
@@ -133,10 +139,14 @@ def test_append_only_source_with_state_tables(spark, catalog_server: CatalogServ
     try:
         land_json(landing, "a.json", make_orders(20, seed=21))
         query.processAllAvailable()
-        assert_matches_recompute(project, unique_name, read_view(catalog_server, "pipeline_tests", unique_name), files=1)
+        assert_matches_recompute(
+            project, unique_name, read_view(catalog_server, "pipeline_tests", unique_name), files=1
+        )
         land_json(landing, "b.json", make_orders(60, seed=22, first_id=100))
         query.processAllAvailable()
-        assert_matches_recompute(project, unique_name, read_view(catalog_server, "pipeline_tests", unique_name), files=2)
+        assert_matches_recompute(
+            project, unique_name, read_view(catalog_server, "pipeline_tests", unique_name), files=2
+        )
     finally:
         query.stop()
     assert len(pipeline.maintainer.state) == 2

@@ -21,7 +21,9 @@ VIEWS = {
 }
 
 
-def test_parquet_views_equal_recompute_and_record_rows_in(spark, catalog_server: CatalogServer, make_project, unique_name: str) -> None:
+def test_parquet_views_equal_recompute_and_record_rows_in(
+    spark, catalog_server: CatalogServer, make_project, unique_name: str
+) -> None:
     sources = {"orders": {"format": "parquet", "path": "landing/orders", "schema": SCHEMA}}
     views = {f"{unique_name}_{v}": {"sql": sql, "cadence": "1s", "namespace": "cost_tests"} for v, sql in VIEWS.items()}
     project = make_project(views=views, sources=sources)

@@ -22,14 +22,27 @@ BATCHES = [
 ]
 
 
-def test_a_string_keyed_view_is_right_in_iceberg_and_delta(spark, catalog_server, make_project, unique_name: str) -> None:
-    views = {f"{unique_name[:40]}_{fmt}": {"sql": SQL, "format": fmt, "cadence": "1s", "namespace": "string_keys"} for fmt in ("iceberg", "delta")}
+def test_a_string_keyed_view_is_right_in_iceberg_and_delta(
+    spark, catalog_server, make_project, unique_name: str
+) -> None:
+    views = {
+        f"{unique_name[:40]}_{fmt}": {"sql": SQL, "format": fmt, "cadence": "1s", "namespace": "string_keys"}
+        for fmt in ("iceberg", "delta")
+    }
     project = make_project(views=views, sources={"events": {"format": "json", "path": "", "schema": SCHEMA}})
-    project = make_project(views=views, sources={"events": {"format": "json", "path": str(project.root / "landing"), "schema": SCHEMA}})
+    project = make_project(
+        views=views, sources={"events": {"format": "json", "path": str(project.root / "landing"), "schema": SCHEMA}}
+    )
     landing = project.source_path("events")
     queries = []
     for view in views:
-        pipeline = ViewPipeline(spark, project, view, make_writer(project, view, catalog_server.uri), state_writer=state_writer_factory(project, view))
+        pipeline = ViewPipeline(
+            spark,
+            project,
+            view,
+            make_writer(project, view, catalog_server.uri),
+            state_writer=state_writer_factory(project, view),
+        )
         pipeline.prepare()
         queries.append(pipeline.start())
     try:
@@ -44,13 +57,30 @@ def test_a_string_keyed_view_is_right_in_iceberg_and_delta(spark, catalog_server
 
     expected = oracle.recompute(project, next(iter(views)), oracle.landed_files(landing))
     assert sorted(expected.to_pylist(), key=repr) == sorted(
-        [{"k": "a", "n": 2, "total": 11}, {"k": "", "n": 2, "total": 9}, {"k": "é日本", "n": 2, "total": 23},
-         {"k": "b", "n": 2, "total": 0}, {"k": "c", "n": 1, "total": 0}], key=repr)
+        [
+            {"k": "a", "n": 2, "total": 11},
+            {"k": "", "n": 2, "total": 9},
+            {"k": "é日本", "n": 2, "total": 23},
+            {"k": "b", "n": 2, "total": 0},
+            {"k": "c", "n": 1, "total": 0},
+        ],
+        key=repr,
+    )
     for view in views:
         comparison = oracle.compare(tables.read_rows(project, view), expected)
         assert comparison.equal, f"{view}: {comparison.describe()}"
         assert [c.epoch for c in tables.commit_history(project, view)][0] == 2, "one commit per landed file"
     iceberg_view, delta_view = views
-    duck = connect_catalog(catalog_server.uri, "lakeview").sql(f"SELECT k, n, total FROM lake.string_keys.{iceberg_view}").fetchall()
-    delta = connect("delta").sql(f"SELECT k, n, total FROM delta_scan('{project.table_location(delta_view)}')").fetchall()
-    assert sorted(duck, key=repr) == sorted(delta, key=repr) == sorted((tuple(r.values()) for r in expected.to_pylist()), key=repr)
+    duck = (
+        connect_catalog(catalog_server.uri, "lakeview")
+        .sql(f"SELECT k, n, total FROM lake.string_keys.{iceberg_view}")
+        .fetchall()
+    )
+    delta = (
+        connect("delta").sql(f"SELECT k, n, total FROM delta_scan('{project.table_location(delta_view)}')").fetchall()
+    )
+    assert (
+        sorted(duck, key=repr)
+        == sorted(delta, key=repr)
+        == sorted((tuple(r.values()) for r in expected.to_pylist()), key=repr)
+    )

@@ -34,8 +34,19 @@ ROOT = Path(__file__).resolve().parents[2]
 _seq = iter(range(1, 100_000))
 
 
-def order(op: str, order_id: int, product_id: int | None = None, quantity: int | None = None, price: float = 2.5) -> str:
-    return json.dumps({"order_id": order_id, "product_id": product_id, "quantity": quantity, "price": price, "op": op, "seq": next(_seq)})
+def order(
+    op: str, order_id: int, product_id: int | None = None, quantity: int | None = None, price: float = 2.5
+) -> str:
+    return json.dumps(
+        {
+            "order_id": order_id,
+            "product_id": product_id,
+            "quantity": quantity,
+            "price": price,
+            "op": op,
+            "seq": next(_seq),
+        }
+    )
 
 
 BATCHES = [
@@ -54,7 +65,11 @@ BATCHES = [
 def chain(prefix: str) -> tuple[str, str, str, dict]:
     lines, sales, big = f"{prefix}_lines", f"{prefix}_sales", f"{prefix}_big"
     views = {
-        lines: {"sql": "SELECT order_id, product_id, quantity * price AS amount FROM orders", "namespace": "dag_tests", "format": "delta"},
+        lines: {
+            "sql": "SELECT order_id, product_id, quantity * price AS amount FROM orders",
+            "namespace": "dag_tests",
+            "format": "delta",
+        },
         sales: {
             "sql": f"SELECT product_id, SUM(amount) AS revenue, COUNT(*) AS n, MAX(amount) AS top FROM {lines} GROUP BY product_id",
             "namespace": "dag_tests",
@@ -80,10 +95,14 @@ def assert_chain_equals_recompute(project, names: tuple[str, str, str], when: st
         assert comparison.equal, f"{view} {when}: {comparison.describe()}"
         record = tables.last_commit(project, view)
         at_frontier, how = expected_rows(project, view, record)  # what `lakeview verify` checks
-        assert oracle.compare(tables.read_rows(project, view, record.snapshot_id), at_frontier).equal, f"{view} {when}: {how}"
+        assert oracle.compare(tables.read_rows(project, view, record.snapshot_id), at_frontier).equal, (
+            f"{view} {when}: {how}"
+        )
 
 
-def test_three_level_chain_equals_recompute_after_every_batch(spark, catalog_server, make_project, unique_name: str) -> None:
+def test_three_level_chain_equals_recompute_after_every_batch(
+    spark, catalog_server, make_project, unique_name: str
+) -> None:
     names = chain(unique_name[:40])
     lines, sales, big, views = names[0], names[1], names[2], names[3]
     for view in views.values():
@@ -106,16 +125,24 @@ def test_three_level_chain_equals_recompute_after_every_batch(spark, catalog_ser
     assert 0 not in rows, "product 0 fell below 2 orders and left the filter view"
     assert rows[2]["revenue"] == 2.5 * (6 + 10) + 10.0 * 6  # orders 6, 10 and the updated 13 (order 2 moved away)
     left = sorted(p.name for p in reader_path(project, lines, sales).glob("*.parquet"))
-    assert len(left) <= 1, f"change files every reader committed are deleted (the newest awaits the next publication): {left}"
+    assert len(left) <= 1, (
+        f"change files every reader committed are deleted (the newest awaits the next publication): {left}"
+    )
     maintain_view(project, lines, catalog_server.uri)
-    assert not list(project.changes_path(lines).rglob("*.parquet")), "a maintenance pass deletes what every reader consumed"
+    assert not list(project.changes_path(lines).rglob("*.parquet")), (
+        "a maintenance pass deletes what every reader consumed"
+    )
 
 
 def refresh_in_subprocess(project_dir: Path, view: str, fault: str) -> int:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "LAKEVIEW_FAULT": fault}
     proc = subprocess.Popen(
         [sys.executable, "-m", "lakeview.cli", "refresh", view, "-p", str(project_dir)],
-        env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
     )
     try:
         proc.communicate(timeout=300)
@@ -166,7 +193,10 @@ def test_crash_between_upstream_commit_and_publication(spark, tmp_path: Path) ->
     # `lakeview verify` on the top of the chain recomputes it from the base source.
     result = CliRunner().invoke(app, ["verify", big, "-p", str(tmp_path)])
     assert result.exit_code == 0, result.output
-    assert "equal" in result.output and f"files of orders -> {lines}@epoch 1 -> {sales}@epoch 1 -> {big}@epoch" in result.output
+    assert (
+        "equal" in result.output
+        and f"files of orders -> {lines}@epoch 1 -> {sales}@epoch 1 -> {big}@epoch" in result.output
+    )
 
 
 def test_views_over_an_append_only_view(spark, catalog_server, make_project, unique_name: str) -> None:
@@ -176,9 +206,16 @@ def test_views_over_an_append_only_view(spark, catalog_server, make_project, uni
 
     filtered, totals = f"{unique_name[:40]}_f", f"{unique_name[:40]}_t"
     views = {
-        filtered: {"sql": "SELECT order_id, product_id, quantity, ts FROM orders WHERE quantity > 2", "namespace": "dag_tests", "cadence": "1s"},
-        totals: {"sql": f"SELECT product_id, COUNT(*) AS n, SUM(quantity) AS total FROM {filtered} GROUP BY product_id",
-                 "namespace": "dag_tests", "cadence": "1s"},
+        filtered: {
+            "sql": "SELECT order_id, product_id, quantity, ts FROM orders WHERE quantity > 2",
+            "namespace": "dag_tests",
+            "cadence": "1s",
+        },
+        totals: {
+            "sql": f"SELECT product_id, COUNT(*) AS n, SUM(quantity) AS total FROM {filtered} GROUP BY product_id",
+            "namespace": "dag_tests",
+            "cadence": "1s",
+        },
     }
     project = make_project(views=views)
     landing = project.source_path("orders")
@@ -193,7 +230,9 @@ def test_views_over_an_append_only_view(spark, catalog_server, make_project, uni
             expected = {filtered: base, totals: over_rows(project.views[totals].sql, filtered, base)}
             for view in (filtered, totals):
                 columns = [c for c in expected[view].column_names if c != "ts"]  # (naive vs UTC timestamps)
-                comparison = oracle.compare(tables.read_rows(project, view).select(columns), expected[view].select(columns))
+                comparison = oracle.compare(
+                    tables.read_rows(project, view).select(columns), expected[view].select(columns)
+                )
                 assert comparison.equal, f"{view} after batch {number}: {comparison.describe()}"
     finally:
         stack.stop_views()

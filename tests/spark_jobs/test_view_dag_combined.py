@@ -33,7 +33,9 @@ PRODUCT_BATCHES = [
 ]
 
 
-def test_join_and_union_over_views_equal_the_recompute_after_every_batch(spark, catalog_server, make_project, unique_name: str) -> None:
+def test_join_and_union_over_views_equal_the_recompute_after_every_batch(
+    spark, catalog_server, make_project, unique_name: str
+) -> None:
     prefix = unique_name[:36]
     lines, sales = f"{prefix}_lines", f"{prefix}_sales"
     named, paired, both = f"{prefix}_named", f"{prefix}_paired", f"{prefix}_both"
@@ -41,8 +43,12 @@ def test_join_and_union_over_views_equal_the_recompute_after_every_batch(spark, 
     views = {
         lines: {"sql": "SELECT order_id, product_id, quantity * price AS amount FROM orders"},
         sales: {"sql": f"SELECT product_id, SUM(amount) AS revenue, COUNT(*) AS n FROM {lines} GROUP BY product_id"},
-        named: {"sql": f"SELECT s.product_id, s.revenue, s.n, p.name FROM {sales} s LEFT JOIN products p ON s.product_id = p.product_id"},
-        paired: {"sql": f"SELECT l.order_id, l.amount, s.revenue FROM {lines} l JOIN {sales} s ON l.product_id = s.product_id"},
+        named: {
+            "sql": f"SELECT s.product_id, s.revenue, s.n, p.name FROM {sales} s LEFT JOIN products p ON s.product_id = p.product_id"
+        },
+        paired: {
+            "sql": f"SELECT l.order_id, l.amount, s.revenue FROM {lines} l JOIN {sales} s ON l.product_id = s.product_id"
+        },
         both: {"sql": f"SELECT product_id, amount FROM {lines} UNION ALL SELECT product_id, revenue FROM {sales}"},
         per_product: {"sql": f"SELECT product_id, SUM(n) AS orders, COUNT(*) AS k FROM {named} GROUP BY product_id"},
         totals: {"sql": f"SELECT product_id, SUM(amount) AS total, COUNT(*) AS k FROM {both} GROUP BY product_id"},
@@ -60,7 +66,9 @@ def test_join_and_union_over_views_equal_the_recompute_after_every_batch(spark, 
     try:
         order = list(stack.pipelines)
         assert order.index(lines) < order.index(sales) < min(order.index(named), order.index(paired))
-        assert order.index(lines) < order.index(both) and order.index(sales) < order.index(both), "every upstream starts first"
+        assert order.index(lines) < order.index(both) and order.index(sales) < order.index(both), (
+            "every upstream starts first"
+        )
         assert order.index(named) < order.index(per_product) and order.index(both) < order.index(totals)
         for number, batch in enumerate(BATCHES):
             land(project.source_path("orders"), f"{number:03d}.json", batch)
@@ -68,7 +76,9 @@ def test_join_and_union_over_views_equal_the_recompute_after_every_batch(spark, 
             for view in (lines, sales, named, paired, both, per_product, totals):
                 stack.queries[view].processAllAvailable()
             current = {view: tables.read_rows(project, view) for view in (lines, sales, named, both)}
-            current["products"] = oracle.source_rows(project, "products", oracle.landed_files(project.source_path("products")))
+            current["products"] = oracle.source_rows(
+                project, "products", oracle.landed_files(project.source_path("products"))
+            )
             for view in (named, paired, both, per_product, totals):
                 expected = over_relations(project.views[view].sql, current)
                 stored = tables.read_rows(project, view)
@@ -81,8 +91,14 @@ def test_join_and_union_over_views_equal_the_recompute_after_every_batch(spark, 
     finally:
         stack.stop_views()
     rows = {r["product_id"]: r for r in tables.read_rows(project, named).to_pylist() if r["name"] != "washer"}
-    assert 0 in rows and rows[0]["n"] == 1, "product 0 lost two of its three orders: its joined row was retracted and re-emitted"
+    assert 0 in rows and rows[0]["n"] == 1, (
+        "product 0 lost two of its three orders: its joined row was retracted and re-emitted"
+    )
     assert rows[3]["name"] == "cog", "a NULL-extended row is replaced when its match arrives"
-    assert not [r for r in tables.read_rows(project, paired).to_pylist() if r["order_id"] in (1, 4, 5, 8, 9)], "deleted orders left the join"
+    assert not [r for r in tables.read_rows(project, paired).to_pylist() if r["order_id"] in (1, 4, 5, 8, 9)], (
+        "deleted orders left the join"
+    )
     counted = {r["product_id"]: r["k"] for r in tables.read_rows(project, per_product).to_pylist()}
-    assert counted[1] == 2 and counted[0] == 1, "product 1 joins two product rows; the aggregate over the join view follows"
+    assert counted[1] == 2 and counted[0] == 1, (
+        "product 1 joins two product rows; the aggregate over the join view follows"
+    )

@@ -33,7 +33,14 @@ ids = iter(range(1, 10_000))
 
 
 def event(minute: int, product: int = 1, amount: float = 1.0) -> str:
-    return json.dumps({"event_id": next(ids), "product_id": product, "amount": amount, "ts": (T0 + timedelta(minutes=minute)).isoformat()})
+    return json.dumps(
+        {
+            "event_id": next(ids),
+            "product_id": product,
+            "amount": amount,
+            "ts": (T0 + timedelta(minutes=minute)).isoformat(),
+        }
+    )
 
 
 # minutes after T0; the tumbling view's watermark is 10 min, the hopping view's 5 min
@@ -52,7 +59,9 @@ def verify(project, view: str) -> oracle.Comparison:
     return oracle.compare(tables.read_rows(project, view, record.snapshot_id), oracle.recompute(project, view, files))
 
 
-def test_tumbling_and_hopping_windows_with_a_watermark(spark, catalog_server: CatalogServer, make_project, unique_name: str) -> None:
+def test_tumbling_and_hopping_windows_with_a_watermark(
+    spark, catalog_server: CatalogServer, make_project, unique_name: str
+) -> None:
     tumbling, hopping = f"{unique_name[:40]}_t", f"{unique_name[:40]}_h"
     sources = {"events": {"format": "json", "path": "landing/events", "schema": SCHEMA}}
     views = {
@@ -75,8 +84,14 @@ def test_tumbling_and_hopping_windows_with_a_watermark(spark, catalog_server: Ca
         t_query.stop()
         h_query.stop()
 
-    late = {view: sorted(json.loads(r["record"])["ts"][11:16] for r in quarantined_rows(project, "events", view) if r["reason"].startswith("late:"))
-            for view in (tumbling, hopping)}
+    late = {
+        view: sorted(
+            json.loads(r["record"])["ts"][11:16]
+            for r in quarantined_rows(project, "events", view)
+            if r["reason"].startswith("late:")
+        )
+        for view in (tumbling, hopping)
+    }
     assert late == {tumbling: ["00:05", "00:20"], hopping: ["00:05", "00:11", "00:20"]}
     reason = next(r["reason"] for r in quarantined_rows(project, "events", tumbling) if r["reason"].startswith("late:"))
     assert "watermark 2026-01-01 00:08:00 UTC" in reason
@@ -84,22 +99,49 @@ def test_tumbling_and_hopping_windows_with_a_watermark(spark, catalog_server: Ca
     assert (statuses[tumbling].rows_late, statuses[hopping].rows_late) == (2, 3)
     assert statuses[tumbling].rows_quarantined == 3  # the two late rows and the malformed line
 
-    view = {(r["window_start"].strftime("%H:%M"), r["product_id"]): (r["n"], r["total"]) for r in read_view(catalog_server, "window_tests", tumbling).to_pylist()}
-    assert view == {("00:00", 1): (1, 1.0), ("00:00", 2): (1, 1.0), ("00:10", 1): (2, 3.0), ("00:10", 2): (1, 4.0),
-                    ("00:30", 1): (1, 1.0), ("00:30", 2): (1, 1.0), ("00:50", 1): (1, 1.0)}
+    view = {
+        (r["window_start"].strftime("%H:%M"), r["product_id"]): (r["n"], r["total"])
+        for r in read_view(catalog_server, "window_tests", tumbling).to_pylist()
+    }
+    assert view == {
+        ("00:00", 1): (1, 1.0),
+        ("00:00", 2): (1, 1.0),
+        ("00:10", 1): (2, 3.0),
+        ("00:10", 2): (1, 4.0),
+        ("00:30", 1): (1, 1.0),
+        ("00:30", 2): (1, 1.0),
+        ("00:50", 1): (1, 1.0),
+    }
     # Epoch 2 applied the watermark 00:23: the state of windows ended by then is gone, their view rows stay.
     state = t_pipeline.maintainer.state[0].table().scan().to_arrow().to_pylist()
     assert sorted({r["window_start"].strftime("%H:%M") for r in state}) == ["00:30", "00:50"]
-    hop = {r["window_start"].strftime("%H:%M"): r["n"] for r in read_view(catalog_server, "window_tests", hopping).to_pylist()}
-    assert hop == {"23:55": 1, "00:00": 2, "00:05": 2, "00:10": 2, "00:15": 1, "00:25": 2, "00:30": 2, "00:45": 1, "00:50": 1}
+    hop = {
+        r["window_start"].strftime("%H:%M"): r["n"]
+        for r in read_view(catalog_server, "window_tests", hopping).to_pylist()
+    }
+    assert hop == {
+        "23:55": 1,
+        "00:00": 2,
+        "00:05": 2,
+        "00:10": 2,
+        "00:15": 1,
+        "00:25": 2,
+        "00:30": 2,
+        "00:45": 1,
+        "00:50": 1,
+    }
     summary = tables.last_commit(project, tumbling)
-    assert summary is not None and summary.extra["lakeview.watermark-us"] == str(int((T0 + timedelta(minutes=23)).timestamp() * 1_000_000))
+    assert summary is not None and summary.extra["lakeview.watermark-us"] == str(
+        int((T0 + timedelta(minutes=23)).timestamp() * 1_000_000)
+    )
     text = explain(project, tumbling)
     assert "window: tumbling window(ts, '10 minutes')" in text and "watermark 10 minutes on ts" in text
     assert h_pipeline.maintainer.view_is_state  # SUM/COUNT: the view's rows are the state
 
 
-def test_watermark_survives_a_restart_and_lakeview_verify_agrees(spark, catalog_server: CatalogServer, lake_dir, tmp_path, unique_name: str) -> None:
+def test_watermark_survives_a_restart_and_lakeview_verify_agrees(
+    spark, catalog_server: CatalogServer, lake_dir, tmp_path, unique_name: str
+) -> None:
     from typer.testing import CliRunner
 
     from lakeview.cli.main import app
@@ -107,8 +149,8 @@ def test_watermark_survives_a_restart_and_lakeview_verify_agrees(spark, catalog_
 
     toml = f"""
 [lake]
-warehouse = "{lake_dir / 'warehouse'}"
-catalog_store = "sqlite:///{lake_dir / 'catalog.db'}"
+warehouse = "{lake_dir / "warehouse"}"
+catalog_store = "sqlite:///{lake_dir / "catalog.db"}"
 [server]
 port = {catalog_server.port}
 [sources.events]
@@ -130,7 +172,9 @@ watermark = "10 minutes"
         query.processAllAvailable()
     finally:
         query.stop()
-    _, query = start(spark, project, unique_name, catalog_server)  # a new process: the watermark comes from the last commit
+    _, query = start(
+        spark, project, unique_name, catalog_server
+    )  # a new process: the watermark comes from the last commit
     try:
         land(landing, "001.json", [event(29), event(31)])
         query.processAllAvailable()
@@ -141,11 +185,15 @@ watermark = "10 minutes"
     assert result.exit_code == 0 and result.output.strip().endswith("equal"), result.output
 
 
-def test_global_aggregate_under_a_change_feed(spark, catalog_server: CatalogServer, make_project, unique_name: str) -> None:
+def test_global_aggregate_under_a_change_feed(
+    spark, catalog_server: CatalogServer, make_project, unique_name: str
+) -> None:
     schema = "order_id BIGINT, product_id BIGINT, quantity INT, op STRING, seq BIGINT"
     sources = {"changes": {"format": "json", "path": "landing/changes", "schema": schema, "changes": FEED}}
     sql = "SELECT COUNT(*) AS n, SUM(quantity) AS total, MAX(quantity) AS hi, COUNT(DISTINCT product_id) AS products FROM changes WHERE quantity > 0"
-    project = make_project(views={unique_name: {"sql": sql, "cadence": "1s", "namespace": "window_tests"}}, sources=sources)
+    project = make_project(
+        views={unique_name: {"sql": sql, "cadence": "1s", "namespace": "window_tests"}}, sources=sources
+    )
     landing = project.source_path("changes")
     epochs = [
         [change("c", i, i % 2, i) for i in range(1, 6)],
@@ -181,7 +229,9 @@ GROUP BY window(ts, '10 minutes'), product_id
 seqs = iter(range(1, 10_000))
 
 
-def timed_change(op: str, order_id: int, product: int | None = None, amount: float | None = None, minute: int | None = None) -> str:
+def timed_change(
+    op: str, order_id: int, product: int | None = None, amount: float | None = None, minute: int | None = None
+) -> str:
     """A change row; a delete carries only its key (its event time is the mirror's old image's)."""
     row = {"order_id": order_id, "op": op, "seq": next(seqs)}
     if op != "d":
@@ -191,7 +241,12 @@ def timed_change(op: str, order_id: int, product: int | None = None, amount: flo
 
 # minutes after T0; the watermark is 10 minutes
 CHANGE_EPOCHS = [
-    [timed_change("c", 1, 1, 5.0, 1), timed_change("c", 2, 1, 7.0, 4), timed_change("c", 3, 2, 1.0, 18), timed_change("c", 4, 1, 2.0, 22)],
+    [
+        timed_change("c", 1, 1, 5.0, 1),
+        timed_change("c", 2, 1, 7.0, 4),
+        timed_change("c", 3, 2, 1.0, 18),
+        timed_change("c", 4, 1, 2.0, 22),
+    ],
     # watermark 00:12: an update and a delete in open windows, a late delete of a closed window's row
     [timed_change("u", 3, 2, 10.0, 19), timed_change("d", 4), timed_change("d", 1), timed_change("c", 5, 1, 3.0, 35)],
     # watermark 00:25: order 2 leaves the closed window (old image late, new applied), a delete
@@ -212,16 +267,31 @@ def run_window_epochs(spark, catalog_server: CatalogServer, project, view: str, 
             query.processAllAvailable()
             comparison = verify(project, view)
             assert comparison.equal, f"after epoch {number}: {comparison.describe()}"
-            seen.append({(r["window_start"].strftime("%H:%M"), r["product_id"]): (r["n"], r["total"], r["lo"], r["hi"])
-                         for r in read_view(catalog_server, "window_tests", view).to_pylist()})
+            seen.append(
+                {
+                    (r["window_start"].strftime("%H:%M"), r["product_id"]): (r["n"], r["total"], r["lo"], r["hi"])
+                    for r in read_view(catalog_server, "window_tests", view).to_pylist()
+                }
+            )
     finally:
         query.stop()
     return pipeline, seen
 
 
-def test_watermarked_tumbling_window_over_a_change_feed(spark, catalog_server: CatalogServer, make_project, unique_name: str) -> None:
-    sources = {"order_changes": {"format": "json", "path": "landing/order_changes", "schema": CHANGES_SCHEMA, "changes": FEED}}
-    views = {unique_name: {"sql": WINDOW_OVER_CHANGES, "cadence": "1s", "namespace": "window_tests", "watermark": "10 minutes"}}
+def test_watermarked_tumbling_window_over_a_change_feed(
+    spark, catalog_server: CatalogServer, make_project, unique_name: str
+) -> None:
+    sources = {
+        "order_changes": {"format": "json", "path": "landing/order_changes", "schema": CHANGES_SCHEMA, "changes": FEED}
+    }
+    views = {
+        unique_name: {
+            "sql": WINDOW_OVER_CHANGES,
+            "cadence": "1s",
+            "namespace": "window_tests",
+            "watermark": "10 minutes",
+        }
+    }
     project = make_project(views=views, sources=sources)
     pipeline, seen = run_window_epochs(spark, catalog_server, project, unique_name, "order_changes", CHANGE_EPOCHS)
     assert seen == [
@@ -229,8 +299,10 @@ def test_watermarked_tumbling_window_over_a_change_feed(spark, catalog_server: C
         {("00:00", 1): (2, 12.0, 5.0, 7.0), ("00:10", 2): (1, 10.0, 10.0, 10.0), ("00:30", 1): (1, 3.0, 3.0, 3.0)},
         {("00:00", 1): (2, 12.0, 5.0, 7.0), ("00:10", 2): (1, 10.0, 10.0, 10.0), ("00:40", 1): (1, 9.0, 9.0, 9.0)},
     ]
-    late = sorted((json.loads(r["record"])["order_id"], r["reason"].rsplit("; ", 1)[1])
-                  for r in quarantined_rows(project, "order_changes", unique_name))
+    late = sorted(
+        (json.loads(r["record"])["order_id"], r["reason"].rsplit("; ", 1)[1])
+        for r in quarantined_rows(project, "order_changes", unique_name)
+    )
     assert late == [(1, "retracted old image left out"), (2, "retracted old image left out"), (6, "new image left out")]
     summary = tables.last_commit(project, unique_name)
     assert summary is not None and summary.extra["lakeview.rows-late"] == "2"
@@ -246,7 +318,12 @@ WINDOW_OVER_IMAGES = WINDOW_OVER_CHANGES.replace("order_changes", "order_images"
 
 
 def o(order_id: int, product: int, amount: float, minute: int) -> dict:
-    return {"order_id": order_id, "product_id": product, "amount": amount, "ts": (T0 + timedelta(minutes=minute)).isoformat()}
+    return {
+        "order_id": order_id,
+        "product_id": product,
+        "amount": amount,
+        "ts": (T0 + timedelta(minutes=minute)).isoformat(),
+    }
 
 
 def image(before: dict | None, after: dict | None) -> str:
@@ -255,31 +332,76 @@ def image(before: dict | None, after: dict | None) -> str:
 
 # minutes after T0; the watermark is 10 minutes
 IMAGE_EPOCHS = [
-    [image(None, o(1, 1, 5.0, 1)), image(None, o(2, 1, 7.0, 4)), image(None, o(3, 2, 1.0, 18)), image(None, o(4, 1, 2.0, 22))],
+    [
+        image(None, o(1, 1, 5.0, 1)),
+        image(None, o(2, 1, 7.0, 4)),
+        image(None, o(3, 2, 1.0, 18)),
+        image(None, o(4, 1, 2.0, 22)),
+    ],
     # watermark 00:12: an update and a delete in open windows, a late delete of a closed window's
     # row, order 7 inserted and updated in one batch (its first image cancels), a malformed line
-    [image(o(3, 2, 1.0, 18), o(3, 2, 10.0, 19)), image(o(4, 1, 2.0, 22), None), image(o(1, 1, 5.0, 1), None),
-     image(None, o(5, 1, 3.0, 35)), image(None, o(7, 2, 4.0, 36)), image(o(7, 2, 4.0, 36), o(7, 2, 8.0, 37)), "{not json"],
+    [
+        image(o(3, 2, 1.0, 18), o(3, 2, 10.0, 19)),
+        image(o(4, 1, 2.0, 22), None),
+        image(o(1, 1, 5.0, 1), None),
+        image(None, o(5, 1, 3.0, 35)),
+        image(None, o(7, 2, 4.0, 36)),
+        image(o(7, 2, 4.0, 36), o(7, 2, 8.0, 37)),
+        "{not json",
+    ],
     # watermark 00:27: order 2 leaves the closed window (old image late, new applied), a delete
     # empties an open window, a late insert
     [image(o(2, 1, 7.0, 4), o(2, 1, 9.0, 40)), image(o(5, 1, 3.0, 35), None), image(None, o(6, 2, 4.0, 20))],
 ]
 
 
-def test_watermarked_tumbling_window_over_a_before_after_image_feed(spark, catalog_server: CatalogServer, make_project, unique_name: str) -> None:
-    sources = {"order_images": {"format": "json", "path": "landing/order_images", "schema": IMAGE_ROW, "images": {"key": ["order_id"]}}}
-    views = {unique_name: {"sql": WINDOW_OVER_IMAGES, "cadence": "1s", "namespace": "window_tests", "watermark": "10 minutes"}}
+def test_watermarked_tumbling_window_over_a_before_after_image_feed(
+    spark, catalog_server: CatalogServer, make_project, unique_name: str
+) -> None:
+    sources = {
+        "order_images": {
+            "format": "json",
+            "path": "landing/order_images",
+            "schema": IMAGE_ROW,
+            "images": {"key": ["order_id"]},
+        }
+    }
+    views = {
+        unique_name: {
+            "sql": WINDOW_OVER_IMAGES,
+            "cadence": "1s",
+            "namespace": "window_tests",
+            "watermark": "10 minutes",
+        }
+    }
     project = make_project(views=views, sources=sources)
     pipeline, seen = run_window_epochs(spark, catalog_server, project, unique_name, "order_images", IMAGE_EPOCHS)
     assert seen == [
         {("00:00", 1): (2, 12.0, 5.0, 7.0), ("00:10", 2): (1, 1.0, 1.0, 1.0), ("00:20", 1): (1, 2.0, 2.0, 2.0)},
-        {("00:00", 1): (2, 12.0, 5.0, 7.0), ("00:10", 2): (1, 10.0, 10.0, 10.0), ("00:30", 1): (1, 3.0, 3.0, 3.0), ("00:30", 2): (1, 8.0, 8.0, 8.0)},
-        {("00:00", 1): (2, 12.0, 5.0, 7.0), ("00:10", 2): (1, 10.0, 10.0, 10.0), ("00:30", 2): (1, 8.0, 8.0, 8.0), ("00:40", 1): (1, 9.0, 9.0, 9.0)},
+        {
+            ("00:00", 1): (2, 12.0, 5.0, 7.0),
+            ("00:10", 2): (1, 10.0, 10.0, 10.0),
+            ("00:30", 1): (1, 3.0, 3.0, 3.0),
+            ("00:30", 2): (1, 8.0, 8.0, 8.0),
+        },
+        {
+            ("00:00", 1): (2, 12.0, 5.0, 7.0),
+            ("00:10", 2): (1, 10.0, 10.0, 10.0),
+            ("00:30", 2): (1, 8.0, 8.0, 8.0),
+            ("00:40", 1): (1, 9.0, 9.0, 9.0),
+        },
     ]
     quarantined = quarantined_rows(project, "order_images", unique_name)
-    late = sorted((json.loads(r["record"])["order_id"], json.loads(r["record"])["ts"][11:16], r["reason"].rsplit("; ", 1)[1])
-                  for r in quarantined if r["reason"].startswith("late:"))
-    assert late == [(1, "00:01", "retracted old image left out"), (2, "00:04", "retracted old image left out"), (6, "00:20", "new image left out")]
+    late = sorted(
+        (json.loads(r["record"])["order_id"], json.loads(r["record"])["ts"][11:16], r["reason"].rsplit("; ", 1)[1])
+        for r in quarantined
+        if r["reason"].startswith("late:")
+    )
+    assert late == [
+        (1, "00:01", "retracted old image left out"),
+        (2, "00:04", "retracted old image left out"),
+        (6, "00:20", "new image left out"),
+    ]
     assert [r["reason"][:9] for r in quarantined if not r["reason"].startswith("late:")] == ["malformed"]
     summary = tables.last_commit(project, unique_name)
     assert summary is not None and summary.extra["lakeview.rows-late"] == "2"

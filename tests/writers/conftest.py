@@ -62,7 +62,9 @@ class DeltaLake:
 
 
 @pytest.fixture(params=["iceberg", "delta"])
-def lake(request: pytest.FixtureRequest, rest_catalog, catalog_server: CatalogServer, lake_dir: Path) -> Iterator[IcebergLake | DeltaLake]:
+def lake(
+    request: pytest.FixtureRequest, rest_catalog, catalog_server: CatalogServer, lake_dir: Path
+) -> Iterator[IcebergLake | DeltaLake]:
     if request.param == "iceberg":
         yield IcebergLake(rest_catalog, catalog_server)
     else:

@@ -17,7 +17,9 @@ from writers.registry import make_writer, state_writer_factory
 SQL = SALES_SQL.replace("COUNT(*) AS orders", "COUNT(*) AS orders, AVG(quantity) AS avg_quantity")
 
 
-def test_spark_pipeline_keeps_a_delta_view_equal_to_the_recompute(spark, catalog_server, make_project, unique_name: str, capsys) -> None:
+def test_spark_pipeline_keeps_a_delta_view_equal_to_the_recompute(
+    spark, catalog_server, make_project, unique_name: str, capsys
+) -> None:
     view = unique_name
     project = make_project(views={view: {"sql": SQL, "cadence": "1s", "format": "delta", "namespace": "delta_tests"}})
     landing = project.source_path("orders")
@@ -41,7 +43,12 @@ def test_spark_pipeline_keeps_a_delta_view_equal_to_the_recompute(spark, catalog
     commits = tables.commit_history(project, view)
     assert [c.epoch for c in commits] == [1, 0] and commits[0].rows_in == 90
     (status,) = [s for s in view_statuses(project) if s.view == view]
-    assert (status.format, status.state, status.epoch, status.snapshot_id) == ("delta", "committed", 1, commits[0].snapshot_id)
+    assert (status.format, status.state, status.epoch, status.snapshot_id) == (
+        "delta",
+        "committed",
+        1,
+        commits[0].snapshot_id,
+    )
     # Cadence asked for and achieved, and lag, come from the Delta log's commit info.
     assert status.cadence_asked_ms == 1000 and status.cadence_achieved_ms is not None and status.lag_ms is not None
 
@@ -64,7 +71,7 @@ catalog_store = "{project.catalog_store_url}"
 
 [sources.orders]
 format = "json"
-path = "{project.source_path('orders')}"
+path = "{project.source_path("orders")}"
 schema = "{source.schema_}"
 
 [views.{view}]

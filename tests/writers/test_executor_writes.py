@@ -100,12 +100,17 @@ def test_large_append_batch_is_written_by_executors_and_reads_back_exactly(
     fmt: str, spark, catalog_server: CatalogServer, make_project, unique_name: str
 ) -> None:
     view = unique_name
-    project = with_threshold(make_project(views={view: {"sql": SQL, "format": fmt, "namespace": NAMESPACE, "cadence": "1s"}}))
+    project = with_threshold(
+        make_project(views={view: {"sql": SQL, "format": fmt, "namespace": NAMESPACE, "cadence": "1s"}})
+    )
     big, small = run_batches(spark, project, view, catalog_server.uri, [300, 30])
 
     expected_big = sum(1 for o in make_orders(300, seed=40, first_id=1) if o["quantity"] > 1)
     assert_written_by_executors(big, expected_big)
-    assert small == {"by": "driver", "rows_collected": sum(1 for o in make_orders(30, seed=41, first_id=301) if o["quantity"] > 1)}
+    assert small == {
+        "by": "driver",
+        "rows_collected": sum(1 for o in make_orders(30, seed=41, first_id=301) if o["quantity"] > 1),
+    }
     history = tables.commit_history(project, view)
     assert [c.epoch for c in history] == [1, 0], "one snapshot per epoch"
     assert history[1].rows_inserted == expected_big and history[1].rows_in == 300
@@ -119,12 +124,16 @@ def test_large_append_batch_is_written_by_executors_and_reads_back_exactly(
 
         commits = [e for e in DeltaTable(project.table_location(view)).history() if e.get("lakeview.epoch") is not None]
         first = {k: str(v) for k, v in commits[-1].items() if k.startswith("lakeview.")}
-    assert first["lakeview.epoch"] == "0" and first[WRITTEN_BY] == "executors" and int(first[DATA_FILES]) == big["files"]
+    assert (
+        first["lakeview.epoch"] == "0" and first[WRITTEN_BY] == "executors" and int(first[DATA_FILES]) == big["files"]
+    )
     assert WRITTEN_BY not in newest_summary(project, view)
 
 
 @pytest.mark.parametrize("fmt", ["iceberg", "delta"])
-def test_executor_written_files_on_s3(fmt: str, spark, s3_server, tmp_path: Path, unique_name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_executor_written_files_on_s3(
+    fmt: str, spark, s3_server, tmp_path: Path, unique_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", ACCESS_KEY)
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
     bucket = "executor-writes"
@@ -187,7 +196,9 @@ def test_crash_between_executor_writes_and_commit_replays_without_duplicates(fmt
     land_json(project.source_path("orders"), "000.json", make_orders(200, seed=7, first_id=1))
 
     def data_files() -> set[Path]:
-        return {p for p in (tmp_path / "lake").rglob("*.parquet") if view in str(p) and "_delta_log" not in p.parts}  # not log checkpoints
+        return {
+            p for p in (tmp_path / "lake").rglob("*.parquet") if view in str(p) and "_delta_log" not in p.parts
+        }  # not log checkpoints
 
     refresh_with_fault(tmp_path, view, "files_written:0")  # killed after the executors wrote, before the commit
     orphans = data_files()
@@ -196,7 +207,13 @@ def test_crash_between_executor_writes_and_commit_replays_without_duplicates(fmt
 
     with CatalogServer(open_store(project), host="127.0.0.1", port=0) as server:
         # The restart (in this process: one JVM start less) replays epoch 0 from Spark's checkpoint.
-        pipeline = ViewPipeline(spark, project, view, make_writer(project, view, server.uri), state_writer=state_writer_factory(project, view))
+        pipeline = ViewPipeline(
+            spark,
+            project,
+            view,
+            make_writer(project, view, server.uri),
+            state_writer=state_writer_factory(project, view),
+        )
         pipeline.prepare()
         pipeline.start(available_now=True).awaitTermination()
         assert pipeline.last_write["by"] == "executors"
@@ -220,15 +237,29 @@ def test_crash_between_executor_writes_and_commit_replays_without_duplicates(fmt
 def test_explain_states_where_each_view_kind_holds_its_delta(make_project) -> None:
     from lakeview.ivm.explain import explain
 
-    project = make_project(views={"appended": {"sql": SQL}, "sums": {"sql": "SELECT product_id, SUM(quantity) AS q FROM orders GROUP BY product_id"}})
+    project = make_project(
+        views={
+            "appended": {"sql": SQL},
+            "sums": {"sql": "SELECT product_id, SUM(quantity) AS q FROM orders GROUP BY product_id"},
+        }
+    )
     bounded = project.model_copy(update={"spark": SparkConfig(driver_rows_max=1000, max_files_per_trigger=20)})
-    assert "more than 1000 input rows ([spark] driver_rows_max): its data files are written by the Spark executors" in explain(bounded, "appended")
+    assert (
+        "more than 1000 input rows ([spark] driver_rows_max): its data files are written by the Spark executors"
+        in explain(bounded, "appended")
+    )
     assert "at most 20 new files per batch ([spark] max_files_per_trigger)" in explain(bounded, "sums")
     assert "unbounded: set [spark] max_files_per_trigger" in explain(project, "sums")
-    assert "a first batch of more than 500000 input rows ([spark] driver_rows_max), its tables still empty (a backfill)" in explain(project, "sums")
+    assert (
+        "a first batch of more than 500000 input rows ([spark] driver_rows_max), its tables still empty (a backfill)"
+        in explain(project, "sums")
+    )
 
 
-@pytest.mark.parametrize(("spark_conf", "key"), [({"driver_rows_max": -1}, "spark.driver_rows_max"), ({"max_files_per_trigger": 0}, "spark.max_files_per_trigger")])
+@pytest.mark.parametrize(
+    ("spark_conf", "key"),
+    [({"driver_rows_max": -1}, "spark.driver_rows_max"), ({"max_files_per_trigger": 0}, "spark.max_files_per_trigger")],
+)
 def test_bad_bounds_name_the_key(spark_conf: dict, key: str) -> None:
     from lakeview.errors import ConfigError
 
@@ -237,7 +268,9 @@ def test_bad_bounds_name_the_key(spark_conf: dict, key: str) -> None:
     assert raised.value.key == key
 
 
-def test_max_files_per_trigger_bounds_each_keyed_batch(spark, catalog_server: CatalogServer, make_project, unique_name: str) -> None:
+def test_max_files_per_trigger_bounds_each_keyed_batch(
+    spark, catalog_server: CatalogServer, make_project, unique_name: str
+) -> None:
     view = unique_name
     sql = "SELECT product_id, SUM(quantity) AS total, COUNT(*) AS n FROM orders GROUP BY product_id"
     project = make_project(views={view: {"sql": sql, "namespace": NAMESPACE, "cadence": "manual"}})
@@ -252,17 +285,27 @@ def test_max_files_per_trigger_bounds_each_keyed_batch(spark, catalog_server: Ca
     assert_equals_recompute(project, view, catalog_server.uri)
 
 
-def test_large_unbounded_keyed_batch_warns_how_to_bound_it(spark, catalog_server: CatalogServer, make_project, unique_name: str, caplog) -> None:
+def test_large_unbounded_keyed_batch_warns_how_to_bound_it(
+    spark, catalog_server: CatalogServer, make_project, unique_name: str, caplog
+) -> None:
     view = unique_name
     sql = "SELECT product_id, SUM(quantity) AS total FROM orders GROUP BY product_id"
     project = with_threshold(make_project(views={view: {"sql": sql, "namespace": NAMESPACE, "cadence": "manual"}}))
     for i in range(2):
-        land_json(project.source_path("orders"), f"{i:03d}.json", make_orders(DRIVER_ROWS_MAX + 10, seed=70 + i, first_id=1 + 1000 * i))
+        land_json(
+            project.source_path("orders"),
+            f"{i:03d}.json",
+            make_orders(DRIVER_ROWS_MAX + 10, seed=70 + i, first_id=1 + 1000 * i),
+        )
         pipeline = ViewPipeline(spark, project, view, make_writer(project, view, catalog_server.uri))
         pipeline.prepare()
         with caplog.at_level("WARNING", logger="lakeview.pipeline"):
             pipeline.start(available_now=True).awaitTermination()
         assert_equals_recompute(project, view, catalog_server.uri)
-        if i == 0:  # a first batch: the executors write the view (spark_jobs.executors.bootstrap), nothing to warn about
+        if (
+            i == 0
+        ):  # a first batch: the executors write the view (spark_jobs.executors.bootstrap), nothing to warn about
             assert pipeline.last_write.get("bootstrap") and "max_files_per_trigger" not in caplog.text
-    assert "set [spark] max_files_per_trigger to bound each batch" in caplog.text, "the second batch merges in the driver"
+    assert "set [spark] max_files_per_trigger to bound each batch" in caplog.text, (
+        "the second batch merges in the driver"
+    )

@@ -42,7 +42,10 @@ def test_s3_outage_mid_commit_is_retried_and_lands_once(
     with CatalogServer(open_store(project), host="127.0.0.1", port=0) as server:
         writer = make_writer(project, view, server.uri)
         writer.ensure_table(schema, ("product_id",), {})
-        writer.commit(Epoch(view, 0, {"n": 0}), Change(pa.table({"product_id": [1], "total_sold": [1], "orders": [1]}), ("product_id",)))
+        writer.commit(
+            Epoch(view, 0, {"n": 0}),
+            Change(pa.table({"product_id": [1], "total_sold": [1], "orders": [1]}), ("product_id",)),
+        )
 
         s3_server.stop()  # storage goes away; the next commit fails against it and retries
         outcome: dict[str, object] = {}
@@ -50,7 +53,8 @@ def test_s3_outage_mid_commit_is_retried_and_lands_once(
         def commit() -> None:
             try:
                 outcome["record"] = writer.commit(
-                    Epoch(view, 1, {"n": 1}), Change(pa.table({"product_id": [1, 2], "total_sold": [3, 2], "orders": [2, 1]}), ("product_id",))
+                    Epoch(view, 1, {"n": 1}),
+                    Change(pa.table({"product_id": [1, 2], "total_sold": [3, 2], "orders": [2, 1]}), ("product_id",)),
                 )
             except Exception as exc:
                 outcome["error"] = exc
@@ -65,7 +69,10 @@ def test_s3_outage_mid_commit_is_retried_and_lands_once(
         record = outcome.get("record")
         assert record is not None and record.epoch == 1  # type: ignore[union-attr]
         assert [c.epoch for c in tables.commit_history(project, view)] == [1, 0], "exactly one commit per epoch"
-        rows = sorted(tuple(r.values()) for r in tables.read_rows(project, view).select(["product_id", "total_sold", "orders"]).to_pylist())
+        rows = sorted(
+            tuple(r.values())
+            for r in tables.read_rows(project, view).select(["product_id", "total_sold", "orders"]).to_pylist()
+        )
         assert rows == [(1, 3, 2), (2, 2, 1)]
 
 

@@ -26,7 +26,9 @@ def snapshot_of_epoch(table, epoch: int) -> int:
     raise AssertionError(f"no snapshot for epoch {epoch}")
 
 
-def test_grouped_views_commit_atomically_with_one_frontier(rest_catalog, catalog_server: CatalogServer, unique_name: str) -> None:
+def test_grouped_views_commit_atomically_with_one_frontier(
+    rest_catalog, catalog_server: CatalogServer, unique_name: str
+) -> None:
     sums = IcebergWriter(rest_catalog, "group_tests", f"{unique_name}_sums")
     counts = IcebergWriter(rest_catalog, "group_tests", f"{unique_name}_counts")
     sums.ensure_table(SUMS, ("k",), {})
@@ -86,19 +88,34 @@ def test_grouped_views_commit_atomically_with_one_frontier(rest_catalog, catalog
         watcher.join(timeout=60)
     assert not problems, problems
     assert reads, "the reader joined the views while commits ran"
-    assert group.commit(Epoch("orders_by_k", 5, {}), {s_name: Change(pa.table({"k": [1], "total": [1]}, schema=SUMS), ("k",))}) is None
+    assert (
+        group.commit(
+            Epoch("orders_by_k", 5, {}), {s_name: Change(pa.table({"k": [1], "total": [1]}, schema=SUMS), ("k",))}
+        )
+        is None
+    )
     assert len(sums.table().snapshots()) == len(counts.table().snapshots()) == 6
 
     # A lost race on one member moves neither: the transaction is rejected as a whole, then retried.
     before = (sums.table().current_snapshot().snapshot_id, counts.table().current_snapshot().snapshot_id)
     stale = sums.table()
-    sums.commit(Epoch(s_name, 6, {}), Change(pa.table({"k": [99], "total": [990]}, schema=SUMS), ("k",)))  # a concurrent committer
-    txn_sums, _ = sums.stage(stale, Epoch(s_name, 7, {}), Change(pa.table({"k": [1], "total": [0]}, schema=SUMS), ("k",)))
-    txn_counts, _ = counts.stage(counts.table(), Epoch(c_name, 7, {}), Change(pa.table({"k": [1], "orders": [0]}, schema=COUNTS), ("k",)))
+    sums.commit(
+        Epoch(s_name, 6, {}), Change(pa.table({"k": [99], "total": [990]}, schema=SUMS), ("k",))
+    )  # a concurrent committer
+    txn_sums, _ = sums.stage(
+        stale, Epoch(s_name, 7, {}), Change(pa.table({"k": [1], "total": [0]}, schema=SUMS), ("k",))
+    )
+    txn_counts, _ = counts.stage(
+        counts.table(), Epoch(c_name, 7, {}), Change(pa.table({"k": [1], "orders": [0]}, schema=COUNTS), ("k",))
+    )
     from pyiceberg.table import CommitTableRequest, TableIdentifier
 
     requests = [
-        CommitTableRequest(identifier=TableIdentifier(namespace=["group_tests"], name=n), requirements=t._requirements, updates=t._updates)
+        CommitTableRequest(
+            identifier=TableIdentifier(namespace=["group_tests"], name=n),
+            requirements=t._requirements,
+            updates=t._updates,
+        )
         for n, t in ((s_name, txn_sums), (c_name, txn_counts))
     ]
     assert group._post(requests) == 409
@@ -136,7 +153,10 @@ def test_group_members_must_share_format_cadence_and_sources(other: dict, proble
     from lakeview.errors import ConfigError
     from lakeview.project import parse_project
 
-    sources = {"o": {"format": "json", "path": "o", "schema": "a INT, b INT"}, "p": {"format": "json", "path": "p", "schema": "a INT"}}
+    sources = {
+        "o": {"format": "json", "path": "o", "schema": "a INT, b INT"},
+        "p": {"format": "json", "path": "p", "schema": "a INT"},
+    }
     views = {
         "v": {"sql": "SELECT a, SUM(b) AS s FROM o GROUP BY a", "group": "g", "cadence": "60s"},
         "w": {"sql": "SELECT a, COUNT(*) AS n FROM o GROUP BY a", "group": "g", "cadence": "1m"},

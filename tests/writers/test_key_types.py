@@ -19,15 +19,36 @@ KEYS = {
     "string_no_null": (pa.string(), ["a", "b", "c"], "b", "a", "d"),  # files without nulls: other statistics
     "int32": (pa.int32(), [1, -2, 0, None], 0, 1, 7),
     "bool": (pa.bool_(), [True, False, None], False, True, None),
-    "decimal38": (pa.decimal128(38, 10), [decimal.Decimal("1234567890123456789012345678.0123456789"), decimal.Decimal("-1"), None],
-                  decimal.Decimal("-1"), None, decimal.Decimal("0.5")),
+    "decimal38": (
+        pa.decimal128(38, 10),
+        [decimal.Decimal("1234567890123456789012345678.0123456789"), decimal.Decimal("-1"), None],
+        decimal.Decimal("-1"),
+        None,
+        decimal.Decimal("0.5"),
+    ),
     "double": (pa.float64(), [1.5, -0.0, float("inf"), float("-inf"), None], float("inf"), 1.5, 2.5),
     "binary": (pa.binary(), [b"\x00\xff", b"", None], b"", b"\x00\xff", b"new"),
-    "date": (pa.date32(), [dt.date(2024, 1, 1), dt.date(1969, 12, 31), None], dt.date(1969, 12, 31), None, dt.date(2030, 5, 5)),
-    "timestamp_tz": (pa.timestamp("us", tz="UTC"), [dt.datetime(2024, 1, 1, 12, tzinfo=UTC), dt.datetime(1999, 1, 1, tzinfo=UTC), None],
-                     dt.datetime(1999, 1, 1, tzinfo=UTC), None, dt.datetime(2025, 2, 2, 2, 2, 2, 123456, tzinfo=UTC)),
-    "timestamp_ntz": (pa.timestamp("us"), [dt.datetime(2024, 1, 1, 12), dt.datetime(2000, 6, 1), None],
-                      dt.datetime(2000, 6, 1), dt.datetime(2024, 1, 1, 12), dt.datetime(2031, 1, 1)),
+    "date": (
+        pa.date32(),
+        [dt.date(2024, 1, 1), dt.date(1969, 12, 31), None],
+        dt.date(1969, 12, 31),
+        None,
+        dt.date(2030, 5, 5),
+    ),
+    "timestamp_tz": (
+        pa.timestamp("us", tz="UTC"),
+        [dt.datetime(2024, 1, 1, 12, tzinfo=UTC), dt.datetime(1999, 1, 1, tzinfo=UTC), None],
+        dt.datetime(1999, 1, 1, tzinfo=UTC),
+        None,
+        dt.datetime(2025, 2, 2, 2, 2, 2, 123456, tzinfo=UTC),
+    ),
+    "timestamp_ntz": (
+        pa.timestamp("us"),
+        [dt.datetime(2024, 1, 1, 12), dt.datetime(2000, 6, 1), None],
+        dt.datetime(2000, 6, 1),
+        dt.datetime(2024, 1, 1, 12),
+        dt.datetime(2031, 1, 1),
+    ),
 }
 
 
@@ -48,14 +69,19 @@ def test_keyed_changes_by_key_type(lake, unique_name: str, kind: str) -> None:
     schema = pa.schema([("k", key_type), ("total", pa.int64())])
     writer = lake.writer(unique_name)
     writer.ensure_table(schema, ("k",), {})
-    writer.commit(Epoch(unique_name, 0, {}), Change(pa.table({"k": first, "total": list(range(len(first)))}, schema=schema), ("k",)))
+    writer.commit(
+        Epoch(unique_name, 0, {}),
+        Change(pa.table({"k": first, "total": list(range(len(first)))}, schema=schema), ("k",)),
+    )
     change = Change(
         pa.table({"k": [updated, new], "total": [100, 200]}, schema=schema),
         ("k",),
         deletes=pa.table({"k": pa.array([deleted], key_type)}),
     )
     found = writer.lookup(change.touched_keys())
-    assert _sorted(found.to_pylist()) == _sorted([{"k": k, "total": i} for i, k in enumerate(first) if k in (updated, deleted, new)])
+    assert _sorted(found.to_pylist()) == _sorted(
+        [{"k": k, "total": i} for i, k in enumerate(first) if k in (updated, deleted, new)]
+    )
     writer.commit(Epoch(unique_name, 1, {}), change)
 
     expected = {k: i for i, k in enumerate(first)}

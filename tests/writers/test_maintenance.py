@@ -17,7 +17,9 @@ from writers.iceberg.maintenance import maintain_iceberg
 from writers.maintenance import MaintenancePolicy
 
 SCHEMA = pa.schema([("k", pa.int64()), ("total", pa.int64())])
-POLICY = MaintenancePolicy(keep_snapshots=1, max_age_ms=1, small_file_bytes=1 << 20, compact_min_files=5, orphan_min_age_ms=0)
+POLICY = MaintenancePolicy(
+    keep_snapshots=1, max_age_ms=1, small_file_bytes=1 << 20, compact_min_files=5, orphan_min_age_ms=0
+)
 
 
 def table_dir(lake, writer) -> Path:
@@ -39,7 +41,9 @@ def test_maintenance_expires_compacts_and_removes_orphans_without_changing_data(
     writer = lake.writer(unique_name)
     writer.ensure_table(SCHEMA, None, {})
     for epoch in range(12):
-        writer.commit(Epoch(unique_name, epoch, {"src": epoch}), Change(pa.table({"k": [epoch], "total": [epoch * 10]})))
+        writer.commit(
+            Epoch(unique_name, epoch, {"src": epoch}), Change(pa.table({"k": [epoch], "total": [epoch * 10]}))
+        )
     root = table_dir(lake, writer)
     before_rows = sorted(lake.read(writer).to_pylist(), key=repr)
     before_files = len(data_files(root))
@@ -52,7 +56,9 @@ def test_maintenance_expires_compacts_and_removes_orphans_without_changing_data(
     messages: list[str] = []
     report = maintain(lake, writer, messages.append)
 
-    assert report.snapshots_expired >= 8 and report.files_compacted >= 5 and report.orphans_deleted >= 1, report.describe()
+    assert report.snapshots_expired >= 8 and report.files_compacted >= 5 and report.orphans_deleted >= 1, (
+        report.describe()
+    )
     assert any(m.startswith("compaction:") for m in messages) and any(m.startswith("orphans:") for m in messages)
     assert not orphan.exists()
     assert sorted(lake.read(writer).to_pylist(), key=repr) == before_rows
@@ -87,14 +93,16 @@ def test_lakeview_maintain_runs_a_pass_with_progress(make_project, catalog_serve
     writer = make_writer(project, view, catalog_server.uri)
     writer.ensure_table(pa.schema([("order_id", pa.int64()), ("quantity", pa.int32())]), None, {})
     for epoch in range(5):
-        writer.commit(Epoch(view, epoch, {}), Change(pa.table({"order_id": [epoch], "quantity": pa.array([1], pa.int32())})))
+        writer.commit(
+            Epoch(view, epoch, {}), Change(pa.table({"order_id": [epoch], "quantity": pa.array([1], pa.int32())}))
+        )
     file = project.root / "lakeview.toml"
     file.write_text(
         f'[lake]\nwarehouse = "{project.warehouse_uri}"\ncatalog_store = "{project.catalog_store_url}"\n'
-        f'[server]\nport = {catalog_server.port}\n'
+        f"[server]\nport = {catalog_server.port}\n"
         f'[sources.orders]\nformat = "json"\npath = "landing"\nschema = "order_id BIGINT, quantity INT"\n'
         f'[views.{view}]\nsql = "SELECT order_id, quantity FROM orders"\nformat = "delta"\nnamespace = "maint_tests"\n'
-        f'retention = {{ keep_snapshots = 2 }}\nmaintenance = {{ compact_min_files = 3 }}\n'
+        f"retention = {{ keep_snapshots = 2 }}\nmaintenance = {{ compact_min_files = 3 }}\n"
     )
     capsys.readouterr()
     main(["maintain", view, "-p", str(file)])
@@ -104,7 +112,9 @@ def test_lakeview_maintain_runs_a_pass_with_progress(make_project, catalog_serve
 
 
 @pytest.mark.parametrize("fmt", ["iceberg", "delta"])
-def test_background_maintenance_runs_while_commits_continue(fmt: str, make_project, catalog_server, unique_name: str) -> None:
+def test_background_maintenance_runs_while_commits_continue(
+    fmt: str, make_project, catalog_server, unique_name: str
+) -> None:
     from lakeview.stack.maintenance import MaintenanceThread
     from writers.registry import make_writer
 
@@ -123,7 +133,9 @@ def test_background_maintenance_runs_while_commits_continue(fmt: str, make_proje
         deadline = time.monotonic() + 60
         compacted = None  # the pass that compacted (a later pass may report nothing left to do)
         while time.monotonic() < deadline and compacted is None:
-            record = writer.commit(Epoch(view, epoch, {}), Change(pa.table({"order_id": [epoch], "quantity": pa.array([1], pa.int32())})))
+            record = writer.commit(
+                Epoch(view, epoch, {}), Change(pa.table({"order_id": [epoch], "quantity": pa.array([1], pa.int32())}))
+            )
             assert record is not None, "every commit lands while maintenance runs"
             epoch += 1
             time.sleep(0.3)  # a cadence, not a tight loop
@@ -159,16 +171,27 @@ def metadata_footprint(lake, writer) -> dict[str, int]:
 def test_retention_by_count_bounds_history_and_metadata_and_kept_snapshots_read_right(lake, unique_name: str) -> None:
     keep, per_round, rounds = 5, 8, 6
     # each pass folds the round's position deletes (Iceberg merge-on-read): the footprint is then the same every round
-    policy = MaintenancePolicy(keep_snapshots=keep, max_age_ms=None, compact_min_files=1000, delete_files_max=per_round, orphan_min_age_ms=3_600_000)
+    policy = MaintenancePolicy(
+        keep_snapshots=keep,
+        max_age_ms=None,
+        compact_min_files=1000,
+        delete_files_max=per_round,
+        orphan_min_age_ms=3_600_000,
+    )
     writer = lake.writer(unique_name)
-    writer.ensure_table(SCHEMA, ("k",), {"write.metadata.previous-versions-max": "5"} if lake.format == "iceberg" else {})
+    writer.ensure_table(
+        SCHEMA, ("k",), {"write.metadata.previous-versions-max": "5"} if lake.format == "iceberg" else {}
+    )
     state: dict[int, int] = {}
     expected: dict[int, list[tuple[int, int]]] = {}  # snapshot id / version -> the view's rows then
     footprints = []
     for round_ in range(rounds):
         for epoch in range(round_ * per_round, (round_ + 1) * per_round):
             state[epoch % 4] = epoch  # an upsert of one of 4 keys: Iceberg position deletes / a Delta MERGE
-            record = writer.commit(Epoch(unique_name, epoch, {"src": epoch}), Change(pa.table({"k": [epoch % 4], "total": [epoch]}), ("k",)))
+            record = writer.commit(
+                Epoch(unique_name, epoch, {"src": epoch}),
+                Change(pa.table({"k": [epoch % 4], "total": [epoch]}), ("k",)),
+            )
             assert record is not None
             expected[record.snapshot_id] = sorted(state.items())
         if lake.format == "iceberg":  # metadata files superseded this round are old enough to go
@@ -178,7 +201,9 @@ def test_retention_by_count_bounds_history_and_metadata_and_kept_snapshots_read_
         footprints.append(metadata_footprint(lake, writer))
 
     # Bounded: after the first rounds nothing grows with the number of commits (48 here).
-    assert footprints[-1] == footprints[2] or all(footprints[-1][k] <= footprints[2][k] + 2 for k in footprints[2]), footprints
+    assert footprints[-1] == footprints[2] or all(footprints[-1][k] <= footprints[2][k] + 2 for k in footprints[2]), (
+        footprints
+    )
     if lake.format == "iceberg":
         assert len(writer.table().snapshots()) == keep
         live_files = len(list(writer.table().scan().plan_files()))
@@ -205,7 +230,9 @@ def test_retention_by_count_bounds_history_and_metadata_and_kept_snapshots_read_
     assert writer.commit(Epoch(unique_name, 3, {}), Change(pa.table({"k": [0], "total": [-1]}), ("k",))) is None
 
 
-def test_delta_log_retention_on_s3_deletes_old_log_entries_and_keeps_kept_versions(s3_server, tmp_path: Path, unique_name: str, monkeypatch) -> None:
+def test_delta_log_retention_on_s3_deletes_old_log_entries_and_keeps_kept_versions(
+    s3_server, tmp_path: Path, unique_name: str, monkeypatch
+) -> None:
     from catalog_api.server import CatalogServer
     from catalog_api.store.catalog import open_store
     from tests.s3_server import ACCESS_KEY, SECRET_KEY
@@ -218,10 +245,17 @@ def test_delta_log_retention_on_s3_deletes_old_log_entries_and_keeps_kept_versio
     policy = MaintenancePolicy(keep_snapshots=3, max_age_ms=None, compact_min_files=1000, orphan_min_age_ms=3_600_000)
     with CatalogServer(open_store(project), host="127.0.0.1", port=0) as server:
         writer = make_writer(project, unique_name, server.uri)
-        writer.ensure_table(pa.schema([("product_id", pa.int64()), ("total_sold", pa.int64()), ("orders", pa.int64())]), ("product_id",), {})
+        writer.ensure_table(
+            pa.schema([("product_id", pa.int64()), ("total_sold", pa.int64()), ("orders", pa.int64())]),
+            ("product_id",),
+            {},
+        )
         versions = {}
         for epoch in range(15):
-            record = writer.commit(Epoch(unique_name, epoch, {}), Change(pa.table({"product_id": [1], "total_sold": [epoch], "orders": [1]}), ("product_id",)))
+            record = writer.commit(
+                Epoch(unique_name, epoch, {}),
+                Change(pa.table({"product_id": [1], "total_sold": [epoch], "orders": [1]}), ("product_id",)),
+            )
             versions[record.snapshot_id] = epoch  # type: ignore[union-attr]
             if epoch % 5 == 4:
                 maintain_delta(writer, policy)  # type: ignore[arg-type]

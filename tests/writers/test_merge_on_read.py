@@ -94,13 +94,17 @@ def delete_files_added(props: dict[str, str]) -> int:
 
 
 def snapshots_of_epoch(writer: IcebergWriter, epoch: int) -> int:
-    return sum(1 for s in writer.table().snapshots() if s.summary and s.summary.additional_properties.get(EPOCH) == str(epoch))
+    return sum(
+        1 for s in writer.table().snapshots() if s.summary and s.summary.additional_properties.get(EPOCH) == str(epoch)
+    )
 
 
 # ---------------------------------------------------------------- 1. upserts and deletes write position deletes
 
 
-def test_keyed_upserts_and_deletes_write_one_position_delete_file(lake, spark, catalog_server, unique_name: str) -> None:
+def test_keyed_upserts_and_deletes_write_one_position_delete_file(
+    lake, spark, catalog_server, unique_name: str
+) -> None:
     writer = lake.writer(unique_name)
     writer.ensure_table(SCHEMA, KEY, {})
     assert writer.table().properties["write.update.mode"] == "merge-on-read"
@@ -125,12 +129,16 @@ def test_keyed_upserts_and_deletes_write_one_position_delete_file(lake, spark, c
     assert props.get("deleted-data-files", "0") == "0" and props.get("removed-files-size", "0") == "0", props
     assert props["added-position-deletes"] == str(19 + 10), props
     data, delete_files = live_files(writer)
-    assert first_file in data and len(data) == 2 and len(delete_files) == 1, "the first data file is still live, untouched"
+    assert first_file in data and len(data) == 2 and len(delete_files) == 1, (
+        "the first data file is still live, untouched"
+    )
     # Copy-on-write would have rewritten the whole first file; this commit wrote a small
     # data file and a small delete file.
     written, total = int(props["added-files-size"]), int(props["total-files-size"])
     first_size = total - written
-    assert written * 4 < first_size, f"a 32-row change wrote {written} bytes next to a {first_size}-byte file: amplification should follow the change"
+    assert written * 4 < first_size, (
+        f"a 32-row change wrote {written} bytes next to a {first_size}-byte file: amplification should follow the change"
+    )
 
     assert pyiceberg_rows(writer) == model
     assert duckdb_rows(lake, writer) == model
@@ -174,7 +182,9 @@ def test_random_epochs_match_a_model_and_a_fold_keeps_them(lake, spark, catalog_
     assert spark_rows(spark, catalog_server, writer) == model
 
     data_before, deletes_before = live_files(writer)
-    assert len(deletes_before) >= FOLD.delete_files_max, f"only {len(deletes_before)} delete files; the fold would not run"
+    assert len(deletes_before) >= FOLD.delete_files_max, (
+        f"only {len(deletes_before)} delete files; the fold would not run"
+    )
     report = maintain_iceberg(writer, FOLD)
     assert report.delete_files_folded == len(deletes_before), report.describe()
     data_after, deletes_after = live_files(writer)
@@ -221,7 +231,9 @@ def seeded(lake: IcebergLake, name: str, epochs: int = 4) -> tuple[IcebergWriter
 def fold_now(lake: IcebergLake, name: str) -> None:
     """A maintenance pass from another writer instance (another process, as far as the first
     writer can tell) that folds every delete file into rewritten data files."""
-    report = maintain_iceberg(lake.writer(name), MaintenancePolicy(keep_snapshots=None, compact_min_files=2, delete_files_max=1))
+    report = maintain_iceberg(
+        lake.writer(name), MaintenancePolicy(keep_snapshots=None, compact_min_files=2, delete_files_max=1)
+    )
     assert report.delete_files_folded >= 1, report.describe()
 
 
@@ -239,7 +251,9 @@ def test_commit_after_a_fold_moved_the_files_it_looked_up(lake, unique_name: str
     commit_epoch_4(lake, writer, model, upserts, deletes)
 
 
-def commit_epoch_4(lake: IcebergLake, writer: IcebergWriter, model: dict[Any, int], upserts: dict[Any, int], deletes: list[Any]) -> None:
+def commit_epoch_4(
+    lake: IcebergLake, writer: IcebergWriter, model: dict[Any, int], upserts: dict[Any, int], deletes: list[Any]
+) -> None:
     """Commit epoch 4 (deleting 4 stored rows): one snapshot, and both readers equal the model."""
     record = writer.commit(Epoch(writer.identifier[1], 4, {"src": 4}), change(upserts, deletes))
     apply(model, upserts, deletes)
@@ -337,7 +351,9 @@ def test_writer_folds_deletes_within_its_commits_and_each_epoch_change_is_exact(
     for epoch in range(14):
         before = dict(model)
         upserts = {rng.choice([*range(60), None]): rng.randrange(1000) for _ in range(rng.randrange(1, 12))}
-        deletes = [k for k in rng.sample(sorted(model, key=repr), min(len(model), rng.randrange(0, 4)))] if model else []
+        deletes = (
+            [k for k in rng.sample(sorted(model, key=repr), min(len(model), rng.randrange(0, 4)))] if model else []
+        )
         deletes = [k for k in deletes if k not in upserts]
         record = writer.commit(Epoch(unique_name, epoch, {"n": epoch}), change(upserts, deletes))
         apply(model, upserts, deletes)
@@ -346,12 +362,16 @@ def test_writer_folds_deletes_within_its_commits_and_each_epoch_change_is_exact(
         assert len(delete_files) < policy.delete_files_max, f"epoch {epoch}: {len(delete_files)} delete files"
         assert len(data) <= policy.compact_min_files + policy.delete_files_max, f"epoch {epoch}: {len(data)} data files"
         folds += writer.timings.get("delete_files_folded", 0) > 0
-        assert writer.live.index_builds == (1 if epoch else 0), "the writer's own folds move the index, never rebuild it"
+        assert writer.live.index_builds == (1 if epoch else 0), (
+            "the writer's own folds move the index, never rebuild it"
+        )
         assert pyiceberg_rows(writer) == model, f"epoch {epoch}"
         assert duckdb_rows(lake, writer) == model, f"epoch {epoch}"
         z = snapshot_change(writer, record.snapshot_id).to_pylist()  # type: ignore[arg-type]
-        expected = {**{(k, v): -1 for k, v in before.items() if model.get(k, object()) != v},
-                    **{(k, v): 1 for k, v in model.items() if before.get(k, object()) != v}}
+        expected = {
+            **{(k, v): -1 for k, v in before.items() if model.get(k, object()) != v},
+            **{(k, v): 1 for k, v in model.items() if before.get(k, object()) != v},
+        }
         assert {(r["k"], r["total"]): r[WEIGHT] for r in z} == expected, f"epoch {epoch}"
     assert folds >= 3, "the thresholds were passed several times"
     assert snapshots_of_epoch(writer, 13) == 1
@@ -373,16 +393,28 @@ def test_keys_outside_the_index_are_found_by_probing_and_two_column_keys_by_the_
     every epoch, NULL key parts included."""
     two = pa.types.is_struct(key_type)
     key = ("n", "s") if two else ("x",)
-    schema = pa.schema([("n", pa.int64()), ("s", pa.string()), ("total", pa.int64())]) if two else pa.schema([("x", pa.float64()), ("total", pa.int64())])
+    schema = (
+        pa.schema([("n", pa.int64()), ("s", pa.string()), ("total", pa.int64())])
+        if two
+        else pa.schema([("x", pa.float64()), ("total", pa.int64())])
+    )
     name = f"{unique_name}_{'pair' if two else 'float'}"
     writer = lake.writer(name)
     writer.ensure_table(schema, key, {})
-    universe: list[Any] = [(n, s) for n in [None, *range(12)] for s in [None, "a", "b"]] if two else [None, -1.5, *[i / 4 for i in range(40)]]
+    universe: list[Any] = (
+        [(n, s) for n in [None, *range(12)] for s in [None, "a", "b"]]
+        if two
+        else [None, -1.5, *[i / 4 for i in range(40)]]
+    )
     rng = random.Random(5)
     model: dict[Any, int] = {}
 
     def table_of(keys: list[Any], totals: list[int] | None) -> pa.Table:
-        columns = {"n": pa.array([k[0] for k in keys], pa.int64()), "s": pa.array([k[1] for k in keys], pa.string())} if two else {"x": pa.array(keys, pa.float64())}
+        columns = (
+            {"n": pa.array([k[0] for k in keys], pa.int64()), "s": pa.array([k[1] for k in keys], pa.string())}
+            if two
+            else {"x": pa.array(keys, pa.float64())}
+        )
         return pa.table({**columns, **({"total": pa.array(totals, pa.int64())} if totals is not None else {})})
 
     for epoch in range(8):
@@ -391,7 +423,9 @@ def test_keys_outside_the_index_are_found_by_probing_and_two_column_keys_by_the_
         upserts = {k: rng.randint(0, 99) for k in touched[:cut]}
         deletes = touched[cut:]
         rows = table_of(list(upserts), list(upserts.values()))
-        writer.commit(Epoch(name, epoch, {"n": epoch}), Change(rows, key, deletes=table_of(deletes, None) if deletes else None))
+        writer.commit(
+            Epoch(name, epoch, {"n": epoch}), Change(rows, key, deletes=table_of(deletes, None) if deletes else None)
+        )
         apply(model, upserts, deletes)
         stored = writer.table().scan().to_arrow().to_pylist()
         got = {((r["n"], r["s"]) if two else r["x"]): r["total"] for r in stored}

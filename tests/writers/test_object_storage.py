@@ -30,7 +30,9 @@ def s3_project(s3_server, tmp_path: Path, view: str, fmt: str) -> ProjectConfig:
             "catalog_store": f"sqlite:///{tmp_path / 'catalog.db'}",
             "s3": {"endpoint": s3_server.endpoint, "region": "us-east-1"},
         },
-        "sources": {"orders": {"format": "json", "path": str(tmp_path / "landing"), "schema": "product_id BIGINT, quantity INT"}},
+        "sources": {
+            "orders": {"format": "json", "path": str(tmp_path / "landing"), "schema": "product_id BIGINT, quantity INT"}
+        },
         "views": {view: {"sql": SQL, "format": fmt, "namespace": "s3_tests"}},
     }
     return parse_project(data, file=str(tmp_path / "lakeview.toml"), root=tmp_path)
@@ -49,8 +51,16 @@ def test_views_on_s3_are_readable_from_duckdb_and_native_readers(
     with CatalogServer(open_store(project), host="127.0.0.1", port=0) as server:
         writer = make_writer(project, view, server.uri)
         writer.ensure_table(schema, ("product_id",), {})
-        writer.commit(Epoch(view, 0, {"orders": 1}), Change(pa.table({"product_id": [1, 2, None], "total_sold": [5, 6, 7], "orders": [1, 1, 1]}), ("product_id",)))
-        record = writer.commit(Epoch(view, 1, {"orders": 2}), Change(pa.table({"product_id": [2], "total_sold": [16], "orders": [2]}), ("product_id",)))
+        writer.commit(
+            Epoch(view, 0, {"orders": 1}),
+            Change(
+                pa.table({"product_id": [1, 2, None], "total_sold": [5, 6, 7], "orders": [1, 1, 1]}), ("product_id",)
+            ),
+        )
+        record = writer.commit(
+            Epoch(view, 1, {"orders": 2}),
+            Change(pa.table({"product_id": [2], "total_sold": [16], "orders": [2]}), ("product_id",)),
+        )
         assert record is not None and record.rows_deleted == 1
         expected = [(1, 5, 1), (2, 16, 2), (None, 7, 1)]
 
@@ -65,7 +75,9 @@ def test_views_on_s3_are_readable_from_duckdb_and_native_readers(
             duck = con.sql(f"SELECT product_id, total_sold, orders FROM lake.s3_tests.{view}").fetchall()
         else:
             native = tables.read_rows(project, view)
-            duck = con.sql(f"SELECT product_id, total_sold, orders FROM delta_scan('{project.table_location(view)}')").fetchall()
+            duck = con.sql(
+                f"SELECT product_id, total_sold, orders FROM delta_scan('{project.table_location(view)}')"
+            ).fetchall()
         assert sorted(duck, key=repr) == sorted(expected, key=repr)
         assert sorted((tuple(r.values()) for r in native.to_pylist()), key=repr) == sorted(expected, key=repr)
         assert tables.last_commit(project, view).epoch == 1  # type: ignore[union-attr]
@@ -81,7 +93,11 @@ def test_views_on_s3_are_readable_from_duckdb_and_native_readers(
     [
         ({"warehouse": "gs://bucket/lake"}, "lake.warehouse", "use a local directory or s3://bucket/prefix"),
         ({"warehouse": "s3://"}, "lake.warehouse", "name a bucket"),
-        ({"warehouse": "s3://b/p", "s3": {"endpont": "http://x"}}, "lake.s3.endpont", "valid keys: access_key_id, endpoint"),
+        (
+            {"warehouse": "s3://b/p", "s3": {"endpont": "http://x"}},
+            "lake.s3.endpont",
+            "valid keys: access_key_id, endpoint",
+        ),
     ],
 )
 def test_bad_object_storage_config_names_the_key(lake: dict, key: str, problem: str) -> None:
@@ -94,7 +110,9 @@ def test_bad_object_storage_config_names_the_key(lake: dict, key: str, problem: 
 
 def test_s3_warehouse_keeps_local_state_next_to_the_project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "from-env")
-    project = parse_project({"lake": {"warehouse": "s3://b/lake/", "s3": {"endpoint": "http://127.0.0.1:9000"}}}, root=tmp_path)
+    project = parse_project(
+        {"lake": {"warehouse": "s3://b/lake/", "s3": {"endpoint": "http://127.0.0.1:9000"}}}, root=tmp_path
+    )
     assert project.warehouse_uri == "s3://b/lake"
     assert project.checkpoint_path("v").is_relative_to(tmp_path / ".lakeview")
     assert project.catalog_store_url == f"sqlite:///{tmp_path / '.lakeview' / 'catalog.db'}"

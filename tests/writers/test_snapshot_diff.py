@@ -31,8 +31,11 @@ def test_derived_change_equals_each_epochs_actual_change(lake, unique_name: str)
     epochs = [
         Change(pa.table({"k": [1, 2, 3, None], "name": ["a", "b", "c", "n"], "amount": [1.5, 2.0, 3.0, 0.1]}), ("k",)),
         # an update of 2, a delete of 3 and of the null key, an insert of 4: 1 stays (rewritten file)
-        Change(pa.table({"k": [2, 4], "name": ["b2", "d"], "amount": [2.5, None]}), ("k",),
-               deletes=pa.table({"k": pa.array([3, None], pa.int64())})),
+        Change(
+            pa.table({"k": [2, 4], "name": ["b2", "d"], "amount": [2.5, None]}),
+            ("k",),
+            deletes=pa.table({"k": pa.array([3, None], pa.int64())}),
+        ),
         Change(pa.table({"k": [1], "name": ["a"], "amount": [1.5]}), ("k",)),  # an identical upsert: no change
     ]
     records = []
@@ -43,7 +46,9 @@ def test_derived_change_equals_each_epochs_actual_change(lake, unique_name: str)
     first = snapshot_change(writer, records[0].snapshot_id)
     assert zset(first) == Counter({(1, "a", 1.5): 1, (2, "b", 2.0): 1, (3, "c", 3.0): 1, (None, "n", 0.1): 1})
     second = snapshot_change(writer, records[1].snapshot_id)
-    assert zset(second) == Counter({(2, "b", 2.0): -1, (2, "b2", 2.5): 1, (3, "c", 3.0): -1, (None, "n", 0.1): -1, (4, "d", None): 1})
+    assert zset(second) == Counter(
+        {(2, "b", 2.0): -1, (2, "b2", 2.5): 1, (3, "c", 3.0): -1, (None, "n", 0.1): -1, (4, "d", None): 1}
+    )
     assert snapshot_change(writer, records[2].snapshot_id).num_rows == 0, "rewritten but unchanged rows cancel"
 
     # before + change == after, at every epoch
@@ -64,5 +69,9 @@ def test_derived_change_equals_each_epochs_actual_change(lake, unique_name: str)
 def test_appends_are_all_additions(lake, unique_name: str) -> None:
     writer = lake.writer(unique_name)
     writer.ensure_table(SCHEMA, None, {})
-    record = writer.commit(Epoch(unique_name, 0, {}), Change(pa.table({"k": [1, 1], "name": ["x", "x"], "amount": [1.0, 1.0]})))
-    assert zset(snapshot_change(writer, record.snapshot_id)) == Counter({(1, "x", 1.0): 2}), "duplicates keep their multiplicity"
+    record = writer.commit(
+        Epoch(unique_name, 0, {}), Change(pa.table({"k": [1, 1], "name": ["x", "x"], "amount": [1.0, 1.0]}))
+    )
+    assert zset(snapshot_change(writer, record.snapshot_id)) == Counter({(1, "x", 1.0): 2}), (
+        "duplicates keep their multiplicity"
+    )

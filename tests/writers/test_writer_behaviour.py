@@ -23,11 +23,15 @@ def test_keyed_commits_one_snapshot_per_epoch_and_skip_replays(lake, unique_name
     writer.ensure_table(SCHEMA, ("k",), {})  # idempotent
     assert writer.last_commit() is None
 
-    first = writer.commit(Epoch(unique_name, 0, {"src": 1}, rows_in=3), Change(pa.table({"k": [1, 2, None], "total": [10, 20, 5]}), ("k",)))
+    first = writer.commit(
+        Epoch(unique_name, 0, {"src": 1}, rows_in=3),
+        Change(pa.table({"k": [1, 2, None], "total": [10, 20, 5]}), ("k",)),
+    )
     assert first is not None and first.epoch == 0 and first.rows_inserted == 3 and first.rows_deleted == 0
 
     second = writer.commit(
-        Epoch(unique_name, 1, {"src": 2}, newest_input_ms=0), Change(pa.table({"k": [2, None, 3], "total": [25, 6, 30]}), ("k",))
+        Epoch(unique_name, 1, {"src": 2}, newest_input_ms=0),
+        Change(pa.table({"k": [2, None, 3], "total": [25, 6, 30]}), ("k",)),
     )
     assert second is not None and second.rows_deleted == 2 and second.lag_ms is not None
 
@@ -40,7 +44,12 @@ def test_keyed_commits_one_snapshot_per_epoch_and_skip_replays(lake, unique_name
     assert rows(lake.read(writer)) == rows(expected)
     assert lake.commits(writer) == 2, "each epoch is exactly one snapshot"
     last = writer.last_commit()
-    assert last is not None and (last.view, last.epoch, last.frontier, last.rows_deleted) == (unique_name, 1, {"src": 2}, 2)
+    assert last is not None and (last.view, last.epoch, last.frontier, last.rows_deleted) == (
+        unique_name,
+        1,
+        {"src": 2},
+        2,
+    )
     assert last.snapshot_id == second.snapshot_id
 
     # Time travel, natively and from DuckDB: the first snapshot still shows epoch 0's state.
@@ -76,7 +85,9 @@ def test_keyed_deletes_remove_rows_in_the_same_snapshot(lake, unique_name: str) 
     writer.commit(Epoch(unique_name, 0, {}), Change(pa.table({"k": [1, 2, None], "total": [1, 2, 3]}), ("k",)))
     record = writer.commit(
         Epoch(unique_name, 1, {}),
-        Change(pa.table({"k": [1], "total": [10]}), ("k",), deletes=pa.table({"k": pa.array([2, None, 1], pa.int64())})),
+        Change(
+            pa.table({"k": [1], "total": [10]}), ("k",), deletes=pa.table({"k": pa.array([2, None, 1], pa.int64())})
+        ),
     )
     assert record is not None and record.rows_deleted == 3 and record.rows_inserted == 1
     assert rows(lake.read(writer)) == [(1, 10)]
@@ -90,7 +101,10 @@ def test_empty_key_replaces_the_one_row_and_stamps_read_back(lake, unique_name: 
     writer.ensure_table(schema, (), {})
     writer.commit(Epoch(unique_name, 0, {}), Change(pa.table({"n": [2], "total": [30]}), ()))
     assert writer.lookup(pa.table({"n": [0]}).select([])).to_pylist() == [{"n": 2, "total": 30}]
-    record = writer.commit(Epoch(unique_name, 1, {}, stamps={"lakeview.watermark-us": "5"}), Change(pa.table({"n": [0], "total": pa.array([None], pa.int64())}), ()))
+    record = writer.commit(
+        Epoch(unique_name, 1, {}, stamps={"lakeview.watermark-us": "5"}),
+        Change(pa.table({"n": [0], "total": pa.array([None], pa.int64())}), ()),
+    )
     assert record is not None and record.rows_deleted == 1
     assert lake.read(writer).to_pylist() == [{"n": 0, "total": None}]
     assert lake.read_duckdb(writer) == [(0, None)]
@@ -104,10 +118,17 @@ def test_keys_of_two_columns_upsert_and_delete(lake, unique_name: str) -> None:
     schema = pa.schema([("g", pa.int64()), ("v", pa.float64()), ("n", pa.int64())])
     writer = lake.writer(unique_name)
     writer.ensure_table(schema, ("g", "v"), {})
-    writer.commit(Epoch(unique_name, 0, {}), Change(pa.table({"g": [1, 1, 2, None], "v": [1.0, 2.0, 1.0, 1.0], "n": [1, 1, 1, 1]}), ("g", "v")))
+    writer.commit(
+        Epoch(unique_name, 0, {}),
+        Change(pa.table({"g": [1, 1, 2, None], "v": [1.0, 2.0, 1.0, 1.0], "n": [1, 1, 1, 1]}), ("g", "v")),
+    )
     writer.commit(
         Epoch(unique_name, 1, {}),
-        Change(pa.table({"g": [1, None], "v": [1.0, 1.0], "n": [5, 7]}), ("g", "v"), deletes=pa.table({"g": [2], "v": [1.0]})),
+        Change(
+            pa.table({"g": [1, None], "v": [1.0, 1.0], "n": [5, 7]}),
+            ("g", "v"),
+            deletes=pa.table({"g": [2], "v": [1.0]}),
+        ),
     )
     stored = sorted(((r["g"], r["v"], r["n"]) for r in lake.read(writer).to_pylist()), key=repr)
     assert stored == sorted([(1, 1.0, 5), (1, 2.0, 1), (None, 1.0, 7)], key=repr)

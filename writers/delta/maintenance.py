@@ -37,7 +37,9 @@ VACUUM_OPERATIONS = ("VACUUM START", "VACUUM END")
 LOG_ENTRY = re.compile(r"^(\d{20})\.")  # 00000000000000000042.json / .checkpoint.parquet / .crc
 
 
-def maintain_delta(writer: DeltaWriter, policy: MaintenancePolicy, progress: Progress | None = None) -> MaintenanceReport:
+def maintain_delta(
+    writer: DeltaWriter, policy: MaintenancePolicy, progress: Progress | None = None
+) -> MaintenanceReport:
     """One maintenance pass over the writer's table: compaction, retention, orphans, log cleanup."""
     say = progress or (lambda message: None)
     report = MaintenanceReport()
@@ -54,7 +56,14 @@ def _retrying(report: MaintenanceReport, step: Callable[[], None]) -> None:
         log.info("maintenance lost a commit race (attempt %s): %s; redoing on the new state", attempt, exc)
 
     try:
-        retry_transient(step, what="maintenance", attempts=MAX_ATTEMPTS, transient=(CommitFailedError,), max_s=2.0, before_retry=lost_race)
+        retry_transient(
+            step,
+            what="maintenance",
+            attempts=MAX_ATTEMPTS,
+            transient=(CommitFailedError,),
+            max_s=2.0,
+            before_retry=lost_race,
+        )
     except CommitFailedError:
         report.attempts += 1
         report.notes.append(f"gave up after {MAX_ATTEMPTS} lost commit races; next pass retries")
@@ -71,7 +80,9 @@ def _kept_versions(table: DeltaTable, policy: MaintenancePolicy) -> tuple[list[i
     for, so they do not count towards ``keep_snapshots`` (else each pass would push out four).
     """
     entries = sorted(
-        (int(h["version"]), int(h.get("timestamp", 0))) for h in table.history() if h.get("operation") not in VACUUM_OPERATIONS
+        (int(h["version"]), int(h.get("timestamp", 0)))
+        for h in table.history()
+        if h.get("operation") not in VACUUM_OPERATIONS
     )
     return [v for v, _ in entries], policy.expired(entries)
 
@@ -96,7 +107,9 @@ def _clean_log(writer: DeltaWriter, policy: MaintenancePolicy, report: Maintenan
     doomed = [info for version, info in entries if version < base]
     for info in doomed:
         fs.delete_file(info.path)
-    say(f"log: {len(doomed)} entr(ies) before the checkpoint at version {base} deleted; versions {base}..{table.version()} remain")
+    say(
+        f"log: {len(doomed)} entr(ies) before the checkpoint at version {base} deleted; versions {base}..{table.version()} remain"
+    )
 
 
 def _log_filesystem(writer: DeltaWriter) -> tuple[pafs.FileSystem, str]:
@@ -139,7 +152,9 @@ def _compact(writer: DeltaWriter, policy: MaintenancePolicy, report: Maintenance
         say(f"compaction: {small} small file(s) of {len(sizes)}, below the threshold of {policy.compact_min_files}")
         return
     say(f"compaction: rewriting {small} small file(s)")
-    metrics = table.optimize.compact(target_size=policy.small_file_bytes * 4, commit_properties=_commit_properties("compact"))
+    metrics = table.optimize.compact(
+        target_size=policy.small_file_bytes * 4, commit_properties=_commit_properties("compact")
+    )
     report.files_compacted += int(metrics.get("numFilesRemoved", 0))
     report.files_written += int(metrics.get("numFilesAdded", 0))
     say(f"compaction: {metrics.get('numFilesRemoved', 0)} file(s) -> {metrics.get('numFilesAdded', 0)}")

@@ -156,11 +156,15 @@ class DeltaWriter(SnapshotWriter):
         return rows_with_keys(plain_types(stored, schema), keys, key)
 
     def commit(self, epoch: Epoch, change: Change) -> CommitRecord | None:
-        return self._commit_retrying(epoch, lambda table: None if change.is_empty else self._commit_once(table, epoch, change))
+        return self._commit_retrying(
+            epoch, lambda table: None if change.is_empty else self._commit_once(table, epoch, change)
+        )
 
     def commit_files(self, epoch: Epoch, files: list[WrittenFile]) -> CommitRecord | None:
         """Add data files written by Spark's executors as ONE commit with the app transaction (view, epoch)."""
-        return self._commit_retrying(epoch, lambda table: self._record(append_delta_files(table, epoch, files)) if files else None)
+        return self._commit_retrying(
+            epoch, lambda table: self._record(append_delta_files(table, epoch, files)) if files else None
+        )
 
     def _commit_retrying(self, epoch: Epoch, once: Callable[[DeltaTable], CommitRecord | None]) -> CommitRecord | None:
         def attempt() -> CommitRecord | None:
@@ -183,9 +187,16 @@ class DeltaWriter(SnapshotWriter):
         def before_retry(exc: BaseException, attempt: int) -> None:
             self._current = None  # reload the log
             if isinstance(exc, CommitConflictError):  # the runtime heartbeat counts these (COMMIT_RETRYING)
-                log.warning("%s: commit of epoch %s lost a race (attempt %s): %s", epoch.view, epoch.number, attempt, exc)
+                log.warning(
+                    "%s: commit of epoch %s lost a race (attempt %s): %s", epoch.view, epoch.number, attempt, exc
+                )
 
-        return retry_transient(attempt, what=f"{epoch.view}: commit of epoch {epoch.number}", attempts=MAX_ATTEMPTS, before_retry=before_retry)
+        return retry_transient(
+            attempt,
+            what=f"{epoch.view}: commit of epoch {epoch.number}",
+            attempts=MAX_ATTEMPTS,
+            before_retry=before_retry,
+        )
 
     def _commit_once(self, table: DeltaTable, epoch: Epoch, change: Change) -> CommitRecord:
         schema = pa.schema(table.schema().to_arrow())
@@ -203,7 +214,9 @@ class DeltaWriter(SnapshotWriter):
             return self._record(props)
         if not change.key:  # the empty key (a global aggregate's one row): the rows replace the table's
             props, commit = stamp(table.to_pyarrow_dataset().count_rows() if table.version() > 0 else 0)
-            write_deltalake(table, rows, mode="overwrite", storage_options=self.storage_options, commit_properties=commit)
+            write_deltalake(
+                table, rows, mode="overwrite", storage_options=self.storage_options, commit_properties=commit
+            )
             return self._record(props)
         # The deleted row count is only known after the merge, and commit info is written by it:
         # stamp with the count of stored rows the touched keys match (what the merge removes).
@@ -218,12 +231,27 @@ class DeltaWriter(SnapshotWriter):
             # A multiset (keyed by the whole row, with copies): a MERGE may not match one stored row
             # to several source rows, and an update would keep every stored copy; so, as the Iceberg
             # writer does, every stored row of a touched key is deleted and the rows are inserted.
-            merge = table.merge(_replace_source(rows, change, schema), predicate=f"(s.{OP} = 'd') AND {predicate}",
-                                source_alias="s", target_alias="t", commit_properties=commit)
-            metrics = merge.when_matched_delete().when_not_matched_insert(updates=columns, predicate=f"s.{OP} = 'i'").execute()
+            merge = table.merge(
+                _replace_source(rows, change, schema),
+                predicate=f"(s.{OP} = 'd') AND {predicate}",
+                source_alias="s",
+                target_alias="t",
+                commit_properties=commit,
+            )
+            metrics = (
+                merge.when_matched_delete()
+                .when_not_matched_insert(updates=columns, predicate=f"s.{OP} = 'i'")
+                .execute()
+            )
         else:
             metrics = (
-                table.merge(_merge_source(rows, change, schema), predicate=predicate, source_alias="s", target_alias="t", commit_properties=commit)
+                table.merge(
+                    _merge_source(rows, change, schema),
+                    predicate=predicate,
+                    source_alias="s",
+                    target_alias="t",
+                    commit_properties=commit,
+                )
                 .when_matched_delete(predicate=f"s.{OP} = 'd'")
                 .when_matched_update(updates=columns, predicate=f"s.{OP} = 'u'")
                 .when_not_matched_insert(updates=columns, predicate=f"s.{OP} = 'u'")
@@ -268,7 +296,10 @@ def _replace_source(rows: pa.Table, change: Change, schema: pa.Schema) -> pa.Tab
     assert change.key is not None
     key = list(change.key)
     keys = change.touched_keys().cast(pa.schema([schema.field(k) for k in key])).group_by(key).aggregate([]).select(key)
-    full = {name: keys.column(name) if name in change.key else pa.nulls(keys.num_rows, schema.field(name).type) for name in schema.names}
+    full = {
+        name: keys.column(name) if name in change.key else pa.nulls(keys.num_rows, schema.field(name).type)
+        for name in schema.names
+    }
     deletes = pa.table(full, schema=schema).append_column(OP, pa.array(["d"] * keys.num_rows, pa.string()))
     return pa.concat_tables([deletes, rows.append_column(OP, pa.array(["i"] * rows.num_rows, pa.string()))])
 

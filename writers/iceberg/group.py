@@ -84,7 +84,9 @@ class IcebergGroupWriter:
                 table = writer.table()
                 member_epoch = (epochs or {}).get(view) or replace(epoch, view=self.owners.get(view, view))
                 if member_epoch.number != epoch.number or member_epoch.frontier != epoch.frontier:
-                    raise WriterError(f"group {self.group!r}: {view} stamps epoch {member_epoch.number}, not {epoch.number} and its frontier")
+                    raise WriterError(
+                        f"group {self.group!r}: {view} stamps epoch {member_epoch.number}, not {epoch.number} and its frontier"
+                    )
                 change = changes.get(view)
                 if isinstance(change, list) and change:
                     txn, properties = stage_iceberg_files(table, member_epoch, change)
@@ -105,11 +107,15 @@ class IcebergGroupWriter:
             status = self._post(staged)
             if status == 204:
                 return {view: self._with_snapshot(view, record) for view, record in records.items()}
-            log.warning("group %s: transaction for epoch %s answered %s (attempt %s)", self.group, epoch.number, status, number)
+            log.warning(
+                "group %s: transaction for epoch %s answered %s (attempt %s)", self.group, epoch.number, status, number
+            )
             if status == 409:  # per view too, as a single view's writer says it (runtime heartbeats count these)
                 for view in sorted(set(self.owners.get(m, m) for m in self.members)):
                     log.warning("%s: commit of epoch %s lost a race (group %s)", view, epoch.number, self.group)
-            raise CommitConflictError(f"group {self.group}: epoch {epoch.number}: the transaction answered {status} ({number} attempts)")
+            raise CommitConflictError(
+                f"group {self.group}: epoch {epoch.number}: the transaction answered {status} ({number} attempts)"
+            )
 
         return retry_transient(attempt, what=f"group {self.group}: epoch {epoch.number}", attempts=MAX_ATTEMPTS)
 
@@ -124,14 +130,20 @@ class IcebergGroupWriter:
             log.warning("group %s: transaction request failed: %s", self.group, exc)
             return 503
         if response.status_code not in (204, 409) and response.status_code < 500:
-            raise WriterError(f"group {self.group}: transaction refused ({response.status_code}): {response.text[:500]}")
+            raise WriterError(
+                f"group {self.group}: transaction refused ({response.status_code}): {response.text[:500]}"
+            )
         return response.status_code
 
     def _with_snapshot(self, view: str, record: CommitRecord) -> CommitRecord:
         current = self.members[view].table().current_snapshot()
-        return CommitRecord.from_properties(
-            current.summary.additional_properties if current and current.summary else {}, current.snapshot_id if current else None
-        ) or record
+        return (
+            CommitRecord.from_properties(
+                current.summary.additional_properties if current and current.summary else {},
+                current.snapshot_id if current else None,
+            )
+            or record
+        )
 
 
 def _is_empty(change: Change | list[WrittenFile]) -> bool:
@@ -160,7 +172,9 @@ class StagedWriter(IcebergWriter):
 
     def _hold(self, epoch: Epoch, change: Change | list[WrittenFile]) -> None:
         if self.pending is not None:
-            raise WriterError(f"{'.'.join(self.identifier)}: a second commit in epoch {epoch.number}; a group stages one per table")
+            raise WriterError(
+                f"{'.'.join(self.identifier)}: a second commit in epoch {epoch.number}; a group stages one per table"
+            )
         self.pending = (epoch, change)
 
     def take(self) -> tuple[Epoch, Change | list[WrittenFile]] | None:

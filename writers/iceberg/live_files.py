@@ -67,7 +67,9 @@ class LiveTable:
     deletes: dict[str, dict[str, pa.Array]]  # data file path -> delete file path -> the positions it deletes there
     delete_files: list[DataFile]
 
-    def to_rewrite(self, policy: MaintenancePolicy, touched: frozenset[str] = frozenset()) -> tuple[list[DataFile], list[DataFile]]:
+    def to_rewrite(
+        self, policy: MaintenancePolicy, touched: frozenset[str] = frozenset()
+    ) -> tuple[list[DataFile], list[DataFile]]:
         """(data files a compaction rewrites, delete files that then go), ``touched``: the data
         files a commit adds deletes to.
 
@@ -87,7 +89,9 @@ class LiveTable:
     @property
     def rows(self) -> int:
         """Live rows: the data files' rows minus the positions delete files remove."""
-        return sum(f.record_count for f in self.data) - sum(len(p) for by_file in self.deletes.values() for p in by_file.values())
+        return sum(f.record_count for f in self.data) - sum(
+            len(p) for by_file in self.deletes.values() for p in by_file.values()
+        )
 
     def deleted(self, path: str) -> pa.Array | None:
         """Every deleted position of one data file (None: none)."""
@@ -108,18 +112,26 @@ class RemoteRows(Protocol):
         """``files`` written again without their deleted rows and the rows at ``drop``
         (``file_path``, ``pos``); the new data files (uncommitted)."""
 
-    def change(self, table: Table, parent: LiveTable, deletes: list[DataFile], removed: list[DataFile], added: list[DataFile]) -> pa.Table:
+    def change(
+        self, table: Table, parent: LiveTable, deletes: list[DataFile], removed: list[DataFile], added: list[DataFile]
+    ) -> pa.Table:
         """The consolidated Z-set of a snapshot that added ``deletes`` and ``added`` and
         removed ``removed`` on top of ``parent``."""
 
 
 class LiveFiles:
-    def __init__(self, budget_bytes: int = DEFAULT_BUDGET_BYTES, use_index: bool = True, remote: RemoteRows | None = None) -> None:
+    def __init__(
+        self, budget_bytes: int = DEFAULT_BUDGET_BYTES, use_index: bool = True, remote: RemoteRows | None = None
+    ) -> None:
         self.budget_bytes = budget_bytes
         self.use_index = use_index  # False: find keys by probing every live row (bench/lookup.py's baseline)
         self.remote = remote  # where tables past ``remote.rows_max`` live rows are read (None: always here)
-        self._changes: OrderedDict[frozenset[str], tuple[pa.Table, pa.Table]] = OrderedDict()  # remote: a commit's (gone, came) by its files
-        self._found: tuple[tuple[int | None, int], tuple[str, ...], pa.Table, Found] | None = None  # remote: the last find ((snapshot, schema), key, keys, found)
+        self._changes: OrderedDict[frozenset[str], tuple[pa.Table, pa.Table]] = (
+            OrderedDict()
+        )  # remote: a commit's (gone, came) by its files
+        self._found: tuple[tuple[int | None, int], tuple[str, ...], pa.Table, Found] | None = (
+            None  # remote: the last find ((snapshot, schema), key, keys, found)
+        )
         # (data file, schema id) -> every row of the file, in file order (row i is position i)
         self._rows: OrderedDict[tuple[str, int], pa.Table] = OrderedDict()
         self._removed: dict[str, pa.Table] = {}  # delete file this writer committed -> the rows it deleted
@@ -139,8 +151,12 @@ class LiveFiles:
         snapshot = current if snapshot_id is None else table.snapshot_by_id(snapshot_id)
         is_current = snapshot is current
         schema_id = table.schema().schema_id
-        if (is_current and self._live is not None and snapshot is not None
-                and (self._live.snapshot_id, self._live.schema_id) == (snapshot.snapshot_id, schema_id)):
+        if (
+            is_current
+            and self._live is not None
+            and snapshot is not None
+            and (self._live.snapshot_id, self._live.schema_id) == (snapshot.snapshot_id, schema_id)
+        ):
             return self._live
         data: list[DataFile] = []
         delete_files: list[DataFile] = []
@@ -151,7 +167,9 @@ class LiveFiles:
             for entry in self._entries[manifest.manifest_path]:
                 (data if entry.data_file.content == DataFileContent.DATA else delete_files).append(entry.data_file)
         if any(f.content == DataFileContent.EQUALITY_DELETES for f in delete_files):
-            raise WriterError(f"{table.name()}: the table has equality delete files; Lakeview writes and reads only position deletes")
+            raise WriterError(
+                f"{table.name()}: the table has equality delete files; Lakeview writes and reads only position deletes"
+            )
         deletes: dict[str, dict[str, pa.Array]] = {}
         for delete_file in delete_files:
             if delete_file.file_path not in self._deletes:
@@ -182,7 +200,9 @@ class LiveFiles:
         rows, _ = self._alive(table, table.schema().schema_id, data_file, deletes or {})
         return rows.drop_columns([POS])
 
-    def rows_without(self, table: Table, data_file: DataFile, deletes: dict[str, pa.Array], positions: pa.Table) -> pa.Table:
+    def rows_without(
+        self, table: Table, data_file: DataFile, deletes: dict[str, pa.Array], positions: pa.Table
+    ) -> pa.Table:
         """The rows of one data file that ``deletes`` leave, minus those at ``positions``
         (``file_path``, ``pos``) in it: the file as a rewrite writes it."""
         rows, _ = self._alive(table, table.schema().schema_id, data_file, deletes)
@@ -217,7 +237,11 @@ class LiveFiles:
             assert self.remote is not None
             self._forget_rows()
             last = self._found
-            if last is not None and last[:2] == ((live.snapshot_id, live.schema_id), key) and not rows_without_keys(keys, last[2], key).num_rows:
+            if (
+                last is not None
+                and last[:2] == ((live.snapshot_id, live.schema_id), key)
+                and not rows_without_keys(keys, last[2], key).num_rows
+            ):
                 return _subset(last[3], keys, key)  # a commit's keys, just found for its lookup: no second Spark job
             found = self.remote.find(table, live, keys, key)
             self._found = ((live.snapshot_id, live.schema_id), key, keys, found)
@@ -240,15 +264,30 @@ class LiveFiles:
                 read += fresh
                 alive.append((data_file, stored))
             hits = [(data_file.file_path, hit) for data_file, hit in _hits(alive, keys, key) if hit.num_rows]
-        found_rows = pa.concat_tables([hit.drop_columns([POS]).cast(schema) for _, hit in hits]) if hits else schema.empty_table()
-        at = pa.table({"file_path": pa.array([path for path, hit in hits for _ in range(hit.num_rows)], pa.string()),
-                       "pos": pa.concat_arrays([hit.column(POS).combine_chunks().cast(pa.int64()) for _, hit in hits])
-                       if hits else pa.array([], pa.int64())})
+        found_rows = (
+            pa.concat_tables([hit.drop_columns([POS]).cast(schema) for _, hit in hits])
+            if hits
+            else schema.empty_table()
+        )
+        at = pa.table(
+            {
+                "file_path": pa.array([path for path, hit in hits for _ in range(hit.num_rows)], pa.string()),
+                "pos": pa.concat_arrays([hit.column(POS).combine_chunks().cast(pa.int64()) for _, hit in hits])
+                if hits
+                else pa.array([], pa.int64()),
+            }
+        )
         return Found(rows=found_rows, positions=at, files_read=read, indexed=index is not None)
 
     def remember(
-        self, table: Table, data_files: list[DataFile], rows: pa.Table, delete_file: DataFile | None, named: Found,
-        replaced: Found, removed: list[DataFile],
+        self,
+        table: Table,
+        data_files: list[DataFile],
+        rows: pa.Table,
+        delete_file: DataFile | None,
+        named: Found,
+        replaced: Found,
+        removed: list[DataFile],
     ) -> None:
         """Seed the cache with what a commit staged on ``table`` writes (used once the commit is
         in a snapshot): ``rows`` in ``data_files``, ``named`` in ``delete_file``; ``replaced``,
@@ -256,7 +295,10 @@ class LiveFiles:
         schema_id = table.schema().schema_id
         if self._live is not None and self.distributed(self._live):
             # nothing of the table kept here; the snapshot's change, for publishing it, from the commit itself
-            self._changes[_commit_files(data_files, [delete_file] if delete_file is not None else [], removed)] = (replaced.rows, rows)
+            self._changes[_commit_files(data_files, [delete_file] if delete_file is not None else [], removed)] = (
+                replaced.rows,
+                rows,
+            )
             while len(self._changes) > KEPT_CHANGES:
                 self._changes.popitem(last=False)
         elif len(data_files) == 1:
@@ -272,11 +314,16 @@ class LiveFiles:
         current = table.current_snapshot()
         if self._index is not None and current is not None and self._index.snapshot_id == current.snapshot_id:
             self._pending = _Pending(
-                base=current.snapshot_id, replaced=replaced.rows, removed=[f.file_path for f in removed],
-                files=data_files, rows=rows if len(data_files) == 1 else None,
+                base=current.snapshot_id,
+                replaced=replaced.rows,
+                removed=[f.file_path for f in removed],
+                files=data_files,
+                rows=rows if len(data_files) == 1 else None,
             )
 
-    def change_of(self, added: list[DataFile], deletes: list[DataFile], removed: list[DataFile]) -> tuple[pa.Table, pa.Table] | None:
+    def change_of(
+        self, added: list[DataFile], deletes: list[DataFile], removed: list[DataFile]
+    ) -> tuple[pa.Table, pa.Table] | None:
         """(rows gone, rows come) of this writer's commit that added the data files ``added`` and
         delete files ``deletes`` and removed ``removed``, when the table is distributed and the
         commit was made by this process; else None."""
@@ -285,8 +332,10 @@ class LiveFiles:
     def _forget_rows(self) -> None:
         """Drop the index and every cached row (the table went remote)."""
         if self._index is not None or self._rows:
-            log.info("the table passed %s live rows: its keys are found on Spark's executors; index and rows dropped",
-                     self.remote.rows_max if self.remote else None)
+            log.info(
+                "the table passed %s live rows: its keys are found on Spark's executors; index and rows dropped",
+                self.remote.rows_max if self.remote else None,
+            )
         self._index, self._pending = None, None
         self._rows.clear()
         self._sizes.clear()
@@ -302,14 +351,30 @@ class LiveFiles:
             if index.snapshot_id == live.snapshot_id:
                 return index
             snapshot = table.current_snapshot()
-            if (pending is not None and snapshot is not None and snapshot.parent_snapshot_id == pending.base
-                    and live.snapshot_id == snapshot.snapshot_id and {f.file_path for f in pending.files} <= {f.file_path for f in live.data}):
-                written = [(f.file_path, key_values(pending.rows if pending.rows is not None
-                                                    else self._every(table, live.schema_id, f)[0], key)) for f in pending.files]
+            if (
+                pending is not None
+                and snapshot is not None
+                and snapshot.parent_snapshot_id == pending.base
+                and live.snapshot_id == snapshot.snapshot_id
+                and {f.file_path for f in pending.files} <= {f.file_path for f in live.data}
+            ):
+                written = [
+                    (
+                        f.file_path,
+                        key_values(
+                            pending.rows if pending.rows is not None else self._every(table, live.schema_id, f)[0], key
+                        ),
+                    )
+                    for f in pending.files
+                ]
                 if index.advance(live.snapshot_id, key_values(pending.replaced, key), pending.removed, written):
                     return index
-            log.info("%s: snapshot %s is not the writer's last commit on the indexed one (%s); indexing its keys again",
-                     table.name(), live.snapshot_id, index.snapshot_id)
+            log.info(
+                "%s: snapshot %s is not the writer's last commit on the indexed one (%s); indexing its keys again",
+                table.name(),
+                live.snapshot_id,
+                index.snapshot_id,
+            )
         self._index = self._build_index(table, live, key)
         return self._index
 
@@ -335,12 +400,18 @@ class LiveFiles:
         if cached is not None:
             self._rows.move_to_end(cache_key)
             return cached, 0
-        reader = ArrowScan(table_metadata=table.metadata, io=table.io, projected_schema=table.schema(), row_filter=AlwaysTrue())
-        every = reader.to_table(tasks=[FileScanTask(data_file)]).cast(table.schema().as_arrow())  # every row, in file order
+        reader = ArrowScan(
+            table_metadata=table.metadata, io=table.io, projected_schema=table.schema(), row_filter=AlwaysTrue()
+        )
+        every = reader.to_table(tasks=[FileScanTask(data_file)]).cast(
+            table.schema().as_arrow()
+        )  # every row, in file order
         self._store(cache_key, every)
         return every, 1
 
-    def _alive(self, table: Table, schema_id: int, data_file: DataFile, deletes: dict[str, pa.Array]) -> tuple[pa.Table, int]:
+    def _alive(
+        self, table: Table, schema_id: int, data_file: DataFile, deletes: dict[str, pa.Array]
+    ) -> tuple[pa.Table, int]:
         """(the rows of ``data_file`` that ``deletes`` leave, with POS; 1 if the file was read
         from storage)."""
         every, read = self._every(table, schema_id, data_file)
@@ -373,12 +444,20 @@ class _Pending:
     rows: pa.Table | None  # their rows in file order (one file), else read back
 
 
-def _hits(alive: list[tuple[DataFile, pa.Table]], keys: pa.Table, key: tuple[str, ...]) -> list[tuple[DataFile, pa.Table]]:
+def _hits(
+    alive: list[tuple[DataFile, pa.Table]], keys: pa.Table, key: tuple[str, ...]
+) -> list[tuple[DataFile, pa.Table]]:
     """Each file's rows whose key is one of ``keys``. One integer or string key column: ONE
     membership test over every file's rows (the keys' hash table built once, not per file)."""
-    if len(key) != 1 or not alive or not _hashable_alike(alive[0][1].schema.field(key[0]).type, keys.schema.field(key[0]).type):
+    if (
+        len(key) != 1
+        or not alive
+        or not _hashable_alike(alive[0][1].schema.field(key[0]).type, keys.schema.field(key[0]).type)
+    ):
         return [(data_file, rows_with_keys(stored, keys, key)) for data_file, stored in alive]
-    column = pa.chunked_array([chunk for _, stored in alive for chunk in stored.column(key[0]).chunks], alive[0][1].schema.field(key[0]).type)
+    column = pa.chunked_array(
+        [chunk for _, stored in alive for chunk in stored.column(key[0]).chunks], alive[0][1].schema.field(key[0]).type
+    )
     member = pc.is_in(column, value_set=pc.unique(keys.column(key[0])), skip_nulls=False)
     out, offset = [], 0
     for data_file, stored in alive:

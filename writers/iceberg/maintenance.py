@@ -72,7 +72,14 @@ def _retrying(report: MaintenanceReport, step: Callable[[], None]) -> None:
         log.info("maintenance lost a commit race (attempt %s): %s; redoing on the new state", attempt, exc)
 
     try:
-        retry_transient(step, what="maintenance", attempts=MAX_ATTEMPTS, transient=(CommitFailedException, CommitConflictError, ValidationException), max_s=2.0, before_retry=lost_race)
+        retry_transient(
+            step,
+            what="maintenance",
+            attempts=MAX_ATTEMPTS,
+            transient=(CommitFailedException, CommitConflictError, ValidationException),
+            max_s=2.0,
+            before_retry=lost_race,
+        )
     except (CommitFailedException, CommitConflictError, ValidationException):
         report.attempts += 1
         report.notes.append(f"gave up after {MAX_ATTEMPTS} lost commit races; next pass retries")
@@ -134,14 +141,19 @@ def _compact(writer: IcebergWriter, policy: MaintenancePolicy, report: Maintenan
         small = sum(1 for f in live.data if f.file_size_in_bytes < policy.small_file_bytes)
         say(f"compaction: {small} small file(s) of {len(live.data)}, below the threshold of {policy.compact_min_files}")
         return
-    say(f"compaction: rewriting {len(rewrite)} file(s)" + (f", folding {len(dropped)} delete file(s)" if dropped else ""))
+    say(
+        f"compaction: rewriting {len(rewrite)} file(s)"
+        + (f", folding {len(dropped)} delete file(s)" if dropped else "")
+    )
     commit_uuid = uuid.uuid4()
     written = _rewritten(table, live, rewrite, commit_uuid)
     txn = transaction(table)
     if live.delete_files or self_compacting(table):
         # RowDelta: refused (and redone by _retrying) if a commit landed since the files were read,
         # as that commit's deletes may name the files rewritten here
-        with row_delta(txn, {MAINTENANCE: "compact"}, commit_uuid, Operation.OVERWRITE) as snapshot:  # pyiceberg 0.12 summarises no "replace"
+        with row_delta(
+            txn, {MAINTENANCE: "compact"}, commit_uuid, Operation.OVERWRITE
+        ) as snapshot:  # pyiceberg 0.12 summarises no "replace"
             for data_file in rewrite + dropped:
                 snapshot.remove(data_file)
             for data_file in written:
@@ -157,7 +169,10 @@ def _compact(writer: IcebergWriter, policy: MaintenancePolicy, report: Maintenan
     report.files_compacted += len(rewrite)
     report.files_written += len(written)
     report.delete_files_folded += len(dropped)
-    say(f"compaction: {len(rewrite)} file(s) -> {len(written)}" + (f"; {len(dropped)} delete file(s) folded in" if dropped else ""))
+    say(
+        f"compaction: {len(rewrite)} file(s) -> {len(written)}"
+        + (f"; {len(dropped)} delete file(s) folded in" if dropped else "")
+    )
 
 
 def _rewritten(table: Table, live: LiveTable, rewrite: list[DataFile], commit_uuid: uuid.UUID) -> list[DataFile]:
@@ -172,7 +187,11 @@ def _rewritten(table: Table, live: LiveTable, rewrite: list[DataFile], commit_uu
             rows = pa.concat_tables(pending)
             pending = []
             if rows.num_rows:
-                written.extend(_dataframe_to_data_files(table_metadata=table.metadata, df=rows, io=table.io, write_uuid=commit_uuid))
+                written.extend(
+                    _dataframe_to_data_files(
+                        table_metadata=table.metadata, df=rows, io=table.io, write_uuid=commit_uuid
+                    )
+                )
     return written
 
 
@@ -224,5 +243,5 @@ def _bare(path: str) -> str:
     """A path without its scheme, comparable across pyiceberg's and pyarrow's spellings."""
     for prefix in ("file://", "s3://", "s3a://"):
         if path.startswith(prefix):
-            return path[len(prefix):]
+            return path[len(prefix) :]
     return path

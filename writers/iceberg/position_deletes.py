@@ -54,7 +54,11 @@ DELETE_SCHEMA = pa.schema(
 def write_position_deletes(table: Table, positions: pa.Table, commit_uuid: uuid.UUID) -> DataFile:
     """One position-delete file naming ``positions`` (columns ``file_path``, ``pos``) of live
     data files of ``table``; written under the table's data location."""
-    rows = positions.select(["file_path", "pos"]).cast(DELETE_SCHEMA).sort_by([("file_path", "ascending"), ("pos", "ascending")])
+    rows = (
+        positions.select(["file_path", "pos"])
+        .cast(DELETE_SCHEMA)
+        .sort_by([("file_path", "ascending"), ("pos", "ascending")])
+    )
     location = table.location_provider().new_data_location(f"{commit_uuid}-deletes-{uuid.uuid4().hex[:8]}.parquet")
     output = table.io.new_output(location)
     with output.create(overwrite=True) as stream:
@@ -111,7 +115,12 @@ class RowDelta(_SnapshotProducer["RowDelta"]):
     """
 
     def __init__(
-        self, transaction: Transaction, io: FileIO, commit_uuid: uuid.UUID, snapshot_properties: dict[str, str], operation: Operation
+        self,
+        transaction: Transaction,
+        io: FileIO,
+        commit_uuid: uuid.UUID,
+        snapshot_properties: dict[str, str],
+        operation: Operation,
     ) -> None:
         super().__init__(operation, transaction, io, commit_uuid=commit_uuid, snapshot_properties=snapshot_properties)
 
@@ -125,7 +134,9 @@ class RowDelta(_SnapshotProducer["RowDelta"]):
 
     def _validate_concurrency(self) -> None:
         if self._commit_window is not None and not self._commit_window.is_empty():
-            raise ValidationException("the table changed since its row positions were read; redo the change on the new state")
+            raise ValidationException(
+                "the table changed since its row positions were read; redo the change on the new state"
+            )
 
     def _deleted_entries(self) -> list[ManifestEntry]:
         return []  # written by _manifests, next to the kept entries of their manifests
@@ -137,7 +148,11 @@ class RowDelta(_SnapshotProducer["RowDelta"]):
         removed = {f.file_path for f in self._deleted_data_files}
         kept: list[ManifestFile] = []
         gone: dict[bool, list[ManifestEntry]] = {False: [], True: []}  # is a delete file -> entries removed
-        parent = self._transaction.table_metadata.snapshot_by_id(self._parent_snapshot_id) if self._parent_snapshot_id else None
+        parent = (
+            self._transaction.table_metadata.snapshot_by_id(self._parent_snapshot_id)
+            if self._parent_snapshot_id
+            else None
+        )
         for manifest in parent.manifests(self._io) if parent is not None else []:
             if not (manifest.has_added_files() or manifest.has_existing_files()):
                 continue  # only DELETED entries: nothing live (pyiceberg would carry it on forever)
@@ -146,7 +161,9 @@ class RowDelta(_SnapshotProducer["RowDelta"]):
                 continue
             entries = manifest.fetch_manifest_entry(self._io, discard_deleted=True)
             staying = [e for e in entries if e.data_file.file_path not in removed]
-            gone[manifest.content == ManifestContent.DELETES] += [e for e in entries if e.data_file.file_path in removed]
+            gone[manifest.content == ManifestContent.DELETES] += [
+                e for e in entries if e.data_file.file_path in removed
+            ]
             if len(staying) == len(entries):
                 kept.append(manifest)
             elif staying:
@@ -155,7 +172,9 @@ class RowDelta(_SnapshotProducer["RowDelta"]):
                         writer.existing(entry)
                 kept.append(writer.to_manifest_file())
         if len(sum(gone.values(), [])) != len(removed):
-            raise ValidationException(f"{len(removed)} file(s) to remove, {len(sum(gone.values(), []))} live in the parent snapshot")
+            raise ValidationException(
+                f"{len(removed)} file(s) to remove, {len(sum(gone.values(), []))} live in the parent snapshot"
+            )
         written = []
         for deletes in (False, True):
             added = [f for f in self._added_data_files if (f.content != DataFileContent.DATA) == deletes]
@@ -163,7 +182,11 @@ class RowDelta(_SnapshotProducer["RowDelta"]):
                 continue  # removed delete files go unlisted: their rows are folded into the data files that replace them
             with self._writer(deletes, self._transaction.table_metadata.default_spec_id) as writer:
                 for file in added:
-                    writer.add(ManifestEntry.from_args(status=ManifestEntryStatus.ADDED, snapshot_id=self._snapshot_id, data_file=file))
+                    writer.add(
+                        ManifestEntry.from_args(
+                            status=ManifestEntryStatus.ADDED, snapshot_id=self._snapshot_id, data_file=file
+                        )
+                    )
                 for entry in gone[deletes]:
                     writer.delete(entry)
             written.append(writer.to_manifest_file())
@@ -172,9 +195,13 @@ class RowDelta(_SnapshotProducer["RowDelta"]):
     def _writer(self, deletes: bool, spec_id: int):
         if not deletes:
             return self.new_manifest_writer(self.spec(spec_id))
-        return _DeleteManifestWriter(self.spec(spec_id), self.schema(), self.new_manifest_output(), self._snapshot_id, self._compression)
+        return _DeleteManifestWriter(
+            self.spec(spec_id), self.schema(), self.new_manifest_output(), self._snapshot_id, self._compression
+        )
 
 
-def row_delta(txn: Transaction, properties: dict[str, str], commit_uuid: uuid.UUID, operation: Operation = Operation.OVERWRITE) -> RowDelta:
+def row_delta(
+    txn: Transaction, properties: dict[str, str], commit_uuid: uuid.UUID, operation: Operation = Operation.OVERWRITE
+) -> RowDelta:
     """A :class:`RowDelta` on ``txn``'s table (use as a context manager, like pyiceberg's producers)."""
     return RowDelta(txn, txn._table.io, commit_uuid, properties, operation)

@@ -87,7 +87,9 @@ class IcebergWriter(SnapshotWriter):
         snapshot_changes=True, merge_on_read=True, multi_table_transactions=True, closed_window_reads=True,
     )  # fmt: skip
 
-    def __init__(self, catalog: Catalog, namespace: str, name: str, compaction: MaintenancePolicy | None = None) -> None:
+    def __init__(
+        self, catalog: Catalog, namespace: str, name: str, compaction: MaintenancePolicy | None = None
+    ) -> None:
         self.catalog = catalog
         self.identifier = (namespace, name)
         # Data files the last lookup read, by (path, schema id): files are immutable, so the
@@ -113,7 +115,12 @@ class IcebergWriter(SnapshotWriter):
         props = {"format-version": "2", "write.metadata.previous-versions-max": "20", **properties}
         if key is not None:
             props[KEY_PROPERTY] = ",".join(key)
-            props = {"write.delete.mode": MERGE_ON_READ, UPDATE_MODE: MERGE_ON_READ, "write.merge.mode": MERGE_ON_READ, **props}
+            props = {
+                "write.delete.mode": MERGE_ON_READ,
+                UPDATE_MODE: MERGE_ON_READ,
+                "write.merge.mode": MERGE_ON_READ,
+                **props,
+            }
         self.catalog.create_table_if_not_exists(self.identifier, schema=nullable, properties=props)
 
     def add_columns(self, schema: pa.Schema) -> list[str]:
@@ -140,8 +147,12 @@ class IcebergWriter(SnapshotWriter):
         key = tuple(keys.column_names)
         if merge_on_read(table) or self._distributed(table):
             found = self.live.find(table, keys, key)
-            self.timings = {"lookup_s": time.perf_counter() - started, "lookup_files_read": found.files_read,
-                            "lookup_indexed": found.indexed, "index_builds": self.live.index_builds}
+            self.timings = {
+                "lookup_s": time.perf_counter() - started,
+                "lookup_files_read": found.files_read,
+                "lookup_indexed": found.indexed,
+                "index_builds": self.live.index_builds,
+            }
             return found.rows
         scan = table.scan(row_filter=_key_filter(keys, key))
         tasks = list(scan.plan_files())
@@ -149,13 +160,19 @@ class IcebergWriter(SnapshotWriter):
         if any(task.delete_files for task in tasks):
             stored = scan.to_arrow()  # not written by Lakeview: let pyiceberg apply the deletes
         else:
-            reader = ArrowScan(table_metadata=table.metadata, io=table.io, projected_schema=table.schema(), row_filter=AlwaysTrue())
+            reader = ArrowScan(
+                table_metadata=table.metadata, io=table.io, projected_schema=table.schema(), row_filter=AlwaysTrue()
+            )
             schema_id = table.schema().schema_id
             parts = [reader.to_table(tasks=[task]) for task in tasks]
             self._files_read = {(task.file.file_path, schema_id): part for task, part in zip(tasks, parts)}
             stored = pa.concat_tables(parts) if parts else reader.to_table(tasks=[])
         found = rows_with_keys(stored, keys, key)
-        self.timings = {"lookup_s": time.perf_counter() - started, "lookup_files": len(tasks), "lookup_rows_read": stored.num_rows}
+        self.timings = {
+            "lookup_s": time.perf_counter() - started,
+            "lookup_files": len(tasks),
+            "lookup_rows_read": stored.num_rows,
+        }
         return found
 
     def rows_ending_by(self, column: str, bound_us: int) -> pa.Table:
@@ -164,7 +181,9 @@ class IcebergWriter(SnapshotWriter):
         return rows_at_most(stored, column, bound_us)
 
     def commit(self, epoch: Epoch, change: Change) -> CommitRecord | None:
-        return self._commit_retrying(epoch, lambda table: None if change.is_empty else self._commit_once(table, epoch, change))
+        return self._commit_retrying(
+            epoch, lambda table: None if change.is_empty else self._commit_once(table, epoch, change)
+        )
 
     def commit_files(self, epoch: Epoch, files: list[WrittenFile]) -> CommitRecord | None:
         """Append data files written by Spark's executors as ONE snapshot stamped with ``epoch``."""
@@ -190,9 +209,16 @@ class IcebergWriter(SnapshotWriter):
 
         def before_retry(exc: BaseException, attempt: int) -> None:
             if isinstance(exc, CommitConflictError):  # the runtime heartbeat counts these (COMMIT_RETRYING)
-                log.warning("%s: commit of epoch %s lost a race (attempt %s): %s", epoch.view, epoch.number, attempt, exc)
+                log.warning(
+                    "%s: commit of epoch %s lost a race (attempt %s): %s", epoch.view, epoch.number, attempt, exc
+                )
 
-        return retry_transient(attempt, what=f"{epoch.view}: commit of epoch {epoch.number}", attempts=MAX_ATTEMPTS, before_retry=before_retry)
+        return retry_transient(
+            attempt,
+            what=f"{epoch.view}: commit of epoch {epoch.number}",
+            attempts=MAX_ATTEMPTS,
+            before_retry=before_retry,
+        )
 
     def _commit_once(self, table: Table, epoch: Epoch, change: Change) -> CommitRecord:
         started = time.perf_counter()
@@ -219,11 +245,16 @@ class IcebergWriter(SnapshotWriter):
             keys = change.touched_keys()
             for task in table.scan(row_filter=_key_filter(keys, change.key)).plan_files():
                 if task.delete_files:
-                    raise WriterError(f"{epoch.view}: data file {task.file.file_path} has delete files; not written by Lakeview")
+                    raise WriterError(
+                        f"{epoch.view}: data file {task.file.file_path} has delete files; not written by Lakeview"
+                    )
                 stored = self._files_read.pop((task.file.file_path, table.schema().schema_id), None)
                 if stored is None:
                     stored = ArrowScan(
-                        table_metadata=table.metadata, io=table.io, projected_schema=table.schema(), row_filter=AlwaysTrue()
+                        table_metadata=table.metadata,
+                        io=table.io,
+                        projected_schema=table.schema(),
+                        row_filter=AlwaysTrue(),
                     ).to_table(tasks=[task])
                 kept = rows_without_keys(stored, keys, change.key)
                 if kept.num_rows == stored.num_rows:
@@ -234,7 +265,11 @@ class IcebergWriter(SnapshotWriter):
         self._files_read = {}
         properties = CommitRecord.properties(epoch, inserted=change.rows.num_rows, deleted=deleted)
         # no rows left (a change that only deletes every row of the files it touches): no new file
-        files = list(_dataframe_to_data_files(table_metadata=table.metadata, df=rows, io=table.io, write_uuid=commit_uuid)) if rows.num_rows else []
+        files = (
+            list(_dataframe_to_data_files(table_metadata=table.metadata, df=rows, io=table.io, write_uuid=commit_uuid))
+            if rows.num_rows
+            else []
+        )
         return _replacing(table, properties, replaced, files, commit_uuid), properties
 
     def _stage_merge_on_read(
@@ -258,30 +293,52 @@ class IcebergWriter(SnapshotWriter):
             gone = pa.array(sorted(f.file_path for f in rewrite), pa.string())
             in_rewrite = pc.is_in(found.positions.column("file_path"), value_set=gone)
             replaced = found.positions.filter(in_rewrite)
-            named = Found(rows=found.rows.filter(pc.invert(in_rewrite)), positions=found.positions.filter(pc.invert(in_rewrite)),
-                          files_read=found.files_read)
+            named = Found(
+                rows=found.rows.filter(pc.invert(in_rewrite)),
+                positions=found.positions.filter(pc.invert(in_rewrite)),
+                files_read=found.files_read,
+            )
             if self.live.distributed(live):
                 assert self.live.remote is not None  # the files are rewritten by the executors, not read here
                 rewritten = self.live.remote.rewrite(table, live, rewrite, replaced)
             else:
-                kept = [self.live.rows_without(table, f, live.deletes.get(f.file_path, {}), replaced).cast(rows.schema) for f in rewrite]
+                kept = [
+                    self.live.rows_without(table, f, live.deletes.get(f.file_path, {}), replaced).cast(rows.schema)
+                    for f in rewrite
+                ]
                 written = pa.concat_tables([*kept, rows])
         positions = named.positions
-        files = list(_dataframe_to_data_files(table_metadata=table.metadata, df=written, io=table.io, write_uuid=commit_uuid)) if written.num_rows else []
+        files = (
+            list(
+                _dataframe_to_data_files(table_metadata=table.metadata, df=written, io=table.io, write_uuid=commit_uuid)
+            )
+            if written.num_rows
+            else []
+        )
         files += rewritten
         deletes = write_position_deletes(table, positions, commit_uuid) if positions.num_rows else None
         txn = transaction(table)
         operation = Operation.OVERWRITE if deletes is not None or rewrite else Operation.APPEND
-        with row_delta(txn, {**properties, **({MAINTENANCE: f"compacted {len(rewrite)} file(s)"} if rewrite else {})}, commit_uuid, operation) as delta:
+        with row_delta(
+            txn,
+            {**properties, **({MAINTENANCE: f"compacted {len(rewrite)} file(s)"} if rewrite else {})},
+            commit_uuid,
+            operation,
+        ) as delta:
             for data_file in [*files, *([deletes] if deletes is not None else [])]:
                 delta.add(data_file)
             for data_file in [*rewrite, *dropped]:
                 delta.remove(data_file)
         self.live.remember(table, files, written, deletes, named, found, rewrite)
-        self.timings.update(files_read=found.files_read, indexed=found.indexed, index_builds=self.live.index_builds,
-                            position_deletes=positions.num_rows, files_rewritten=len(rewrite), delete_files_folded=len(dropped))
+        self.timings.update(
+            files_read=found.files_read,
+            indexed=found.indexed,
+            index_builds=self.live.index_builds,
+            position_deletes=positions.num_rows,
+            files_rewritten=len(rewrite),
+            delete_files_folded=len(dropped),
+        )
         return txn, properties
-
 
     def _distributed(self, table: Table) -> bool:
         """Whether ``table`` is past the driver's bound (its live files read only when some
@@ -299,7 +356,11 @@ class IcebergWriter(SnapshotWriter):
         touched = set(found.positions.column("file_path").to_pylist())
         replaced = [f for f in live.data if f.file_path in touched]
         files = self.live.remote.rewrite(table, live, replaced, found.positions) if replaced else []
-        files += list(_dataframe_to_data_files(table_metadata=table.metadata, df=rows, io=table.io, write_uuid=commit_uuid)) if rows.num_rows else []
+        files += (
+            list(_dataframe_to_data_files(table_metadata=table.metadata, df=rows, io=table.io, write_uuid=commit_uuid))
+            if rows.num_rows
+            else []
+        )
         properties = CommitRecord.properties(epoch, inserted=change.rows.num_rows, deleted=found.rows.num_rows)
         txn = _replacing(table, properties, replaced, files, commit_uuid)
         self.live.remember(table, files, rows, None, found, found, replaced)
@@ -322,12 +383,14 @@ class _LiveOverwrite(_OverwriteFiles):
         ]  # fmt: skip
 
 
-def _replacing(table: Table, properties: dict[str, str], replaced: list[DataFile], files: list[DataFile], commit_uuid: uuid.UUID) -> Transaction:
+def _replacing(
+    table: Table, properties: dict[str, str], replaced: list[DataFile], files: list[DataFile], commit_uuid: uuid.UUID
+) -> Transaction:
     """A transaction staging ONE snapshot that removes ``replaced`` and adds ``files`` (an
     append when nothing is replaced)."""
     txn = transaction(table)
     producer = txn.update_snapshot(snapshot_properties=properties)
-    with (_overwrite(producer, commit_uuid) if replaced else producer.fast_append()) as snapshot:
+    with _overwrite(producer, commit_uuid) if replaced else producer.fast_append() as snapshot:
         for data_file in replaced:
             snapshot.delete_data_file(data_file)
         for data_file in files:

@@ -17,8 +17,23 @@ _DETAIL = re.compile(r"^\s{5,}(\S.*)$")
 
 def _kind(label: str) -> str:
     """A short operator name for the node's title (the text's first words)."""
-    for word in ("read", "quarantine", "changes", "images", "watermark", "filter", "window", "project", "aggregate",
-                 "global aggregate", "finalize", "HAVING", "join", "UNION ALL", "write"):
+    for word in (
+        "read",
+        "quarantine",
+        "changes",
+        "images",
+        "watermark",
+        "filter",
+        "window",
+        "project",
+        "aggregate",
+        "global aggregate",
+        "finalize",
+        "HAVING",
+        "join",
+        "UNION ALL",
+        "write",
+    ):
         if label.lower().startswith(word.lower()) or (word in ("changes", "images") and f" {word} -> " in label):
             return word
     return label.split(" ", 1)[0].rstrip(":")

@@ -103,10 +103,30 @@ def lineage(
     targets: dict[str, dict[str, Any]] = {}
     for name, card in visible.items():
         config = project.views[name]
-        nodes.append({"id": f"view:{name}", "kind": "view", "label": name, "state": card["console_state"],
-                      "status": card.get("state"), "inline": not config.materialize, **{k: card.get(k) for k in (
-                          "namespace", "format", "cadence", "freshness_lag_ms", "target_lag_ms", "degraded_reason",
-                          "error", "slo_compliance", "epoch")}})
+        nodes.append(
+            {
+                "id": f"view:{name}",
+                "kind": "view",
+                "label": name,
+                "state": card["console_state"],
+                "status": card.get("state"),
+                "inline": not config.materialize,
+                **{
+                    k: card.get(k)
+                    for k in (
+                        "namespace",
+                        "format",
+                        "cadence",
+                        "freshness_lag_ms",
+                        "target_lag_ms",
+                        "degraded_reason",
+                        "error",
+                        "slo_compliance",
+                        "epoch",
+                    )
+                },
+            }
+        )
         for source in _inputs(project, name):
             if source in project.views:
                 if source in visible:
@@ -117,13 +137,27 @@ def lineage(
         places = ["rest"] if config.format.value == "iceberg" or not config.materialize else []
         places += [r.value for r in config.registrars]
         for place in places:
-            targets.setdefault(place, {"id": f"target:{place}", "kind": "target", "registrar": place,
-                                       "label": REGISTRAR_LABELS.get(place, f"REST catalog ({project.lake.name})")})
+            targets.setdefault(
+                place,
+                {
+                    "id": f"target:{place}",
+                    "kind": "target",
+                    "registrar": place,
+                    "label": REGISTRAR_LABELS.get(place, f"REST catalog ({project.lake.name})"),
+                },
+            )
             entry = published.get(name, {}).get(place, {})
             done = place == "rest" or entry.get("registered")
             state = "failing" if entry.get("reason") else "ok" if done else "pending"
-            edges.append({"from": f"view:{name}", "to": f"target:{place}", "state": state, "error": entry.get("error"),
-                          "location": entry.get("location")})
+            edges.append(
+                {
+                    "from": f"view:{name}",
+                    "to": f"target:{place}",
+                    "state": state,
+                    "error": entry.get("error"),
+                    "location": entry.get("location"),
+                }
+            )
     for source in sorted(used_sources):
         config = project.sources.get(source)
         detail = f"{config.format.value} · {config.path}" if config is not None else ""
@@ -183,7 +217,10 @@ def console_api_routes(project: ProjectConfig, store: Any) -> list[Route]:
             measured = [s for s in samples if s.lag_ms is not None and s.target_lag_ms is not None]
             met = sum(1 for s in measured if s.lag_ms <= s.target_lag_ms)
             return {
-                "view": name, "window": window, "from_ms": since, "to_ms": now,
+                "view": name,
+                "window": window,
+                "from_ms": since,
+                "to_ms": now,
                 "status": card_of(name),
                 "lag": _thin(samples, WINDOWS_MS[window]),
                 "sampled_compliance": round(met / len(measured), 6) if measured else None,
@@ -201,20 +238,40 @@ def console_api_routes(project: ProjectConfig, store: Any) -> list[Route]:
 
         def build() -> dict[str, Any]:
             config = project.views[name]
-            ref = TableRef(config.namespace, name, config.format.value, f"{base}/iceberg", project.lake.name,
-                           project.table_location(name), auth=project.auth.enabled,
-                           delta_catalog="lakeview_glue_delta" if any(r.value == "glue" for r in config.registrars)
-                           else "lakeview_hive_delta")
+            ref = TableRef(
+                config.namespace,
+                name,
+                config.format.value,
+                f"{base}/iceberg",
+                project.lake.name,
+                project.table_location(name),
+                auth=project.auth.enabled,
+                delta_catalog="lakeview_glue_delta"
+                if any(r.value == "glue" for r in config.registrars)
+                else "lakeview_hive_delta",
+            )
             try:
                 records = commit_history(project, name, limit=50) if config.materialize else []
             except errors.NoSuchTableError:
                 records = []
-            return {"view": name, "format": config.format.value, "snapshots": [
-                {"snapshot_id": None if r.snapshot_id is None else str(r.snapshot_id), "epoch": r.epoch,
-                 "frontier": r.frontier, "rows_in": r.rows_in,
-                 "rows_inserted": r.rows_inserted, "rows_deleted": r.rows_deleted, "committed_at_ms": r.committed_at_ms,
-                 "lag_ms": r.lag_ms, "sql": snapshot_sql(ref, r.snapshot_id) if r.snapshot_id is not None else None}
-                for r in records]}
+            return {
+                "view": name,
+                "format": config.format.value,
+                "snapshots": [
+                    {
+                        "snapshot_id": None if r.snapshot_id is None else str(r.snapshot_id),
+                        "epoch": r.epoch,
+                        "frontier": r.frontier,
+                        "rows_in": r.rows_in,
+                        "rows_inserted": r.rows_inserted,
+                        "rows_deleted": r.rows_deleted,
+                        "committed_at_ms": r.committed_at_ms,
+                        "lag_ms": r.lag_ms,
+                        "sql": snapshot_sql(ref, r.snapshot_id) if r.snapshot_id is not None else None,
+                    }
+                    for r in records
+                ],
+            }
 
         return JSONResponse(await run_in_threadpool(build))
 
@@ -222,8 +279,13 @@ def console_api_routes(project: ProjectConfig, store: Any) -> list[Route]:
         try:
             name = view_of(request)
             if not project.views[name].materialize:
-                return JSONResponse({"view": name, "text": f"{name} is an inline view: {project.views[name].sql}",
-                                     "graph": plan_graph("", _inputs(project, name), name)})
+                return JSONResponse(
+                    {
+                        "view": name,
+                        "text": f"{name} is an inline view: {project.views[name].sql}",
+                        "graph": plan_graph("", _inputs(project, name), name),
+                    }
+                )
             from lakeview.ivm.explain import explain
 
             text = await run_in_threadpool(explain, project, name)
@@ -247,14 +309,20 @@ def console_api_routes(project: ProjectConfig, store: Any) -> list[Route]:
                 samples = history.source_samples(name, now - WINDOWS_MS["1h"])
                 reasons, sample = history.quarantine(name)
                 latest = samples[-1] if samples else None
-                out.append({
-                    "source": name, "format": config.format.value, "path": config.path, "readers": names,
-                    "pending_files": latest.pending_files if latest else None,
-                    "pending_bytes": latest.pending_bytes if latest else None,
-                    "quarantined": latest.quarantined if latest else None,
-                    "reasons": reasons, "sample": sample,
-                    "backlog": [[s.at_ms, s.pending_files, s.pending_bytes] for s in samples],
-                })
+                out.append(
+                    {
+                        "source": name,
+                        "format": config.format.value,
+                        "path": config.path,
+                        "readers": names,
+                        "pending_files": latest.pending_files if latest else None,
+                        "pending_bytes": latest.pending_bytes if latest else None,
+                        "quarantined": latest.quarantined if latest else None,
+                        "reasons": reasons,
+                        "sample": sample,
+                        "backlog": [[s.at_ms, s.pending_files, s.pending_bytes] for s in samples],
+                    }
+                )
             return {"sources": out}
 
         return JSONResponse(await run_in_threadpool(build))

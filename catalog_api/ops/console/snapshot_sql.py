@@ -35,15 +35,17 @@ def snapshot_sql(ref: TableRef, snapshot_id: int) -> dict[str, str]:
     if ref.format == "delta":
         return {
             "duckdb": f"SELECT * FROM delta_scan('{ref.location}') -- version {snapshot_id}: "
-                      f"use Spark or Trino for an older version",
+            f"use Spark or Trino for an older version",
             "spark": f"SELECT * FROM delta.`{ref.location}` VERSION AS OF {snapshot_id}",
             "trino": f"SELECT * FROM {ref.delta_catalog}.{ref.namespace}.{ref.view} FOR VERSION AS OF {snapshot_id}",
         }
     attach = attach_sql(ref.catalog_uri, ref.warehouse)
     if ref.auth:  # DuckDB gets its own token with the reader's OAuth2 client credentials
-        attach = (f"ATTACH '{ref.warehouse}' AS lake (TYPE iceberg, ENDPOINT '{ref.catalog_uri}', "
-                  f"CLIENT_ID '{CLIENT_ID}', CLIENT_SECRET '{CLIENT_SECRET}', "
-                  f"OAUTH2_SERVER_URI '{ref.catalog_uri}/v1/oauth/tokens')")
+        attach = (
+            f"ATTACH '{ref.warehouse}' AS lake (TYPE iceberg, ENDPOINT '{ref.catalog_uri}', "
+            f"CLIENT_ID '{CLIENT_ID}', CLIENT_SECRET '{CLIENT_SECRET}', "
+            f"OAUTH2_SERVER_URI '{ref.catalog_uri}/v1/oauth/tokens')"
+        )
     table = f"{ref.namespace}.{ref.view}"
     return {
         "duckdb": f"{attach};\nSELECT * FROM lake.{table} AT (VERSION => {snapshot_id});",

@@ -12,27 +12,33 @@ T = pa.schema([("id", pa.int64()), ("k", pa.int64()), ("g", pa.string()), ("v", 
 SCHEMAS = {"a": T, "b": T}
 
 
-@pytest.mark.parametrize(("sql", "construct", "reason"), [
-    ("SELECT id, random() AS r FROM a", "RANDOM()", "non-deterministic"),
-    ("SELECT id, now() AS t FROM a", "NOW()", "non-deterministic"),
-    ("SELECT id, current_timestamp AS t FROM a", "CURRENT_TIMESTAMP", "non-deterministic"),
-    ("SELECT id, uuid() AS u FROM a", "UUID()", "non-deterministic"),
-    ("WITH RECURSIVE r AS (SELECT 1 AS n UNION ALL SELECT n + 1 FROM r WHERE n < 3) SELECT n FROM r",
-     "WITH RECURSIVE", "recursive CTE"),
-    ("SELECT id, SUM(v) OVER (PARTITION BY g) AS s FROM a", "SUM(a.v) OVER", "top-k"),
-    ("SELECT id, ROW_NUMBER() OVER (ORDER BY v) AS rn FROM a", "ROW_NUMBER() OVER", "rank <= k"),
-    ("SELECT id FROM a LIMIT 3", "LIMIT without ORDER BY", "unspecified"),
-    ("SELECT id FROM a EXCEPT SELECT id FROM b", "EXCEPT", "not operators"),
-    ("SELECT id, (SELECT MAX(v) FROM b) AS m FROM a", "SELECT MAX", "subquery"),
-    ("SELECT id FROM a WHERE a.id IN (SELECT id FROM b) OR a.v > 1", "IN (SELECT", "subquery"),
-    ("SELECT string_agg(g, ',') AS s FROM a", "LISTAGG", "aggregate not maintained"),
-    ("SELECT id FROM nope", "table nope", "not an input"),
-    ("SELECT g, v FROM a GROUP BY g", "column a.v", "neither grouped nor aggregated"),
-    ("DELETE FROM a", "DELETE", "SELECT query"),
-    ("SELECT DISTINCT ON (g) g, v FROM a ORDER BY g, v", "DISTINCT ON", "ROW_NUMBER"),
-    ("SELECT g, SUM(v) AS s FROM a GROUP BY ROLLUP (g)", "ROLLUP", "not an operator"),
-    ("SELECT id FROM a ORDER BY id LIMIT v", "LIMIT", "integer literal"),
-])
+@pytest.mark.parametrize(
+    ("sql", "construct", "reason"),
+    [
+        ("SELECT id, random() AS r FROM a", "RANDOM()", "non-deterministic"),
+        ("SELECT id, now() AS t FROM a", "NOW()", "non-deterministic"),
+        ("SELECT id, current_timestamp AS t FROM a", "CURRENT_TIMESTAMP", "non-deterministic"),
+        ("SELECT id, uuid() AS u FROM a", "UUID()", "non-deterministic"),
+        (
+            "WITH RECURSIVE r AS (SELECT 1 AS n UNION ALL SELECT n + 1 FROM r WHERE n < 3) SELECT n FROM r",
+            "WITH RECURSIVE",
+            "recursive CTE",
+        ),
+        ("SELECT id, SUM(v) OVER (PARTITION BY g) AS s FROM a", "SUM(a.v) OVER", "top-k"),
+        ("SELECT id, ROW_NUMBER() OVER (ORDER BY v) AS rn FROM a", "ROW_NUMBER() OVER", "rank <= k"),
+        ("SELECT id FROM a LIMIT 3", "LIMIT without ORDER BY", "unspecified"),
+        ("SELECT id FROM a EXCEPT SELECT id FROM b", "EXCEPT", "not operators"),
+        ("SELECT id, (SELECT MAX(v) FROM b) AS m FROM a", "SELECT MAX", "subquery"),
+        ("SELECT id FROM a WHERE a.id IN (SELECT id FROM b) OR a.v > 1", "IN (SELECT", "subquery"),
+        ("SELECT string_agg(g, ',') AS s FROM a", "LISTAGG", "aggregate not maintained"),
+        ("SELECT id FROM nope", "table nope", "not an input"),
+        ("SELECT g, v FROM a GROUP BY g", "column a.v", "neither grouped nor aggregated"),
+        ("DELETE FROM a", "DELETE", "SELECT query"),
+        ("SELECT DISTINCT ON (g) g, v FROM a ORDER BY g, v", "DISTINCT ON", "ROW_NUMBER"),
+        ("SELECT g, SUM(v) AS s FROM a GROUP BY ROLLUP (g)", "ROLLUP", "not an operator"),
+        ("SELECT id FROM a ORDER BY id LIMIT v", "LIMIT", "integer literal"),
+    ],
+)
 def test_unmaintainable_sql_is_refused_with_construct_and_reason(sql, construct, reason):
     with pytest.raises(UnsupportedSQLError) as raised:
         compile_view(sql, SCHEMAS)
@@ -45,8 +51,9 @@ def test_unparsable_sql_is_refused():
 
 
 STAR = {
-    "orders": pa.schema([("order_id", pa.int64()), ("product_id", pa.int64()), ("customer_id", pa.int64()),
-                         ("amount", pa.int64())]),
+    "orders": pa.schema(
+        [("order_id", pa.int64()), ("product_id", pa.int64()), ("customer_id", pa.int64()), ("amount", pa.int64())]
+    ),
     "products": pa.schema([("product_id", pa.int64()), ("category", pa.string())]),
     "customers": pa.schema([("customer_id", pa.int64()), ("region_id", pa.int64())]),
     "regions": pa.schema([("region_id", pa.int64()), ("region", pa.string())]),
@@ -61,8 +68,12 @@ GROUP BY r.region, p.category
 
 
 def test_explain_lists_operators_state_tables_and_cost_and_joins_small_inputs_first():
-    graph = compile_view(STAR_SQL, STAR, sizes={"orders": 50_000_000, "products": 10_000, "customers": 100_000,
-                                                "regions": 10}, eager=False)
+    graph = compile_view(
+        STAR_SQL,
+        STAR,
+        sizes={"orders": 50_000_000, "products": 10_000, "customers": 100_000, "regions": 10},
+        eager=False,
+    )
     text = explain(graph)
     assert text.splitlines()[0] == "view: region, category, revenue, orders"
     joins = [line.strip() for line in text.splitlines() if ": Join " in line]
@@ -84,20 +95,31 @@ def test_star_schema_view_maintained_through_dimension_updates():
         schema = STAR[name].append(pa.field(WEIGHT, pa.int64()))
         return pa.Table.from_pylist([dict(zip(schema.names, r, strict=True)) for r in rows], schema=schema)
 
-    step(graph, {"regions": z("regions", (1, "north", 1), (2, "south", 1)),
-                 "customers": z("customers", (10, 1, 1), (11, 2, 1)),
-                 "products": z("products", (100, "tea", 1), (101, "cake", 1)),
-                 "orders": z("orders", (1, 100, 10, 5, 1), (2, 101, 11, 7, 1), (3, 100, 11, 1, 1))})
+    step(
+        graph,
+        {
+            "regions": z("regions", (1, "north", 1), (2, "south", 1)),
+            "customers": z("customers", (10, 1, 1), (11, 2, 1)),
+            "products": z("products", (100, "tea", 1), (101, "cake", 1)),
+            "orders": z("orders", (1, 100, 10, 5, 1), (2, 101, 11, 7, 1), (3, 100, 11, 1, 1)),
+        },
+    )
     # a product changes category: every order of it moves group
     out = step(graph, {"products": z("products", (100, "tea", -1), (100, "coffee", 1))})
     got = sorted((r["region"], r["category"], int(r["revenue"]), r["orders"], r[WEIGHT]) for r in out.to_pylist())
-    assert got == [("north", "coffee", 5, 1, 1), ("north", "tea", 5, 1, -1),
-                   ("south", "coffee", 1, 1, 1), ("south", "tea", 1, 1, -1)]
+    assert got == [
+        ("north", "coffee", 5, 1, 1),
+        ("north", "tea", 5, 1, -1),
+        ("south", "coffee", 1, 1, 1),
+        ("south", "tea", 1, 1, -1),
+    ]
 
 
 def test_eager_aggregation_keeps_one_row_per_join_key_instead_of_one_per_fact_row():
-    sql = ("SELECT p.category, SUM(o.amount) AS revenue, COUNT(*) AS n, AVG(o.amount) AS mean FROM orders o "
-           "JOIN products p ON o.product_id = p.product_id GROUP BY p.category")
+    sql = (
+        "SELECT p.category, SUM(o.amount) AS revenue, COUNT(*) AS n, AVG(o.amount) AS mean FROM orders o "
+        "JOIN products p ON o.product_id = p.product_id GROUP BY p.category"
+    )
     sizes = {"orders": 1_000_000, "products": 100}
     eager, lazy = compile_view(sql, STAR, sizes=sizes), compile_view(sql, STAR, sizes=sizes, eager=False)
 
@@ -115,8 +137,12 @@ def test_eager_aggregation_keeps_one_row_per_join_key_instead_of_one_per_fact_ro
         return sorted((r["category"], float(r["revenue"]), r["n"], r["mean"], r[WEIGHT]) for r in t.to_pylist())
 
     assert rows(outs[0]) == rows(outs[1]) == [("cake", 9.0, 3, 3.0, 1), ("tea", 6.0, 3, 2.0, 1)]
-    assert rows(outs[2]) == rows(outs[3]) == [("cake", 9.0, 3, 3.0, -1), ("tea", 6.0, 3, 2.0, -1),
-                                              ("tea", 15.0, 6, 2.5, 1)]
+    assert (
+        rows(outs[2])
+        == rows(outs[3])
+        == [("cake", 9.0, 3, 3.0, -1), ("tea", 6.0, 3, 2.0, -1), ("tea", 15.0, 6, 2.5, 1)]
+    )
+
     # the join's order side holds one pre-aggregated row per product (2), not one per order (6)
     def order_side(graph) -> str:
         lines = explain(graph).splitlines()

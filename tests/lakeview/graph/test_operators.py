@@ -38,13 +38,17 @@ class View:
 
 
 def test_filter_and_project_map_each_change_and_keep_its_weight():
-    view = View("SELECT id, v * 2 AS dv, CASE WHEN v > 3 THEN 'big' ELSE g END AS c, COALESCE(g, '-') AS h, "
-                "CAST(v AS VARCHAR) AS s FROM a WHERE v > 1")
+    view = View(
+        "SELECT id, v * 2 AS dv, CASE WHEN v > 3 THEN 'big' ELSE g END AS c, COALESCE(g, '-') AS h, "
+        "CAST(v AS VARCHAR) AS s FROM a WHERE v > 1"
+    )
     assert view(a=z((1, 1, "x", 2, 1), (2, 1, None, 5, 1), (3, 1, "y", 0, 1))) == sorted(
-        [(1, 4, "x", "x", "2", 1), (2, 10, "big", "-", "5", 1)], key=repr)
+        [(1, 4, "x", "x", "2", 1), (2, 10, "big", "-", "5", 1)], key=repr
+    )
     # an update is -old +new; one that leaves the filter is a delete only
     assert view(a=z((1, 1, "x", 2, -1), (1, 1, "x", 4, 1), (2, 1, None, 5, -1), (2, 1, None, 0, 1))) == sorted(
-        [(1, 4, "x", "x", "2", -1), (1, 8, "big", "x", "4", 1), (2, 10, "big", "-", "5", -1)], key=repr)
+        [(1, 4, "x", "x", "2", -1), (1, 8, "big", "x", "4", 1), (2, 10, "big", "-", "5", -1)], key=repr
+    )
 
 
 def test_inner_join_sums_the_three_terms():
@@ -109,13 +113,16 @@ def test_in_subquery_with_aggregate():
 
 
 def test_linear_aggregate_integrates_and_a_group_leaves_with_its_last_row():
-    view = View("SELECT g, COUNT(*) AS n, COUNT(v) AS nv, SUM(v) AS s, AVG(v) AS m, "
-                "COUNT(*) FILTER (WHERE v > 1) AS big FROM a GROUP BY g")
+    view = View(
+        "SELECT g, COUNT(*) AS n, COUNT(v) AS nv, SUM(v) AS s, AVG(v) AS m, "
+        "COUNT(*) FILTER (WHERE v > 1) AS big FROM a GROUP BY g"
+    )
     assert "[linear]" in view_explain(view)
     assert view(a=z((1, 0, "x", None, 1))) == [("x", 1, 0, None, None, 0, 1)]
     out = view(a=z((2, 0, "x", 4, 1), (3, 0, "x", 1, 1)))
     assert Bag((r[0], r[1], r[2], None if r[3] is None else float(r[3]), r[4], r[5], r[6]) for r in out) == sorted(
-        [("x", 1, 0, None, None, 0, -1), ("x", 3, 2, 5.0, 2.5, 1, 1)], key=repr)
+        [("x", 1, 0, None, None, 0, -1), ("x", 3, 2, 5.0, 2.5, 1, 1)], key=repr
+    )
     view(a=z((2, 0, "x", 4, -1), (3, 0, "x", 1, -1)))
     assert view(a=z((1, 0, "x", None, -1))) == [("x", 1, 0, None, None, 0, -1)]
 
@@ -124,7 +131,9 @@ def test_global_aggregate_has_its_row_over_no_rows():
     view = View("SELECT COUNT(*) AS n, SUM(v) AS s FROM a")
     assert view() == [(0, None, 1)]
     assert Bag((n, None if s is None else int(s), w) for n, s, w in view(a=z((1, 0, "x", 3, 1)))) == [
-        (0, None, -1), (1, 3, 1)]
+        (0, None, -1),
+        (1, 3, 1),
+    ]
 
 
 def test_min_max_and_count_distinct_recompute_the_touched_group():
@@ -162,15 +171,18 @@ def test_union_and_union_all():
 def test_rank_top_k_keeps_every_row_tied_at_k():
     view = View("SELECT id, g, RANK() OVER (PARTITION BY g ORDER BY v DESC) AS r FROM a QUALIFY r <= 2")
     assert view(a=z((1, 0, "x", 9, 1), (2, 0, "x", 5, 1), (3, 0, "x", 5, 1), (4, 0, "x", 1, 1))) == sorted(
-        [(1, "x", 1, 1), (2, "x", 2, 1), (3, "x", 2, 1)], key=repr)
+        [(1, "x", 1, 1), (2, "x", 2, 1), (3, "x", 2, 1)], key=repr
+    )
     # a new leader pushes both tied rows to rank 3, out of the top 2
     assert view(a=z((5, 0, "x", 10, 1))) == sorted(
-        [(5, "x", 1, 1), (1, "x", 1, -1), (1, "x", 2, 1), (2, "x", 2, -1), (3, "x", 2, -1)], key=repr)
+        [(5, "x", 1, 1), (1, "x", 1, -1), (1, "x", 2, 1), (2, "x", 2, -1), (3, "x", 2, -1)], key=repr
+    )
 
 
 def test_row_number_top_k_in_a_subquery():
-    view = View("SELECT s.id FROM (SELECT id, ROW_NUMBER() OVER (PARTITION BY g ORDER BY v, id) AS rn FROM a) s "
-                "WHERE s.rn <= 1")
+    view = View(
+        "SELECT s.id FROM (SELECT id, ROW_NUMBER() OVER (PARTITION BY g ORDER BY v, id) AS rn FROM a) s WHERE s.rn <= 1"
+    )
     assert "TopK ROW_NUMBER()" in view_explain(view)
     assert view(a=z((1, 0, "x", 5, 1), (2, 0, "y", 5, 1))) == [(1, 1), (2, 1)]
     assert view(a=z((3, 0, "x", 4, 1), (2, 0, "y", 5, -1))) == [(1, -1), (2, -1), (3, 1)]
@@ -179,13 +191,17 @@ def test_row_number_top_k_in_a_subquery():
 def test_order_by_limit_offset_over_the_whole_view():
     view = View("SELECT id, v FROM a ORDER BY v DESC, id LIMIT 2 OFFSET 1")
     assert view(a=z((1, 0, "x", 9, 1), (2, 0, "x", 7, 1), (3, 0, "x", 5, 1), (4, 0, "x", 1, 1))) == [
-        (2, 7, 1), (3, 5, 1)]
+        (2, 7, 1),
+        (3, 5, 1),
+    ]
     assert view(a=z((1, 0, "x", 9, -1))) == [(2, 7, -1), (4, 1, 1)]
 
 
 def test_aggregate_then_top_k_per_partition():
-    view = View("SELECT g, k, SUM(v) AS s, RANK() OVER (PARTITION BY g ORDER BY SUM(v) DESC) AS r FROM a "
-                "GROUP BY g, k QUALIFY r <= 1")
+    view = View(
+        "SELECT g, k, SUM(v) AS s, RANK() OVER (PARTITION BY g ORDER BY SUM(v) DESC) AS r FROM a "
+        "GROUP BY g, k QUALIFY r <= 1"
+    )
     out = view(a=z((1, 1, "x", 5, 1), (2, 2, "x", 7, 1), (3, 1, "y", 1, 1)))
     assert Bag((g, k, int(s), r, w) for g, k, s, r, w in out) == [("x", 2, 7, 1, 1), ("y", 1, 1, 1, 1)]
     out = view(a=z((4, 1, "x", 3, 1)))
@@ -198,9 +214,12 @@ def view_explain(view: View) -> str:
     return explain(view.graph)
 
 
-@pytest.mark.parametrize("sql", [
-    "SELECT id FROM a WHERE a.id IN (SELECT id FROM b) OR a.v > 1",
-])
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT id FROM a WHERE a.id IN (SELECT id FROM b) OR a.v > 1",
+    ],
+)
 def test_subquery_under_or_is_refused(sql):
     from lakeview.errors import UnsupportedSQLError
 
@@ -217,8 +236,9 @@ def test_full_join_without_equality_reads_the_whole_other_side():
 
 
 def test_a_cte_read_twice_is_one_shared_subgraph():
-    view = View("WITH c AS (SELECT k, SUM(v) AS s FROM a GROUP BY k) "
-                "SELECT x.k, y.s FROM c x JOIN c y ON x.k = y.k + 1")
+    view = View(
+        "WITH c AS (SELECT k, SUM(v) AS s FROM a GROUP BY k) SELECT x.k, y.s FROM c x JOIN c y ON x.k = y.k + 1"
+    )
     assert "(shared, shown above)" in view_explain(view)
     assert view_explain(view).count("Aggregate GROUP BY") == 1
     out = view(a=z((1, 1, "x", 5, 1), (2, 2, "x", 7, 1), (3, 2, "x", 1, 1)))

@@ -13,8 +13,7 @@ from tests.lakeview.graph.view_grammar import run_seed
 
 
 @seed(20261125)
-@settings(max_examples=24, deadline=None, database=None, derandomize=True,
-          suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=24, deadline=None, database=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(st.integers(min_value=0, max_value=10**9))
 def test_maintained_view_equals_duckdb_recompute_after_every_epoch(query_seed):
     failure = run_seed(query_seed, epochs=5)

@@ -19,8 +19,7 @@ import pyarrow as pa
 from lakeview.graph import WEIGHT, compile_view, step
 
 TABLES = ["t1", "t2", "t3", "t4"]
-SCHEMA = pa.schema([("id", pa.int64()), ("k", pa.int64()), ("g", pa.string()), ("v", pa.int64()),
-                    ("x", pa.float64())])
+SCHEMA = pa.schema([("id", pa.int64()), ("k", pa.int64()), ("g", pa.string()), ("v", pa.int64()), ("x", pa.float64())])
 
 
 def random_row(r: random.Random, rid: int) -> dict:
@@ -81,8 +80,10 @@ class Query:
         t = self.r.choice(TABLES)
         roll = self.r.random()
         if roll < 0.05:  # a subquery nested in a subquery
-            return (f"(SELECT id, k, g, v, x FROM {t} WHERE k IN (SELECT k FROM {self.r.choice(TABLES)} "
-                    f"WHERE v > 0)) {alias}")
+            return (
+                f"(SELECT id, k, g, v, x FROM {t} WHERE k IN (SELECT k FROM {self.r.choice(TABLES)} "
+                f"WHERE v > 0)) {alias}"
+            )
         if roll < 0.15:
             cond = self.r.choice(["v > 0", "g <> 'b'", "x IS NOT NULL"])
             return f"(SELECT id, k, g, v, x FROM {t} WHERE {cond}) {alias}"
@@ -137,25 +138,52 @@ class Query:
 
     def scalar(self) -> str:
         a, b = self.r.choice(self.aliases), self.r.choice(self.aliases)
-        return self.r.choice([
-            self.col(), f"{a}.id", f"{a}.v + {b}.v", f"CASE WHEN {a}.v > 2 THEN 'hi' ELSE {b}.g END",
-            f"COALESCE({a}.x, -1)", f"CAST({a}.v AS VARCHAR)", f"{a}.x * 2",
-        ])
+        return self.r.choice(
+            [
+                self.col(),
+                f"{a}.id",
+                f"{a}.v + {b}.v",
+                f"CASE WHEN {a}.v > 2 THEN 'hi' ELSE {b}.g END",
+                f"COALESCE({a}.x, -1)",
+                f"CAST({a}.v AS VARCHAR)",
+                f"{a}.x * 2",
+            ]
+        )
 
     def agg(self) -> str:
-        return self.r.choice([
-            "COUNT(*)", f"COUNT({self.col('vx')})", f"SUM({self.col('v')})", f"AVG({self.col('x')})",
-            f"MIN({self.col('g')})", f"MAX({self.col('vx')})", f"COUNT(DISTINCT {self.col('kg')})",
-            f"SUM({self.col('x')})", f"COUNT(*) FILTER (WHERE {self.col('v')} > 1)",
-        ])
+        return self.r.choice(
+            [
+                "COUNT(*)",
+                f"COUNT({self.col('vx')})",
+                f"SUM({self.col('v')})",
+                f"AVG({self.col('x')})",
+                f"MIN({self.col('g')})",
+                f"MAX({self.col('vx')})",
+                f"COUNT(DISTINCT {self.col('kg')})",
+                f"SUM({self.col('x')})",
+                f"COUNT(*) FILTER (WHERE {self.col('v')} > 1)",
+            ]
+        )
 
     def ids(self) -> str:
         return ", ".join(f"{a}.id" for a in self.aliases)
 
     def build(self) -> str:
         r = self.r
-        shape = r.choice(["project", "aggregate", "aggregate", "fact_aggregate", "topk", "topk_sub", "agg_topk",
-                          "limit", "union", "distinct"])
+        shape = r.choice(
+            [
+                "project",
+                "aggregate",
+                "aggregate",
+                "fact_aggregate",
+                "topk",
+                "topk_sub",
+                "agg_topk",
+                "limit",
+                "union",
+                "distinct",
+            ]
+        )
         n = r.choice([1, 2, 2, 3, 3, 4])
         if shape == "union":
             left = self.simple(r.randint(1, 2))
@@ -180,11 +208,22 @@ class Query:
             elif shape == "fact_aggregate":  # aggregates of one input over inner joins: eager aggregation applies
                 frm = self.from_clause(max(n, 2), inner_only=True)
                 where = f" WHERE a0.v > {r.randint(-2, 2)}" if r.random() < 0.4 else ""
-                aggs = ["COUNT(*)", "SUM(a0.v)", "AVG(a0.x)", "COUNT(a0.v)", "MIN(a0.g)", "MAX(a0.x)",
-                        "COUNT(*) FILTER (WHERE a0.v > 1)", "SUM(a0.x) FILTER (WHERE a0.g <> 'a')"]
+                aggs = [
+                    "COUNT(*)",
+                    "SUM(a0.v)",
+                    "AVG(a0.x)",
+                    "COUNT(a0.v)",
+                    "MIN(a0.g)",
+                    "MAX(a0.x)",
+                    "COUNT(*) FILTER (WHERE a0.v > 1)",
+                    "SUM(a0.x) FILTER (WHERE a0.g <> 'a')",
+                ]
                 picked = ", ".join(f"{r.choice(aggs)} AS m{i}" for i in range(r.randint(1, 3)))
-                group = list(dict.fromkeys(f"{r.choice(self.aliases[1:] + ['a0'])}.{r.choice('kg')}"
-                                           for _ in range(r.randint(0, 2))))
+                group = list(
+                    dict.fromkeys(
+                        f"{r.choice(self.aliases[1:] + ['a0'])}.{r.choice('kg')}" for _ in range(r.randint(0, 2))
+                    )
+                )
                 sel = ", ".join([f"{g} AS g{i}" for i, g in enumerate(group)] + [picked])
                 body = f"SELECT {sel} {frm}{where}" + (f" GROUP BY {', '.join(group)}" if group else "")
                 if group and r.random() < 0.3:
@@ -204,16 +243,22 @@ class Query:
                 g1, g2 = self.col("g"), self.col("k")
                 func = r.choice(["ROW_NUMBER", "RANK"])
                 order = f"SUM({self.col('v')}) DESC" + (f", {g2}" if func == "ROW_NUMBER" else "")
-                body = (f"SELECT {g1} AS grp, {g2} AS kk, COUNT(*) AS c, {func}() OVER (PARTITION BY {g1} "
-                        f"ORDER BY {order}) AS r {frm}{where} GROUP BY {g1}, {g2} QUALIFY r <= {r.randint(1, 2)}")
+                body = (
+                    f"SELECT {g1} AS grp, {g2} AS kk, COUNT(*) AS c, {func}() OVER (PARTITION BY {g1} "
+                    f"ORDER BY {order}) AS r {frm}{where} GROUP BY {g1}, {g2} QUALIFY r <= {r.randint(1, 2)}"
+                )
             elif r.random() < 0.4:  # ORDER BY an aggregate, LIMIT
                 key = self.col("kg")
-                body = (f"SELECT {key} AS g0, COUNT(*) AS c, SUM({self.col('v')}) AS s {frm}{where} GROUP BY {key} "
-                        f"ORDER BY c DESC, g0 LIMIT {r.randint(1, 3)}")
+                body = (
+                    f"SELECT {key} AS g0, COUNT(*) AS c, SUM({self.col('v')}) AS s {frm}{where} GROUP BY {key} "
+                    f"ORDER BY c DESC, g0 LIMIT {r.randint(1, 3)}"
+                )
             else:
                 off = f" OFFSET {r.randint(1, 2)}" if r.random() < 0.3 else ""
-                body = (f"SELECT {self.scalar()} AS e0, {self.ids()} {frm}{where} ORDER BY {self.ids()} "
-                        f"LIMIT {r.randint(1, 4)}{off}")
+                body = (
+                    f"SELECT {self.scalar()} AS e0, {self.ids()} {frm}{where} ORDER BY {self.ids()} "
+                    f"LIMIT {r.randint(1, 4)}{off}"
+                )
         with_ = f"WITH {', '.join(self.ctes)} " if self.ctes else ""
         return with_ + body
 
