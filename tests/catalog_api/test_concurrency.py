@@ -148,7 +148,7 @@ def test_processes_on_postgres_lose_no_update(
 SERVE = """
 import sys, time
 from catalog_api.server import CatalogServer
-from catalog_api.store import CatalogStore
+from catalog_api.store.catalog import CatalogStore
 server = CatalogServer(CatalogStore(sys.argv[1], sys.argv[2], "lakeview"), host="127.0.0.1", port=int(sys.argv[3])).start()
 print("ready", flush=True)
 sys.stdin.read()
