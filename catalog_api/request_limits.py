@@ -17,6 +17,16 @@ MAX_JSON_DEPTH = 128  # a schema nests ~3 JSON levels per struct: 40 nested stru
 INLINE_DECODE_BYTES = 256 * 1024  # smaller bodies decode faster than a thread hop
 
 
+class DecodeCounter:
+    """Large bodies being decoded in the thread pool right now (what a health check sees past)."""
+
+    def __init__(self) -> None:
+        self.now = 0
+
+
+decoding = DecodeCounter()
+
+
 async def read_body(request: Request, limit: int = MAX_BODY_BYTES) -> bytes:
     """The request body, refused with PayloadTooLargeError past ``limit`` bytes (declared or streamed)."""
     declared = request.headers.get("content-length", "")
@@ -67,8 +77,12 @@ async def json_body(request: Request) -> Any:
     """The request's JSON body within the limits; large bodies decode in the thread pool."""
     raw = await read_body(request)
     if len(raw) > INLINE_DECODE_BYTES:
-        return await run_in_threadpool(decode_json, raw)
+        decoding.now += 1
+        try:
+            return await run_in_threadpool(decode_json, raw)
+        finally:
+            decoding.now -= 1
     return decode_json(raw)
 
 
-__all__ = ["MAX_BODY_BYTES", "MAX_JSON_DEPTH", "check_depth", "decode_json", "json_body", "read_body"]
+__all__ = ["MAX_BODY_BYTES", "MAX_JSON_DEPTH", "check_depth", "decode_json", "decoding", "json_body", "read_body"]

@@ -1,7 +1,9 @@
-"""Issue #16 finding 4: the token endpoint cannot stall the catalog or tell client ids apart.
+"""Issue #16 finding 4: the token endpoint and large bodies cannot stall the catalog, nor can
+timing tell client ids apart.
 
-Secret hashing runs off the event loop (health checks answer while hashes run), unknown client
-ids are hashed like known ones, and attempts beyond the rate limit get 429 with Retry-After."""
+Secret hashing and the decoding of large JSON bodies run off the event loop (health checks
+answer while they run), unknown client ids are hashed like known ones, and attempts beyond the
+rate limit get 429 with Retry-After."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
+from catalog_api import request_limits
 from catalog_api.auth.access import Privilege
 from catalog_api.auth.authenticator import Authenticator, Client, hash_secret
 from catalog_api.server import CatalogServer
@@ -92,3 +95,26 @@ def test_token_attempts_beyond_the_limit_get_429_with_retry_after(served: tuple[
     codes = [ask(server, f"id{i}", "x").status_code for i in range(40)]
     assert 429 in codes and set(codes) <= {401, 429}
     assert httpx.get(f"http://{server.host}:{server.port}/healthz").status_code == 200
+
+
+def test_health_answers_while_a_large_body_is_decoded(tmp_path) -> None:
+    """A ~40 MB body (under the 64 MiB limit; a list where the spec wants properties, so it is
+    refused after decoding and nothing is stored) is decoded in the thread pool: a health check
+    sent while it decodes is answered before the decoding ends."""
+    store = CatalogStore(f"sqlite:///{tmp_path / 'c.db'}", tmp_path / "wh", "lakeview")
+    body = b'{"namespace": ["big"], "properties": [' + b",".join([b"123456789"] * 4_000_000) + b"]}"
+    assert request_limits.INLINE_DECODE_BYTES < len(body) < request_limits.MAX_BODY_BYTES
+    with CatalogServer(store) as server:
+        url = f"{server.uri}/v1/lakeview/namespaces"
+        answers: list[int] = []
+        poster = threading.Thread(target=lambda: answers.append(httpx.post(url, content=body, timeout=300).status_code))
+        poster.start()
+        while request_limits.decoding.now == 0 and poster.is_alive():  # wait until the server decodes it
+            time.sleep(0.0005)
+        health = httpx.get(f"http://{server.host}:{server.port}/healthz", timeout=120)
+        still_decoding = request_limits.decoding.now > 0
+        poster.join()
+    store.close()
+    assert health.status_code == 200
+    assert still_decoding, "the health check waited for the body's decoding (it ran on the event loop)"
+    assert answers == [400]  # a list is not properties: refused with the spec's error, nothing stored
