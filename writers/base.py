@@ -3,13 +3,20 @@ the last committed epoch, look up the stored rows of some keys."""
 
 from __future__ import annotations
 
+import logging
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
 
 import pyarrow as pa
 
+from lakeview.errors import CommitConflictError
 from lakeview.ivm.commits import Change, CommitRecord, Epoch
+from lakeview.ops.retrying import retry_transient
+
+log = logging.getLogger("lakeview.writers")  # the runtime heartbeat counts lost races here (COMMIT_RETRYING)
+COMMIT_ATTEMPTS = 8  # a commit's tries against concurrent writers and storage hiccups
 
 
 @dataclass(frozen=True)
@@ -62,3 +69,20 @@ class SnapshotWriter(ABC):
         Returns None (and changes nothing) when the epoch is already committed or the change is
         empty. Raises CommitConflictError when concurrent commits keep winning.
         """
+
+
+def retry_commit(
+    epoch: Epoch, attempt: Callable[[], CommitRecord | None], reset: Callable[[], None] | None = None
+) -> CommitRecord | None:
+    """Run one commit ``attempt`` under the one retry policy: a lost race or a storage failure
+    (transient) is tried again after ``reset`` (drop cached table state), each lost race logged
+    for the heartbeat; at most COMMIT_ATTEMPTS tries, then the last error is raised."""
+
+    def before_retry(exc: BaseException, number: int) -> None:
+        if reset is not None:
+            reset()
+        if isinstance(exc, CommitConflictError):
+            log.warning("%s: commit of epoch %s lost a race (attempt %s): %s", epoch.view, epoch.number, number, exc)
+
+    what = f"{epoch.view}: commit of epoch {epoch.number}"
+    return retry_transient(attempt, what=what, attempts=COMMIT_ATTEMPTS, before_retry=before_retry)

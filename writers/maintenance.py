@@ -8,11 +8,16 @@ table location, referenced by no live snapshot, older than a safety age).
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pyarrow.fs as pafs
+
+from lakeview.ops.retrying import retry_transient
+
+log = logging.getLogger("lakeview.writers.maintenance")
 
 MAINTENANCE = "lakeview.maintenance"  # commit-info / summary key marking Lakeview's own maintenance commits
 Progress = Callable[[str], None]
@@ -104,3 +109,26 @@ def list_files(fs: pafs.FileSystem, root: str) -> list[pafs.FileInfo]:
 
 def mtime_ms(info: pafs.FileInfo) -> int:
     return int(info.mtime.timestamp() * 1000) if info.mtime is not None else 0
+
+
+PASS_ATTEMPTS = 5  # lost commit races before a maintenance step gives up until the next pass
+
+
+def retrying_pass(
+    report: MaintenanceReport, step: Callable[[], None], lost_race: tuple[type[BaseException], ...]
+) -> None:
+    """Run one maintenance step, redoing it on the new table state when its commit loses a race
+    (``lost_race``: the format's conflict errors); after PASS_ATTEMPTS the report says so and
+    the next pass retries. Other errors propagate."""
+
+    def note(exc: BaseException, attempt: int) -> None:
+        report.attempts += 1
+        log.info("maintenance lost a commit race (attempt %s): %s; redoing on the new state", attempt, exc)
+
+    try:
+        retry_transient(
+            step, what="maintenance", attempts=PASS_ATTEMPTS, transient=lost_race, max_s=2.0, before_retry=note
+        )
+    except lost_race:
+        report.attempts += 1
+        report.notes.append(f"gave up after {PASS_ATTEMPTS} lost commit races; next pass retries")

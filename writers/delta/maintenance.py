@@ -20,19 +20,25 @@ from __future__ import annotations
 import logging
 import math
 import re
-from collections.abc import Callable
 
 import pyarrow as pa
 import pyarrow.fs as pafs
 from deltalake import CommitProperties, DeltaTable
 from deltalake.exceptions import CommitFailedError
 
-from lakeview.ops.retrying import retry_transient
 from writers.delta.writer import DeltaWriter, last_commit_of
-from writers.maintenance import MAINTENANCE, MaintenancePolicy, MaintenanceReport, Progress, filesystem_for, list_files
+from writers.maintenance import (
+    MAINTENANCE,
+    MaintenancePolicy,
+    MaintenanceReport,
+    Progress,
+    filesystem_for,
+    list_files,
+    retrying_pass,
+)
 
 log = logging.getLogger("lakeview.writers.delta_maintenance")
-MAX_ATTEMPTS = 5
+LOST_RACE = (CommitFailedError,)  # a maintenance commit that lost to a concurrent one
 VACUUM_OPERATIONS = ("VACUUM START", "VACUUM END")
 LOG_ENTRY = re.compile(r"^(\d{20})\.")  # 00000000000000000042.json / .checkpoint.parquet / .crc
 
@@ -43,30 +49,11 @@ def maintain_delta(
     """One maintenance pass over the writer's table: compaction, retention, orphans, log cleanup."""
     say = progress or (lambda message: None)
     report = MaintenanceReport()
-    _retrying(report, lambda: _compact(writer, policy, report, say))
-    _retrying(report, lambda: _expire(writer, policy, report, say))
-    _retrying(report, lambda: _remove_orphans(writer, policy, report, say))
+    retrying_pass(report, lambda: _compact(writer, policy, report, say), LOST_RACE)
+    retrying_pass(report, lambda: _expire(writer, policy, report, say), LOST_RACE)
+    retrying_pass(report, lambda: _remove_orphans(writer, policy, report, say), LOST_RACE)
     _clean_log(writer, policy, report, say)
     return report
-
-
-def _retrying(report: MaintenanceReport, step: Callable[[], None]) -> None:
-    def lost_race(exc: BaseException, attempt: int) -> None:
-        report.attempts += 1
-        log.info("maintenance lost a commit race (attempt %s): %s; redoing on the new state", attempt, exc)
-
-    try:
-        retry_transient(
-            step,
-            what="maintenance",
-            attempts=MAX_ATTEMPTS,
-            transient=(CommitFailedError,),
-            max_s=2.0,
-            before_retry=lost_race,
-        )
-    except CommitFailedError:
-        report.attempts += 1
-        report.notes.append(f"gave up after {MAX_ATTEMPTS} lost commit races; next pass retries")
 
 
 def _commit_properties(step: str) -> CommitProperties:

@@ -28,13 +28,11 @@ from deltalake.exceptions import (
 
 from lakeview.errors import CommitConflictError, StorageError, WriterError
 from lakeview.ivm.commits import Change, CommitRecord, Epoch
-from lakeview.ops.retrying import retry_transient
 from writers.arrow_ops import plain_schema, plain_types, rows_with_keys, rows_without_keys
-from writers.base import SnapshotWriter, WriterCapabilities
+from writers.base import SnapshotWriter, WriterCapabilities, retry_commit
 from writers.staged_files import WrittenFile, append_delta_files
 
 log = logging.getLogger("lakeview.writers.delta")
-MAX_ATTEMPTS = 8
 OP = "__lakeview_op"  # the operation column of a merge source: 'u' upsert, 'd' delete, 'i' insert
 KEY_PROPERTY = "lakeview.key"
 HISTORY_PAGE = 100
@@ -184,19 +182,10 @@ class DeltaWriter(SnapshotWriter):
                 # after it, the app transaction makes the retry a no-op.
                 raise StorageError(f"{epoch.view}: epoch {epoch.number} failed: {exc}") from exc
 
-        def before_retry(exc: BaseException, attempt: int) -> None:
+        def reset() -> None:
             self._current = None  # reload the log
-            if isinstance(exc, CommitConflictError):  # the runtime heartbeat counts these (COMMIT_RETRYING)
-                log.warning(
-                    "%s: commit of epoch %s lost a race (attempt %s): %s", epoch.view, epoch.number, attempt, exc
-                )
 
-        return retry_transient(
-            attempt,
-            what=f"{epoch.view}: commit of epoch {epoch.number}",
-            attempts=MAX_ATTEMPTS,
-            before_retry=before_retry,
-        )
+        return retry_commit(epoch, attempt, reset)
 
     def _commit_once(self, table: DeltaTable, epoch: Epoch, change: Change) -> CommitRecord:
         schema = pa.schema(table.schema().to_arrow())

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
 import pyarrow as pa
 from pyiceberg.exceptions import CommitFailedException, ValidationException
@@ -23,7 +23,6 @@ from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Operation, Snapshot
 
 from lakeview.errors import CommitConflictError
-from lakeview.ops.retrying import retry_transient
 from writers.iceberg.live_files import LiveFiles, LiveTable
 from writers.iceberg.metadata_memo import transaction
 from writers.iceberg.position_deletes import row_delta
@@ -36,10 +35,15 @@ from writers.maintenance import (
     filesystem_for,
     list_files,
     mtime_ms,
+    retrying_pass,
 )
 
 log = logging.getLogger("lakeview.writers.iceberg_maintenance")
-MAX_ATTEMPTS = 5
+LOST_RACE = (
+    CommitFailedException,
+    CommitConflictError,
+    ValidationException,
+)  # a maintenance commit that lost to a concurrent one
 
 
 def maintain_iceberg(
@@ -58,31 +62,12 @@ def maintain_iceberg(
     report = MaintenanceReport()
     # Compact first: the small files it replaces are deleted once their snapshots expire.
     if compact:
-        _retrying(report, lambda: _compact(writer, policy, report, say))
+        retrying_pass(report, lambda: _compact(writer, policy, report, say), LOST_RACE)
     else:
         say("compaction: left to the view's writer, which compacts within its commits (merge-on-read)")
-    _retrying(report, lambda: _expire(writer, policy, report, say))
+    retrying_pass(report, lambda: _expire(writer, policy, report, say), LOST_RACE)
     _remove_orphans(writer.table(), policy, file_io, report, say)
     return report
-
-
-def _retrying(report: MaintenanceReport, step: Callable[[], None]) -> None:
-    def lost_race(exc: BaseException, attempt: int) -> None:
-        report.attempts += 1
-        log.info("maintenance lost a commit race (attempt %s): %s; redoing on the new state", attempt, exc)
-
-    try:
-        retry_transient(
-            step,
-            what="maintenance",
-            attempts=MAX_ATTEMPTS,
-            transient=(CommitFailedException, CommitConflictError, ValidationException),
-            max_s=2.0,
-            before_retry=lost_race,
-        )
-    except (CommitFailedException, CommitConflictError, ValidationException):
-        report.attempts += 1
-        report.notes.append(f"gave up after {MAX_ATTEMPTS} lost commit races; next pass retries")
 
 
 def reachable_files(table: Table, snapshots: Iterable[Snapshot], cache: dict[str, set[str]] | None = None) -> set[str]:

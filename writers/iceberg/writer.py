@@ -48,9 +48,8 @@ from pyiceberg.table.update.snapshot import UpdateSnapshot, _OverwriteFiles
 
 from lakeview.errors import CommitConflictError, StorageError, WriterError
 from lakeview.ivm.commits import Change, CommitRecord, Epoch
-from lakeview.ops.retrying import retry_transient
 from writers.arrow_ops import rows_at_most, rows_with_keys, rows_without_keys
-from writers.base import SnapshotWriter, WriterCapabilities
+from writers.base import SnapshotWriter, WriterCapabilities, retry_commit
 from writers.iceberg.live_files import Found, LiveFiles
 from writers.iceberg.metadata_memo import transaction
 from writers.iceberg.position_deletes import row_delta, write_position_deletes
@@ -58,7 +57,6 @@ from writers.maintenance import MAINTENANCE, MaintenancePolicy
 from writers.staged_files import WrittenFile, append_iceberg_files
 
 log = logging.getLogger("lakeview.writers.iceberg")
-MAX_ATTEMPTS = 8
 UPDATE_MODE = "write.update.mode"  # Iceberg's table property: merge-on-read (Lakeview's default) or copy-on-write
 MERGE_ON_READ = "merge-on-read"
 KEY_PROPERTY = "lakeview.key"  # a keyed view's key columns, on its table
@@ -207,18 +205,7 @@ class IcebergWriter(SnapshotWriter):
                 # check above skips the retry). Files written by the failed attempt are orphans.
                 raise StorageError(f"{epoch.view}: epoch {epoch.number} failed: {exc}") from exc
 
-        def before_retry(exc: BaseException, attempt: int) -> None:
-            if isinstance(exc, CommitConflictError):  # the runtime heartbeat counts these (COMMIT_RETRYING)
-                log.warning(
-                    "%s: commit of epoch %s lost a race (attempt %s): %s", epoch.view, epoch.number, attempt, exc
-                )
-
-        return retry_transient(
-            attempt,
-            what=f"{epoch.view}: commit of epoch {epoch.number}",
-            attempts=MAX_ATTEMPTS,
-            before_retry=before_retry,
-        )
+        return retry_commit(epoch, attempt)
 
     def _commit_once(self, table: Table, epoch: Epoch, change: Change) -> CommitRecord:
         started = time.perf_counter()
