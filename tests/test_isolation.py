@@ -20,6 +20,7 @@ from lakeview.ivm import oracle
 from lakeview.ops.parking import parked
 from lakeview.sql.duck import connect_catalog
 from lakeview.stack.embedded import EmbeddedStack
+from tests.pipelines import view_pipeline
 from tests.spark_jobs.test_crash import project_on_disk
 from tests.waiting import wait_for
 
@@ -204,19 +205,11 @@ def test_up_exits_non_zero_when_every_view_failed_and_a_restart_resumes(
 def test_a_transient_error_is_retried_and_the_epoch_applied_once(
     spark, catalog_server, lake_dir: Path, tmp_path: Path, unique_name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from spark_jobs.pipeline import ViewPipeline
-    from writers.registry import make_writer, state_writer_factory
 
     view = f"{unique_name[:40]}_v"
     project = _project(tmp_path, lake_dir, {view: "delta"})
     monkeypatch.setenv("LAKEVIEW_FAULT", f"transient:{view}:1:2")  # epoch 1 fails twice, then passes
-    pipeline = ViewPipeline(
-        spark,
-        project,
-        view,
-        make_writer(project, view, catalog_server.uri),
-        state_writer=state_writer_factory(project, view),
-    )
+    pipeline = view_pipeline(spark, project, view, catalog_server.uri)
     pipeline.prepare()
     query = pipeline.start()
     try:

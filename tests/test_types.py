@@ -18,8 +18,7 @@ import pytest
 from catalog_api.ops import view_tables as tables
 from lakeview.ivm import oracle
 from lakeview.sql.duck import connect, connect_catalog
-from spark_jobs.pipeline import ViewPipeline
-from writers.registry import make_writer, state_writer_factory
+from tests.pipelines import view_pipeline
 
 D = decimal.Decimal
 UTC = dt.UTC
@@ -145,13 +144,7 @@ def typed_project(spark, catalog_server, tmp_path_factory, lake_dir: Path):
     started = []
     failed: dict[str, str] = {}  # view -> the error that stopped it (its own test fails with it)
     for view in views:
-        pipeline = ViewPipeline(
-            spark,
-            project,
-            view,
-            make_writer(project, view, catalog_server.uri),
-            state_writer=state_writer_factory(project, view),
-        )
+        pipeline = view_pipeline(spark, project, view, catalog_server.uri)
         pipeline.prepare()
         started.append((view, pipeline.start()))
     try:

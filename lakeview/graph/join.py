@@ -87,18 +87,10 @@ class Join(Operator):
 
     def step(self, rt: Runtime, deltas: list[pa.Table]) -> pa.Table:
         da, db = deltas
-        if rt.epoch == 0:
-            rt.store.apply(self.left_state, da.schema.empty_table())
-            rt.store.apply(self.right_state, db.schema.empty_table())
-        if da.num_rows == 0 and db.num_rows == 0 and hasattr(self, "_empty"):
+        sides = stored_sides(self, rt, da, db)
+        if sides is None:
             return self._empty
-        if self.left_key:
-            keys = touched_keys(rt, [(da, self.left_key), (db, self.right_key)], self.left_key)
-            a = rt.store.lookup(self.left_state, keys)
-            b = rt.store.lookup(self.right_state, keys.rename_columns(self.right_key))
-        else:
-            a = rt.store.lookup(self.left_state, None)
-            b = rt.store.lookup(self.right_state, None)
+        a, b = sides
         tables = {"da": da, "db": db, "a": a, "b": b}
         parts = [self._inner("da", "b"), self._inner("a", "db"), self._inner("da", "db")]
         if self.kind in ("left", "full", "right"):
@@ -158,18 +150,10 @@ class SemiJoin(Operator):
 
     def step(self, rt: Runtime, deltas: list[pa.Table]) -> pa.Table:
         da, db = deltas
-        if rt.epoch == 0:
-            rt.store.apply(self.left_state, da.schema.empty_table())
-            rt.store.apply(self.right_state, db.schema.empty_table())
-        if da.num_rows == 0 and db.num_rows == 0 and hasattr(self, "_empty"):
+        sides = stored_sides(self, rt, da, db)
+        if sides is None:
             return self._empty
-        if self.left_key:
-            keys = touched_keys(rt, [(da, self.left_key), (db, self.right_key)], self.left_key)
-            a = rt.store.lookup(self.left_state, keys)
-            b = rt.store.lookup(self.right_state, keys.rename_columns(self.right_key))
-        else:
-            a = rt.store.lookup(self.left_state, None)
-            b = rt.store.lookup(self.right_state, None)
+        a, b = sides
         an = Join._merged(rt, a, da, self.inputs[0].columns)
         bn = Join._merged(rt, b, db, self.inputs[1].columns)
         out = rt.duck.consolidate(
@@ -180,3 +164,18 @@ class SemiJoin(Operator):
         if not hasattr(self, "_empty"):
             self._empty = out.schema.empty_table()
         return out
+
+
+def stored_sides(op: Join | SemiJoin, rt: Runtime, da: pa.Table, db: pa.Table) -> tuple[pa.Table, pa.Table] | None:
+    """Both sides' stored rows for the keys the epoch touches (every row without an equality
+    key); None when nothing changed and the operator's empty output is known. Epoch 0 creates
+    the sides' state."""
+    if rt.epoch == 0:
+        rt.store.apply(op.left_state, da.schema.empty_table())
+        rt.store.apply(op.right_state, db.schema.empty_table())
+    if da.num_rows == 0 and db.num_rows == 0 and hasattr(op, "_empty"):
+        return None
+    if not op.left_key:
+        return rt.store.lookup(op.left_state, None), rt.store.lookup(op.right_state, None)
+    keys = touched_keys(rt, [(da, op.left_key), (db, op.right_key)], op.left_key)
+    return rt.store.lookup(op.left_state, keys), rt.store.lookup(op.right_state, keys.rename_columns(op.right_key))

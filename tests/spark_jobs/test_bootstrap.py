@@ -18,13 +18,12 @@ from catalog_api.store.catalog import open_store
 from lakeview.config.models import SparkConfig
 from lakeview.ivm import oracle
 from lakeview.stack.embedded import EmbeddedStack
-from spark_jobs.pipeline import ViewPipeline
 from spark_jobs.sources.quarantine import quarantined_rows
+from tests.pipelines import view_pipeline
 from tests.spark_jobs.test_changes import land
 from tests.spark_jobs.test_crash import project_on_disk
 from tests.spark_jobs.test_view_dag import FEED, SCHEMA, assert_chain_equals_recompute, chain, order
 from tests.writers.test_executor_writes import refresh_with_fault
-from writers.registry import make_writer, state_writer_factory
 
 ROWS_MAX = 8  # [spark] driver_rows_max: every first batch here is larger
 NAMESPACE = "bootstrap_tests"
@@ -192,13 +191,7 @@ def test_sigkill_between_state_and_view_commits_of_a_backfill(spark, tmp_path: P
 
     land(project.source_path("orders"), "001.json", later)
     with CatalogServer(store, host="127.0.0.1", port=0) as server:
-        pipeline = ViewPipeline(
-            spark,
-            project,
-            view,
-            make_writer(project, view, server.uri),
-            state_writer=state_writer_factory(project, view),
-        )
+        pipeline = view_pipeline(spark, project, view, server.uri)
         pipeline.prepare()
         pipeline.start(available_now=True).awaitTermination()  # replays epoch 0 (state tables skip it), then epoch 1
         assert_equals_recompute(project, view, "after the restart")

@@ -10,8 +10,7 @@ from catalog_api.ops import view_tables as tables
 from lakeview.cli.generator import land_json
 from lakeview.ivm import oracle
 from lakeview.sql.duck import connect, connect_catalog
-from spark_jobs.pipeline import ViewPipeline
-from writers.registry import make_writer, state_writer_factory
+from tests.pipelines import view_pipeline
 
 SCHEMA = "k STRING, v BIGINT"
 SQL = "SELECT k, COUNT(*) AS n, SUM(v) AS total FROM events GROUP BY k"
@@ -36,13 +35,7 @@ def test_a_string_keyed_view_is_right_in_iceberg_and_delta(
     landing = project.source_path("events")
     queries = []
     for view in views:
-        pipeline = ViewPipeline(
-            spark,
-            project,
-            view,
-            make_writer(project, view, catalog_server.uri),
-            state_writer=state_writer_factory(project, view),
-        )
+        pipeline = view_pipeline(spark, project, view, catalog_server.uri)
         pipeline.prepare()
         queries.append(pipeline.start())
     try:

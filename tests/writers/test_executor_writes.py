@@ -24,6 +24,7 @@ from lakeview.sql.duck import attach_sql, connect
 from lakeview.stack.maintenance import maintain_view
 from spark_jobs.pipeline import ViewPipeline
 from tests.conftest import ORDERS_SCHEMA
+from tests.pipelines import view_pipeline
 from tests.s3_server import ACCESS_KEY, SECRET_KEY
 from tests.spark_jobs.test_crash import ROOT, project_on_disk
 from writers.registry import make_writer, state_writer_factory
@@ -207,13 +208,7 @@ def test_crash_between_executor_writes_and_commit_replays_without_duplicates(fmt
 
     with CatalogServer(open_store(project), host="127.0.0.1", port=0) as server:
         # The restart (in this process: one JVM start less) replays epoch 0 from Spark's checkpoint.
-        pipeline = ViewPipeline(
-            spark,
-            project,
-            view,
-            make_writer(project, view, server.uri),
-            state_writer=state_writer_factory(project, view),
-        )
+        pipeline = view_pipeline(spark, project, view, server.uri)
         pipeline.prepare()
         pipeline.start(available_now=True).awaitTermination()
         assert pipeline.last_write["by"] == "executors"
