@@ -42,6 +42,7 @@ from pyiceberg.table.metadata import TableMetadataUtil
 
 import writers.arrow_ops
 from lakeview.sql.plan import WEIGHT
+from spark_jobs.executors import writes as executor_writes
 from spark_jobs.executors.writes import IcebergFiles, _map_in_arrow, _write_partition, iceberg_target
 from writers.arrow_ops import rows_with_keys, with_positions
 from writers.iceberg.live_files import POS, Found
@@ -174,7 +175,7 @@ class ExecutorReads:
         slice per executor core: a plain Python RDD, the cheapest Spark job pyspark runs."""
         from pyspark import cloudpickle  # lazy: Spark loads only where views run
 
-        for module in (sys.modules[__name__], sys.modules["spark_jobs.executor_writes"], writers.arrow_ops):
+        for module in (sys.modules[__name__], executor_writes, writers.arrow_ops):
             cloudpickle.register_pickle_by_value(module)  # by value: executors need not import Lakeview
         self.jobs += 1
         rows = [
