@@ -31,17 +31,42 @@ def touched_keys(rt: Runtime, parts: list[tuple[pa.Table, list[str]]], names: li
 
 
 @dataclass(eq=False)
-class Join(Operator):
-    """Equi-join (keys may be empty: a cross/theta join) with the full ON condition as ``condition``."""
+class TwoSided(Operator):
+    """A join-like operator over two inputs: each side's rows kept by its key (``left_key`` /
+    ``right_key``, empty: no equality), the full ON condition as ``condition``."""
 
-    kind: str = "inner"
     left_key: list[str] = field(default_factory=list)
     right_key: list[str] = field(default_factory=list)
     condition: str = "TRUE"
 
-    def __post_init__(self) -> None:
+    def declare_sides(self) -> None:
         self.left_state = self.state("left", self.left_key, f"rows of {self.inputs[0].id} by key")
         self.right_state = self.state("right", self.right_key, f"rows of {self.inputs[1].id} by key")
+
+    def stored_sides(self, rt: Runtime, da: pa.Table, db: pa.Table) -> tuple[pa.Table, pa.Table] | None:
+        """Both sides' stored rows for the keys the epoch touches (every row without an equality
+        key); None when nothing changed and the operator's empty output is known. Epoch 0 creates
+        the sides' state."""
+        if rt.epoch == 0:
+            rt.store.apply(self.left_state, da.schema.empty_table())
+            rt.store.apply(self.right_state, db.schema.empty_table())
+        if da.num_rows == 0 and db.num_rows == 0 and hasattr(self, "_empty"):
+            return None
+        if not self.left_key:
+            return rt.store.lookup(self.left_state, None), rt.store.lookup(self.right_state, None)
+        keys = touched_keys(rt, [(da, self.left_key), (db, self.right_key)], self.left_key)
+        right_keys = keys.rename_columns(self.right_key)
+        return rt.store.lookup(self.left_state, keys), rt.store.lookup(self.right_state, right_keys)
+
+
+@dataclass(eq=False)
+class Join(TwoSided):
+    """Equi-join (keys may be empty: a cross/theta join) with the full ON condition as ``condition``."""
+
+    kind: str = "inner"
+
+    def __post_init__(self) -> None:
+        self.declare_sides()
         self.cost = (
             "per changed row × matching rows of the other side"
             if self.left_key
@@ -87,7 +112,7 @@ class Join(Operator):
 
     def step(self, rt: Runtime, deltas: list[pa.Table]) -> pa.Table:
         da, db = deltas
-        sides = stored_sides(self, rt, da, db)
+        sides = self.stored_sides(rt, da, db)
         if sides is None:
             return self._empty
         a, b = sides
@@ -116,17 +141,13 @@ class Join(Operator):
 
 
 @dataclass(eq=False)
-class SemiJoin(Operator):
+class SemiJoin(TwoSided):
     """Left rows with (semi) or without (anti) a right row satisfying ``condition``: IN, EXISTS and their NOTs."""
 
     anti: bool = False
-    left_key: list[str] = field(default_factory=list)
-    right_key: list[str] = field(default_factory=list)
-    condition: str = "TRUE"
 
     def __post_init__(self) -> None:
-        self.left_state = self.state("left", self.left_key, f"rows of {self.inputs[0].id} by key")
-        self.right_state = self.state("right", self.right_key, f"rows of {self.inputs[1].id} by key")
+        self.declare_sides()
         self.cost = (
             "per changed key (both sides' rows under it)"
             if self.left_key
@@ -150,7 +171,7 @@ class SemiJoin(Operator):
 
     def step(self, rt: Runtime, deltas: list[pa.Table]) -> pa.Table:
         da, db = deltas
-        sides = stored_sides(self, rt, da, db)
+        sides = self.stored_sides(rt, da, db)
         if sides is None:
             return self._empty
         a, b = sides
@@ -164,18 +185,3 @@ class SemiJoin(Operator):
         if not hasattr(self, "_empty"):
             self._empty = out.schema.empty_table()
         return out
-
-
-def stored_sides(op: Join | SemiJoin, rt: Runtime, da: pa.Table, db: pa.Table) -> tuple[pa.Table, pa.Table] | None:
-    """Both sides' stored rows for the keys the epoch touches (every row without an equality
-    key); None when nothing changed and the operator's empty output is known. Epoch 0 creates
-    the sides' state."""
-    if rt.epoch == 0:
-        rt.store.apply(op.left_state, da.schema.empty_table())
-        rt.store.apply(op.right_state, db.schema.empty_table())
-    if da.num_rows == 0 and db.num_rows == 0 and hasattr(op, "_empty"):
-        return None
-    if not op.left_key:
-        return rt.store.lookup(op.left_state, None), rt.store.lookup(op.right_state, None)
-    keys = touched_keys(rt, [(da, op.left_key), (db, op.right_key)], op.left_key)
-    return rt.store.lookup(op.left_state, keys), rt.store.lookup(op.right_state, keys.rename_columns(op.right_key))
