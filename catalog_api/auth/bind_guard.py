@@ -6,7 +6,6 @@ command line of the ASGI server) and, for paths that hide it, per connection by
 
 from __future__ import annotations
 
-import ipaddress
 import multiprocessing
 import os
 import shlex
@@ -17,20 +16,10 @@ from collections.abc import Mapping, Sequence
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from catalog_api.responses import error_response
+from lakeview.config.models import is_loopback
 from lakeview.errors import SetupError
 
 _HOW_TO = 'configure [auth] mode = "oauth2" with clients (LAKEVIEW_PROJECT), or bind 127.0.0.1'
-
-
-def is_loopback(host: str) -> bool:
-    """True for localhost and loopback addresses (``[::1]`` too)."""
-    host = host.strip("[]")
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def refuse_open_bind(host: str, authenticated: bool, how: str = "the catalog") -> None:

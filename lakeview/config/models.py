@@ -439,7 +439,8 @@ def _check_name(value: str) -> str:
 
 
 def is_loopback(host: str) -> bool:
-    """True for localhost and loopback addresses (the only binds allowed without auth)."""
+    """True for localhost and loopback addresses, ``[::1]`` too (the only binds allowed without auth)."""
+    host = host.strip("[]")
     if host == "localhost":
         return True
     try:
