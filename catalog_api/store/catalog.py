@@ -59,6 +59,7 @@ from catalog_api.store import format_v3, namespace_keys
 from catalog_api.store.confinement import Confinement
 from catalog_api.store.inert_properties import refuse_implementations
 from catalog_api.store.pointer_cache import Domains, PointerCache, Stamps
+from catalog_api.store.pointer_swaps import PointerSwaps, SwapConflict
 from lakeview import errors
 from lakeview.config.models import ProjectConfig, file_io_properties
 
@@ -192,6 +193,7 @@ class CatalogStore:
         self._reader_sql = {kind: sql.replace("?", marker) for kind, sql in _RAW_POINTER.items()}
         self.confinement = Confinement(self)  # which prefixes each namespace owns (see confinement.py)
         self.pointers = self._pointer_cache()
+        self._swaps = PointerSwaps(self.engine, name) if self._raw_reads else None  # not for in-memory SQLite
 
     def _pointer_cache(self) -> PointerCache:
         """loadTable's pointers, shared-memory stamped (pointer_cache.py); a PostgreSQL store also checks that no
@@ -230,6 +232,8 @@ class CatalogStore:
 
     def close(self) -> None:
         self.pointers.close()
+        if self._swaps is not None:
+            self._swaps.close()
         self.engine.dispose()
 
     # ---------------------------------------------------------------- namespaces
@@ -662,6 +666,9 @@ class CatalogStore:
         with _mapped():
             for s in written:
                 self._write_table_metadata(s.metadata, s.metadata_location)
+            if written and self._swaps is not None and all(s.previous_location for s in written):
+                self._swap_all(written)  # the common case (no table created): plain DBAPI, see pointer_swaps.py
+                return [CommitTableResponse(metadata=s.metadata, metadata_location=s.metadata_location) for s in staged]
             try:
                 with _exists_guard(names[0]), self._changing(*(s.identifier for s in written)), self._write() as conn:
                     for s in written:
@@ -672,6 +679,21 @@ class CatalogStore:
             except (errors.CommitConflictError, errors.AlreadyExistsError) as exc:
                 raise errors.CommitConflictError(str(exc)) from None
         return [CommitTableResponse(metadata=s.metadata, metadata_location=s.metadata_location) for s in staged]
+
+    def _swap_all(self, written: list[_Staged]) -> None:
+        """Compare-and-swap the written tables' pointers in one transaction. Raises CommitConflictError."""
+        swaps = [
+            (namespace_keys.encode(s.identifier[:-1]), s.identifier[-1], s.previous_location, s.metadata_location)
+            for s in written
+        ]
+        try:
+            with self._changing(*(s.identifier for s in written)), self._write_lock:
+                self._swaps.swap(swaps)  # type: ignore[union-attr, arg-type]
+        except SwapConflict as conflict:
+            identifier = written[conflict.index].identifier
+            raise errors.CommitConflictError(
+                f"{'.'.join(identifier)} was changed by a concurrent commit; reload and retry"
+            ) from None
 
     def _stage(self, change: TableChange) -> _Staged:
         identifier = change.identifier
