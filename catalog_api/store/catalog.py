@@ -55,7 +55,7 @@ from pyiceberg.typedef import Identifier, Properties
 from sqlalchemy import bindparam, delete, event, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError, OperationalError
 
-from catalog_api.store import format_v3, namespace_keys
+from catalog_api.store import format_v3, metadata_checks, namespace_keys
 from catalog_api.store.confinement import Confinement
 from catalog_api.store.inert_properties import refuse_implementations
 from catalog_api.store.pointer_cache import Domains, PointerCache, Stamps
@@ -500,6 +500,7 @@ class CatalogStore:
             fresh = format_v3.carry_defaults(schema, metadata.schema())  # pyiceberg's fresh ids drop defaults
             if fresh is not metadata.schema():
                 metadata = metadata.model_copy(update={"schemas": [fresh]})
+            metadata_checks.check_new_table(metadata)
             metadata_location = metadata_file_location(location, properties, 0)
             self.check_location(metadata_location)
             if stage:
@@ -726,6 +727,8 @@ class CatalogStore:
                 ) from None
         if current is not None and metadata == current:
             return _Staged(identifier, location, location, current, changed=False)  # type: ignore[arg-type]
+        with _mapped():
+            metadata_checks.check_commit(metadata, change.updates)
         before = current.properties if current is not None else {}
         refuse_implementations(metadata.properties, "table", before)
         self.check_location(metadata.location)
