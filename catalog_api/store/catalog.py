@@ -58,7 +58,7 @@ from sqlalchemy.exc import IntegrityError, OperationalError
 from catalog_api.store import format_v3, metadata_checks, namespace_keys
 from catalog_api.store.confinement import Confinement
 from catalog_api.store.inert_properties import refuse_implementations
-from catalog_api.store.pointer_cache import Domains, PointerCache, Stamps
+from catalog_api.store.pointer_cache import Domains, PointerCache, Stamps, stamp_file
 from catalog_api.store.pointer_swaps import PointerSwaps, SwapConflict
 from lakeview import errors
 from lakeview.config.models import ProjectConfig, file_io_properties
@@ -202,9 +202,9 @@ class CatalogStore:
             database = self.engine.url.database
             if not database or database == ":memory:":
                 return PointerCache(Stamps(None))  # no other process can open this store
-            found = os.stat(database)  # the file itself, however its path is spelled
-            return PointerCache(Stamps(f"sqlite:{found.st_dev}:{found.st_ino}:{self.name}"))  # one host: its file's
-        stamps = Stamps(f"{self.engine.url.render_as_string(hide_password=True)}#{self.name}")
+            # beside the database file (one host: the file's), so it goes when the store's directory does
+            return PointerCache(Stamps(Path(f"{os.path.realpath(database)}-pointers-{self.name}")))
+        stamps = Stamps(stamp_file(f"{self.engine.url.render_as_string(hide_password=True)}#{self.name}"))
         return PointerCache(stamps, Domains(self.engine, self.name, stamps.domain))
 
     def _table_pointer(self, identifier: Identifier) -> str | None:

@@ -3,8 +3,9 @@
 loadTable is the catalog's hot path; its only database work is reading one pointer. On PostgreSQL that
 read is a network round trip on the event loop (and CPU in the database server) for an answer that
 changes only on commits. So every catalog process keeps the pointers it read, and every pointer change
-on this host writes a fresh random *stamp* into a slot of a small shared-memory array (``/dev/shm``),
-one slot per table (by a stable hash of its name; a collision only costs a re-read):
+on this host writes a fresh random *stamp* into a slot of a small memory-mapped file every process of
+the store maps (beside a SQLite database; in ``/dev/shm`` for PostgreSQL), one slot per table (by a
+stable hash of its name; a collision only costs a re-read):
 
 - a reader reads the table's slot stamp *before* it reads the pointer from the database, and keeps both;
 - a writer changes the pointer in the database, *then* writes a new stamp, *then* answers its client;
@@ -62,14 +63,14 @@ domains = Table(
 class Stamps:
     """The shared array of per-table stamps (or a private one, for a store no other process can open)."""
 
-    def __init__(self, key: str | None) -> None:
-        """``key``: identifies the store (URL and catalog name); None for a process-private store."""
+    def __init__(self, path: Path | None) -> None:
+        """``path``: the store's stamp file (see :func:`stamp_file`); None for a process-private store."""
         size = DOMAIN_BYTES + SLOTS * _STAMP.size
-        if key is None:
+        if path is None:
             self._memory: Any = bytearray(size)
             self._memory[:DOMAIN_BYTES] = secrets.token_bytes(DOMAIN_BYTES)
         else:
-            self._memory = _shared_memory(key, size)
+            self._memory = _shared_memory(path, size)
         self.domain = bytes(self._memory[:DOMAIN_BYTES]).hex()
 
     def slot(self, identifier: Identifier) -> int:
@@ -84,12 +85,17 @@ class Stamps:
         _STAMP.pack_into(self._memory, self.slot(identifier), secrets.randbits(64) | 1)
 
 
-def _shared_memory(key: str, size: int) -> mmap.mmap:
-    """The store's stamp file in /dev/shm (the temp directory elsewhere), created once with a random domain id."""
+def stamp_file(key: str) -> Path:
+    """A PostgreSQL store's stamp file in /dev/shm (the temp directory elsewhere), named by the store's identity."""
     directory = Path(os.environ.get(STAMPS_DIR_ENV) or "/dev/shm")
     if not os.access(directory, os.W_OK):
         directory = Path(tempfile.gettempdir())
-    path = directory / f"lakeview-pointers-{hashlib.sha256(key.encode()).hexdigest()[:24]}"
+    return directory / f"lakeview-pointers-{hashlib.sha256(key.encode()).hexdigest()[:24]}"
+
+
+def _shared_memory(path: Path, size: int) -> mmap.mmap:
+    """The stamp file mapped into memory, created once with a random domain id (every process mapping the
+    same file shares its pages: one memory domain)."""
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
         os.write(fd, secrets.token_bytes(DOMAIN_BYTES) + bytes(size - DOMAIN_BYTES))
