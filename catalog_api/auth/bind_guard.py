@@ -6,6 +6,7 @@ command line of the ASGI server) and, for paths that hide it, per connection by
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import multiprocessing
 import os
@@ -22,6 +23,7 @@ from lakeview.errors import SetupError
 _HOW_TO = 'configure [auth] mode = "oauth2" with clients (LAKEVIEW_PROJECT), or bind 127.0.0.1'
 
 
+@functools.lru_cache(maxsize=4096)  # asked on every request without auth; parsing an address costs ~20 µs
 def is_loopback(host: str) -> bool:
     """True for localhost and loopback addresses (``[::1]`` too)."""
     host = host.strip("[]")
