@@ -11,8 +11,10 @@
 - the same loadTable run against SeaweedFS's own Iceberg REST catalog (``weed mini
   -tableBucket=...``) for comparison (its requests are SigV4-signed once and replayed).
 
-Each server runs in its own process (``--workers`` uvicorn workers, uvloop + httptools). The last
-column divides by the server's CPU seconds: on a loaded machine it compares runs better than req/s.
+Each server runs in its own process (``--workers`` uvicorn workers, uvloop + httptools). ``CPU ms/req``
+is the catalog's CPU per request plus, for PostgreSQL, the database server's (its postmaster and backends):
+on a loaded machine it compares runs better than req/s. Below the table: what the issue's targets need in
+CPU per request on this machine's cores, what the measured cost would serve, and the ratio to SeaweedFS.
 """
 
 from __future__ import annotations
@@ -59,8 +61,11 @@ uvicorn.run("catalog_api.asgi:create_app", factory=True, host="127.0.0.1", port=
 """
 
 
-def cpu_seconds(pid: int) -> float:
-    """CPU seconds of a process and its children that are still running (uvicorn workers)."""
+def cpu_seconds(pid: int | None) -> float:
+    """CPU seconds of a process and its children that are still running (uvicorn workers, PostgreSQL backends),
+    plus what its children that ended used (a backend that closed its connection)."""
+    if pid is None:
+        return 0.0
     total = 0.0
     pids = [pid, *(int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split())]
     for one in pids:
@@ -68,8 +73,12 @@ def cpu_seconds(pid: int) -> float:
             fields = Path(f"/proc/{one}/stat").read_text().rsplit(")", 1)[1].split()
         except FileNotFoundError:
             continue
-        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        total += sum(int(f) for f in fields[11 : 15 if one == pid else 13]) / os.sysconf("SC_CLK_TCK")
     return total
+
+
+def postmaster_pid(data_dir: Path) -> int:
+    return int((data_dir / "postmaster.pid").read_text().split()[0])
 
 
 @contextmanager
@@ -148,22 +157,36 @@ def wrk(url: str, connections: int, duration: int, headers: dict[str, str] | Non
     }
 
 
+def cost_cells(requests: float, seconds: float, server_cpu: float, db_cpu: float) -> list[str]:
+    """catalog CPU/s, database CPU/s, CPU ms per request (both), requests per CPU-second (both)."""
+    total = server_cpu + db_cpu
+    per_request = f"{total * 1000 / requests:.3f}" if requests and total > 0 else ""
+    per_cpu = f"{requests / total:,.0f}" if total > 0 else ""
+    return [f"{server_cpu / seconds:.2f}", f"{db_cpu / seconds:.2f}" if db_cpu else "", per_request, per_cpu]
+
+
 def load_runs(
-    label: str, url: str, pid: int | None, duration: int, headers: dict[str, str] | None = None
+    label: str,
+    url: str,
+    pid: int | None,
+    duration: int,
+    headers: dict[str, str] | None = None,
+    db_pid: int | None = None,
 ) -> list[list[str]]:
     rows = []
     for connections in (1, 8, 32):
-        server_before = cpu_seconds(pid) if pid else 0.0
+        server_before, db_before = cpu_seconds(pid), cpu_seconds(db_pid)
         result = wrk(url, connections, duration, headers)
-        server_cpu = cpu_seconds(pid) - server_before if pid else float("nan")
-        per_cpu = f"{result['rps'] * duration / server_cpu:,.0f}" if server_cpu > 0 else ""
+        server_cpu, db_cpu = cpu_seconds(pid) - server_before, cpu_seconds(db_pid) - db_before
         rows.append([label, "loadTable", str(connections), f"{result['rps']:,.0f}", f"{result['p50']:.2f}",
-                     f"{result['p99']:.2f}", f"{server_cpu / duration:.2f}", f"{result['client_cpu'] / duration:.2f}",
-                     per_cpu])  # fmt: skip
+                     f"{result['p99']:.2f}", f"{result['client_cpu'] / duration:.2f}",
+                     *cost_cells(result["rps"] * duration, duration, server_cpu, db_cpu)])  # fmt: skip
     return rows
 
 
-async def commit_rate(base: str, pid: int, label: str, clients: int, duration: float) -> list[str]:
+async def commit_rate(
+    base: str, pid: int, label: str, clients: int, duration: float, db_pid: int | None = None
+) -> list[str]:
     """Commits/s with ``clients`` concurrent committers, each to its own table of 50 snapshots (no
     conflicts). Each commit adds a snapshot and expires the oldest, so the metadata stays the size
     of a maintained view's; the client tracks ids itself and never parses the response."""
@@ -194,16 +217,15 @@ async def commit_rate(base: str, pid: int, label: str, clients: int, duration: f
             sequence += 1
 
     async with httpx.AsyncClient(timeout=60, limits=httpx.Limits(max_connections=clients)) as client:
-        server_before = cpu_seconds(pid)
+        server_before, db_before = cpu_seconds(pid), cpu_seconds(db_pid)
         started = time.perf_counter()
         await asyncio.gather(*(committer(client, url, metadata) for url, metadata in tables))
         elapsed = time.perf_counter() - started
-        server_cpu = cpu_seconds(pid) - server_before
+        server_cpu, db_cpu = cpu_seconds(pid) - server_before, cpu_seconds(db_pid) - db_before
     latencies.sort()
     p50, p99 = latencies[len(latencies) // 2] * 1000, latencies[int(len(latencies) * 0.99)] * 1000
-    per_cpu = f"{len(latencies) / server_cpu:,.0f}" if server_cpu > 0 else ""
-    return [label, "commit", str(clients), f"{len(latencies) / elapsed:,.0f}", f"{p50:.2f}", f"{p99:.2f}",
-            f"{server_cpu / elapsed:.2f}", "", per_cpu]  # fmt: skip
+    return [label, "commit", str(clients), f"{len(latencies) / elapsed:,.0f}", f"{p50:.2f}", f"{p99:.2f}", "",
+            *cost_cells(len(latencies), elapsed, server_cpu, db_cpu)]  # fmt: skip
 
 
 def seaweed_rows(duration: int, work: Path) -> list[list[str]]:
@@ -283,9 +305,12 @@ def main() -> None:
                 catalog_process(pg.url, work / "pg-warehouse", args.workers) as (base, pid),
             ):
                 url = table_with_snapshots(base, "bench", "t", 50)
-                rows += load_runs("lakeview/postgresql", url, pid, args.duration)
+                db = postmaster_pid(pg.data)
+                rows += load_runs("lakeview/postgresql", url, pid, args.duration, db_pid=db)
                 for clients in (1, 4):
-                    rows.append(asyncio.run(commit_rate(base, pid, "lakeview/postgresql", clients, args.duration)))
+                    rows.append(
+                        asyncio.run(commit_rate(base, pid, "lakeview/postgresql", clients, args.duration, db_pid=db))
+                    )
         if not args.no_seaweed:
             try:
                 rows += seaweed_rows(args.duration, work)
@@ -301,9 +326,11 @@ def main() -> None:
         "req/s",
         "p50 ms",
         "p99 ms",
-        "server CPU/s",
         "client CPU/s",
-        "per CPU-s",
+        "catalog CPU/s",
+        "db CPU/s",
+        "CPU ms/req",
+        "req per CPU-s",
     ]
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     load = os.getloadavg()[0]
@@ -312,6 +339,29 @@ def main() -> None:
     )
     for row in [header, ["-" * w for w in widths], *rows]:
         print("  ".join(cell.rjust(w) if i >= 2 else cell.ljust(w) for i, (cell, w) in enumerate(zip(row, widths))))
+    for line in target_lines(rows, os.cpu_count() or 1):
+        print(line)
+
+
+def target_lines(rows: list[list[str]], cores: int) -> list[str]:
+    """The issue's targets as CPU per request on this machine, and what each measured cost would serve."""
+    targets = {"loadTable": ("32", 8000.0), "commit": ("4", 1000.0)}
+    seaweed = next((r for r in rows if r[0] == "seaweedfs" and r[2] == "32" and r[9]), None)
+    lines = [f"targets on {cores} cores (req/s = cores / CPU per request, with the whole machine for the server):"]
+    for row in rows:
+        if row[0] == "seaweedfs" or targets[row[1]][0] != row[2] or not row[9]:
+            continue
+        cost, target = float(row[9]), targets[row[1]][1]
+        line = (
+            f"  {row[0]} {row[1]} at {row[2]} clients: {cost:.3f} ms CPU per request -> {cores * 1000 / cost:,.0f}/s "
+            f"on {cores} cores; {target:,.0f}/s needs <= {cores * 1000 / target:.3f} ms"
+        )
+        if seaweed is not None and row[1] == "loadTable":
+            line += (
+                f"; {float(seaweed[9]) / cost:.1f}x less CPU per request than SeaweedFS ({float(seaweed[9]):.3f} ms)"
+            )
+        lines.append(line)
+    return lines
 
 
 if __name__ == "__main__":

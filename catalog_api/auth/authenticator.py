@@ -23,7 +23,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from catalog_api.auth.access import PRINCIPAL_KEY, Principal, Privilege
+from catalog_api.auth.access import PRINCIPAL_KEY, Identifier, Principal, Privilege, grant_keys
 from catalog_api.auth.rate_limit import SlidingWindow
 from catalog_api.auth.tokens import ExternalIssuer, TokenCodec, load_jwks
 from catalog_api.request_limits import read_body
@@ -80,8 +80,13 @@ def verify_secret(secret: str, stored: str) -> bool:
 
 @dataclass(frozen=True)
 class Client:
+    """A configured client: its secret's hash and its grants (configured strings, kept as level tuples)."""
+
     secret_hash: str
-    grants: dict[str, Privilege] = field(default_factory=dict)
+    grants: Mapping[Identifier, Privilege] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "grants", grant_keys(self.grants))  # type: ignore[arg-type]
 
 
 @dataclass
@@ -92,13 +97,14 @@ class Authenticator:
     token_ttl: int = 3600
     signing_key: bytes = field(default_factory=lambda: secrets.token_bytes(32))
     codec: TokenCodec | None = None  # JWTs (tokens.py); default: HS256 with signing_key, no external issuer
-    external_grants: Mapping[str, dict[str, Privilege]] = field(default_factory=dict)  # OIDC subject → grants
+    external_grants: Mapping[str, Mapping[Identifier, Privilege]] = field(default_factory=dict)  # OIDC subject
     token_attempts_per_minute: int = 600  # per client address (429 beyond); one proxy may front many clients
     token_failures_per_minute: int = 20  # wrong secrets per client id: guessing stays slow
     secret_checks: int = field(default=0, init=False, compare=False)  # hashes computed (unknown ids too)
     hashing: int = field(default=0, init=False, compare=False)  # hashes in progress right now
 
     def __post_init__(self) -> None:
+        self.external_grants = {subject: grant_keys(grants) for subject, grants in self.external_grants.items()}
         if self.codec is None:
             self.codec = TokenCodec(self.signing_key)
 

@@ -39,7 +39,7 @@ from sqlalchemy.exc import IntegrityError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from catalog_api.auth.access import Privilege, principal_of
+from catalog_api.auth.access import principal_of
 from catalog_api.responses import from_exception
 from lakeview import errors
 
@@ -285,7 +285,7 @@ def revocation_endpoint(authenticator: Any):
                 raise errors.BadRequestError("the form field token is required")
             claims = authenticator.codec.verify(token)
             caller = principal_of(request)
-            if caller is not None and caller.client_id != claims.subject and caller.grants.get("*") != Privilege.ADMIN:
+            if caller is not None and caller.client_id != claims.subject and not caller.warehouse_admin:
                 raise errors.ForbiddenError(f"client {caller.client_id!r} may revoke only its own tokens")
             authenticator.codec.revoke(token)
             return JSONResponse({}, headers={"Cache-Control": "no-store"})

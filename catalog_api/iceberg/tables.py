@@ -82,10 +82,7 @@ def add_table_routes(builder: RouteBuilder) -> None:
         return table_response(request, location, metadata, mode)
 
     def table_response(request: Request, location: str, metadata: TableMetadata, mode: str) -> Response:
-        etag = etag_of(mode, location)
-        if etag in [tag.strip() for tag in request.headers.get("if-none-match", "").split(",")]:
-            return Response(status_code=304, headers={"ETag": etag})
-        key = f"{mode}:{location}"
+        key = (mode, location)
         bodies = responses.get(key)
         if bodies is None:  # serialize once per metadata file (immutable); gzip once for clients that take it
             if mode == "refs":
@@ -93,18 +90,21 @@ def add_table_routes(builder: RouteBuilder) -> None:
                 metadata = metadata.model_copy(
                     update={"snapshots": [s for s in metadata.snapshots if s.snapshot_id in referenced]}
                 )
-            if mode == "refs":
                 plain = (
                     TableResponse(metadata_location=location, metadata=metadata, config={}).model_dump_json().encode()
                 )
             else:
                 plain = table_json(location, store.metadata_json(location, metadata), config=True)
-            bodies = (plain, gzip.compress(plain, compresslevel=5))
+            bodies = (etag_of(mode, location), plain, gzip.compress(plain, compresslevel=5))
             responses.put(key, bodies)
-        if "gzip" in request.headers.get("accept-encoding", ""):
+        etag, plain, packed = bodies
+        headers = request.headers
+        if "if-none-match" in headers and etag in [tag.strip() for tag in headers["if-none-match"].split(",")]:
+            return Response(status_code=304, headers={"ETag": etag})
+        if "gzip" in headers.get("accept-encoding", ""):
             headers = {"ETag": etag, "Content-Encoding": "gzip", "Vary": "Accept-Encoding"}
-            return Response(bodies[1], media_type="application/json", headers=headers)
-        return Response(bodies[0], media_type="application/json", headers={"ETag": etag, "Vary": "Accept-Encoding"})
+            return Response(packed, media_type="application/json", headers=headers)
+        return Response(plain, media_type="application/json", headers={"ETag": etag, "Vary": "Accept-Encoding"})
 
     async def register_table(request: Request) -> Response:
         namespace = namespace_param(request)

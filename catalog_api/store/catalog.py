@@ -55,9 +55,11 @@ from pyiceberg.typedef import Identifier, Properties
 from sqlalchemy import bindparam, delete, event, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError, OperationalError
 
-from catalog_api.store import format_v3, namespace_keys
+from catalog_api.store import format_v3, metadata_checks, namespace_keys
 from catalog_api.store.confinement import Confinement
 from catalog_api.store.inert_properties import refuse_implementations
+from catalog_api.store.pointer_cache import Domains, PointerCache, Stamps, stamp_file
+from catalog_api.store.pointer_swaps import PointerSwaps, SwapConflict
 from lakeview import errors
 from lakeview.config.models import ProjectConfig, file_io_properties
 
@@ -190,6 +192,36 @@ class CatalogStore:
         marker = "?" if self.engine.dialect.paramstyle == "qmark" else "%s"
         self._reader_sql = {kind: sql.replace("?", marker) for kind, sql in _RAW_POINTER.items()}
         self.confinement = Confinement(self)  # which prefixes each namespace owns (see confinement.py)
+        self.pointers = self._pointer_cache()
+        self._swaps = PointerSwaps(self.engine, name) if self._raw_reads else None  # not for in-memory SQLite
+
+    def _pointer_cache(self) -> PointerCache:
+        """loadTable's pointers, shared-memory stamped (pointer_cache.py); a PostgreSQL store also checks that no
+        other host serves it."""
+        if self.engine.dialect.name == "sqlite":
+            database = self.engine.url.database
+            if not database or database == ":memory:":
+                return PointerCache(Stamps(None))  # no other process can open this store
+            # beside the database file (one host: the file's), so it goes when the store's directory does
+            return PointerCache(Stamps(Path(f"{os.path.realpath(database)}-pointers-{self.name}")))
+        stamps = Stamps(stamp_file(f"{self.engine.url.render_as_string(hide_password=True)}#{self.name}"))
+        return PointerCache(stamps, Domains(self.engine, self.name, stamps.domain))
+
+    def _table_pointer(self, identifier: Identifier) -> str | None:
+        """The table's current metadata location: from the pointer cache while it is valid, else the database."""
+        location = self.pointers.get(identifier)
+        if location is None:
+            location = self.pointers.read_through(identifier, lambda: self._pointer(identifier, TABLE_TYPE))
+        return location
+
+    @contextlib.contextmanager
+    def _changing(self, *identifiers: Identifier) -> Iterator[None]:
+        """Around a pointer change: afterwards (committed or not) cached pointers of these names are stale."""
+        try:
+            yield
+        finally:
+            for identifier in identifiers:
+                self.pointers.changed(identifier)
 
     @contextlib.contextmanager
     def _write(self) -> Iterator[Any]:
@@ -199,6 +231,9 @@ class CatalogStore:
             yield conn
 
     def close(self) -> None:
+        self.pointers.close()
+        if self._swaps is not None:
+            self._swaps.close()
         self.engine.dispose()
 
     # ---------------------------------------------------------------- namespaces
@@ -354,7 +389,7 @@ class CatalogStore:
             if not self._catalog.namespace_exists(namespace_keys.encode(target[:-1])):
                 raise errors.NoSuchNamespaceError(f"Namespace does not exist: {'.'.join(target[:-1])}")
             try:
-                with self._write() as conn:
+                with self._changing(source, target), self._write() as conn:
                     result = conn.execute(
                         update(IcebergTables)
                         .where(
@@ -371,7 +406,7 @@ class CatalogStore:
                 raise errors.AlreadyExistsError(f"Table or view already exists: {'.'.join(target)}") from None
 
     def _drop(self, identifier: Identifier, kind: str) -> str:
-        with _mapped(), self._write() as conn:
+        with _mapped(), self._changing(identifier), self._write() as conn:
             location = conn.execute(
                 delete(IcebergTables)
                 .where(
@@ -391,7 +426,7 @@ class CatalogStore:
         return self._names(namespace, TABLE_TYPE)
 
     def table_exists(self, identifier: Identifier) -> bool:
-        return self._pointer(identifier, TABLE_TYPE) is not None
+        return self._table_pointer(identifier) is not None
 
     def read_metadata(self, location: str) -> TableMetadata:
         """Parse a table metadata file (cached: metadata files are immutable)."""
@@ -403,7 +438,7 @@ class CatalogStore:
 
     def load_metadata(self, identifier: Identifier) -> tuple[str, TableMetadata]:
         """The table's current metadata location and parsed metadata. Raises NoSuchTableError."""
-        location = self._pointer(identifier, TABLE_TYPE)
+        location = self._table_pointer(identifier)
         if location is None:
             raise _missing(TABLE_TYPE, identifier)
         return location, self.read_metadata(location)
@@ -411,7 +446,7 @@ class CatalogStore:
     def load_cached_metadata(self, identifier: Identifier) -> tuple[str, TableMetadata] | None:
         """Like :meth:`load_metadata` when the current metadata file is parsed in the cache already, else None
         (no file I/O: the HTTP layer runs this on its event loop). Raises NoSuchTableError."""
-        location = self._pointer(identifier, TABLE_TYPE)
+        location = self._table_pointer(identifier)
         if location is None:
             raise _missing(TABLE_TYPE, identifier)
         metadata = self.cache.get(location)
@@ -465,6 +500,7 @@ class CatalogStore:
             fresh = format_v3.carry_defaults(schema, metadata.schema())  # pyiceberg's fresh ids drop defaults
             if fresh is not metadata.schema():
                 metadata = metadata.model_copy(update={"schemas": [fresh]})
+            metadata_checks.check_new_table(metadata)
             metadata_location = metadata_file_location(location, properties, 0)
             self.check_location(metadata_location)
             if stage:
@@ -472,7 +508,7 @@ class CatalogStore:
             if self._pointer(identifier, TABLE_TYPE) or self._pointer(identifier, VIEW_TYPE):
                 raise errors.AlreadyExistsError(f"Table or view already exists: {'.'.join(identifier)}")
             self._write_table_metadata(metadata, metadata_location)
-            with _exists_guard(identifier), self._write() as conn:
+            with _exists_guard(identifier), self._changing(identifier), self._write() as conn:
                 self._insert_pointer(conn, identifier, metadata_location, TABLE_TYPE)
         return metadata_location, metadata
 
@@ -503,7 +539,7 @@ class CatalogStore:
             self.confinement.check_paths(namespace, metadata.properties)
             refuse_implementations(metadata.properties, "table")
             current = self._pointer(identifier, TABLE_TYPE)
-            with _exists_guard(identifier), self._write() as conn:
+            with _exists_guard(identifier), self._changing(identifier), self._write() as conn:
                 if current is not None and overwrite:
                     self._swap_pointer(conn, identifier, current, metadata_location, TABLE_TYPE)
                 else:
@@ -583,12 +619,12 @@ class CatalogStore:
 
     def insert_pointer(self, identifier: Identifier, location: str, kind: str) -> None:
         """Add a new pointer in its own transaction. Raises AlreadyExistsError when the name is taken."""
-        with _mapped(), _exists_guard(identifier), self._write() as conn:
+        with _mapped(), _exists_guard(identifier), self._changing(identifier), self._write() as conn:
             self._insert_pointer(conn, identifier, location, kind)
 
     def swap_pointer(self, identifier: Identifier, expected: str, new: str, kind: str) -> None:
         """Compare-and-swap one pointer in its own transaction. Raises CommitConflictError on a miss."""
-        with _mapped(), self._write() as conn:
+        with _mapped(), self._changing(identifier), self._write() as conn:
             self._swap_pointer(conn, identifier, expected, new, kind)
 
     def rename_pointer(self, source: Identifier, target: Identifier, kind: str) -> None:
@@ -631,8 +667,11 @@ class CatalogStore:
         with _mapped():
             for s in written:
                 self._write_table_metadata(s.metadata, s.metadata_location)
+            if written and self._swaps is not None and all(s.previous_location for s in written):
+                self._swap_all(written)  # the common case (no table created): plain DBAPI, see pointer_swaps.py
+                return [CommitTableResponse(metadata=s.metadata, metadata_location=s.metadata_location) for s in staged]
             try:
-                with _exists_guard(names[0]), self._write() as conn:
+                with _exists_guard(names[0]), self._changing(*(s.identifier for s in written)), self._write() as conn:
                     for s in written:
                         if s.previous_location is None:
                             self._insert_pointer(conn, s.identifier, s.metadata_location, TABLE_TYPE)
@@ -641,6 +680,21 @@ class CatalogStore:
             except (errors.CommitConflictError, errors.AlreadyExistsError) as exc:
                 raise errors.CommitConflictError(str(exc)) from None
         return [CommitTableResponse(metadata=s.metadata, metadata_location=s.metadata_location) for s in staged]
+
+    def _swap_all(self, written: list[_Staged]) -> None:
+        """Compare-and-swap the written tables' pointers in one transaction. Raises CommitConflictError."""
+        swaps = [
+            (namespace_keys.encode(s.identifier[:-1]), s.identifier[-1], s.previous_location, s.metadata_location)
+            for s in written
+        ]
+        try:
+            with self._changing(*(s.identifier for s in written)), self._write_lock:
+                self._swaps.swap(swaps)  # type: ignore[union-attr, arg-type]
+        except SwapConflict as conflict:
+            identifier = written[conflict.index].identifier
+            raise errors.CommitConflictError(
+                f"{'.'.join(identifier)} was changed by a concurrent commit; reload and retry"
+            ) from None
 
     def _stage(self, change: TableChange) -> _Staged:
         identifier = change.identifier
@@ -673,6 +727,8 @@ class CatalogStore:
                 ) from None
         if current is not None and metadata == current:
             return _Staged(identifier, location, location, current, changed=False)  # type: ignore[arg-type]
+        with _mapped():
+            metadata_checks.check_commit(metadata, change.updates)
         before = current.properties if current is not None else {}
         refuse_implementations(metadata.properties, "table", before)
         self.check_location(metadata.location)

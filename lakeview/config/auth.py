@@ -15,7 +15,8 @@ privileges = { "svc-etl" = { analytics = "write" } }   # token subject → names
 
 [auth.clients.spark]
 secret_hash = "scrypt$16384$8$1$<salt hex>$<hash hex>"   # catalog_api.auth.authenticator.hash_secret("...")
-privileges = { analytics = "write", "*" = "read" }        # namespace (dotted) or "*" → read|write|admin
+privileges = { analytics = "write", "*" = "read" }        # namespace (levels joined by "."; a dot inside a
+                                                          # level written %2E, a percent %25) or "*" → read|write|admin
 ```
 """
 
@@ -64,7 +65,8 @@ class AuthClientConfig(BaseModel):
         default_factory=dict,
         description=(
             'e.g. `{ "sales" = "write", "*" = "read" }`: a namespace (its children inherit) or `*` → `read`, `write` '
-            "(tables, views, commits) or `admin` (namespaces)"
+            '(tables, views, commits) or `admin` (namespaces); levels are joined by `.`, so `"a.b"` is `a` → `b`; '
+            'a dot inside one level is written `%2E` (`"new%2Edb"` is the one level `new.db`), a percent sign `%25`'
         ),
     )
 

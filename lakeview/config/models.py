@@ -6,6 +6,7 @@ file, the key, the bad value and what would be valid.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import re
 from enum import Enum
@@ -438,6 +439,7 @@ def _check_name(value: str) -> str:
     return value
 
 
+@functools.lru_cache(maxsize=4096)  # the bind guard asks on every request without auth; parsing costs ~20 µs
 def is_loopback(host: str) -> bool:
     """True for localhost and loopback addresses, ``[::1]`` too (the only binds allowed without auth)."""
     host = host.strip("[]")

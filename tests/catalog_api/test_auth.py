@@ -164,3 +164,58 @@ def test_auth_config_is_validated() -> None:
         parse_project({"auth": {"mode": "oauth2", "clients": {"spark": {"secret_hash": "plaintext"}}}})
     with pytest.raises(ConfigError, match="read, write or admin"):
         parse_project({"auth": {"mode": "oauth2", "clients": {"spark": {**good, "privileges": {"a": "root"}}}}})
+
+
+def test_a_grant_on_a_dotted_level_and_one_on_two_levels_never_match_each_other(tmp_path: Path) -> None:
+    """``("a.b",)`` (one level with a dot) and ``("a", "b")`` (two levels) are different namespaces: a grant on
+    either gives nothing on the other, in both directions, over HTTP with real tokens."""
+    secrets = {"admin": "admin-secret", "dotted": "dotted-secret", "split": "split-secret"}
+    clients = {
+        "admin": Client(hash_secret(secrets["admin"]), {"*": Privilege.ADMIN}),
+        "dotted": Client(hash_secret(secrets["dotted"]), {"lv%2Eb": Privilege.WRITE}),  # the one level "lv.b"
+        "split": Client(hash_secret(secrets["split"]), {"lv.b": Privilege.WRITE}),  # lv → b
+    }
+    store = CatalogStore(f"sqlite:///{tmp_path / 'catalog.db'}", tmp_path / "warehouse", "lakeview")
+    authenticator = Authenticator(clients, token_ttl=300, signing_key=b"g" * 32)
+    with CatalogServer(store, authenticator=authenticator) as server:
+
+        def client(name: str) -> httpx.Client:
+            form = {"grant_type": "client_credentials", "client_id": name, "client_secret": secrets[name]}
+            issued = httpx.post(f"{server.uri}/v1/oauth/tokens", data=form)
+            assert issued.status_code == 200, issued.text
+            headers = {"Authorization": f"Bearer {issued.json()['access_token']}"}
+            return httpx.Client(base_url=f"{server.uri}/v1/lakeview", headers=headers)
+
+        admin, dotted, split = client("admin"), client("dotted"), client("split")
+        one_level, two_levels = "lv.b", "lv%1Fb"  # path forms of ("lv.b",) and ("lv", "b")
+        for namespace in (["lv.b"], ["lv"], ["lv", "b"]):
+            assert admin.post("/namespaces", json={"namespace": namespace}).status_code == 200
+        table = {
+            "name": "t",
+            "schema": {"type": "struct", "fields": [{"id": 1, "name": "id", "type": "long", "required": False}]},
+        }
+        for path in (one_level, two_levels):
+            assert admin.post(f"/namespaces/{path}/tables", json=table).status_code == 200
+
+        # each client reads and writes its own namespace ...
+        assert dotted.get(f"/namespaces/{one_level}/tables/t").status_code == 200
+        assert split.get(f"/namespaces/{two_levels}/tables/t").status_code == 200
+        assert dotted.post(f"/namespaces/{one_level}/tables", json={**table, "name": "mine"}).status_code == 200
+        assert split.post(f"/namespaces/{two_levels}/tables", json={**table, "name": "mine"}).status_code == 200
+        # ... and nothing of the other one, whichever way round
+        for caller, path in ((dotted, two_levels), (split, one_level)):
+            refused = caller.get(f"/namespaces/{path}/tables/t")
+            assert refused.status_code == 403 and refused.json()["error"]["type"] == "ForbiddenException"
+            assert caller.post(f"/namespaces/{path}/tables", json={**table, "name": "x"}).status_code == 403
+            assert caller.delete(f"/namespaces/{path}/tables/t").status_code == 403
+            assert caller.get(f"/namespaces/{path}").status_code == 403
+        assert dotted.get(f"/namespaces/{one_level}/tables").json()["identifiers"] == [
+            {"namespace": ["lv.b"], "name": "mine"},
+            {"namespace": ["lv.b"], "name": "t"},
+        ]
+        # listings show each client its own branch only
+        assert dotted.get("/namespaces").json()["namespaces"] == [["lv.b"]]
+        assert split.get("/namespaces").json()["namespaces"] == [["lv"]]
+        assert split.get("/namespaces", params={"parent": "lv"}).status_code == 403  # no grant on lv itself
+        assert admin.get(f"/namespaces/{two_levels}/tables/mine").status_code == 200
+        assert admin.get(f"/namespaces/{one_level}/tables/mine").status_code == 200
