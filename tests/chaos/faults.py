@@ -120,17 +120,37 @@ def full_disk(lake: ChaosLake, timeout: float, full_s: float = 20.0) -> FaultRun
 
 
 def malformed_file(lake: ChaosLake, timeout: float) -> FaultRun:
-    """Land a file of broken JSON lines in the events and the accounts landing directories."""
+    """Land a file of broken lines in the events and the accounts landing directories; recovered
+    when every view committed again and the views reading them hold the broken lines in quarantine."""
+    from spark_jobs.sources.quarantine import quarantined_rows  # lazy: pyspark's modules only for this fault
+
+    assert lake.project is not None
     before = committed_epochs(lake)
     started = time.monotonic()
     stamp = time.strftime("%H%M%S")
+    names = {}
     for source in ("events", "accounts"):
         path = lake.landing / source / f"malformed-{stamp}-{random.randrange(10**6)}.json"
         hidden = path.with_name(f".{path.name}.tmp")
         hidden.write_bytes(MALFORMED[source])
         os.replace(hidden, path)
+        names[source] = path.name
+    readers = {"events": "events_log", "accounts": "balances"}
+
+    def quarantined() -> dict[str, int]:
+        return {
+            view: sum(1 for r in quarantined_rows(lake.project, s, view) if str(r.get("file", "")).endswith(names[s]))  # type: ignore[arg-type]
+            for s, view in readers.items()
+        }
+
     lake.wait_views_committed(before, timeout)
-    return FaultRun("malformed_file", recover_s=time.monotonic() - started, detail="2 files of broken lines")
+    wait_for(lambda: all(quarantined().values()), timeout, "the broken lines in the quarantine", interval=1.0)
+    counts = quarantined()
+    return FaultRun(
+        "malformed_file",
+        recover_s=time.monotonic() - started,
+        detail="quarantined " + ", ".join(f"{v} {n}" for v, n in counts.items()),
+    )
 
 
 def terminal_error(lake: ChaosLake, timeout: float, view: str | None = None) -> FaultRun:
@@ -180,6 +200,8 @@ def inject(lake: ChaosLake, kind: str, timeout: float = 300.0, **options: float)
         run = FAULTS[kind](lake, timeout, **options)
     except AssertionError as exc:  # a wait timed out: not recovered
         run = FaultRun(kind, error=str(exc))
+    except Exception as exc:  # the fault itself could not be injected or lifted
+        run = FaultRun(kind, error=f"{exc.__class__.__name__}: {exc}")
     try:
         run.checks = lake.check()
     except Exception as exc:

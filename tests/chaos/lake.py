@@ -12,7 +12,7 @@ verify`` does) and counts epochs committed twice or skipped from the snapshot su
 from __future__ import annotations
 
 import contextlib
-import json
+import io
 import os
 import random
 import signal
@@ -466,24 +466,21 @@ class ChaosLake:
         return lost, duplicated
 
     def verify_cli(self) -> dict[str, tuple[int, str]]:
-        """``lakeview verify VIEW`` per view: (exit status, its last line)."""
-        outcome = {}
-        env = {**os.environ, **self.s3.env}
-        for view in VIEWS:
-            done = subprocess.run(
-                [sys.executable, "-m", "lakeview.cli", "verify", view, "-p", str(self.root)],
-                capture_output=True,
-                text=True,
-                env=env,
-                cwd=REPO,
-                timeout=300,
-            )
-            lines = (done.stdout + done.stderr).strip().splitlines()
-            outcome[view] = (done.returncode, lines[-1] if lines else "")
-        return outcome
+        """``lakeview verify VIEW`` per view (the command's code, run in this process): (exit status, its last line)."""
+        from lakeview.cli.main import main  # lazy: the command line's modules only where verify runs
 
-    def landed_json(self) -> str:
-        return json.dumps({"events": len(self.generator.landed_ids), "ticks": self.generator.ticks})
+        outcome = {}
+        for view in VIEWS:
+            out = io.StringIO()
+            code = 0
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+                try:
+                    main(["verify", view, "-p", str(self.root)])
+                except SystemExit as exc:
+                    code = exc.code if isinstance(exc.code, int) else 1
+            lines = out.getvalue().strip().splitlines()
+            outcome[view] = (code, lines[-1] if lines else "")
+        return outcome
 
 
 def _wait(predicate, timeout: float, what: str, interval: float = 0.5) -> float:
