@@ -143,7 +143,7 @@ def main() -> int:
         code, line = verified[check.view]
         print(
             f"| {check.view} | {seen} | {len(twice)} | {len(skipped)} | {empty[check.view]} | "
-            f"lost {check.lost}, duplicated {check.duplicated} | {'pass' if code == 0 else 'FAIL'}: {line[-40:]} |"
+            f"lost {check.lost}, duplicated {check.duplicated} | {'pass' if code == 0 else 'FAIL'}: {line.partition(': ')[2]} |"
         )
     print()
     print(f"events landed {events}: lost {lost}, duplicated {duplicated} (append view against the generator); "
