@@ -10,7 +10,11 @@ the views reading this one), ``after_commit`` (every table committed, before Spa
 Errors instead of kills (failure isolation tests): ``LAKEVIEW_FAULT=error:<view>:<epoch>`` makes that
 view's epoch raise a terminal :class:`InjectedFaultError` every time it runs (until the variable is
 changed); ``LAKEVIEW_FAULT=transient:<view>:<epoch>:<n>`` makes its first ``n`` runs raise a
-transient one. Several faults: separated by commas.
+transient one. Several faults: separated by commas. An epoch of ``*`` matches every epoch.
+
+From outside a running process (the chaos soak, ``tests/chaos``): ``LAKEVIEW_FAULT_FILE=<path>``
+adds the error faults written in that file (same syntax), read again at every epoch, so a fault is
+switched on and off by writing and emptying the file while ``lakeview up`` runs.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ if TYPE_CHECKING:
 from lakeview.errors import TerminalError, TransientError
 
 ENV = "LAKEVIEW_FAULT"
+FILE_ENV = "LAKEVIEW_FAULT_FILE"
 ERROR_KINDS = ("error", "transient")
 current_epoch: int | None = None
 transient_raised: dict[tuple[str, int], int] = {}  # (query, epoch) -> transient faults raised so far
@@ -46,16 +51,29 @@ def _configured() -> tuple[str, int] | None:
     return point, int(epoch or 0)
 
 
+def _error_faults() -> list[str]:
+    """The faults of ``LAKEVIEW_FAULT`` and of the file ``LAKEVIEW_FAULT_FILE`` names (if it exists)."""
+    faults = os.environ.get(ENV, "").split(",")
+    path = os.environ.get(FILE_ENV)
+    if path:
+        try:
+            with open(path) as file:
+                faults += file.read().replace("\n", ",").split(",")
+        except FileNotFoundError:
+            pass
+    return [f.strip() for f in faults if f.strip()]
+
+
 def raise_point(query_name: str, epoch: int) -> None:
-    """Raise the error ``LAKEVIEW_FAULT`` injects into this query's (``lakeview_<view>`` or
-    ``lakeview_group_<group>``) epoch, if any."""
-    for fault in filter(None, os.environ.get(ENV, "").split(",")):
+    """Raise the error ``LAKEVIEW_FAULT`` (or ``LAKEVIEW_FAULT_FILE``) injects into this query's
+    (``lakeview_<view>`` or ``lakeview_group_<group>``) epoch, if any."""
+    for fault in _error_faults():
         kind, _, rest = fault.partition(":")
         if kind not in ERROR_KINDS:
             continue
         view, _, rest = rest.partition(":")
         at, _, times = rest.partition(":")
-        if query_name not in (f"lakeview_{view}", f"lakeview_group_{view}") or int(at or -1) != epoch:
+        if query_name not in (f"lakeview_{view}", f"lakeview_group_{view}") or at not in ("*", str(epoch)):
             continue
         if kind == "error":
             raise InjectedFaultError(f"{view}: injected terminal error at epoch {epoch}")

@@ -169,7 +169,12 @@ class CatalogStore:
         self.remote = "://" in self.warehouse.removeprefix("file://")
         if not self.remote:
             Path(self.warehouse).mkdir(parents=True, exist_ok=True)
-        self._catalog = SqlCatalog(name, uri=url, warehouse=self.warehouse, schema_version="v1", **(properties or {}))
+        # A server store (PostgreSQL): a pooled connection cut by a restart of the server is
+        # replaced before use (a ping per checkout), instead of failing that request with a 503.
+        ping = {} if url.startswith("sqlite") else {"pool_pre_ping": "true"}
+        self._catalog = SqlCatalog(
+            name, uri=url, warehouse=self.warehouse, schema_version="v1", **{**ping, **(properties or {})}
+        )
         self.engine = self._catalog.engine
         namespace_keys.migrate(self.engine, name)  # once per store: keys with a literal '%' get escaped
         if self.engine.dialect.name == "sqlite":

@@ -54,14 +54,25 @@ class LocalPostgres:
         self._run(
             str(PG_BIN / "initdb"), "-D", str(self.data), "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync"
         )
+        self._pg_ctl("start")
+        self.started = True
+        return self
+
+    def _pg_ctl(self, action: str) -> None:
         options = f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.base} -c max_connections=200"
         if not self.durable:
             options += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
         self._run(
-            str(PG_BIN / "pg_ctl"), "-D", str(self.data), "-o", options, "-l", str(self.base / "log"), "-w", "start"
+            str(PG_BIN / "pg_ctl"), "-D", str(self.data), "-o", options, "-l", str(self.base / "log"), "-w", action
         )
-        self.started = True
-        return self
+
+    def halt(self) -> None:
+        """Stop the server (fast: open sessions are cut), keeping its data for :meth:`resume`."""
+        self._run(str(PG_BIN / "pg_ctl"), "-D", str(self.data), "-m", "fast", "-w", "stop")
+
+    def resume(self) -> None:
+        """Start a halted server again on the same data directory and port."""
+        self._pg_ctl("start")
 
     def stop(self) -> None:
         if self.started:

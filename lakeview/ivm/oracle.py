@@ -7,6 +7,9 @@ the snapshot even while more files keep landing.
 
 from __future__ import annotations
 
+import atexit
+import os
+import tempfile
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -212,9 +215,42 @@ def _duck(spark_sql: str) -> str:
     return sqlglot.transpile(spark_sql, read="spark", write="duckdb")[0]
 
 
+def _text_paths(files: list[Path]) -> str:
+    """A DuckDB list of the files to read as text. DuckDB's ``read_text`` refuses a file that is not
+    valid UTF-8, while Spark's JSON reader only makes its bad lines malformed (quarantined): such a
+    file is read from a copy without the lines that do not decode, as the pipeline drops them."""
+    return "[" + ", ".join(f"'{_utf8_lines_only(p)}'" for p in files) + "]"
+
+
+_decoded_copies: dict[tuple[str, int, int], Path] = {}
+
+
+def _utf8_lines_only(path: Path) -> Path:
+    data = Path(path).read_bytes()
+    try:
+        data.decode("utf-8")
+        return path
+    except UnicodeDecodeError:
+        pass
+    stat = Path(path).stat()
+    key = (str(path), stat.st_size, stat.st_mtime_ns)
+    if key not in _decoded_copies or not _decoded_copies[key].exists():
+        kept = []
+        for line in data.split(b"\n"):
+            try:
+                kept.append(line.decode("utf-8"))
+            except UnicodeDecodeError:
+                continue
+        handle, name = tempfile.mkstemp(prefix="lakeview-oracle-", suffix=".json")
+        with os.fdopen(handle, "w", encoding="utf-8") as copy:
+            copy.write("\n".join(kept))
+        atexit.register(Path(name).unlink, missing_ok=True)
+        _decoded_copies[key] = Path(name)
+    return _decoded_copies[key]
+
+
 def _json_objects(files: list[Path]) -> str:
-    paths = "[" + ", ".join(f"'{p}'" for p in files) + "]"
-    lines = f"SELECT unnest(string_split(content, chr(10))) AS line FROM read_text({paths})"
+    lines = f"SELECT unnest(string_split(content, chr(10))) AS line FROM read_text({_text_paths(files)})"
     return (
         f"SELECT CAST(line AS JSON) AS j FROM ({lines}) "
         "WHERE trim(line) <> '' AND json_valid(line) AND json_type(CAST(line AS JSON)) = 'OBJECT'"
@@ -255,7 +291,7 @@ def _read(fmt: SourceFormat, files: list[Path], columns: dict[str, str]) -> str:
         # value that does not cast to its column's type, makes the row malformed.
         values = ", ".join(f"TRY_CAST(j->>'{n}' AS {t}) AS \"{n}\"" for n, t in columns.items())
         bad = " OR ".join(f"(j->>'{n}' IS NOT NULL AND TRY_CAST(j->>'{n}' AS {t}) IS NULL)" for n, t in columns.items())
-        lines = f"SELECT unnest(string_split(content, chr(10))) AS line FROM read_text({paths})"
+        lines = f"SELECT unnest(string_split(content, chr(10))) AS line FROM read_text({_text_paths(files)})"
         parsed = f"SELECT CAST(line AS JSON) AS j FROM ({lines}) WHERE trim(line) <> '' AND json_valid(line) AND json_type(CAST(line AS JSON)) = 'OBJECT'"
         return f"SELECT {values} FROM ({parsed}) WHERE NOT ({bad})"
     spec = "{" + ", ".join(f"'{n}': '{t}'" for n, t in columns.items()) + "}"

@@ -28,6 +28,7 @@ from pyiceberg.exceptions import (
     NamespaceAlreadyExistsError,
     NoSuchTableError,
     ServerError,
+    ServiceUnavailableError,
     ValidationException,
 )
 from pyiceberg.expressions import (
@@ -46,7 +47,7 @@ from pyiceberg.table import Table, Transaction
 from pyiceberg.table.snapshots import Operation
 from pyiceberg.table.update.snapshot import UpdateSnapshot, _OverwriteFiles
 
-from lakeview.errors import CommitConflictError, StorageError, WriterError
+from lakeview.errors import CatalogUnavailableError, CommitConflictError, StorageError, WriterError
 from lakeview.ivm.commits import Change, CommitRecord, Epoch
 from writers.arrow_ops import rows_at_most, rows_with_keys, rows_without_keys
 from writers.base import SnapshotWriter, WriterCapabilities, retry_commit
@@ -131,10 +132,14 @@ class IcebergWriter(SnapshotWriter):
         return [f.name for f in new]
 
     def table(self) -> Table:
+        """The table as the catalog has it now. Raises WriterError when it does not exist and
+        CatalogUnavailableError (transient) when the catalog answers 5xx, e.g. while its store restarts."""
         try:
             return self.catalog.load_table(self.identifier)
         except NoSuchTableError as exc:
             raise WriterError(f"view table {'.'.join(self.identifier)} does not exist") from exc
+        except (ServiceUnavailableError, ServerError) as exc:
+            raise CatalogUnavailableError(f"loading {'.'.join(self.identifier)}: {exc}") from exc
 
     def last_commit(self) -> CommitRecord | None:
         return last_commit_of(self.table())
@@ -200,7 +205,7 @@ class IcebergWriter(SnapshotWriter):
                 # ValidationException: pyiceberg's own retry found a concurrent snapshot (e.g. a
                 # compaction) that added files the overwrite must see; redo from a fresh read.
                 raise CommitConflictError(f"{epoch.view}: epoch {epoch.number} lost a commit race: {exc}") from exc
-            except (OSError, CommitStateUnknownException, ServerError) as exc:
+            except (OSError, CommitStateUnknownException, ServerError, ServiceUnavailableError) as exc:
                 # Storage or catalog failure: the pointer did not move (or, if it did, the epoch
                 # check above skips the retry). Files written by the failed attempt are orphans.
                 raise StorageError(f"{epoch.view}: epoch {epoch.number} failed: {exc}") from exc
