@@ -43,10 +43,13 @@ class TwoSided(Operator):
         self.left_state = self.state("left", self.left_key, f"rows of {self.inputs[0].id} by key")
         self.right_state = self.state("right", self.right_key, f"rows of {self.inputs[1].id} by key")
 
-    def stored_sides(self, rt: Runtime, da: pa.Table, db: pa.Table) -> tuple[pa.Table, pa.Table] | None:
+    def stored_sides(
+        self, rt: Runtime, da: pa.Table, db: pa.Table, crossed: bool = False
+    ) -> tuple[pa.Table, pa.Table] | None:
         """Both sides' stored rows for the keys the epoch touches (every row without an equality
         key); None when nothing changed and the operator's empty output is known. Epoch 0 creates
-        the sides' state."""
+        the sides' state. ``crossed``: each side only under the keys the *other* side's delta
+        touches — all an inner join's ΔA⋈B + A⋈ΔB needs, so new facts never read the facts held."""
         if rt.epoch == 0:
             rt.store.apply(self.left_state, da.schema.empty_table())
             rt.store.apply(self.right_state, db.schema.empty_table())
@@ -54,9 +57,19 @@ class TwoSided(Operator):
             return None
         if not self.left_key:
             return rt.store.lookup(self.left_state, None), rt.store.lookup(self.right_state, None)
+        if crossed:
+            left_keys = touched_keys(rt, [(db, self.right_key)], self.left_key)
+            right_keys = touched_keys(rt, [(da, self.left_key)], self.right_key)
+            return self._side(rt, self.left_state, left_keys, da), self._side(rt, self.right_state, right_keys, db)
         keys = touched_keys(rt, [(da, self.left_key), (db, self.right_key)], self.left_key)
         right_keys = keys.rename_columns(self.right_key)
         return rt.store.lookup(self.left_state, keys), rt.store.lookup(self.right_state, right_keys)
+
+    @staticmethod
+    def _side(rt: Runtime, state: StateTable, keys: pa.Table, delta: pa.Table) -> pa.Table:
+        if keys.num_rows == 0:  # nothing to read: the side's shape is its delta's
+            return delta.schema.empty_table()
+        return rt.store.lookup(state, keys)
 
 
 @dataclass(eq=False)
@@ -112,7 +125,7 @@ class Join(TwoSided):
 
     def step(self, rt: Runtime, deltas: list[pa.Table]) -> pa.Table:
         da, db = deltas
-        sides = self.stored_sides(rt, da, db)
+        sides = self.stored_sides(rt, da, db, crossed=self.kind == "inner")
         if sides is None:
             return self._empty
         a, b = sides

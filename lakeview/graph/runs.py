@@ -1,0 +1,144 @@
+"""A keyed Z-set state table held in memory as a few sorted runs, so a lookup costs the keys it asks for.
+
+Each run is an arrow table sorted by a 64-bit hash of the key columns (DuckDB's ``hash``), with the hashes
+alongside. An apply sorts its delta into a new run; runs of similar size are merged (weights netted, rows
+that cancel dropped), so a table of n rows has O(log n) runs and each row is merged O(log n) times — a
+log-structured merge, as in LSM trees. A lookup hashes its keys and binary-searches each run (``bisect`` on
+the hash buffer), or, when it asks for a large share of a run, probes every hash of it with one vectorized
+``is_in``; the rows found are then matched exactly on the key (hashes may collide) and netted.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from lakeview.graph.zset import WEIGHT, Duck, cols_sql, data_columns, q, union_sql
+
+HASH = "__h"
+# A binary search of one key costs about as much as probing this many rows with a vectorized is_in.
+ROWS_PER_SEARCH = 256
+
+
+@dataclass
+class Run:
+    """Rows sorted by the hash of their key, and those hashes (uint64, same order)."""
+
+    rows: pa.Table
+    hashes: pa.Array
+    netted: bool = False  # equal rows summed and zero weights dropped (a merge's output)
+
+    def searchable(self) -> memoryview:
+        buf = self.hashes.buffers()[1]
+        start = self.hashes.offset
+        return memoryview(buf).cast("B").cast("Q")[start : start + len(self.hashes)]
+
+
+class KeyedRuns:
+    """One state table: Z-set rows with ``key`` columns (empty: unkeyed, every lookup reads all)."""
+
+    merge_ratio = 2  # merge the last two runs while the older is at most this many times the newer
+
+    def __init__(self, key: tuple[str, ...], schema: pa.Schema, duck: Duck) -> None:
+        self.key = key
+        self.schema = schema
+        self.duck = duck
+        self.runs: list[Run] = []
+
+    # -- writes ---------------------------------------------------------------------------------------------
+    def apply(self, delta: pa.Table) -> None:
+        """Add ``delta`` as a new run (cost: its rows, plus amortized merges)."""
+        if delta.num_rows == 0:
+            return
+        try:
+            delta = delta.select(self.schema.names).cast(self.schema)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, KeyError):
+            self._widen(delta)
+            return
+        self.runs.append(self._sorted(delta, self._hash(delta)))
+        while len(self.runs) > 1 and self.runs[-2].rows.num_rows <= self.merge_ratio * self.runs[-1].rows.num_rows:
+            newer = self.runs.pop()
+            self.runs[-1] = self._merge([self.runs[-1], newer])
+        self.runs = [r for r in self.runs if r.rows.num_rows]
+
+    def _widen(self, delta: pa.Table) -> None:
+        """A delta whose types differ from the held rows': DuckDB unifies both, and the table is rebuilt."""
+        held = self.all()
+        columns = data_columns(held)
+        select = f"SELECT {cols_sql(columns)}, {WEIGHT}"
+        merged = self.duck.consolidate(union_sql([f"{select} FROM h", f"{select} FROM d"]), columns, h=held, d=delta)
+        self.schema = merged.schema
+        self.runs = [self._sorted(merged, self._hash(merged), True)] if merged.num_rows else []
+
+    def _hash(self, rows: pa.Table) -> pa.Array:
+        if not self.key:
+            return pa.array([0] * rows.num_rows, pa.uint64())
+        hashed = self.duck.query(f"SELECT hash({cols_sql(list(self.key))}) AS {HASH} FROM t", t=rows)
+        return hashed.column(0).combine_chunks()
+
+    @staticmethod
+    def _sorted(rows: pa.Table, hashes: pa.Array, netted: bool = False) -> Run:
+        order = pc.sort_indices(hashes)
+        return Run(rows.take(order), pc.take(hashes, order), netted)
+
+    def _merge(self, runs: list[Run]) -> Run:
+        """One run from several: equal rows' weights summed, rows netting to zero dropped, sorted again."""
+        rows = pa.concat_tables([r.rows for r in runs])
+        hashes = pa.chunked_array([r.hashes for r in runs], pa.uint64())
+        columns = data_columns(rows)
+        with_hash = rows.append_column(HASH, hashes)
+        netted = self.duck.consolidate("SELECT * FROM t", columns + [HASH], t=with_hash)
+        return self._sorted(netted.drop_columns([HASH]).cast(self.schema), netted.column(HASH).combine_chunks(), True)
+
+    # -- reads ----------------------------------------------------------------------------------------------
+    def all(self) -> pa.Table:
+        """Every row, netted (merges the runs into one)."""
+        if not self.runs:
+            return self.schema.empty_table()
+        if len(self.runs) > 1 or not self.runs[0].netted:
+            merged = self._merge(self.runs)
+            self.runs = [merged] if merged.rows.num_rows else []
+            return merged.rows
+        return self.runs[0].rows
+
+    def lookup(self, keys: pa.Table) -> pa.Table:
+        """The netted rows whose key equals a row of ``keys`` (NULL matches NULL)."""
+        if not self.key:
+            return self.all()
+        if keys.num_rows == 0 or not self.runs:
+            return self.schema.empty_table()
+        key_schema = pa.schema([self.schema.field(k) for k in self.key])
+        try:
+            keys = keys.select(list(self.key)).cast(key_schema)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, KeyError):
+            return self._matched(self.all(), keys)  # keys of another type: DuckDB compares them as SQL does
+        wanted = pc.unique(self._hash(keys))
+        found = [part for run in self.runs if (part := self._found(run, wanted)) is not None]
+        if not found:
+            return self.schema.empty_table()
+        return self._matched(pa.concat_tables(found), keys)
+
+    @staticmethod
+    def _found(run: Run, wanted: pa.Array) -> pa.Table | None:
+        if len(wanted) * ROWS_PER_SEARCH >= run.rows.num_rows:
+            part = run.rows.filter(pc.is_in(run.hashes, value_set=wanted))
+            return part if part.num_rows else None
+        hashes = run.searchable()
+        n = len(hashes)
+        indices: list[int] = []
+        for h in sorted(wanted.to_pylist()):
+            i = bisect.bisect_left(hashes, h)
+            j = i
+            while j < n and hashes[j] == h:
+                j += 1
+            indices.extend(range(i, j))
+        return run.rows.take(pa.array(indices, pa.int64())) if indices else None
+
+    def _matched(self, rows: pa.Table, keys: pa.Table) -> pa.Table:
+        on = " AND ".join(f"s.{q(k)} IS NOT DISTINCT FROM k.{q(k)}" for k in self.key)
+        columns = data_columns(rows)
+        found = self.duck.consolidate(f"SELECT s.* FROM s SEMI JOIN k ON {on}", columns, s=rows, k=keys)
+        return found.cast(self.schema)
