@@ -131,7 +131,7 @@ class Aggregate(Operator):
         rec_cols = self.group + partial_cols
         if first:
             rt.store.apply(self.records, rt.duck.query(f"SELECT *, 1 AS {WEIGHT} FROM g LIMIT 0", g=dagg))
-        old = rt.store.lookup(self.records, self._keys(rt, delta))
+        old = rt.store.lookup(self.records, dagg.select(self.group) if self.group else None)  # dagg: one row a group
         on = " AND ".join(f"o.{q(g)} IS NOT DISTINCT FROM g.{q(g)}" for g in self.group) or "TRUE"
         merged = ", ".join(
             [f"COALESCE(g.{q(c)}, o.{q(c)}) AS {q(c)}" for c in self.group]

@@ -160,7 +160,7 @@ def _fold(select: exp.Select, fact_alias: str, sizes: dict[str, int]) -> bool:
     if not candidates or not units or any(c.table != fact_alias for u in units for c in u.find_all(exp.Column)):
         return False
     dim = max(candidates, key=lambda j: sizes.get(j.this.name, 0))
-    dim_alias, pair = dim.this.alias_or_name, {fact_alias, dim.this.alias_or_name}
+    pair = {fact_alias, dim.this.alias_or_name}
     where = conjuncts(select.args.get("where"))
     inner_where = [c for c in where if {col.table for col in c.find_all(exp.Column)} <= pair]
     outer_where = [c for c in where if c not in inner_where]
@@ -180,9 +180,9 @@ def _fold(select: exp.Select, fact_alias: str, sizes: dict[str, int]) -> bool:
     names = [n for _, n in used]
     key_names = {k: k[1] if names.count(k[1]) == 1 else f"{k[0]}_{k[1]}" for k in used}
     partials, replacements = _decompose(units, fact_alias)
-    pre = exp.select(
-        *[exp.alias_(exp.column(c, table=t), key_names[(t, c)]) for t, c in used], *partials
-    ).from_(from_.this.copy())
+    pre = exp.select(*[exp.alias_(exp.column(c, table=t), key_names[(t, c)]) for t, c in used], *partials).from_(
+        from_.this.copy()
+    )
     pre = pre.join(dim.this.copy(), on=dim.args["on"].copy())
     if inner_where:
         pre = pre.where(exp.and_(*inner_where))

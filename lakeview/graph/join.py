@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from lakeview.graph.operators import Operator, Runtime
 from lakeview.graph.state import StateTable
@@ -22,6 +23,11 @@ KINDS = ("inner", "left", "right", "full")
 
 def touched_keys(rt: Runtime, parts: list[tuple[pa.Table, list[str]]], names: list[str]) -> pa.Table:
     """The distinct keys (columns ``names``) appearing in any of the deltas, each read by its own key columns."""
+    columns = [delta[key[0]] for delta, key in parts]
+    if len(names) == 1 and len({c.type for c in columns}) == 1:  # one key column of one type: arrow alone
+        return pa.table(
+            {names[0]: pc.unique(pa.chunked_array([c for col in columns for c in col.chunks], columns[0].type))}
+        )
     selects, tables = [], {}
     for i, (delta, key) in enumerate(parts):
         select = ", ".join(f"{q(k)} AS {q(n)}" for k, n in zip(key, names, strict=True))
