@@ -29,7 +29,7 @@ import pyarrow.compute as pc
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from lakeview.graph import WEIGHT, compile_view, step
+from lakeview.graph import WEIGHT, compile_view, explain, step
 
 SCHEMAS = {
     "orders": pa.schema(
@@ -161,6 +161,8 @@ def run(orders: int, eager: bool, args: argparse.Namespace) -> Result:
     keep(step(graph, star.backfill(orders)))
     backfill = time.perf_counter() - started
     walls, cpus = timed_epochs(graph, lambda: star.epoch(args.batch, args.updates), keep, args.repeats)
+    if args.explain:
+        print(explain(graph), file=sys.stderr)
     seconds, cpu, expected = star.recompute()
     if {k for k, w in view.items() if w} != expected or any(w not in (0, 1) for w in view.values()):
         raise SystemExit(f"the maintained view differs from DuckDB's recompute at {orders} orders (eager={eager})")
@@ -190,6 +192,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=10_000)
     parser.add_argument("--updates", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--explain", action="store_true", help="print each graph (last epoch's times) to stderr")
     parser.add_argument("--lazy", action="store_true", help="also run without eager aggregation (slow at scale)")
     args = parser.parse_args()
     print(HEADER.format(label="eager aggregation"))
