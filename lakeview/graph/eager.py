@@ -93,6 +93,8 @@ def _rewrite(select: exp.Select, sizes: dict[str, int], mode: bool | None) -> No
         for col in root.find_all(exp.Column):
             if col.table == fact_alias and id(col) not in unit_ids:
                 keys.setdefault(col.name, col)
+    if not keys:  # nothing joins on the fact: a global pre-aggregate would be one row even over no facts
+        return
     partials, replacements = _decompose(units, fact_alias)
     pre = exp.select(*[exp.alias_(exp.column(k, table=fact_alias), k) for k in keys], *partials).from_(fact.copy())
     if inner_where:
@@ -177,6 +179,8 @@ def _fold(select: exp.Select, fact_alias: str, sizes: dict[str, int]) -> bool:
         for col in root.find_all(exp.Column) if root is not None else []:
             if col.table in pair and id(col) not in unit_ids:
                 used.setdefault((col.table, col.name), col)
+    if not used:  # as above: an ungrouped pre-aggregate has a row even when the join is empty
+        return False
     names = [n for _, n in used]
     key_names = {k: k[1] if names.count(k[1]) == 1 else f"{k[0]}_{k[1]}" for k in used}
     partials, replacements = _decompose(units, fact_alias)

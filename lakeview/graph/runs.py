@@ -151,7 +151,18 @@ class KeyedRuns:
         rows = rows.filter(self._same_key(rows, keys, hashes))
         if len(found) == 1 and found[0][0].netted:
             return rows
-        return self.duck.consolidate("SELECT * FROM t", data_columns(rows), t=rows).cast(self.schema)
+        return self._net(rows)
+
+    def _net(self, rows: pa.Table) -> pa.Table:
+        """Equal rows' weights summed, zero weights dropped: by arrow's hash aggregation where its equality is
+        SQL's (no float or nested column), else by DuckDB."""
+        columns = data_columns(rows)
+        if any(pa.types.is_floating(f.type) or pa.types.is_nested(f.type) for f in self.schema if f.name != WEIGHT):
+            return self.duck.consolidate("SELECT * FROM t", columns, t=rows).cast(self.schema)
+        summed = rows.group_by(columns, use_threads=False).aggregate([(WEIGHT, "sum")])
+        summed = summed.filter(pc.not_equal(summed[WEIGHT + "_sum"], 0))
+        named = summed.rename_columns([WEIGHT if n == WEIGHT + "_sum" else n for n in summed.column_names])
+        return named.select(self.schema.names).cast(self.schema)
 
     def _same_key(self, rows: pa.Table, keys: pa.Table, hashes: pa.Array) -> pa.Array:
         """Which rows have exactly the key of the (single) key row with their hash, NULL equal to NULL."""
