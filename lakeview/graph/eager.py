@@ -6,6 +6,9 @@ o.product_id) o``: the joins then keep one row per product instead of one per or
 costs per product, not per order. It applies when every aggregate reads only that input and decomposes
 (SUM, COUNT, COUNT(*), AVG, MIN, MAX, each with a FILTER; not DISTINCT), every join is INNER, and no window
 or subquery predicate is involved. The input's columns used anywhere else become the pre-aggregate's keys.
+With more than one join, each further join but the last is folded into the pre-aggregate in turn (``_fold``,
+largest dimension first), so a star's chain re-aggregates after every join: orders by (product, customer)
+→ ⋈ customers by (product, region) → ⋈ products by (category, region) → ⋈ regions, then the view's GROUP BY.
 """
 
 from __future__ import annotations

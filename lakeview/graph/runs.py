@@ -1,11 +1,12 @@
 """A keyed Z-set state table held in memory as a few sorted runs, so a lookup costs the keys it asks for.
 
-Each run is an arrow table sorted by a 64-bit hash of the key columns (DuckDB's ``hash``), with the hashes
-alongside. An apply sorts its delta into a new run; runs of similar size are merged (weights netted, rows
-that cancel dropped) FAN_IN at a time, so a table of n rows has O(log n) runs and each row is merged
-O(log n) times — a log-structured merge with tiered compaction, as in LSM trees. A lookup hashes its keys and binary-searches each run (``bisect`` on
-the hash buffer), or, when it asks for a large share of a run, probes every hash of it with one vectorized
-``is_in``; the rows found are then matched exactly on the key (hashes may collide) and netted.
+Each run is an arrow table sorted by a 64-bit hash of the key columns (integer keys mixed in arrow, others
+by DuckDB's ``hash``), with the hashes alongside. An apply sorts its delta into a new run; FAN_IN runs of
+one size class are merged into one (weights netted, rows that cancel dropped), so a table of n rows has
+O(log n) runs and each row is merged O(log n) times: a log-structured merge with tiered compaction, as in
+LSM trees. A lookup hashes its keys and binary-searches each run (``bisect`` on the hash buffer; no numpy
+here), or, when it asks for a large share of a run, probes all of its hashes with one vectorized ``is_in``;
+the rows found are then matched exactly on the key (hashes may collide) and netted.
 """
 
 from __future__ import annotations
