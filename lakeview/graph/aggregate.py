@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from lakeview.graph.operators import Operator, Runtime
 from lakeview.graph.state import StateTable
@@ -131,27 +132,34 @@ class Aggregate(Operator):
         rec_cols = self.group + partial_cols
         if first:
             rt.store.apply(self.records, rt.duck.query(f"SELECT *, 1 AS {WEIGHT} FROM g LIMIT 0", g=dagg))
-        old = rt.store.lookup(self.records, self._keys(rt, delta))
+        old = rt.store.lookup(self.records, dagg.select(self.group) if self.group else None)  # dagg: one row a group
         on = " AND ".join(f"o.{q(g)} IS NOT DISTINCT FROM g.{q(g)}" for g in self.group) or "TRUE"
         merged = ", ".join(
             [f"COALESCE(g.{q(c)}, o.{q(c)}) AS {q(c)}" for c in self.group]
             + [f"COALESCE(o.{c}, 0) + COALESCE(g.{c}, 0) AS {c}" for c in partial_cols]
         )
-        new = rt.duck.query(f"SELECT {merged}, 1 AS {WEIGHT} FROM o FULL JOIN g ON {on}", o=old, g=dagg)
         values = ", ".join(f"{self._value(i, a, 't')} AS {q(a.out)}" for i, a in enumerate(self.aggs))
         gl = f"{cols_sql(self.group, 't.')}, " if self.group else ""
         live = "t.__cnt <> 0" if self.group else "TRUE"
-        parts = [f"SELECT {gl}{values}, 1 AS {WEIGHT} FROM new t WHERE {live}"]
+        outs = [f"SELECT {gl}{values}, 1 AS {WEIGHT} FROM new t WHERE {live}"]
         if not (first and not self.group):
-            parts.append(f"SELECT {gl}{values}, -1 AS {WEIGHT} FROM old t WHERE {live}")
-        out = rt.duck.consolidate(union_sql(parts), self.columns, old=old, new=new)
-        rec = cols_sql(rec_cols)
-        change = rt.duck.query(
-            union_sql(
-                [f"SELECT {rec}, 1 AS {WEIGHT} FROM new t WHERE {live}", f"SELECT {rec}, -1 AS {WEIGHT} FROM old"]
-            ),
-            old=old,
-            new=new,
+            outs.append(f"SELECT {gl}{values}, -1 AS {WEIGHT} FROM o t WHERE {live}")
+        # one query for both results (DuckDB's cost per query dwarfs these few rows): the view's change
+        # (part 0: values, netted) and the records' change (part 1: partials), split below
+        vals, nulls = cols_sql([a.out for a in self.aggs]), ", ".join("NULL" for _ in self.aggs)
+        recs = ", ".join(f"t.{q(c)} AS {q('__r_' + c)}" for c in partial_cols)
+        no_recs = ", ".join(f"NULL AS {q('__r_' + c)}" for c in partial_cols)
+        sql = (
+            f"WITH new AS (SELECT {merged} FROM o FULL JOIN g ON {on}) "
+            f"SELECT 0 AS __part, {lead}{vals}, {no_recs}, CAST(SUM({WEIGHT}) AS BIGINT) AS {WEIGHT} "
+            f"FROM ({union_sql(outs)}) GROUP BY ALL HAVING SUM({WEIGHT}) <> 0 "
+            f"UNION ALL SELECT 1, {gl}{nulls}, {recs}, 1 FROM new t WHERE {live} "
+            f"UNION ALL SELECT 1, {gl}{nulls}, {recs}, -1 FROM o t"
         )
+        both = rt.duck.query(sql, o=old, g=dagg)
+        part = both.column("__part")
+        out = both.filter(pc.equal(part, 0)).select(self.columns + [WEIGHT])
+        change = both.filter(pc.equal(part, 1)).select(self.group + ["__r_" + c for c in partial_cols] + [WEIGHT])
+        change = change.rename_columns(rec_cols + [WEIGHT])
         rt.store.apply(self.records, change)
         return out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -23,6 +24,8 @@ class Graph:
     output: Operator
     names: list[str]
     runtime: Runtime = field(init=False)
+    # the last epoch per operator id: (wall seconds of its step, rows it output), shown by explain
+    last_epoch: dict[str, tuple[float, int]] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         duck = Duck()
@@ -48,13 +51,16 @@ def step(graph: Graph, deltas: dict[str, pa.Table]) -> pa.Table:
         raise UnsupportedSQLError(f"no input named {sorted(unknown)} in this view (inputs: {sorted(graph.schemas)})")
     rt = graph.runtime
     outputs: dict[int, pa.Table] = {}
+    graph.last_epoch.clear()
     for name, sources in graph.sources.items():
         delta = _conform(graph, name, deltas.get(name))
         for source in sources:
             outputs[id(source)] = source.step(rt, [delta])
     for op in graph.operators:
         if id(op) not in outputs:
+            started = time.perf_counter()
             outputs[id(op)] = op.step(rt, [outputs[id(i)] for i in op.inputs])
+            graph.last_epoch[op.id] = (time.perf_counter() - started, outputs[id(op)].num_rows)
     rt.epoch += 1
     out = outputs[id(graph.output)]
     if out.num_rows > 1:  # a projection may map a -1 and a +1 onto one row: the view sees their net
@@ -74,7 +80,8 @@ def _conform(graph: Graph, name: str, delta: pa.Table | None) -> pa.Table:
 
 
 def explain(graph: Graph) -> str:
-    """The operator tree from the output down, each operator with its state tables (key, rows held) and cost."""
+    """The operator tree from the output down, each operator with its state tables (key, rows held), cost, and
+    what its step took in the last epoch (wall time, rows out): where an epoch's time goes."""
     lines: list[str] = [f"view: {', '.join(graph.names)}"]
     store = graph.runtime.store
     seen: set[int] = set()
@@ -87,6 +94,9 @@ def explain(graph: Graph) -> str:
             return
         seen.add(id(op))
         lines.append(f"{pad}    cost: {op.cost}")
+        if op.id in graph.last_epoch:
+            seconds, rows = graph.last_epoch[op.id]
+            lines.append(f"{pad}    last epoch: {seconds * 1000:.1f} ms, {rows} rows out")
         for table in op.state_tables():
             held = f", {store.rows(table)} rows" if hasattr(store, "rows") else ""
             key = ", ".join(table.key) or "none"

@@ -6,6 +6,9 @@ o.product_id) o``: the joins then keep one row per product instead of one per or
 costs per product, not per order. It applies when every aggregate reads only that input and decomposes
 (SUM, COUNT, COUNT(*), AVG, MIN, MAX, each with a FILTER; not DISTINCT), every join is INNER, and no window
 or subquery predicate is involved. The input's columns used anywhere else become the pre-aggregate's keys.
+With more than one join, each further join but the last is folded into the pre-aggregate in turn (``_fold``,
+largest dimension first), so a star's chain re-aggregates after every join: orders by (product, customer)
+→ ⋈ customers by (product, region) → ⋈ products by (category, region) → ⋈ regions, then the view's GROUP BY.
 """
 
 from __future__ import annotations
@@ -93,6 +96,24 @@ def _rewrite(select: exp.Select, sizes: dict[str, int], mode: bool | None) -> No
         for col in root.find_all(exp.Column):
             if col.table == fact_alias and id(col) not in unit_ids:
                 keys.setdefault(col.name, col)
+    if not keys:  # nothing joins on the fact: a global pre-aggregate would be one row even over no facts
+        return
+    partials, replacements = _decompose(units, fact_alias)
+    pre = exp.select(*[exp.alias_(exp.column(k, table=fact_alias), k) for k in keys], *partials).from_(fact.copy())
+    if inner_where:
+        pre = pre.where(exp.and_(*inner_where))
+    if keys:
+        pre = pre.group_by(*[exp.column(k, table=fact_alias) for k in keys])
+    for u in units:
+        u.replace(replacements[id(u)])
+    fact.replace(exp.Subquery(this=pre, alias=exp.TableAlias(this=exp.to_identifier(fact_alias))))
+    select.set("where", exp.Where(this=exp.and_(*outer_where)) if outer_where else None)
+    while _fold(select, fact_alias, sizes):
+        pass
+
+
+def _decompose(units: list[exp.Expr], fact_alias: str) -> tuple[list[exp.Expr], dict[int, exp.Expr]]:
+    """Each aggregate as partial aggregates (computed below, named lv_*) and the outer aggregate over them."""
     partials: list[exp.Expr] = []
     replacements: dict[int, exp.Expr] = {}
     for i, u in enumerate(units):
@@ -119,12 +140,69 @@ def _rewrite(select: exp.Select, sizes: dict[str, int], mode: bool | None) -> No
                 expression=exp.func("NULLIF", exp.Sum(this=n), exp.Literal.number(0)),
             )
         replacements[id(u)] = new
-    pre = exp.select(*[exp.alias_(exp.column(k, table=fact_alias), k) for k in keys], *partials).from_(fact.copy())
+    return partials, replacements
+
+
+def _fold(select: exp.Select, fact_alias: str, sizes: dict[str, int]) -> bool:
+    """Fold one more inner join into the pre-aggregated fact: ``(pre) f JOIN d ON …`` becomes
+    ``(SELECT keys, partials FROM (pre) f JOIN d ON … GROUP BY keys) f``, keys being the columns of f and d
+    used anywhere else. Each fold re-aggregates, so the next join (and its state) sees one row per group of
+    what is still needed (later join keys, GROUP BY columns), not one per fact group: a dimension row's
+    change then costs per the groups under its key. The largest dimension (by ``sizes``) folds first, the
+    one whose key splits the facts finest. False when no join qualifies (its ON reads only f and d); the
+    last join stays in the outer query, which groups as the view does."""
+    from_ = select.args.get("from_") or select.args.get("from")
+    joins = select.args.get("joins") or []
+    if len(joins) < 2 or from_ is None or from_.this.alias_or_name != fact_alias:
+        return False
+    candidates = []
+    for join in joins:
+        on, alias = join.args.get("on"), join.this.alias_or_name
+        refs = {c.table for c in on.find_all(exp.Column)} if on is not None else set()
+        if isinstance(join.this, exp.Table) and fact_alias in refs and refs <= {fact_alias, alias}:
+            candidates.append(join)
+    units = _units(select)
+    if not candidates or not units or any(c.table != fact_alias for u in units for c in u.find_all(exp.Column)):
+        return False
+    dim = max(candidates, key=lambda j: sizes.get(j.this.name, 0))
+    pair = {fact_alias, dim.this.alias_or_name}
+    where = conjuncts(select.args.get("where"))
+    inner_where = [c for c in where if {col.table for col in c.find_all(exp.Column)} <= pair]
+    outer_where = [c for c in where if c not in inner_where]
+    unit_ids = {id(n) for u in units for n in u.walk()}
+    outer = exp.and_(*outer_where) if outer_where else None
+    rest = (
+        [outer, select.args.get("group")]
+        + select.expressions
+        + [j.args.get("on") for j in joins if j is not dim]
+        + [select.args.get("having"), select.args.get("order")]
+    )
+    used: dict[tuple[str, str], exp.Column] = {}
+    for root in rest:
+        for col in root.find_all(exp.Column) if root is not None else []:
+            if col.table in pair and id(col) not in unit_ids:
+                used.setdefault((col.table, col.name), col)
+    if not used:  # as above: an ungrouped pre-aggregate has a row even when the join is empty
+        return False
+    names = [n for _, n in used]
+    key_names = {k: k[1] if names.count(k[1]) == 1 else f"{k[0]}_{k[1]}" for k in used}
+    partials, replacements = _decompose(units, fact_alias)
+    pre = exp.select(*[exp.alias_(exp.column(c, table=t), key_names[(t, c)]) for t, c in used], *partials).from_(
+        from_.this.copy()
+    )
+    pre = pre.join(dim.this.copy(), on=dim.args["on"].copy())
     if inner_where:
         pre = pre.where(exp.and_(*inner_where))
-    if keys:
-        pre = pre.group_by(*[exp.column(k, table=fact_alias) for k in keys])
+    if used:
+        pre = pre.group_by(*[exp.column(c, table=t) for t, c in used])
     for u in units:
         u.replace(replacements[id(u)])
-    fact.replace(exp.Subquery(this=pre, alias=exp.TableAlias(this=exp.to_identifier(fact_alias))))
-    select.set("where", exp.Where(this=exp.and_(*outer_where)) if outer_where else None)
+    for root in rest:
+        for col in list(root.find_all(exp.Column)) if root is not None else []:
+            if (col.table, col.name) in key_names:
+                col.replace(exp.column(key_names[(col.table, col.name)], table=fact_alias))
+    from_.this.replace(exp.Subquery(this=pre, alias=exp.TableAlias(this=exp.to_identifier(fact_alias))))
+    joins.remove(dim)
+    select.set("joins", joins)
+    select.set("where", exp.Where(this=outer) if outer is not None else None)
+    return True

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from lakeview.graph.operators import Operator, Runtime
 from lakeview.graph.state import StateTable
@@ -22,6 +23,11 @@ KINDS = ("inner", "left", "right", "full")
 
 def touched_keys(rt: Runtime, parts: list[tuple[pa.Table, list[str]]], names: list[str]) -> pa.Table:
     """The distinct keys (columns ``names``) appearing in any of the deltas, each read by its own key columns."""
+    columns = [delta[key[0]] for delta, key in parts]
+    if len(names) == 1 and len({c.type for c in columns}) == 1:  # one key column of one type: arrow alone
+        return pa.table(
+            {names[0]: pc.unique(pa.chunked_array([c for col in columns for c in col.chunks], columns[0].type))}
+        )
     selects, tables = [], {}
     for i, (delta, key) in enumerate(parts):
         select = ", ".join(f"{q(k)} AS {q(n)}" for k, n in zip(key, names, strict=True))
@@ -43,10 +49,13 @@ class TwoSided(Operator):
         self.left_state = self.state("left", self.left_key, f"rows of {self.inputs[0].id} by key")
         self.right_state = self.state("right", self.right_key, f"rows of {self.inputs[1].id} by key")
 
-    def stored_sides(self, rt: Runtime, da: pa.Table, db: pa.Table) -> tuple[pa.Table, pa.Table] | None:
+    def stored_sides(
+        self, rt: Runtime, da: pa.Table, db: pa.Table, crossed: bool = False
+    ) -> tuple[pa.Table, pa.Table] | None:
         """Both sides' stored rows for the keys the epoch touches (every row without an equality
         key); None when nothing changed and the operator's empty output is known. Epoch 0 creates
-        the sides' state."""
+        the sides' state. ``crossed``: each side only under the keys the *other* side's delta
+        touches — all an inner join's ΔA⋈B + A⋈ΔB needs, so new facts never read the facts held."""
         if rt.epoch == 0:
             rt.store.apply(self.left_state, da.schema.empty_table())
             rt.store.apply(self.right_state, db.schema.empty_table())
@@ -54,9 +63,19 @@ class TwoSided(Operator):
             return None
         if not self.left_key:
             return rt.store.lookup(self.left_state, None), rt.store.lookup(self.right_state, None)
+        if crossed:
+            left_keys = touched_keys(rt, [(db, self.right_key)], self.left_key)
+            right_keys = touched_keys(rt, [(da, self.left_key)], self.right_key)
+            return self._side(rt, self.left_state, left_keys, da), self._side(rt, self.right_state, right_keys, db)
         keys = touched_keys(rt, [(da, self.left_key), (db, self.right_key)], self.left_key)
         right_keys = keys.rename_columns(self.right_key)
         return rt.store.lookup(self.left_state, keys), rt.store.lookup(self.right_state, right_keys)
+
+    @staticmethod
+    def _side(rt: Runtime, state: StateTable, keys: pa.Table, delta: pa.Table) -> pa.Table:
+        if keys.num_rows == 0:  # nothing to read: the side's shape is its delta's
+            return delta.schema.empty_table()
+        return rt.store.lookup(state, keys)
 
 
 @dataclass(eq=False)
@@ -112,12 +131,15 @@ class Join(TwoSided):
 
     def step(self, rt: Runtime, deltas: list[pa.Table]) -> pa.Table:
         da, db = deltas
-        sides = self.stored_sides(rt, da, db)
+        sides = self.stored_sides(rt, da, db, crossed=self.kind == "inner")
         if sides is None:
             return self._empty
         a, b = sides
         tables = {"da": da, "db": db, "a": a, "b": b}
         parts = [self._inner("da", "b"), self._inner("a", "db"), self._inner("da", "db")]
+        if self.kind == "inner" and hasattr(self, "_empty"):  # a side without changes adds no rows
+            pairs = ((da, b), (a, db), (da, db))
+            parts = [p for p, (x, y) in zip(parts, pairs, strict=True) if x.num_rows and y.num_rows]
         if self.kind in ("left", "full", "right"):
             tables["an"] = self._merged(rt, a, da, self.left_columns)
             tables["bn"] = self._merged(rt, b, db, self.right_columns)
@@ -125,7 +147,13 @@ class Join(TwoSided):
             parts += [self._left_only("an", "bn", ""), self._left_only("a", "b", "-")]
         if self.kind in ("right", "full"):
             parts += [self._right_only("an", "bn", ""), self._right_only("a", "b", "-")]
-        out = rt.duck.consolidate(union_sql(parts), self.columns, **tables)
+        if not parts:
+            out = self._empty
+        elif self.kind == "inner":  # a Z-set need not be netted: what reads it sums weights (saves a GROUP BY)
+            sql = union_sql(parts)
+            out = rt.duck.query(sql, **{name: t for name, t in tables.items() if f" {name} " in sql})
+        else:
+            out = rt.duck.consolidate(union_sql(parts), self.columns, **tables)
         rt.store.apply(self.left_state, da)
         rt.store.apply(self.right_state, db)
         if not hasattr(self, "_empty"):

@@ -12,7 +12,8 @@ from typing import Protocol
 
 import pyarrow as pa
 
-from lakeview.graph.zset import WEIGHT, Duck, cols_sql, data_columns, q, union_sql
+from lakeview.graph.runs import KeyedRuns
+from lakeview.graph.zset import Duck
 
 
 @dataclass(frozen=True)
@@ -38,61 +39,28 @@ class StateStore(Protocol):
 
 
 class MemoryStateStore:
-    """State tables in memory as appended arrow chunks: an apply costs its delta; a lookup scans the chunks for
-    its keys and nets the weights of what it found; the chunks are merged once they pile up."""
-
-    merge_after = 16
+    """State tables in memory, each kept as sorted runs by key (``lakeview.graph.runs``): an apply costs its
+    delta (plus amortized merges), a lookup by key costs the keys it asks for, not the rows held."""
 
     def __init__(self, duck: Duck | None = None) -> None:
         self.duck = duck or Duck()
-        self.tables: dict[str, list[pa.Table]] = {}
-
-    def _held(self, name: str) -> pa.Table:
-        chunks = self.tables[name]
-        return chunks[0] if len(chunks) == 1 else pa.concat_tables(chunks)
+        self.tables: dict[str, KeyedRuns] = {}
 
     def lookup(self, table: StateTable, keys: pa.Table | None) -> pa.Table | None:
         if table.name not in self.tables:
             return None
-        held = self._held(table.name)
-        columns = data_columns(held)
-        if keys is not None and table.key:
-            if keys.num_rows == 0 or held.num_rows == 0:
-                return held.schema.empty_table()
-            on = " AND ".join(f"s.{q(k)} IS NOT DISTINCT FROM k.{q(k)}" for k in table.key)
-            return self.duck.consolidate(
-                f"SELECT s.* FROM held s SEMI JOIN keys k ON {on}", columns, held=held, keys=keys
-            ).cast(held.schema)
-        if len(self.tables[table.name]) == 1:
-            return held
-        return self._merge(table.name)
+        held = self.tables[table.name]
+        if keys is None or not table.key:
+            return held.all()
+        return held.lookup(keys)
 
     def apply(self, table: StateTable, delta: pa.Table) -> None:
-        chunks = self.tables.setdefault(table.name, [])
-        if not chunks:
-            chunks.append(delta.schema.empty_table())
-        if delta.num_rows == 0:
-            return
-        schema = chunks[0].schema
-        try:
-            chunks.append(delta.select(schema.names).cast(schema))
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, KeyError):
-            chunks.append(delta)
-            self._merge(table.name)
-            return
-        if len(chunks) > self.merge_after:
-            self._merge(table.name)
+        if table.name not in self.tables:
+            self.tables[table.name] = KeyedRuns(table.key, delta.schema, self.duck)
+        self.tables[table.name].apply(delta)
 
     def _merge(self, name: str) -> pa.Table:
-        chunks = self.tables[name]
-        columns = data_columns(chunks[0])
-        select = f"SELECT {cols_sql(columns)}, {WEIGHT}"
-        tables = {f"c{i}": c for i, c in enumerate(chunks)}
-        merged = self.duck.consolidate(
-            union_sql([f"{select} FROM c{i}" for i in range(len(chunks))]), columns, **tables
-        )
-        self.tables[name] = [merged]
-        return merged
+        return self.tables[name].all()
 
     def rows(self, table: StateTable) -> int:
         """How many distinct rows ``table`` holds (for explain and benches)."""
