@@ -43,7 +43,7 @@ from spark_jobs.executors.reads import on_executors
 from spark_jobs.source_frames import frontier, source_frames, tagged_stream
 from spark_jobs.sources.quarantine import Quarantine
 from spark_jobs.streams import collect_arrow, reconcile_checkpoint, start_query, state_table_writer
-from writers.graph_state import TableStateStore
+from writers.graph_state import TableStateStore, state_table_name
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -52,7 +52,7 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery
 
     from lakeview.config.models import ProjectConfig
-    from lakeview.graph import Graph, StateTable
+    from lakeview.graph import Graph
     from writers.base import SnapshotWriter
     from writers.iceberg.group import IcebergGroupWriter
 
@@ -65,11 +65,6 @@ def graph_pipeline(spark: SparkSession, project: ProjectConfig, view: str, *args
     if not isinstance(plan_for(view, config.sql, config.dialect), GraphPlan):
         return None
     return GraphPipeline(spark, project, view, *args, **kwargs)
-
-
-def state_table_name(view: str, table: StateTable) -> str:
-    """The Lakeview-owned table holding one state table of ``view``'s graph."""
-    return f"__lv_state_{view}_g_{table.name.replace('.', '_')}"
 
 
 class GraphPipeline:

@@ -31,6 +31,11 @@ def _q(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
+def state_table_name(view: str, table: StateTable) -> str:
+    """The Lakeview-owned table holding one state table of ``view``'s graph."""
+    return f"__lv_state_{view}_g_{table.name.replace('.', '_')}"
+
+
 def every_key() -> pa.Table:
     """A key table of no columns and one row: with the empty key, it matches every stored row."""
     return pa.table({"_": [1]}).drop_columns(["_"])
