@@ -43,7 +43,7 @@ from spark_jobs.executors.reads import on_executors
 from spark_jobs.source_frames import frontier, source_frames, tagged_stream
 from spark_jobs.sources.quarantine import Quarantine
 from spark_jobs.streams import collect_arrow, reconcile_checkpoint, start_query, state_table_writer
-from writers.graph_state import TableStateStore, state_table_name
+from writers.graph_state import TableStateStore, lookup_as_of, state_table_name
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -199,9 +199,31 @@ class GraphPipeline:
             available_now,
         )
 
+    def _done(self, epoch_id: int) -> bool:
+        """Whether the epoch is committed: Iceberg, in every table (one transaction); Delta, in the view's
+        table (committed last; an epoch that left the view unchanged is recomputed, reading the tables
+        that hold it as they stood before it, and changes nothing)."""
+        if self.group is not None:
+            done = self.group.last_epoch()
+        else:
+            record = self.writer.last_commit()
+            done = record.epoch if record is not None else None
+        return done is not None and epoch_id <= done
+
+    def _before(self, epoch_id: int) -> dict[str, int]:
+        """Delta: each state table and mirror that already holds ``epoch_id`` (a crash between the epoch's
+        commits), by the version it stood at before it."""
+        if self.group is not None:
+            return {}
+        found = {}
+        for name, writer in [*self.state.items(), *self.mirrors.items()]:
+            record = writer.last_commit()
+            if record is not None and record.epoch >= epoch_id and record.snapshot_id is not None:
+                found[name] = record.snapshot_id - 1
+        return found
+
     def _process(self, batch: DataFrame, epoch_id: int) -> None:
-        done = self.last_epoch()
-        if done is not None and epoch_id <= done:
+        if self._done(epoch_id):
             log.info("%s: epoch %s already in the tables; skipping the replay", self.view, epoch_id)
             return
         faults.point("reading", epoch_id)
@@ -238,9 +260,10 @@ class GraphPipeline:
         self.timings = {"spark_read_quarantine_s": time.perf_counter() - started}
         self.last_write = {"by": "driver", "rows_collected": sum(t.num_rows for t in inputs.values())}
         started = time.perf_counter()
-        deltas, mirrors = self._zsets(inputs)
+        before = self._before(epoch_id)
+        deltas, mirrors = self._zsets(inputs, before)
         assert self.store is not None
-        self.store.begin()
+        self.store.begin({name: v for name, v in before.items() if name in self.state})
         out = step(self.graph, deltas)
         self.timings["graph_step_s"] = time.perf_counter() - started
         started = time.perf_counter()
@@ -254,15 +277,19 @@ class GraphPipeline:
         self.timings["commit_s"] = time.perf_counter() - started
         return record
 
-    def _zsets(self, inputs: dict[str, pa.Table]) -> tuple[dict[str, pa.Table], dict[str, Change]]:
-        """Each source's epoch as a Z-set with the graph's weight column, and each mirror's change."""
+    def _zsets(
+        self, inputs: dict[str, pa.Table], before: dict[str, int]
+    ) -> tuple[dict[str, pa.Table], dict[str, Change]]:
+        """Each source's epoch as a Z-set with the graph's weight column, and each mirror's change
+        (``before``: mirrors holding the epoch already, read at that version)."""
         deltas: dict[str, pa.Table] = {}
         mirrors: dict[str, Change] = {}
         for source, batch in inputs.items():
             columns = self.schemas[source].names
             if source in self.feeds:
                 feed = self.feeds[source]
-                old = self.mirrors[source].lookup(batch.select(list(feed.key))) if batch.num_rows else pa.table({})
+                mirror, version = self.mirrors[source], before.get(source)
+                old = lookup_as_of(mirror, batch.select(list(feed.key)), version) if batch.num_rows else pa.table({})
                 batch, mirrors[source] = normalize(batch, old, feed, columns)
             weight = batch.column(WEIGHT).cast(pa.int64())
             deltas[source] = batch.select(columns).append_column(GRAPH_WEIGHT, weight)

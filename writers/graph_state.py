@@ -50,14 +50,19 @@ class TableStateStore:
     writers: dict[str, SnapshotWriter]
     schemas: dict[str, pa.Schema]
     held: dict[str, list[pa.Table]] = field(default_factory=dict)
+    # Delta, an epoch replayed after a crash between its commits: the tables that already hold it are
+    # read as they stood before it (their version), and their change is not computed (their commit skips it)
+    as_of: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.con = duckdb.connect()
         self.con.execute("SET threads = 1")
 
-    def begin(self) -> None:
-        """Forget what an epoch that did not commit held (a retried epoch starts from the tables)."""
+    def begin(self, as_of: dict[str, int] | None = None) -> None:
+        """Start an epoch: forget what an epoch that did not commit held (a retried epoch starts from the
+        tables); ``as_of``: state tables to read at a version (see the field)."""
         self.held = {}
+        self.as_of = dict(as_of or {})
 
     # --- the StateStore protocol --------------------------------------------------------------
     def lookup(self, table: StateTable, keys: pa.Table | None) -> pa.Table | None:
@@ -68,7 +73,8 @@ class TableStateStore:
         else:
             key = table.key
             probe = keys.select(list(key)).cast(pa.schema([schema.field(k) for k in key]))
-        stored = writer.lookup(probe).select(schema.names).cast(schema) if probe.num_rows else schema.empty_table()
+        found = lookup_as_of(writer, probe, self.as_of.get(table.name)) if probe.num_rows else None
+        stored = found.select(schema.names).cast(schema) if found is not None else schema.empty_table()
         pending = self._held(table)
         if pending is None:
             return stored
@@ -89,6 +95,8 @@ class TableStateStore:
         was held."""
         changes = {}
         for name, deltas in self.held.items():
+            if name in self.as_of:  # the table holds this epoch already
+                continue
             schema = self.schemas[name]
             key = self._key(name)
             delta = self._consolidate(deltas, schema)
@@ -152,6 +160,13 @@ class TableStateStore:
         finally:
             for name in tables:
                 self.con.unregister(name)
+
+
+def lookup_as_of(writer: SnapshotWriter, keys: pa.Table, version: int | None) -> pa.Table:
+    """``writer.lookup(keys)``, in the table as it stood at ``version`` (None: now; a Delta table's)."""
+    if version is None:
+        return writer.lookup(keys)
+    return writer.lookup_at(keys, version)  # type: ignore[attr-defined]  # DeltaWriter (time travel)
 
 
 def _match(key: tuple[str, ...], left: str, right: str) -> str:

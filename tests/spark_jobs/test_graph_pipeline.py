@@ -9,12 +9,15 @@ from __future__ import annotations
 import itertools
 import json
 from collections import Counter
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
 from pyiceberg.catalog.rest import RestCatalog
+from typer.testing import CliRunner
 
 from catalog_api.server import CatalogServer
+from lakeview.cli.main import app
 from lakeview.graph import explain
 from lakeview.ivm import oracle
 from lakeview.project import is_graph_view
@@ -22,6 +25,7 @@ from lakeview.sql.duck import connect
 from spark_jobs.graph_pipeline import GraphPipeline
 from tests.pipelines import view_pipeline
 from tests.spark_jobs.test_changes import land
+from tests.spark_jobs.test_crash import project_on_disk
 from tests.spark_jobs.test_pipeline import read_view
 
 NS = "graph_tests"
@@ -188,11 +192,21 @@ def test_star_join_aggregate_on_iceberg_commits_every_table_in_one_transaction(
     assert "Join INNER" in explain(pipeline.graph) and "rows" in explain(pipeline.graph)
 
 
-def test_star_join_aggregate_on_delta(spark, catalog_server: CatalogServer, make_project, unique_name: str) -> None:
-    project = project_with(make_project, {unique_name: STAR}, format="delta")
+def test_star_join_aggregate_on_delta_then_lakeview_verify_says_equal(
+    spark, catalog_server: CatalogServer, lake_dir, tmp_path, unique_name: str
+) -> None:
+    data = {
+        "lake": {"warehouse": str(lake_dir / "warehouse"), "catalog_store": f"sqlite:///{lake_dir / 'catalog.db'}"},
+        "server": {"host": "127.0.0.1", "port": catalog_server.port},
+        "sources": SOURCES,
+        "views": {unique_name: {"sql": STAR, "cadence": "1s", "namespace": NS, "format": "delta"}},
+    }
+    project = project_on_disk(tmp_path, data)
     pipeline = run(spark, project, unique_name, catalog_server)
     assert all(w.capabilities.format == "delta" for w in pipeline.tables())
     assert pipeline.group is None  # no multi-table transaction: table by table, the view last
+    verify = CliRunner().invoke(app, ["verify", unique_name, "-p", str(tmp_path)])
+    assert verify.exit_code == 0 and "files): equal" in verify.output, verify.output
 
 
 @pytest.mark.parametrize("sql", [TOPK, OUTER, CTE], ids=["top3_per_category", "full_outer_join", "cte_in_subquery"])
@@ -228,3 +242,45 @@ def test_restart_and_a_replayed_epoch_apply_no_epoch_twice(
         epochs = Counter(s.summary.additional_properties.get("lakeview.epoch") for s in snapshots if s.summary)
         epochs.pop(None, None)
         assert set(epochs.values()) == {1} and int(max(epochs, key=int)) == newest, f"{writer.table_name}: {epochs}"
+
+
+def test_delta_view_killed_between_its_state_commits_and_its_own_then_replayed(spark, tmp_path) -> None:
+    """`lakeview refresh` of a Delta graph view killed after its state tables and mirrors committed epoch 1
+    and before the view's table did: the restart replays epoch 1, reading the tables that hold it as they
+    stood before it (Delta time travel), so the view ends equal to the recompute and no table holds an
+    epoch twice."""
+    import signal
+
+    from deltalake import DeltaTable
+
+    from tests.spark_jobs.test_crash import refresh
+    from tests.spark_jobs.test_view_dag import refresh_in_process
+    from writers.registry import make_writer
+
+    data = {
+        "lake": {"warehouse": "lake"},
+        "server": {"port": 0},
+        "sources": SOURCES,
+        "views": {"crashy": {"sql": STAR, "cadence": "manual", "namespace": NS, "format": "delta"}},
+    }
+    project = project_on_disk(tmp_path, data)
+    for number in (0, 1):
+        for source, lines in EPOCHS[number].items():
+            land(project.source_path(source), f"{number:03d}.json", lines)
+        if number == 0:
+            refresh_in_process(spark, project, ["crashy"])
+    assert refresh(tmp_path, "before_view_commit:1") == -signal.SIGKILL
+    writer = make_writer(project, "crashy", "http://unused")
+    assert writer.last_commit().epoch == 0  # the view's table missed epoch 1; its state tables hold it
+    refresh_in_process(spark, project, ["crashy"])
+    record = writer.last_commit()
+    assert record.epoch == 1
+    expected = oracle.recompute(project, "crashy", oracle.frontier_files(project, "crashy", record.frontier))
+    comparison = oracle.compare(read(project, "crashy", None), expected)  # type: ignore[arg-type]
+    assert comparison.equal, comparison.describe()
+    base = Path(project.table_location("crashy")).parent
+    tables = [p for p in base.iterdir() if p.name.startswith("__lv_state_crashy")]
+    assert len(tables) > 8
+    for path in tables:
+        epochs = Counter(e.get("lakeview.epoch") for e in DeltaTable(str(path)).history() if "lakeview.epoch" in e)
+        assert epochs == Counter({"0": 1, "1": 1}), f"{path.name}: {epochs}"
