@@ -14,9 +14,10 @@ in ONE catalog transaction per epoch (:class:`writers.iceberg.group.IcebergGroup
 stamped with the epoch), so they never stand at different epochs; an epoch the tables already hold is
 skipped before anything is read. Delta has no multi-table transaction: the state tables and mirrors are
 committed first, the view's table last, each skipping an epoch it already has (its app transaction),
-and a replay is skipped once the view's table holds the epoch. A crash *between* those Delta commits
-leaves some state tables one epoch ahead; the replay then reads that state and the view's delta for the
-epoch can be wrong. Use Iceberg where that matters.
+and a replay is skipped once the view's table holds the epoch. After a crash *between* those commits
+the replayed epoch reads the tables that already hold it as they stood before it (Delta time travel to
+the version before their commit of the epoch), so it computes the same change; only the tables that
+lack the epoch commit it.
 """
 
 from __future__ import annotations
