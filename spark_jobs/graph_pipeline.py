@@ -44,7 +44,7 @@ from spark_jobs.executors.reads import on_executors
 from spark_jobs.source_frames import frontier, source_frames, tagged_stream
 from spark_jobs.sources.quarantine import Quarantine
 from spark_jobs.streams import collect_arrow, reconcile_checkpoint, start_query, state_table_writer
-from writers.graph_state import TableStateStore, lookup_as_of, state_table_name
+from writers.graph_state import TableStateStore, commit_key, lookup_as_of, state_table_name, warm_up
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -124,14 +124,6 @@ class GraphPipeline:
         return state_table_writer(self.writer, self.view, self.config.namespace, name)
 
     # --- tables ------------------------------------------------------------------------------
-    def _warm_up(self) -> tuple[pa.Schema, dict[str, pa.Schema]]:
-        """The view's and every state table's arrow schema: one epoch of empty inputs through the graph
-        with its in-memory store (which also primes each operator's empty output)."""
-        out = step(self.graph, {})
-        memory = self.graph.runtime.store
-        schemas = {t.name: memory.tables[t.name][0].schema for t in self.graph.state_tables()}  # type: ignore[attr-defined]
-        return out.drop_columns([GRAPH_WEIGHT]).schema, schemas
-
     def output_schema(self) -> pa.Schema:
         return step(view_graph(self.project, self.view), {}).drop_columns([GRAPH_WEIGHT]).schema
 
@@ -140,7 +132,7 @@ class GraphPipeline:
         point the graph's state at the tables."""
         for source in self.sources:
             self.project.source_path(source).mkdir(parents=True, exist_ok=True)
-        output, state_schemas = self._warm_up()
+        output, state_schemas = warm_up(self.graph)
         properties = {"lakeview.sql": self.config.sql, "lakeview.cadence": str(self.config.cadence)}
         properties.update(sql_properties(self.config.sql, self.config.dialect))
         self.writer.ensure_table(output, tuple(output.names), properties)  # a multiset keyed by the whole row
@@ -148,7 +140,7 @@ class GraphPipeline:
         keys = {}
         for table in self.graph.state_tables():
             writer = self._state_writer(state_table_name(self.view, table))
-            writer.ensure_table(state_schemas[table.name], table.key, owned)
+            writer.ensure_table(state_schemas[table.name], commit_key(table, state_schemas[table.name]), owned)
             self.state[table.name], keys[table.name] = writer, table.key
         for source, feed in self.feeds.items():
             self.mirrors[source] = self._state_writer(source_mirror_name(self.view, source))

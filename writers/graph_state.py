@@ -21,6 +21,7 @@ import duckdb
 import pyarrow as pa
 
 from lakeview.errors import WriterError
+from lakeview.graph import Graph, step
 from lakeview.graph.state import StateTable
 from lakeview.graph.zset import WEIGHT
 from lakeview.ivm.commits import Change
@@ -34,6 +35,23 @@ def _q(name: str) -> str:
 def state_table_name(view: str, table: StateTable) -> str:
     """The Lakeview-owned table holding one state table of ``view``'s graph."""
     return f"__lv_state_{view}_g_{table.name.replace('.', '_')}"
+
+
+def warm_up(graph: Graph) -> tuple[pa.Schema, dict[str, pa.Schema]]:
+    """The view's output schema and every state table's arrow schema (weight column included): one epoch
+    of empty inputs through ``graph`` with its in-memory store, before it is pointed at tables (which
+    also primes each operator's empty output)."""
+    out = step(graph, {})
+    memory = graph.runtime.store
+    schemas = {t.name: memory.tables[t.name][0].schema for t in graph.state_tables()}  # type: ignore[attr-defined]
+    return out.drop_columns([WEIGHT]).schema, schemas
+
+
+def commit_key(table: StateTable, schema: pa.Schema) -> tuple[str, ...]:
+    """The key a state table is committed (and created) with: the operator's key, or for state without
+    one (a global aggregate, ORDER BY … LIMIT, a join without equality) the whole row (a table keyed by
+    nothing would be rewritten whole every epoch)."""
+    return table.key or tuple(n for n in schema.names if n != WEIGHT)
 
 
 def every_key() -> pa.Table:
@@ -115,12 +133,22 @@ class TableStateStore:
                 if key
                 else None
             )
-            if not key:  # the empty key: every stored row is replaced by ``rows``
-                changes[name] = Change(rows=rows, key=(), deletes=every_key())
-            else:
+            if key:
                 changes[name] = Change(rows=rows, key=key, deletes=gone if gone is not None and gone.num_rows else None)
+            else:  # no operator key: each distinct row is its own key, only rows whose weight changed are written
+                changes[name] = self._row_change(stored.select(schema.names).cast(schema), rows, schema)
         self.held = {}
         return changes
+
+    def _row_change(self, stored: pa.Table, rows: pa.Table, schema: pa.Schema) -> Change:
+        data = tuple(n for n in schema.names if n != WEIGHT)
+        upserts = self._query(
+            f"SELECT r.* FROM r ANTI JOIN s ON {_match((*data, WEIGHT), 'r', 's')}", r=rows, s=stored
+        ).cast(schema)
+        gone = self._query(
+            f"SELECT {', '.join(map(_q, data))} FROM s ANTI JOIN r ON {_match(data, 's', 'r')}", r=rows, s=stored
+        )
+        return Change(rows=upserts, key=data, deletes=gone if gone.num_rows else None)
 
     def rows(self, table: StateTable) -> int:
         """How many distinct rows ``table`` holds (for explain)."""
