@@ -7,6 +7,8 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+import duckdb
+import pyarrow as pa
 from pydantic import BaseModel, ValidationError
 
 from lakeview.config.auth import AuthClientConfig, AuthConfig
@@ -27,14 +29,17 @@ from lakeview.config.models import (
     _check_name,
     is_loopback,
 )
+from lakeview.config.schema import duckdb_columns
 from lakeview.config.storage import MaintenanceConfig, RetentionConfig, S3Config
 from lakeview.errors import ConfigError, UnsupportedSQLError
+from lakeview.graph import Graph, compile_view
 from lakeview.ivm.changefeed import check_view_over_sources
 from lakeview.ivm.combine import check_combined_view
 from lakeview.sql.dag import check_dag
 from lakeview.sql.dialects import check_inline_view
+from lakeview.sql.graph_plan import GraphPlan, graph_plan
 from lakeview.sql.groups import check_groups
-from lakeview.sql.planner import plan_view
+from lakeview.sql.planner import plan_for, plan_view
 from lakeview.sql.watermark import check as check_watermark
 
 
@@ -100,7 +105,8 @@ def _check_views(config: ProjectConfig) -> None:
         try:
             plan = plan_view(name, view.sql, view.dialect)
         except UnsupportedSQLError as exc:
-            raise ConfigError(config.file, f"views.{name}.sql", str(exc)) from None
+            _check_graph_view(config, name, exc)
+            continue
 
         problem = check_view_over_sources(plan, config)
         if problem:
@@ -132,10 +138,101 @@ def _check_views(config: ProjectConfig) -> None:
             raise ConfigError(config.file, f"views.{name}.sql", problem)
     for name in config.sources:
         _check_name_at(config.file, f"sources.{name}", name)
+    _check_reads_of_graph_views(config)
 
     check_dag(config)
 
     check_groups(config)
+
+
+def _check_graph_view(config: ProjectConfig, name: str, refusal: UnsupportedSQLError) -> None:
+    """A view the per-shape planner refuses (``refusal``) is a graph view when the operator graph compiles
+    it over its sources' schemas; otherwise the graph's refusal (the construct and why) is the error."""
+    key = f"views.{name}.sql"
+    view = config.views[name]
+    plan = graph_plan(name, view.sql, view.dialect, refusal)
+    for source in plan.sources:
+        if source in config.views and source not in config.sources:
+            raise ConfigError(
+                config.file,
+                key,
+                f"reads the view {source!r}: a view maintained as an operator graph (its SQL: {refusal}) reads "
+                "declared sources only, not yet other views; read the sources directly",
+            )
+        if source not in config.sources:
+            known = ", ".join(sorted(config.sources)) or "none declared"
+            raise ConfigError(
+                config.file,
+                key,
+                f"reads {source!r}, which is not a declared source (declared: {known}); add a [sources.{source}] table",
+            )
+        source_config = config.sources[source]
+        if source_config.changes is not None and source_config.images is not None:
+            raise ConfigError(
+                config.file,
+                key,
+                f"source {source!r}: declare either [changes] (an operation column) or [images] (before/after), not both",
+            )
+    for option in ("watermark", "group"):
+        if getattr(view, option, None):
+            raise ConfigError(
+                config.file,
+                f"views.{name}.{option}",
+                f"{option} is not supported yet for a view maintained as an operator graph",
+            )
+    try:
+        view_graph(config, name)
+    except UnsupportedSQLError as exc:
+        raise ConfigError(config.file, key, str(exc)) from None
+
+
+def _check_reads_of_graph_views(config: ProjectConfig) -> None:
+    """No view reads a graph view yet (its changes are not published for downstream views)."""
+    for name, view in config.views.items():
+        if not view.materialize:
+            continue
+        plan = plan_for(name, view.sql, view.dialect)
+        for source in plan.sources:
+            upstream = config.views.get(source)
+            if source in config.sources or upstream is None or not upstream.materialize:
+                continue
+            if is_graph_view(config, source):
+                raise ConfigError(
+                    config.file,
+                    f"views.{name}.sql",
+                    f"reads the view {source!r}, which is maintained as an operator graph and does not publish its "
+                    "changes to other views yet; read its sources directly",
+                )
+
+
+def is_graph_view(config: ProjectConfig, view: str) -> bool:
+    """Whether ``view`` runs through the operator graph (the per-shape planner refuses its SQL)."""
+    spec = config.views[view]
+    return spec.materialize and isinstance(plan_for(view, spec.sql, spec.dialect), GraphPlan)
+
+
+def source_schemas(config: ProjectConfig, sources: tuple[str, ...] | list[str]) -> dict[str, pa.Schema]:
+    """Each declared source's columns (its DDL) as an arrow schema, as the graph's inputs have them."""
+    schemas = {}
+    con = duckdb.connect()
+    try:
+        for source in sources:
+            columns = duckdb_columns(config.sources[source].schema_)
+            select = ", ".join(f'CAST(NULL AS {t}) AS "{n}"' for n, t in columns.items())
+            schemas[source] = con.execute(f"SELECT {select} LIMIT 0").to_arrow_table().schema
+    finally:
+        con.close()
+    return schemas
+
+
+def view_graph(config: ProjectConfig, view: str, sizes: dict[str, int] | None = None) -> Graph:
+    """The operator graph of a graph view, compiled over its sources' schemas (``sizes``: rows per source,
+    to order its joins). Raises UnsupportedSQLError naming the construct the graph cannot maintain."""
+    spec = config.views[view]
+    plan = plan_for(view, spec.sql, spec.dialect)
+    if not isinstance(plan, GraphPlan):
+        raise UnsupportedSQLError(f"{view} is kept by the per-shape planner ({plan.kind}), not an operator graph")
+    return compile_view(plan.duckdb_sql(), source_schemas(config, plan.sources), sizes)
 
 
 def _check_name_at(file: str, key: str, name: str) -> None:

@@ -12,7 +12,6 @@ same surface as :class:`~spark_jobs.pipeline.ViewPipeline`, which hands such vie
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Callable
@@ -22,11 +21,9 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from lakeview.config.schema import parse_ddl
-from lakeview.ivm.changefeed import OP, images_sql, latest_sql, operation_sql
 from lakeview.ivm.combine import CombinedMaintainer, side_table_names, source_mirror_name
 from lakeview.ivm.commits import CommitRecord, Epoch
 from lakeview.ivm.zsets import state_table_names
-from lakeview.ops.source_log import logged_files
 from lakeview.sql.dag import deleting_sources, upstreams_of
 from lakeview.sql.dialects import sql_properties
 from lakeview.sql.joins import JoinPlan, joined_column, sql_over_sources
@@ -36,10 +33,11 @@ from lakeview.sql.union import UnionPlan
 from spark_jobs import faults
 from spark_jobs.executors.combined_bootstrap import bootstrap_on_executors, bootstraps
 from spark_jobs.executors.reads import on_executors
-from spark_jobs.sources.quarantine import CORRUPT, FILE, Quarantine
+from spark_jobs.source_frames import frontier, source_frames, tagged_stream
+from spark_jobs.sources.quarantine import Quarantine
 from spark_jobs.sources.upstream import with_upstream_source
-from spark_jobs.sources.view_changes import ChangePublisher, upstream_position
-from spark_jobs.streams import collect_arrow, file_stream, reconcile_checkpoint, start_query, state_table_writer
+from spark_jobs.sources.view_changes import ChangePublisher
+from spark_jobs.streams import collect_arrow, reconcile_checkpoint, start_query, state_table_writer
 from writers.base import SnapshotWriter
 
 if TYPE_CHECKING:
@@ -49,7 +47,6 @@ if TYPE_CHECKING:
     from lakeview.config.models import ProjectConfig
 
 log = logging.getLogger("lakeview.pipeline")
-SOURCE_TAG = "__lv_src"
 
 
 def combined_pipeline(
@@ -196,18 +193,7 @@ class CombinedPipeline:
     # --- streaming ----------------------------------------------------------------------
     def source_stream(self) -> DataFrame:
         """Every source's file stream, tagged and prefixed, as one stream."""
-        from pyspark.sql import functions as F  # lazy: Spark loads only where views run
-
-        streams = []
-        for index, source in enumerate(self.sources):
-            # max_files_per_trigger bounds each source: a backlog becomes several epochs
-            stream = file_stream(self.spark, self.project, source, self.quarantines[source])
-            columns = [F.col(f"`{c}`").alias(f"__lv_s{index}_{c}") for c in stream.columns]
-            streams.append(stream.select(*columns, F.lit(index).alias(SOURCE_TAG)))
-        combined = streams[0]
-        for stream in streams[1:]:
-            combined = combined.unionByName(stream, allowMissingColumns=True)
-        return combined
+        return tagged_stream(self.spark, self.project, self.sources, self.quarantines)
 
     def start(self, available_now: bool = False) -> StreamingQuery:
         faults.install(self)  # type: ignore[arg-type]
@@ -238,45 +224,20 @@ class CombinedPipeline:
                 self.on_commit(record)
 
     def _process_batch(self, batch: DataFrame, epoch_id: int) -> CommitRecord | None:
-        from pyspark.sql import functions as F  # lazy: Spark loads only where views run
-
-        spark = batch.sparkSession  # temp views of a foreachBatch live in the batch's session
         started = time.perf_counter()
         self.last_write = {}  # set by the path that says how the rows went
         frontier, newest_ms = self._frontier(epoch_id)
-        frames: dict[str, DataFrame] = {}  # per source: the input the driver's path collects
-        rows_in = quarantined = 0
-        for index, source in enumerate(self.sources):
-            config = self.configs[source]
-            prefix = f"__lv_s{index}_"
-            part = batch.where(F.col(SOURCE_TAG) == index).select(
-                *[F.col(f"`{c}`").alias(c[len(prefix) :]) for c in batch.columns if c.startswith(prefix)]
-            )
-            if config.changes is not None:
-                part = part.selectExpr("*", f"{operation_sql(config.changes)} AS {OP}")
-            operation = OP if config.changes is not None else None
-            split = self.quarantines[source].split(
-                part, epoch_id, operation=operation, files=self._batch_paths.get(source)
-            )
-            rows_in, quarantined = rows_in + split.rows_in, quarantined + split.quarantined
-            good = split.good.drop(CORRUPT, FILE)
-            name = f"__lv_{self.view}_{source}_batch"
-            good.createOrReplaceTempView(name)
-            columns = [c.name for c in parse_ddl(config.schema_) if c.name != WEIGHT]
-            if isinstance(self.plan, JoinPlan) and (config.changes is None and config.images is None):
-                columns = [
-                    c for side in self.plan.sides if side.source == source for c in side.columns
-                ]  # only what the join reads
-            if source in self.upstreams:  # an upstream view's change: its rows already carry their weights
-                frames[source] = good.select(*[F.col(f"`{c}`") for c in columns], F.col(WEIGHT).cast("int"))
-            elif config.changes is not None:
-                frames[source] = spark.sql(latest_sql(config.changes, name)).drop("__lv_rn")
-            elif config.images is not None:
-                frames[source] = spark.sql(images_sql(config.images, columns, name))
-            else:  # an append stream: its rows with weight +1, only the columns a join reads
-                frames[source] = good.select(*[F.col(f"`{c}`") for c in columns]).withColumn(
-                    WEIGHT, F.lit(1).cast("int")
-                )
+
+        def join_columns(source: str) -> list[str] | None:  # only what the join reads
+            if not isinstance(self.plan, JoinPlan):
+                return None
+            return [c for side in self.plan.sides if side.source == source for c in side.columns]
+
+        split = source_frames(
+            batch, self.view, self.sources, self.configs, self.quarantines, epoch_id, self._batch_paths,
+            self.upstreams, join_columns,
+        )  # fmt: skip
+        frames, rows_in, quarantined = split.frames, split.rows_in, split.quarantined
         epoch = Epoch(
             view=self.view,
             number=epoch_id,
@@ -303,33 +264,7 @@ class CombinedPipeline:
         return record
 
     def _frontier(self, epoch_id: int) -> tuple[dict[str, object], int | None]:
-        """Every source's position this epoch reaches (one line per source in Spark's offset
-        log, in source order) and the newest input file's arrival time (over the sources
-        whose position moved in this epoch)."""
-        current, previous = _positions(self.checkpoint, epoch_id), _positions(self.checkpoint, epoch_id - 1)
-        frontier: dict[str, object] = {}
-        arrived: list[int] = []
-        for index, source in enumerate(self.sources):
-            log_offset = current[index] if index < len(current) else None
-            moved = log_offset is not None and (index >= len(previous) or previous[index] != log_offset)
-            files = [f for f in logged_files(self.checkpoint, index) if f.batch == log_offset] if moved else []
-            arrived += [f.modified_ms for f in files]
-            self._batch_paths[source] = [f.path for f in files]  # Parquet: rows counted by footers (Quarantine.split)
-            frontier[source] = {"log_offset": log_offset, "files": len(files), "index": index}
-            if (
-                source in self.upstreams and log_offset is not None
-            ):  # the upstream epoch/snapshot reached (chain oracle)
-                read = [f.path for f in logged_files(self.checkpoint, index) if f.batch <= log_offset]
-                frontier[source].update(upstream_position(read))
-        return frontier, max(arrived, default=None)
-
-
-def _positions(checkpoint, epoch_id: int) -> list[int | None]:  # type: ignore[no-untyped-def]
-    """Each source's file-log offset in Spark's offset log of one epoch (None: no position yet)."""
-    offsets = checkpoint / "offsets" / str(epoch_id)
-    lines = offsets.read_text().splitlines()[2:] if epoch_id >= 0 and offsets.exists() else []
-    positions: list[int | None] = []
-    for line in lines:
-        position = json.loads(line) if line.strip() not in ("", "-") else None
-        positions.append(position.get("logOffset") if isinstance(position, dict) else None)
-    return positions
+        """Every source's position this epoch reaches and the newest input file's arrival time
+        (:func:`spark_jobs.source_frames.frontier`)."""
+        reached, newest, self._batch_paths = frontier(self.checkpoint, self.sources, epoch_id, self.upstreams)
+        return reached, newest

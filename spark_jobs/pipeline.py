@@ -38,6 +38,7 @@ from spark_jobs.driver_delta import maintain_small_batch  # a small batch: DuckD
 from spark_jobs.executors.bootstrap import bootstrap_on_executors, bootstraps
 from spark_jobs.executors.reads import on_executors
 from spark_jobs.executors.writes import append_on_executors
+from spark_jobs.graph_pipeline import graph_pipeline
 from spark_jobs.multi_source import combined_pipeline
 from spark_jobs.sources.quarantine import CORRUPT, FILE, Quarantine
 from spark_jobs.sources.upstream import upstream_key, with_upstream_source
@@ -70,6 +71,9 @@ class ViewPipeline:
     def __new__(cls, spark: SparkSession, project: ProjectConfig, view: str, *args, **kwargs):  # type: ignore[no-untyped-def]
         # A join or UNION ALL view reads several sources: spark_jobs.multi_source keeps it.
         if cls is ViewPipeline:
+            graph = graph_pipeline(spark, project, view, *args, **kwargs)  # what the per-shape planner refuses
+            if graph is not None:
+                return graph
             combined = combined_pipeline(spark, project, view, *args, **kwargs)
             if combined is not None:
                 return combined

@@ -31,7 +31,7 @@ from catalog_api.responses import from_exception
 from lakeview import errors
 from lakeview.ops.ingest import SourceIngest
 from lakeview.ops.parking import parked, request_resume
-from lakeview.sql.planner import plan_view
+from lakeview.sql.planner import plan_for
 
 if TYPE_CHECKING:
     from lakeview.config.models import ProjectConfig
@@ -128,7 +128,7 @@ def lakeview_routes(project: ProjectConfig, store: Any) -> list[BaseRoute]:
 
 def _sources_of(sql: str) -> tuple[str, ...]:
     try:
-        return tuple(plan_view("_", sql).sources)
+        return tuple(plan_for("_", sql).sources)
     except errors.LakeviewError:
         return ()
 

@@ -24,7 +24,8 @@ from lakeview.config.schema import duckdb_columns
 from lakeview.ivm.changefeed import operation_sql
 from lakeview.ops.source_log import logged_files
 from lakeview.sql.duck import connect
-from lakeview.sql.planner import plan_view
+from lakeview.sql.graph_plan import GraphPlan
+from lakeview.sql.planner import plan_for
 from lakeview.sql.watermark import (
     Watermark,
     applied_changes,
@@ -58,7 +59,7 @@ def recompute(project: ProjectConfig, view: str, files: list[Path] | dict[str, l
 
     project = with_evolved_sources(project)  # new_columns = "evolve": the schema the pipeline reads
     config = project.views[view]
-    plan = plan_view(view, config.sql, config.dialect)
+    plan = plan_for(view, config.sql, config.dialect)
     if not isinstance(files, dict):
         files = {plan.sources[0]: files} if files is not None else {}
     con = connect()
@@ -84,6 +85,8 @@ def recompute(project: ProjectConfig, view: str, files: list[Path] | dict[str, l
         sql = (
             plan.batch_sql({s: s for s in plan.sources}, "duckdb")
             if getattr(plan, "window", None) is not None
+            else plan.duckdb_sql()
+            if isinstance(plan, GraphPlan)
             else _duck(plan.sql)
         )
         return con.execute(sql).to_arrow_table()
@@ -159,7 +162,7 @@ def frontier_files(project: ProjectConfig, view: str, frontier: dict) -> dict[st
     config = project.views[view]
     checkpoint = project.checkpoint_path(view)
     found: dict[str, list[Path]] = {}
-    for index, source in enumerate(plan_view(view, config.sql, config.dialect).sources):
+    for index, source in enumerate(plan_for(view, config.sql, config.dialect).sources):
         position = frontier.get(source) or {}
         log_offset = position.get("log_offset")
         logged = logged_files(checkpoint, int(position.get("index", index))) if log_offset is not None else []

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from lakeview.errors import ConfigError
 from lakeview.sql.joins import JoinPlan
 from lakeview.sql.plan import AppendPlan, KeyedAggregatePlan
-from lakeview.sql.planner import plan_view
+from lakeview.sql.planner import plan_for
 from lakeview.sql.union import UnionPlan
 
 if TYPE_CHECKING:
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 def _plan(project: ProjectConfig, view: str) -> AppendPlan | KeyedAggregatePlan | JoinPlan | UnionPlan:
     config = project.views[view]
-    return plan_view(view, config.sql, config.dialect)
+    return plan_for(view, config.sql, config.dialect)
 
 
 def upstream_of(project: ProjectConfig, view: str) -> str | None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from sqlglot import exp
 
 from lakeview.errors import UnsupportedSQLError
+from lakeview.sql.graph_plan import GraphPlan, graph_plan
 from lakeview.sql.joins import JoinPlan, plan_join
 from lakeview.sql.plan import SUPPORTED, AppendPlan, KeyedAggregatePlan, parse_statement, plan_select
 from lakeview.sql.union import UnionPlan, is_union_subquery, plan_union
@@ -25,3 +26,14 @@ def plan_view(view: str, sql: str, dialect: str = "spark") -> AppendPlan | Keyed
         if (union := is_union_subquery(tree)) is not None:
             return plan_union(view, sql, union, tree.sql("spark") if dialect != "spark" else sql, outer=tree)
     return plan_select(view, sql, tree, dialect)
+
+
+def plan_for(
+    view: str, sql: str, dialect: str = "spark"
+) -> AppendPlan | KeyedAggregatePlan | JoinPlan | UnionPlan | GraphPlan:
+    """``plan_view``'s plan, or a :class:`~lakeview.sql.graph_plan.GraphPlan` for a query it refuses
+    (the operator graph's compile decides at load whether that one can be maintained)."""
+    try:
+        return plan_view(view, sql, dialect)
+    except UnsupportedSQLError as exc:
+        return graph_plan(view, sql, dialect, exc)

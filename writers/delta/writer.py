@@ -144,7 +144,11 @@ class DeltaWriter(SnapshotWriter):
         return last_commit_of(self.table())
 
     def lookup(self, keys: pa.Table) -> pa.Table:
-        table = self.table()
+        return self.lookup_at(keys, None)
+
+    def lookup_at(self, keys: pa.Table, version: int | None) -> pa.Table:
+        """:meth:`lookup` in the table as it stood at ``version`` (None: now)."""
+        table = self.table(version)
         key = tuple(keys.column_names)
         dataset = table.to_pyarrow_dataset()
         schema = plain_schema(dataset.schema)

@@ -36,7 +36,7 @@ from catalog_api.responses import from_exception
 from lakeview import errors
 from lakeview.ops.history import ConsoleHistory, console_state, history_path
 from lakeview.ops.runtime import read_runtime
-from lakeview.sql.planner import plan_view
+from lakeview.sql.planner import plan_for
 
 if TYPE_CHECKING:
     from lakeview.config.models import ProjectConfig
@@ -73,7 +73,7 @@ def _readable(request: Request, namespace: str) -> bool:
 def _inputs(project: ProjectConfig, view: str) -> list[str]:
     config = project.views[view]
     try:
-        return list(plan_view(view, config.sql, config.dialect).sources)
+        return list(plan_for(view, config.sql, config.dialect).sources)
     except errors.LakeviewError:
         return []
 

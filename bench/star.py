@@ -1,0 +1,179 @@
+"""A star-schema view kept as an operator graph, epoch vs history vs DuckDB's recompute, in one run.
+
+``orders`` (``--orders`` rows of history, Parquet, append-only) JOIN ``products``, ``customers`` and
+``regions`` (JSON change feeds), ``GROUP BY region, category``: a view the per-shape planner refuses,
+kept by the embedded stack through :class:`spark_jobs.graph_pipeline.GraphPipeline` (Iceberg tables for
+the view, every operator's state and the mirrors, one catalog transaction per epoch). After the first
+batch, each epoch lands ``--batch`` new orders plus ``--updates`` updates on each dimension and is timed
+from landing to the view's snapshot committed; median of ``--repeats`` after one warm-up epoch. In the
+same run: DuckDB recomputing the view's SQL over the same files (dimensions replayed to their current
+rows). Prints one table row per ``--orders`` size; the epoch's phases come from the pipeline's timings.
+
+    .venv/bin/python bench/star.py [--orders 200000 2000000] [--batch 10000] [--updates 20] [--repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from rich.console import Console
+from rich.table import Table
+
+from lakeview.project import parse_project
+from lakeview.sql.duck import connect
+from lakeview.stack.embedded import EmbeddedStack
+
+ORDERS = "id BIGINT, pid BIGINT, cid BIGINT, qty INT"
+FEED = {"operation": "op", "key": ["id"], "sequence": "seq", "insert": ["c"], "update": ["u"], "delete": ["d"]}
+DIMENSIONS = {  # name: (schema, rows at the start)
+    "products": ("id BIGINT, category STRING, price DOUBLE, op STRING, seq BIGINT", 10_000),
+    "customers": ("id BIGINT, rid BIGINT, op STRING, seq BIGINT", 10_000),
+    "regions": ("id BIGINT, region STRING, op STRING, seq BIGINT", 10),
+}
+SQL = (
+    "SELECT r.region, p.category, COUNT(*) n, SUM(o.qty*p.price) revenue FROM orders o "
+    "JOIN products p ON o.pid=p.id JOIN customers c ON o.cid=c.id JOIN regions r ON c.rid=r.id "
+    "GROUP BY r.region, p.category"
+)
+BATCH_IDS = 10_000_000_000
+
+
+def values(name: str, rng: random.Random) -> dict[str, object]:
+    if name == "products":
+        return {"category": f"c{rng.randrange(50)}", "price": round(rng.uniform(1, 100), 2)}
+    if name == "customers":
+        return {"rid": 1 + rng.randrange(DIMENSIONS["regions"][1])}
+    return {"region": f"r{rng.randrange(1000)}"}
+
+
+class Feeds:
+    """The dimensions' change feeds: JSON files of insert/update rows, sequenced."""
+
+    def __init__(self, landing: Path, rng: random.Random) -> None:
+        self.landing, self.rng, self.seq, self.files = landing, rng, 0, 0
+
+    def land(self, name: str, rows: list[tuple[str, int]]) -> None:
+        directory = self.landing / name
+        directory.mkdir(parents=True, exist_ok=True)
+        lines = []
+        for op, key in rows:
+            self.seq += 1
+            lines.append(json.dumps({"id": key, "op": op, "seq": self.seq, **values(name, self.rng)}))
+        tmp = directory / f".f-{self.files:06d}.json.tmp"
+        tmp.write_text("\n".join(lines) + "\n")
+        tmp.rename(directory / f"f-{self.files:06d}.json")  # appear whole
+        self.files += 1
+
+
+def land_orders(directory: Path, name: str, count: int, first_id: int) -> None:
+    """``count`` orders over every product and customer (Parquet, written whole then renamed)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    products, customers = DIMENSIONS["products"][1], DIMENSIONS["customers"][1]
+    con = connect()
+    tmp = directory / f".{name}.tmp"
+    con.execute(
+        f"COPY (SELECT i AS id, 1 + (i * 7919) % {products} AS pid, 1 + (i * 104729) % {customers} AS cid, "
+        f"CAST(1 + i % 5 AS INT) AS qty FROM range({first_id}, {first_id + count}) t(i)) TO '{tmp}' (FORMAT parquet)"
+    )
+    con.close()
+    tmp.rename(directory / name)
+
+
+def run(size: int, args: argparse.Namespace) -> tuple[float, float, float, dict]:
+    root = Path(tempfile.mkdtemp(prefix="lakeview-bench-star-"))
+    landing = root / "landing"
+    rng = random.Random(7)
+    land_orders(landing / "orders", "history.parquet", size, 0)
+    feeds = Feeds(landing, rng)
+    for name, (_, rows) in DIMENSIONS.items():
+        feeds.land(name, [("c", k) for k in range(1, rows + 1)])
+    sources = {"orders": {"format": "parquet", "path": str(landing / "orders"), "schema": ORDERS}}
+    for name, (schema, _) in DIMENSIONS.items():
+        sources[name] = {"format": "json", "path": str(landing / name), "schema": schema, "changes": FEED}
+    project = parse_project(
+        {
+            "server": {"port": 0},
+            "sources": sources,
+            "views": {"star": {"sql": SQL, "cadence": "100ms", "namespace": "bench"}},
+        },
+        root=root / "project",
+    )
+    committed: list[float] = []
+    epochs: list[tuple[float, dict]] = []
+    try:
+        with EmbeddedStack(project, port=0) as stack:
+            started = time.perf_counter()
+            stack.start_views(on_commit=lambda record: committed.append(time.perf_counter()))
+            query = stack.queries["star"]
+            query.processAllAvailable()
+            first = time.perf_counter() - started
+            for i in range(args.repeats + 1):
+                before = len(committed)
+                land_orders(landing / "orders", f"b-{i:06d}.parquet", args.batch, BATCH_IDS + i * args.batch)
+                for name, (_, rows) in DIMENSIONS.items():
+                    feeds.land(name, [("u", 1 + rng.randrange(rows)) for _ in range(args.updates)])
+                landed = time.perf_counter()
+                query.processAllAvailable()
+                ended = committed[-1] if len(committed) > before else time.perf_counter()
+                if i:  # the first epoch after the first batch warms up
+                    epochs.append((ended - landed, dict(getattr(stack.pipelines["star"], "timings", {}))))
+            stack.stop_views()
+        duck = []
+        for _ in range(args.repeats):
+            con = connect()
+            started = time.perf_counter()
+            con.execute(f"CREATE TEMP VIEW orders AS SELECT * FROM read_parquet('{landing}/orders/*.parquet')")
+            for name in DIMENSIONS:
+                con.execute(
+                    f"CREATE TEMP VIEW {name} AS SELECT * EXCLUDE (r) FROM (SELECT *, row_number() OVER "
+                    f"(PARTITION BY id ORDER BY seq DESC) AS r FROM read_json_auto('{landing}/{name}/*.json')) "
+                    "WHERE r = 1 AND op <> 'd'"
+                )
+            con.execute(SQL).fetchall()
+            duck.append(time.perf_counter() - started)
+            con.close()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    phases = {k: round(statistics.median(p.get(k, 0.0) for _, p in epochs), 3) for k in epochs[-1][1]}
+    return first, statistics.median(s for s, _ in epochs), statistics.median(duck), phases
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--orders", type=int, nargs="+", default=[200_000, 2_000_000], help="orders of history")
+    parser.add_argument("--batch", type=int, default=10_000, help="new orders per epoch")
+    parser.add_argument("--updates", type=int, default=20, help="updates on each dimension per epoch")
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    console = Console(width=200)
+    load_start = os.getloadavg()
+    rows = []
+    for size in args.orders:
+        first, epoch, recompute, phases = run(size, args)
+        console.print(f"{size:,} orders: phases (median): {phases}")
+        rows.append((size, first, epoch, recompute))
+    table = Table(
+        title=f"orders ⋈ products ⋈ customers ⋈ regions GROUP BY region, category (operator graph): one epoch of "
+        f"{args.batch:,} orders + {args.updates} updates per dimension; median of {args.repeats}; "
+        f"load {load_start[0]:.1f} -> {os.getloadavg()[0]:.1f}"
+    )
+    for col in ("orders", "first batch s", "epoch s", "DuckDB recompute s", "DuckDB/epoch"):
+        table.add_column(col, justify="right")
+    for size, first, epoch, recompute in rows:
+        table.add_row(f"{size:,}", f"{first:.1f}", f"{epoch:.3f}", f"{recompute:.3f}", f"{recompute / epoch:.2f}×")
+    console.print(table)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,62 @@
+"""A view the per-shape planner refuses but the operator graph (:mod:`lakeview.graph`) may maintain.
+
+The per-shape planner (:func:`lakeview.sql.planner.plan_view`) keeps the shapes it already runs; any
+other query (star and outer joins, CTEs, subqueries, top-k, ``ORDER BY … LIMIT``) is a ``GraphPlan``:
+only what the config checks, the DAG, the oracle and the pipelines need before compiling it (its
+sources, its SQL). Whether the graph can maintain it is decided by compiling it against the sources'
+schemas when the project loads (:func:`lakeview.project.view_graph`), never here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sqlglot
+from sqlglot import exp
+
+from lakeview.errors import UnsupportedSQLError
+from lakeview.sql.plan import parse_statement
+
+KIND = "graph"
+
+
+@dataclass(frozen=True)
+class GraphPlan:
+    """A graph view: its SQL (as written, in ``dialect``), the tables it reads in the order its SQL
+    names them, and why the per-shape planner refused it."""
+
+    view: str
+    sql: str
+    dialect: str
+    sources: tuple[str, ...]
+    refusal: str
+    kind: str = KIND
+    is_append: bool = False
+    window: None = None
+    top: None = None
+
+    def duckdb_sql(self) -> str:
+        """The view's SQL in DuckDB's dialect (what the graph compiles and the oracle recomputes)."""
+        return graph_sql(self.sql, self.dialect)
+
+
+def graph_sql(sql: str, dialect: str) -> str:
+    """``sql`` transpiled from ``dialect`` to DuckDB's."""
+    if dialect == "duckdb":
+        return sql
+    return sqlglot.transpile(sql, read=dialect, write="duckdb")[0]
+
+
+def graph_plan(view: str, sql: str, dialect: str, refusal: UnsupportedSQLError) -> GraphPlan:
+    """The GraphPlan of a query the per-shape planner refused with ``refusal``. Re-raises ``refusal``
+    when the SQL is not one query at all."""
+    tree = parse_statement(sql, dialect)
+    if not isinstance(tree, exp.Query):
+        raise refusal
+    ctes = {c.alias_or_name.lower() for c in tree.find_all(exp.CTE)}
+    sources: list[str] = []
+    for table in tree.find_all(exp.Table, bfs=False):
+        name = table.name
+        if name and name.lower() not in ctes and name not in sources:
+            sources.append(name)
+    return GraphPlan(view, sql, dialect, tuple(sources), str(refusal))

@@ -1,0 +1,302 @@
+"""One streaming query for a view kept as an operator graph (:mod:`lakeview.graph`): star and outer
+joins, CTEs, subqueries, top-k, ``ORDER BY … LIMIT`` — every view the per-shape planner refuses but the
+graph compiles.
+
+The query reads every source of the view (:mod:`spark_jobs.source_frames`, as for a join view). Per
+epoch each source's input becomes a Z-set (a change feed's newest change per key against its mirror:
+the old image −1, the new +1; an image feed's before −1 / after +1; an append stream's rows +1), the
+graph's ``step`` turns them into the view's delta, and the delta is applied to the view's table as a
+multiset keyed by the whole row (:func:`lakeview.ivm.combine.multiset_change`). The operators' state
+lives in Lakeview-owned tables (:class:`writers.graph_state.TableStateStore`).
+
+Exactly once. Iceberg: the view's table, every state table and every change-feed mirror are committed
+in ONE catalog transaction per epoch (:class:`writers.iceberg.group.IcebergGroupWriter`, each snapshot
+stamped with the epoch), so they never stand at different epochs; an epoch the tables already hold is
+skipped before anything is read. Delta has no multi-table transaction: the state tables and mirrors are
+committed first, the view's table last, each skipping an epoch it already has (its app transaction),
+and a replay is skipped once the view's table holds the epoch. After a crash *between* those commits
+the replayed epoch reads the tables that already hold it as they stood before it (Delta time travel to
+the version before their commit of the epoch), so it computes the same change; only the tables that
+lack the epoch commit it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+
+from lakeview.graph import WEIGHT as GRAPH_WEIGHT
+from lakeview.graph import step
+from lakeview.ivm.changefeed import normalize
+from lakeview.ivm.combine import multiset_change, source_mirror_name
+from lakeview.ivm.commits import Change, CommitRecord, Epoch
+from lakeview.project import source_schemas, view_graph
+from lakeview.sql.dialects import sql_properties
+from lakeview.sql.graph_plan import GraphPlan
+from lakeview.sql.plan import WEIGHT
+from lakeview.sql.planner import plan_for
+from spark_jobs import faults
+from spark_jobs.executors.reads import on_executors
+from spark_jobs.source_frames import frontier, source_frames, tagged_stream
+from spark_jobs.sources.quarantine import Quarantine
+from spark_jobs.streams import collect_arrow, reconcile_checkpoint, start_query, state_table_writer
+from writers.graph_state import TableStateStore, commit_key, lookup_as_of, state_table_name, warm_up
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+    from lakeview.config.models import ProjectConfig
+    from lakeview.graph import Graph
+    from writers.base import SnapshotWriter
+    from writers.iceberg.group import IcebergGroupWriter
+
+log = logging.getLogger("lakeview.pipeline")
+
+
+def graph_pipeline(spark: SparkSession, project: ProjectConfig, view: str, *args, **kwargs) -> GraphPipeline | None:  # type: ignore[no-untyped-def]
+    """The pipeline of a view kept as an operator graph; None for a view the per-shape planner keeps."""
+    config = project.views[view]
+    if not isinstance(plan_for(view, config.sql, config.dialect), GraphPlan):
+        return None
+    return GraphPipeline(spark, project, view, *args, **kwargs)
+
+
+class GraphPipeline:
+    """Keeps one graph view fresh: ``prepare()`` once, then ``start()`` (the surface of
+    :class:`~spark_jobs.multi_source.CombinedPipeline`)."""
+
+    view_is_state = False  # reconcile_checkpoint: the epoch check is ours (every table moves together)
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        project: ProjectConfig,
+        view: str,
+        writer: SnapshotWriter,
+        on_commit: Callable[[CommitRecord], None] | None = None,
+        state_writer: Callable[[str], SnapshotWriter] | None = None,
+    ) -> None:
+        self.spark = spark
+        self.project = project
+        self.view = view
+        self.config = project.views[view]
+        plan = plan_for(view, self.config.sql, self.config.dialect)
+        assert isinstance(plan, GraphPlan)
+        self.plan = plan
+        self.writer = on_executors(writer, spark, project)
+        self.on_commit = on_commit
+        self.checkpoint = project.checkpoint_path(view)
+        made = state_writer or self._iceberg_state_writer
+        self._state_writer = lambda name: on_executors(made(name), spark, project)
+        self.configs = {s: project.sources[s] for s in plan.sources}
+        self.feeds = {s: c.changes for s, c in self.configs.items() if c.changes is not None}
+        self.schemas = source_schemas(project, plan.sources)
+        self.quarantines = {s: Quarantine(project, s, view) for s in plan.sources}
+        self.upstreams: set[str] = set()  # a graph view reads declared sources only (lakeview.project)
+        self.publisher = None  # no view reads a graph view yet (lakeview.project)
+        self.graph: Graph = view_graph(project, view)
+        self.mirrors: dict[str, SnapshotWriter] = {}
+        self.state: dict[str, SnapshotWriter] = {}
+        self.store: TableStateStore | None = None
+        self.group: IcebergGroupWriter | None = None
+        self._last_epoch: int | None = None
+        self._batch_paths: dict[str, list[Path]] = {}
+        self.timings: dict[str, float] = {}
+        self.last_write: dict[str, object] = {}
+
+    @property
+    def source(self) -> tuple[str, ...]:
+        """Every source the view reads (pending-file counts go over all of them)."""
+        return self.plan.sources
+
+    @property
+    def sources(self) -> tuple[str, ...]:
+        return self.plan.sources
+
+    def _iceberg_state_writer(self, name: str) -> SnapshotWriter:
+        return state_table_writer(self.writer, self.view, self.config.namespace, name)
+
+    # --- tables ------------------------------------------------------------------------------
+    def output_schema(self) -> pa.Schema:
+        return step(view_graph(self.project, self.view), {}).drop_columns([GRAPH_WEIGHT]).schema
+
+    def prepare(self) -> None:
+        """Create the view's, its state tables' and its mirrors' tables; reconcile Spark's checkpoint;
+        point the graph's state at the tables."""
+        for source in self.sources:
+            self.project.source_path(source).mkdir(parents=True, exist_ok=True)
+        output, state_schemas = warm_up(self.graph)
+        properties = {"lakeview.sql": self.config.sql, "lakeview.cadence": str(self.config.cadence)}
+        properties.update(sql_properties(self.config.sql, self.config.dialect))
+        self.writer.ensure_table(output, tuple(output.names), properties)  # a multiset keyed by the whole row
+        owned = {"lakeview.state-of": self.view}
+        keys = {}
+        for table in self.graph.state_tables():
+            writer = self._state_writer(state_table_name(self.view, table))
+            writer.ensure_table(state_schemas[table.name], commit_key(table, state_schemas[table.name]), owned)
+            self.state[table.name], keys[table.name] = writer, table.key
+        for source, feed in self.feeds.items():
+            self.mirrors[source] = self._state_writer(source_mirror_name(self.view, source))
+            self.mirrors[source].ensure_table(self.schemas[source], tuple(feed.key), owned)
+        self.store = TableStateStore(keys, self.state, state_schemas)
+        self.graph.use_store(self.store)
+        if self.writer.capabilities.multi_table_transactions:
+            from writers.iceberg.group import IcebergGroupWriter  # lazy: Iceberg's group loads only where used
+
+            members = {w.table_name: w for w in self.tables()}
+            self.group = IcebergGroupWriter(
+                self.writer.catalog,  # type: ignore[attr-defined]
+                self.view,
+                members,  # type: ignore[arg-type]
+                {name: self.view for name in members},
+            )
+        self._last_epoch = reconcile_checkpoint(self.view, self.checkpoint, self, self.writer)
+        # a restart: the state exists, so no operator starts it again (a global aggregate's row is in the view)
+        self.graph.runtime.epoch = 0 if self.last_epoch() is None else 1
+
+    def tables(self) -> list[SnapshotWriter]:
+        """The view's table, its state tables and its mirrors."""
+        return [self.writer, *self.state.values(), *self.mirrors.values()]
+
+    def last_epoch(self) -> int | None:
+        """The newest epoch the view has committed: Iceberg, every table's (they move together);
+        Delta, the newest any of its tables holds (an epoch with no change to the view commits only
+        state)."""
+        if self.group is not None:
+            return self.group.last_epoch()
+        epochs = [r.epoch for w in self.tables() if (r := w.last_commit()) is not None]
+        return max(epochs) if epochs else None
+
+    def publish_changes(self) -> None:
+        """Nothing to publish: no view reads a graph view yet."""
+
+    # --- streaming -----------------------------------------------------------------------------
+    def source_stream(self) -> DataFrame:
+        return tagged_stream(self.spark, self.project, self.sources, self.quarantines)
+
+    def start(self, available_now: bool = False) -> StreamingQuery:
+        faults.install(self)  # type: ignore[arg-type]
+        return start_query(
+            self.source_stream(),
+            f"lakeview_{self.view}",
+            self.checkpoint,
+            self._process,
+            self.config.cadence,
+            available_now,
+        )
+
+    def _done(self, epoch_id: int) -> bool:
+        """Whether the epoch is committed: Iceberg, in every table (one transaction); Delta, in the view's
+        table (committed last; an epoch that left the view unchanged is recomputed, reading the tables
+        that hold it as they stood before it, and changes nothing)."""
+        if self.group is not None:
+            done = self.group.last_epoch()
+        else:
+            record = self.writer.last_commit()
+            done = record.epoch if record is not None else None
+        return done is not None and epoch_id <= done
+
+    def _before(self, epoch_id: int) -> dict[str, int]:
+        """Delta: each state table and mirror that already holds ``epoch_id`` (a crash between the epoch's
+        commits), by the version it stood at before it."""
+        if self.group is not None:
+            return {}
+        found = {}
+        for name, writer in [*self.state.items(), *self.mirrors.items()]:
+            record = writer.last_commit()
+            if record is not None and record.epoch >= epoch_id and record.snapshot_id is not None:
+                found[name] = record.snapshot_id - 1
+        return found
+
+    def _process(self, batch: DataFrame, epoch_id: int) -> None:
+        if self._done(epoch_id):
+            log.info("%s: epoch %s already in the tables; skipping the replay", self.view, epoch_id)
+            return
+        faults.point("reading", epoch_id)
+        started = time.perf_counter()
+        batch = batch.persist()
+        try:
+            record = self._process_batch(batch, epoch_id)
+        finally:
+            batch.unpersist()
+        self.timings["total_s"] = time.perf_counter() - started
+        log.info("%s: epoch %s timings %s", self.view, epoch_id, {k: round(v, 3) for k, v in self.timings.items()})
+        faults.point("after_commit", epoch_id)
+        if record is not None:
+            log.info("%s: committed epoch %s as snapshot %s", self.view, epoch_id, record.snapshot_id)
+            if self.on_commit is not None:
+                self.on_commit(record)
+
+    def _process_batch(self, batch: DataFrame, epoch_id: int) -> CommitRecord | None:
+        started = time.perf_counter()
+        reached, newest_ms, self._batch_paths = frontier(self.checkpoint, self.sources, epoch_id)
+        split = source_frames(
+            batch, self.view, self.sources, self.configs, self.quarantines, epoch_id, self._batch_paths
+        )
+        epoch = Epoch(
+            view=self.view,
+            number=epoch_id,
+            frontier=reached,
+            rows_in=split.rows_in,
+            newest_input_ms=newest_ms,
+            rows_quarantined=split.quarantined,
+        )
+        faults.current_epoch = epoch_id
+        inputs = {source: collect_arrow(frame) for source, frame in split.frames.items()}
+        self.timings = {"spark_read_quarantine_s": time.perf_counter() - started}
+        self.last_write = {"by": "driver", "rows_collected": sum(t.num_rows for t in inputs.values())}
+        started = time.perf_counter()
+        before = self._before(epoch_id)
+        deltas, mirrors = self._zsets(inputs, before)
+        assert self.store is not None
+        self.store.begin({name: v for name, v in before.items() if name in self.state})
+        out = step(self.graph, deltas)
+        self.timings["graph_step_s"] = time.perf_counter() - started
+        started = time.perf_counter()
+        weighted = out.rename_columns([*out.column_names[:-1], WEIGHT])
+        changes: dict[str, Change] = {
+            self.writer.table_name: multiset_change(self.writer, weighted, tuple(self.graph.names))
+        }
+        changes.update({self.state[name].table_name: c for name, c in self.store.changes().items()})
+        changes.update({self.mirrors[s].table_name: c for s, c in mirrors.items()})
+        record = self._commit(epoch, changes)
+        self.timings["commit_s"] = time.perf_counter() - started
+        return record
+
+    def _zsets(
+        self, inputs: dict[str, pa.Table], before: dict[str, int]
+    ) -> tuple[dict[str, pa.Table], dict[str, Change]]:
+        """Each source's epoch as a Z-set with the graph's weight column, and each mirror's change
+        (``before``: mirrors holding the epoch already, read at that version)."""
+        deltas: dict[str, pa.Table] = {}
+        mirrors: dict[str, Change] = {}
+        for source, batch in inputs.items():
+            columns = self.schemas[source].names
+            if source in self.feeds:
+                feed = self.feeds[source]
+                mirror, version = self.mirrors[source], before.get(source)
+                old = lookup_as_of(mirror, batch.select(list(feed.key)), version) if batch.num_rows else pa.table({})
+                batch, mirrors[source] = normalize(batch, old, feed, columns)
+            weight = batch.column(WEIGHT).cast(pa.int64())
+            deltas[source] = batch.select(columns).append_column(GRAPH_WEIGHT, weight)
+        return deltas, mirrors
+
+    def _commit(self, epoch: Epoch, changes: dict[str, Change]) -> CommitRecord | None:
+        """Every table's change for the epoch: one catalog transaction (Iceberg), or the state tables and
+        mirrors first and the view's table last (Delta)."""
+        if self.group is not None:
+            records = self.group.commit(epoch, changes)  # type: ignore[arg-type]
+            return None if records is None else records.get(self.writer.table_name)
+        view_change = changes.pop(self.writer.table_name)
+        for writer in [*self.state.values(), *self.mirrors.values()]:
+            change = changes.get(writer.table_name)
+            if change is not None:
+                writer.commit(epoch, change)
+        return self.writer.commit(epoch, view_change)

@@ -1,0 +1,206 @@
+"""An operator graph's state (:mod:`lakeview.graph.state`) kept in Lakeview-owned tables.
+
+Each :class:`~lakeview.graph.state.StateTable` is one table (a :class:`~writers.base.SnapshotWriter`
+made by the view's state-writer factory, property ``lakeview.state-of``) holding the state's Z-set:
+each distinct row once with its net weight in the column ``__w``, keyed by the state's key. A lookup
+goes through ``writer.lookup`` by that key (so the writer's key index serves it); an apply is held until
+the end of the epoch, when :meth:`TableStateStore.changes` turns each table's held deltas into ONE
+keyed change: for every key the epoch touched, the key's stored rows are replaced by the rows whose
+weight is still non-zero. The pipeline then commits those changes with the view's in one catalog
+transaction (Iceberg) or table by table (Delta), see :mod:`spark_jobs.graph_pipeline`.
+
+A lookup made after an apply in the same epoch sees that apply (the held deltas are added), so the
+store behaves like :class:`~lakeview.graph.state.MemoryStateStore` within an epoch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import duckdb
+import pyarrow as pa
+
+from lakeview.errors import WriterError
+from lakeview.graph import Graph, step
+from lakeview.graph.state import StateTable
+from lakeview.graph.zset import WEIGHT
+from lakeview.ivm.commits import Change
+from writers.base import SnapshotWriter
+
+
+def _q(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def state_table_name(view: str, table: StateTable) -> str:
+    """The Lakeview-owned table holding one state table of ``view``'s graph."""
+    return f"__lv_state_{view}_g_{table.name.replace('.', '_')}"
+
+
+def warm_up(graph: Graph) -> tuple[pa.Schema, dict[str, pa.Schema]]:
+    """The view's output schema and every state table's arrow schema (weight column included): one epoch
+    of empty inputs through ``graph`` with its in-memory store, before it is pointed at tables (which
+    also primes each operator's empty output)."""
+    out = step(graph, {})
+    memory = graph.runtime.store
+    schemas = {t.name: memory.tables[t.name][0].schema for t in graph.state_tables()}  # type: ignore[attr-defined]
+    return out.drop_columns([WEIGHT]).schema, schemas
+
+
+def commit_key(table: StateTable, schema: pa.Schema) -> tuple[str, ...]:
+    """The key a state table is committed (and created) with: the operator's key, or for state without
+    one (a global aggregate, ORDER BY … LIMIT, a join without equality) the whole row (a table keyed by
+    nothing would be rewritten whole every epoch)."""
+    return table.key or tuple(n for n in schema.names if n != WEIGHT)
+
+
+def every_key() -> pa.Table:
+    """A key table of no columns and one row: with the empty key, it matches every stored row."""
+    return pa.table({"_": [1]}).drop_columns(["_"])
+
+
+@dataclass
+class TableStateStore:
+    """The state tables of one graph view: their key, ``writers`` and ``schemas`` (weight column
+    included) by state table name."""
+
+    keys: dict[str, tuple[str, ...]]
+    writers: dict[str, SnapshotWriter]
+    schemas: dict[str, pa.Schema]
+    held: dict[str, list[pa.Table]] = field(default_factory=dict)
+    # Delta, an epoch replayed after a crash between its commits: the tables that already hold it are
+    # read as they stood before it (their version), and their change is not computed (their commit skips it)
+    as_of: dict[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.con = duckdb.connect()
+        self.con.execute("SET threads = 1")
+
+    def begin(self, as_of: dict[str, int] | None = None) -> None:
+        """Start an epoch: forget what an epoch that did not commit held (a retried epoch starts from the
+        tables); ``as_of``: state tables to read at a version (see the field)."""
+        self.held = {}
+        self.as_of = dict(as_of or {})
+
+    # --- the StateStore protocol --------------------------------------------------------------
+    def lookup(self, table: StateTable, keys: pa.Table | None) -> pa.Table | None:
+        writer, schema = self._writer(table), self.schemas[table.name]
+        if keys is None or not table.key:
+            probe = every_key() if keys is None or keys.num_rows else keys.select([])
+            key: tuple[str, ...] = ()
+        else:
+            key = table.key
+            probe = keys.select(list(key)).cast(pa.schema([schema.field(k) for k in key]))
+        found = lookup_as_of(writer, probe, self.as_of.get(table.name)) if probe.num_rows else None
+        stored = found.select(schema.names).cast(schema) if found is not None else schema.empty_table()
+        pending = self._held(table)
+        if pending is None:
+            return stored
+        if key:
+            pending = self._query(f"SELECT p.* FROM p SEMI JOIN k ON {_match(key, 'p', 'k')}", p=pending, k=probe)
+        elif not probe.num_rows:
+            return stored
+        return self._consolidate([stored, pending], schema)
+
+    def apply(self, table: StateTable, delta: pa.Table) -> None:
+        if delta.num_rows:
+            schema = self.schemas[table.name]
+            self.held.setdefault(table.name, []).append(_conform(delta, schema))
+
+    # --- the epoch's changes -----------------------------------------------------------------
+    def changes(self) -> dict[str, Change]:
+        """Each state table's change for the epoch (tables nothing was applied to: none); clears what
+        was held."""
+        changes = {}
+        for name, deltas in self.held.items():
+            if name in self.as_of:  # the table holds this epoch already
+                continue
+            schema = self.schemas[name]
+            key = self._key(name)
+            delta = self._consolidate(deltas, schema)
+            if delta.num_rows == 0:
+                continue
+            writer = self.writers[name]
+            if key:
+                touched = self._query(f"SELECT DISTINCT {', '.join(map(_q, key))} FROM d", d=delta)
+                stored = writer.lookup(touched.cast(pa.schema([schema.field(k) for k in key])))
+            else:
+                touched = every_key()
+                stored = writer.lookup(touched)
+            rows = self._consolidate([stored.select(schema.names).cast(schema), delta], schema)
+            gone = (
+                self._query(f"SELECT t.* FROM t ANTI JOIN r ON {_match(key, 't', 'r')}", t=touched, r=rows)
+                if key
+                else None
+            )
+            if key:
+                changes[name] = Change(rows=rows, key=key, deletes=gone if gone is not None and gone.num_rows else None)
+            else:  # no operator key: each distinct row is its own key, only rows whose weight changed are written
+                changes[name] = self._row_change(stored.select(schema.names).cast(schema), rows, schema)
+        self.held = {}
+        return changes
+
+    def _row_change(self, stored: pa.Table, rows: pa.Table, schema: pa.Schema) -> Change:
+        data = tuple(n for n in schema.names if n != WEIGHT)
+        upserts = self._query(
+            f"SELECT r.* FROM r ANTI JOIN s ON {_match((*data, WEIGHT), 'r', 's')}", r=rows, s=stored
+        ).cast(schema)
+        gone = self._query(
+            f"SELECT {', '.join(map(_q, data))} FROM s ANTI JOIN r ON {_match(data, 's', 'r')}", r=rows, s=stored
+        )
+        return Change(rows=upserts, key=data, deletes=gone if gone.num_rows else None)
+
+    def rows(self, table: StateTable) -> int:
+        """How many distinct rows ``table`` holds (for explain)."""
+        return self._writer(table).lookup(every_key()).num_rows
+
+    # --- helpers --------------------------------------------------------------------------------
+    def _writer(self, table: StateTable) -> SnapshotWriter:
+        try:
+            return self.writers[table.name]
+        except KeyError:
+            raise WriterError(
+                f"state table {table.name} has no table (not created when the view was prepared)"
+            ) from None
+
+    def _key(self, name: str) -> tuple[str, ...]:
+        return self.keys[name]
+
+    def _held(self, table: StateTable) -> pa.Table | None:
+        deltas = self.held.get(table.name)
+        return pa.concat_tables(deltas) if deltas else None
+
+    def _consolidate(self, parts: list[pa.Table], schema: pa.Schema) -> pa.Table:
+        columns = [n for n in schema.names if n != WEIGHT]
+        tables = {f"t{i}": _conform(p, schema) for i, p in enumerate(parts)}
+        union = " UNION ALL ".join(f"SELECT * FROM t{i}" for i in range(len(parts)))
+        cols = ", ".join(map(_q, columns))
+        group = f"{cols}, " if columns else ""
+        by = "GROUP BY ALL " if columns else ""
+        sql = f"SELECT {group}CAST(SUM({WEIGHT}) AS BIGINT) AS {WEIGHT} FROM ({union}) {by}HAVING SUM({WEIGHT}) <> 0"
+        return self._query(sql, **tables).cast(schema)
+
+    def _query(self, sql: str, **tables: pa.Table) -> pa.Table:
+        for name, table in tables.items():
+            self.con.register(name, table)
+        try:
+            return self.con.execute(sql).to_arrow_table()
+        finally:
+            for name in tables:
+                self.con.unregister(name)
+
+
+def lookup_as_of(writer: SnapshotWriter, keys: pa.Table, version: int | None) -> pa.Table:
+    """``writer.lookup(keys)``, in the table as it stood at ``version`` (None: now; a Delta table's)."""
+    if version is None:
+        return writer.lookup(keys)
+    return writer.lookup_at(keys, version)  # type: ignore[attr-defined]  # DeltaWriter (time travel)
+
+
+def _match(key: tuple[str, ...], left: str, right: str) -> str:
+    return " AND ".join(f"{left}.{_q(k)} IS NOT DISTINCT FROM {right}.{_q(k)}" for k in key) or "TRUE"
+
+
+def _conform(delta: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``delta`` with the state table's columns and types (a weight of any integer type)."""
+    return delta.select(schema.names).cast(schema)
