@@ -31,6 +31,7 @@ from lakeview.config.storage import MaintenanceConfig, RetentionConfig, S3Config
 from lakeview.errors import ConfigError, UnsupportedSQLError
 from lakeview.ivm.changefeed import check_view_over_sources
 from lakeview.ivm.combine import check_combined_view
+from lakeview.sql.column_roles import check_column_roles
 from lakeview.sql.dag import check_dag
 from lakeview.sql.dialects import check_inline_view
 from lakeview.sql.groups import check_groups
@@ -128,7 +129,7 @@ def _check_views(config: ProjectConfig) -> None:
                     f"add a [sources.{source}] table",
                 )
 
-        if problem := check_combined_view(plan, config):
+        if problem := check_combined_view(plan, config) or check_column_roles(plan, config):
             raise ConfigError(config.file, f"views.{name}.sql", problem)
     for name in config.sources:
         _check_name_at(config.file, f"sources.{name}", name)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from sqlglot import exp
 
+from lakeview.config.schema import RESERVED_PREFIX
 from lakeview.errors import UnsupportedSQLError
 from lakeview.sql.joins import JoinPlan, plan_join
 from lakeview.sql.plan import SUPPORTED, AppendPlan, KeyedAggregatePlan, parse_statement, plan_select
@@ -15,6 +16,7 @@ def plan_view(view: str, sql: str, dialect: str = "spark") -> AppendPlan | Keyed
     """Analyse a view's SQL (``dialect``: spark, duckdb or trino; transpiled to Spark SQL).
     Raises :class:`UnsupportedSQLError` naming the construct, its line and the nearest supported form."""
     tree = parse_statement(sql, dialect)
+    _check_output_names(tree)
     if isinstance(tree, exp.SetOperation):  # UNION ALL of projections: lakeview.sql.union
         return plan_union(view, sql, tree, tree.sql("spark") if dialect != "spark" else sql)
     if not isinstance(tree, exp.Select):
@@ -25,3 +27,16 @@ def plan_view(view: str, sql: str, dialect: str = "spark") -> AppendPlan | Keyed
         if (union := is_union_subquery(tree)) is not None:
             return plan_union(view, sql, union, tree.sql("spark") if dialect != "spark" else sql, outer=tree)
     return plan_select(view, sql, tree, dialect)
+
+
+def _check_output_names(tree: exp.Expression) -> None:
+    """A view column named like Lakeview's internal columns (``__lv_...``) would be taken for one."""
+    select = tree
+    while isinstance(select, exp.SetOperation):
+        select = select.this
+    for item in select.expressions if isinstance(select, exp.Select) else ():
+        if item.alias_or_name.lower().startswith(RESERVED_PREFIX):
+            raise UnsupportedSQLError(
+                f"view column {item.alias_or_name!r}: names starting with {RESERVED_PREFIX!r} are reserved for "
+                "Lakeview's internal columns; nearest supported form: ... AS another_name"
+            )
