@@ -27,6 +27,7 @@ from lakeview.config.models import (
     _check_name,
     is_loopback,
 )
+from lakeview.config.schema import reserved_column
 from lakeview.config.storage import MaintenanceConfig, RetentionConfig, S3Config
 from lakeview.errors import ConfigError, UnsupportedSQLError
 from lakeview.ivm.changefeed import check_view_over_sources
@@ -133,6 +134,8 @@ def _check_views(config: ProjectConfig) -> None:
             raise ConfigError(config.file, f"views.{name}.sql", problem)
     for name in config.sources:
         _check_name_at(config.file, f"sources.{name}", name)
+        if problem := reserved_column(config.sources[name].schema_):
+            raise ConfigError(config.file, f"sources.{name}.schema", problem)
 
     check_dag(config)
 

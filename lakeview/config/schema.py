@@ -74,11 +74,6 @@ def parse_ddl(ddl: str) -> tuple[Column, ...]:
         kind = definition.args["kind"]
         if kind.this == exp.DataType.Type.USERDEFINED:
             raise ValueError(f"unknown type {kind.sql('spark')!r} for column {definition.name!r}")
-        if definition.name.lower().startswith(RESERVED_PREFIX):
-            raise ValueError(
-                f"column {definition.name!r}: names starting with {RESERVED_PREFIX!r} are reserved for Lakeview's "
-                "internal columns; rename it (e.g. in the files, or with a view over the source)"
-            )
         if (bad := unsupported_type(kind)) is not None:
             why = next((v for k, v in _INSTEAD.items() if bad.upper().startswith(k)), f"supported: {SUPPORTED_TYPES}")
             raise ValueError(
@@ -91,6 +86,18 @@ def parse_ddl(ddl: str) -> tuple[Column, ...]:
     if duplicates:
         raise ValueError(f"duplicate column(s) in schema: {', '.join(duplicates)}")
     return tuple(columns)
+
+
+def reserved_column(ddl: str) -> str | None:
+    """What is wrong when a user's schema names a column like Lakeview's own (``__lv_...``), or
+    None. Checked at load only: Lakeview's sources over a view's change files carry ``__lv_w``."""
+    for column in parse_ddl(ddl):
+        if column.name.lower().startswith(RESERVED_PREFIX):
+            return (
+                f"column {column.name!r}: names starting with {RESERVED_PREFIX!r} are reserved for Lakeview's "
+                "internal columns; rename it (e.g. in the files, or with a view over the source)"
+            )
+    return None
 
 
 def duckdb_columns(ddl: str) -> dict[str, str]:
