@@ -38,6 +38,18 @@ class UnsupportedSQLError(TerminalError):
     """A view's SQL cannot be maintained incrementally (or cannot be parsed)."""
 
 
+class AggregateOverflowError(TerminalError):
+    """An aggregate's value no longer fits its column's type (a full recompute overflows too).
+    The message names the view, the column and the aggregate; the view is parked, never wrapped."""
+
+    def __init__(self, view: str, column: str, aggregate: str, detail: str) -> None:
+        self.view, self.column = view, column
+        super().__init__(
+            f"view {view!r}: column {column!r} ({aggregate}) overflows its type: {detail}; widen the argument "
+            f"(e.g. CAST(x AS DECIMAL(38, 0))) or change the view, then resume it"
+        )
+
+
 class SetupError(TerminalError):
     """The machine lacks something Lakeview needs (Java, a jar, an extension)."""
 

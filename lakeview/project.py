@@ -29,12 +29,13 @@ from lakeview.config.models import (
     _check_name,
     is_loopback,
 )
-from lakeview.config.schema import duckdb_columns
+from lakeview.config.schema import duckdb_columns, reserved_column
 from lakeview.config.storage import MaintenanceConfig, RetentionConfig, S3Config
 from lakeview.errors import ConfigError, UnsupportedSQLError
 from lakeview.graph import Graph, compile_view
 from lakeview.ivm.changefeed import check_view_over_sources
 from lakeview.ivm.combine import check_combined_view
+from lakeview.sql.column_roles import check_column_roles
 from lakeview.sql.dag import check_dag
 from lakeview.sql.dialects import check_inline_view
 from lakeview.sql.graph_plan import GraphPlan, graph_plan
@@ -134,10 +135,12 @@ def _check_views(config: ProjectConfig) -> None:
                     f"add a [sources.{source}] table",
                 )
 
-        if problem := check_combined_view(plan, config):
+        if problem := check_combined_view(plan, config) or check_column_roles(plan, config):
             raise ConfigError(config.file, f"views.{name}.sql", problem)
     for name in config.sources:
         _check_name_at(config.file, f"sources.{name}", name)
+        if problem := reserved_column(config.sources[name].schema_):
+            raise ConfigError(config.file, f"sources.{name}.schema", problem)
     _check_reads_of_graph_views(config)
 
     check_dag(config)

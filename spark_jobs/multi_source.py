@@ -31,6 +31,7 @@ from lakeview.sql.plan import WEIGHT, KeyedAggregatePlan
 from lakeview.sql.planner import plan_view
 from lakeview.sql.union import UnionPlan
 from spark_jobs import faults
+from spark_jobs.analysis import with_sum_types
 from spark_jobs.executors.combined_bootstrap import bootstrap_on_executors, bootstraps
 from spark_jobs.executors.reads import on_executors
 from spark_jobs.source_frames import frontier, source_frames, tagged_stream
@@ -160,6 +161,8 @@ class CombinedPipeline:
         top = self.plan.top
         if isinstance(top, KeyedAggregatePlan):
             rel = self._combined_relation()
+            top = with_sum_types(self.spark, top, rel)  # exact weighted sums, overflow an error
+            self.plan = m.plan = self.plan.model_copy(update={"top": top})
             schemas = [self._arrow_schema(self.spark.sql(top.group_delta_sql(rel)))]
             schemas += [
                 self._arrow_schema(self.spark.sql(top.multiset_delta_sql(i, rel))) for i in range(len(top.multisets))

@@ -34,6 +34,7 @@ from lakeview.sql.plan import WEIGHT, AppendPlan, KeyedAggregatePlan
 from lakeview.sql.planner import plan_view
 from lakeview.sql.watermark import LATE, Watermark, delay_us, event_column
 from spark_jobs import faults
+from spark_jobs.analysis import with_sum_types
 from spark_jobs.driver_delta import maintain_small_batch  # a small batch: DuckDB, no Spark aggregate
 from spark_jobs.executors.bootstrap import bootstrap_on_executors, bootstraps
 from spark_jobs.executors.reads import on_executors
@@ -148,6 +149,11 @@ class ViewPipeline:
         empty.createOrReplaceTempView(self._temp_name("_schema"))
         return to_arrow_schema(self.spark.sql(sql_for(self._temp_name("_schema"))).schema)
 
+    def _typed(self, plan: KeyedAggregatePlan) -> KeyedAggregatePlan:
+        """``plan`` with its SUM/AVG arguments' types (exact weighted sums, overflow an error)."""
+        self._schema_of(lambda rel: f"SELECT * FROM {rel}", weighted=True)  # registers the empty relation
+        return with_sum_types(self.spark, plan, self._temp_name("_schema"))
+
     def output_schema(self) -> pa.Schema:
         """The view's columns, from Spark's analysis of its SQL over the source schema."""
         return self._schema_of(lambda rel: self.plan.batch_sql({self.source: rel}))
@@ -173,6 +179,7 @@ class ViewPipeline:
         self.writer.ensure_table(self.output_schema(), m.view_key, properties)
         owned = {"lakeview.state-of": self.view}
         if isinstance(self.plan, KeyedAggregatePlan) and not m.view_is_state:
+            self.plan = m.plan = self._typed(self.plan)
             plan = self.plan
             schemas = [self._schema_of(lambda rel: plan.group_delta_sql(rel), weighted=True)]
             schemas += [

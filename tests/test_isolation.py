@@ -84,6 +84,7 @@ def test_a_failed_view_is_parked_alone_and_resumes_exactly_once(
         land_json(landing, "1.json", _batch(1))
         failed = wait_for(lambda: (s := _status(base, broken))["state"] == "FAILED" and s, 120, f"{broken} FAILED")
         assert failed["failed_epoch"] == 1 and "injected terminal error at epoch 1" in failed["error"]
+        assert failed["degraded_reason"] == "FAILED", "the reason says parked, not just stopped"
         assert failed["epoch"] == 0, "the last committed epoch is still served"
         land_json(landing, "2.json", _batch(2))
         wait_for(lambda: _epoch(project, healthy) == 2, 120, f"{healthy} to go on to epoch 2")
@@ -97,10 +98,13 @@ def test_a_failed_view_is_parked_alone_and_resumes_exactly_once(
         assert f'lakeview_view_state{{state="FAILED",view="{broken}"}} 1.0' in metrics
         assert f'lakeview_view_state{{state="COMMITTED",view="{healthy}"}} 1.0' in metrics
         assert f'lakeview_view_failed_epoch{{view="{broken}"}} 1.0' in metrics
+        assert f'lakeview_view_degraded{{reason="FAILED",view="{broken}"}} 1.0' in metrics
+        assert f'lakeview_view_degraded{{reason="FAILED",view="{healthy}"}} 0.0' in metrics
         capsys.readouterr()
         main_exit(["status", "--json", "-p", str(project.root / "lakeview.toml")])
         statuses = {s["view"]: s for s in json.loads(capsys.readouterr().out)}
         assert (statuses[broken]["state"], statuses[broken]["failed_epoch"]) == ("FAILED", 1)
+        assert statuses[broken]["degraded_reason"] == "FAILED" and statuses[healthy]["degraded_reason"] != "FAILED"
 
         # Resume through the status API: the view replays epoch 1 and catches up.
         monkeypatch.delenv("LAKEVIEW_FAULT")
@@ -124,7 +128,7 @@ def test_a_failed_view_is_parked_alone_and_resumes_exactly_once(
     epochs = [c.epoch for c in reversed(tables.commit_history(project, broken))]
     assert epochs == [0, 1, 2], "each epoch applied once, none skipped"
     (after,) = [s for s in view_statuses(project) if s.view == broken]
-    assert after.state == "committed" and after.error is None
+    assert after.state == "committed" and after.error is None and after.degraded_reason != "FAILED"
 
 
 def test_status_reports_an_unreadable_table_as_failed(
@@ -228,3 +232,57 @@ def test_a_transient_error_is_retried_and_the_epoch_applied_once(
         oracle.recompute(project, view, oracle.landed_files(project.source_path("events"))),
     )
     assert comparison.equal, comparison.describe()
+
+
+def test_a_parked_view_group_resumes_from_its_last_committed_epoch_exactly_once(
+    spark, lake_dir: Path, tmp_path: Path, unique_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A group's members share one query and one transaction per epoch: a terminal error parks
+    them all at that epoch (with the reason FAILED), and resuming any one of them restarts the
+    group, which replays the failed epoch once for every member and catches up."""
+    group = f"g{unique_name[:30]}"
+    first, second = f"{unique_name[:40]}_a", f"{unique_name[:40]}_b"
+    data = {
+        "lake": {"warehouse": str(lake_dir / "warehouse"), "catalog_store": f"sqlite:///{lake_dir / 'catalog.db'}"},
+        "server": {"host": "127.0.0.1", "port": 0},
+        "sources": {"events": {"format": "json", "path": str(tmp_path / "landing"), "schema": "k STRING, v BIGINT"}},
+        "views": {
+            first: {"sql": SQL, "cadence": "1s", "namespace": NAMESPACE, "group": group},
+            second: {
+                "sql": "SELECT k, MAX(v) AS top FROM events GROUP BY k",
+                "cadence": "1s",
+                "namespace": NAMESPACE,
+                "group": group,
+            },
+        },
+    }
+    project = project_on_disk(tmp_path, data)
+    landing = project.source_path("events")
+    monkeypatch.setenv("LAKEVIEW_FAULT", f"error:{group}:1")
+    stack = EmbeddedStack(project, port=0).start_catalog()
+    base = stack.catalog_uri.removesuffix("/iceberg")
+    try:
+        land_json(landing, "0.json", _batch(0))
+        stack.start_views(spark=spark, isolate=True)
+        wait_for(lambda: _epoch(project, first) == 0 and _epoch(project, second) == 0, 120, "the group's epoch 0")
+        land_json(landing, "1.json", _batch(1))
+        for view in (first, second):
+            status = wait_for(lambda v=view: (s := _status(base, v))["state"] == "FAILED" and s, 120, f"{view} FAILED")
+            assert (status["failed_epoch"], status["epoch"], status["degraded_reason"]) == (1, 0, "FAILED")
+        land_json(landing, "2.json", _batch(2))
+
+        monkeypatch.delenv("LAKEVIEW_FAULT")
+        answer = httpx.post(f"{base}/lakeview/v1/views/{second}/resume", timeout=10)
+        assert answer.status_code == 202, answer.text
+        wait_for(lambda: _epoch(project, first) == 2 and _epoch(project, second) == 2, 120, "the group at epoch 2")
+        assert parked(project, first) is None and parked(project, second) is None and not stack.parked
+    finally:
+        stack.stop()
+    files = oracle.landed_files(landing)
+    for view in (first, second):
+        comparison = oracle.compare(tables.read_rows(project, view), oracle.recompute(project, view, files))
+        assert comparison.equal, f"{view}: {comparison.describe()}"
+        epochs = [c.epoch for c in reversed(tables.commit_history(project, view))]
+        assert epochs == [0, 1, 2], f"{view}: each epoch applied once, none skipped"
+        (after,) = [s for s in view_statuses(project) if s.view == view]
+        assert after.state == "committed" and after.degraded_reason != "FAILED"

@@ -67,9 +67,10 @@ FEED = {
 KEYS = ", ".join(COLUMNS)
 AGGREGATES = ", ".join(
     [f"COUNT({c}) AS n_{c}, MIN({c}) AS lo_{c}, MAX({c}) AS hi_{c}" for c in COLUMNS]
-    # Not summed, known bugs: SUM(d) of DECIMAL(38,10) values near the maximum overflows in the DuckDB merge
-    # (Spark returns NULL); SUM(i32) retracting INT_MIN overflows `weight * arg` (INT * INT) in lakeview/plan.py.
-    + [f"SUM({c}) AS sum_{c}" for c in ("i8", "i16", "x")]
+    # SUM(i32) retracts INT_MIN (a BIGINT sum). Not summed: d and i64, whose edge values sum past their type
+    # (a genuine overflow, an error naming the view: tests/test_sum_overflow.py).
+    + [f"SUM({c}) AS sum_{c}" for c in ("i8", "i16", "i32", "x")]
+    + [f"AVG({c}) AS avg_{c}" for c in ("i8", "i16", "i32")]
 )
 SQL = {
     "group": f"SELECT {KEYS}, COUNT(*) AS n, SUM(v) AS total FROM t GROUP BY {KEYS}",
@@ -79,8 +80,12 @@ SQL = {
 
 
 def _row(i: int) -> dict:
-    """Row ``i``: each column cycles through its values, so rows share keys and NULLs."""
-    return {c: values[(i + k) % len(values)] for k, (c, (_, _, values)) in enumerate(TYPES.items())}
+    """Row ``i``: each column cycles through its values, so rows share keys and NULLs; every third
+    row has no NULL (NULL never matches in a join, and the join is keyed on every column)."""
+    return {
+        c: (values if i % 3 else values[:-1])[(i + k) % (len(values) - (0 if i % 3 else 1))]
+        for k, (c, (_, _, values)) in enumerate(TYPES.items())
+    }
 
 
 def _changes(seq: list[int], op: str, ids: list[int], base: int = 0) -> list[dict]:
@@ -164,13 +169,6 @@ def typed_project(spark, catalog_server, tmp_path_factory, lake_dir: Path):
     return project, views, failed
 
 
-JOIN_BUG = pytest.mark.xfail(
-    strict=True,
-    reason="known bug: a join on 13 key columns of every type fails at epoch 0 with "
-    "DuckDB 'Multiple matches for FieldRef.Name(w)' in the join's maintenance",
-)
-
-
 @pytest.mark.parametrize(
     "fmt, role",
     [
@@ -178,8 +176,8 @@ JOIN_BUG = pytest.mark.xfail(
         ("delta", "group"),
         ("iceberg", "agg"),
         ("delta", "agg"),
-        pytest.param("iceberg", "join", marks=JOIN_BUG),
-        pytest.param("delta", "join", marks=JOIN_BUG),
+        ("iceberg", "join"),
+        ("delta", "join"),
     ],
 )
 def test_every_type_in_every_role_equals_the_recompute(typed_project, catalog_server, role: str, fmt: str) -> None:
@@ -198,4 +196,5 @@ def test_every_type_in_every_role_equals_the_recompute(typed_project, catalog_se
         duck = connect("delta").sql(f"SELECT * FROM delta_scan('{project.table_location(view)}')").to_arrow_table()
     assert _multiset(duck.to_pylist(), names) == want
     history = [c.epoch for c in reversed(tables.commit_history(project, view))]
-    assert history == sorted(set(history)) and history[-1] == 2, "epochs applied once each, in order"
+    # Once each, in order; a JOIN's query (several sources) may start with an empty trigger, so its numbers may be 1..3.
+    assert history == sorted(set(history)) and len(history) >= 3, "epochs applied once each, in order"

@@ -47,6 +47,7 @@ DEGRADED_REASONS = (
     "COMMIT_RETRYING",
     "REGISTRAR_DOWN",
     "STOPPED",
+    "FAILED",
 )
 
 

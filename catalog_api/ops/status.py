@@ -113,14 +113,14 @@ def view_status(project: ProjectConfig, store: Any, name: str, *, at_ms: int | N
         record, snapshots = status_inputs(project, store, name)
     except NoSuchTableError:
         state = FAILED if failure is not None else "not created (run `lakeview up`)"
-        return ViewStatus(**base, state=state, **_reason_only(signals, [], at_ms))
+        return ViewStatus(**base, state=state, **_reason_only(signals, [], at_ms, failure is not None))
     except Exception as exc:  # e.g. the table's files are gone or corrupt: its next epoch would fail too
         if failure is None:
             base["error"] = f"table unreadable: {exc.__class__.__name__}: {exc}"[:2000]
-        return ViewStatus(**base, state=FAILED, **_reason_only(signals, [], at_ms))
+        return ViewStatus(**base, state=FAILED, **_reason_only(signals, [], at_ms, failure is not None))
     if record is None:
         state = FAILED if failure is not None else "created, no commit yet"
-        return ViewStatus(**base, state=state, **_reason_only(signals, [], at_ms))
+        return ViewStatus(**base, state=state, **_reason_only(signals, [], at_ms, failure is not None))
     history = freshness.commit_history(snapshots)
     caught_up = runtime.caught_up_at_ms if runtime is not None and signals is not None and signals.alive else None
     lag = freshness.lag_at(history, at_ms, caught_up)
@@ -129,8 +129,8 @@ def view_status(project: ProjectConfig, store: Any, name: str, *, at_ms: int | N
         if base["target_lag_ms"] is None
         else freshness.compliance(history, now_ms=at_ms, target_lag_ms=base["target_lag_ms"], caught_up_at_ms=caught_up)
     )
-    reason = None
-    if base["target_lag_ms"] is not None:
+    reason = freshness.DegradedReason.FAILED if failure is not None else None  # with or without an SLO
+    if base["target_lag_ms"] is not None and reason is None:
         reason = freshness.degraded_reason(
             compliance_value=slo,
             lag_ms=lag,
@@ -161,10 +161,16 @@ def view_status(project: ProjectConfig, store: Any, name: str, *, at_ms: int | N
     )
 
 
-def _reason_only(signals: RuntimeSignals | None, history: list, at_ms: int) -> dict:
-    """A view without a commit yet: no lag, no compliance, but a reason (backfilling, stopped...)."""
+def _reason_only(signals: RuntimeSignals | None, history: list, at_ms: int, parked: bool = False) -> dict:
+    """A view without a commit yet: no lag, no compliance, but a reason (backfilling, stopped, failed...)."""
     reason = freshness.degraded_reason(
-        compliance_value=None, lag_ms=None, target_lag_ms=None, history=history, runtime=signals, now_ms=at_ms
+        compliance_value=None,
+        lag_ms=None,
+        target_lag_ms=None,
+        history=history,
+        runtime=signals,
+        now_ms=at_ms,
+        parked=parked,
     )
     return {"degraded_reason": None if reason is None else reason.value}
 

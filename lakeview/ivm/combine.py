@@ -33,6 +33,9 @@ if TYPE_CHECKING:
     from writers.base import SnapshotWriter
 
 
+COPIES = "__lv_copies"  # a multiset view's copies of a row after the epoch (internal: the reserved prefix)
+
+
 def side_table_names(view: str, plan: JoinPlan) -> list[str]:
     """The join's state tables, one per side: its rows (needed columns) with multiplicity."""
     return [f"__lv_state_{view}_join_{side.alias}" for side in plan.sides]
@@ -151,15 +154,18 @@ def multiset_change(view: SnapshotWriter, weighted: pa.Table, key: tuple[str, ..
     """A projection whose rows can be retracted, kept as a multiset keyed by the whole row:
     per distinct row touched, its stored copies are replaced by (stored + net weight) copies."""
     cols = ", ".join(f'"{c}"' for c in key)
-    net = _sql(f"SELECT {cols}, SUM({WEIGHT}) AS d FROM w GROUP BY ALL HAVING SUM({WEIGHT}) <> 0", w=weighted)
+    net = _sql(f"SELECT {cols}, SUM({WEIGHT}) AS {WEIGHT} FROM w GROUP BY ALL HAVING SUM({WEIGHT}) <> 0", w=weighted)
     if net.num_rows == 0:
         return Change(rows=weighted.select(list(key)).slice(0, 0), key=key)
     stored = view.lookup(net.select(list(key)))
     stored = stored.select(list(key)) if stored.num_rows else net.select(list(key)).slice(0, 0)
     match = " AND ".join(f'n."{k}" IS NOT DISTINCT FROM s."{k}"' for k in key)
-    counted = f"SELECT {', '.join(f'n.{chr(34)}{k}{chr(34)}' for k in key)}, n.d + (SELECT COUNT(*) FROM s WHERE {match}) AS c FROM n"
-    rows = _sql(f"SELECT {cols} FROM ({counted}) AS t, range(CAST(t.c AS BIGINT)) WHERE t.c > 0", n=net, s=stored)
-    gone = _sql(f"SELECT {cols} FROM ({counted}) AS t WHERE t.c <= 0", n=net, s=stored)
+    keys = ", ".join(f'n."{k}"' for k in key)
+    counted = f"SELECT {keys}, n.{WEIGHT} + (SELECT COUNT(*) FROM s WHERE {match}) AS {COPIES} FROM n"
+    rows = _sql(
+        f"SELECT {cols} FROM ({counted}) AS t, range(CAST(t.{COPIES} AS BIGINT)) WHERE t.{COPIES} > 0", n=net, s=stored
+    )
+    gone = _sql(f"SELECT {cols} FROM ({counted}) AS t WHERE t.{COPIES} <= 0", n=net, s=stored)
     return Change(rows=rows, key=key, deletes=gone if gone.num_rows else None)
 
 
@@ -174,7 +180,7 @@ def _side_change(writer: SnapshotWriter, columns: list[str], delta: pa.Table) ->
     match = " AND ".join(f'd."{c}" IS NOT DISTINCT FROM o."{c}"' for c in columns)
     items = ", ".join(f'd."{c}"' for c in columns)
     merged = _sql(
-        f"SELECT {items}, CAST(COALESCE(o.{COUNT}, 0) + d.w AS BIGINT) AS {COUNT} FROM d LEFT JOIN o ON {match}",
+        f"SELECT {items}, CAST(COALESCE(o.{COUNT}, 0) + d.{WEIGHT} AS BIGINT) AS {COUNT} FROM d LEFT JOIN o ON {match}",
         d=delta,
         o=stored,
     )
@@ -182,14 +188,14 @@ def _side_change(writer: SnapshotWriter, columns: list[str], delta: pa.Table) ->
 
 
 def _stored(writer: SnapshotWriter, keys: pa.Table, like: pa.Table) -> pa.Table:
-    """A side's stored rows for some join keys, as (side columns, ``w`` = multiplicity)."""
-    columns = [c for c in like.column_names if c != "w"]
+    """A side's stored rows for some join keys, as (side columns, ``__lv_w`` = multiplicity)."""
+    columns = [c for c in like.column_names if c != WEIGHT]
     if keys.num_rows == 0:
         return like.slice(0, 0)
     stored = writer.lookup(keys)
     if stored.num_rows == 0:
         return like.slice(0, 0)
-    return stored.select([*columns, COUNT]).rename_columns([*columns, "w"]).cast(like.schema)
+    return stored.select([*columns, COUNT]).rename_columns([*columns, WEIGHT]).cast(like.schema)
 
 
 def _has(writer: SnapshotWriter, epoch: Epoch) -> bool:

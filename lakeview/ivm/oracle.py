@@ -264,8 +264,8 @@ def _read_images(files: list[Path], columns: dict[str, str], before: str, after:
     """DuckDB SQL: the current rows of a before/after-image feed (the Z-set integrated:
     before −1, after +1, rows with a positive total, repeated by it)."""
     names = ", ".join(f'"{n}"' for n in columns)
-    total = f"SELECT {names}, SUM(__lv_w) AS w FROM ({_image_zset(files, columns, before, after)}) GROUP BY ALL"
-    repeated = f"SELECT {names}, unnest(range(CAST(w AS BIGINT))) AS copy FROM ({total}) WHERE w > 0"
+    total = f"SELECT {names}, SUM(__lv_w) AS __lv_w FROM ({_image_zset(files, columns, before, after)}) GROUP BY ALL"
+    repeated = f"SELECT {names}, unnest(range(CAST(__lv_w AS BIGINT))) AS __lv_copy FROM ({total}) WHERE __lv_w > 0"
     return f"SELECT {names} FROM ({repeated})"
 
 

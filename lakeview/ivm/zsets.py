@@ -24,11 +24,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+import duckdb
 import pyarrow as pa
 
+from lakeview.errors import AggregateOverflowError
 from lakeview.ivm.commits import Change, CommitRecord, Epoch
 from lakeview.sql.duck import arrow_sql as _sql
-from lakeview.sql.plan import COUNT, ROWS, VALUE, WEIGHT, AppendPlan, KeyedAggregatePlan
+from lakeview.sql.plan import COUNT, ROWS, VALUE, WEIGHT, AppendPlan, KeyedAggregatePlan, Slot
 
 if TYPE_CHECKING:
     from writers.base import SnapshotWriter
@@ -47,7 +49,18 @@ def change_for(plan: AppendPlan | KeyedAggregatePlan, delta: pa.Table, writer: S
 def merge_groups(plan: KeyedAggregatePlan, delta: pa.Table, current: pa.Table) -> pa.Table:
     """Each delta group's new row: its stored row (if any) merged with the delta."""
     current = current.select(delta.column_names) if current.num_rows else delta.schema.empty_table()
-    return _sql(plan.merge_sql(), delta=delta, current=current)
+    try:
+        return _sql(plan.merge_sql(), delta=delta, current=current)
+    except OVERFLOWS as exc:
+        for agg in plan.aggregates:
+            one = plan.model_copy(update={"aggregates": (agg,)})
+            try:
+                _sql(one.merge_sql(), delta=delta, current=current)
+            except OVERFLOWS as found:
+                raise AggregateOverflowError(
+                    plan.view, agg.column, agg.function.value.upper(), str(found).splitlines()[0]
+                ) from exc
+        raise
 
 
 def state_table_names(view: str, plan: KeyedAggregatePlan) -> list[str]:
@@ -141,21 +154,57 @@ def _advance(
 
 
 def merge_group_state(plan: KeyedAggregatePlan, delta: pa.Table, old: pa.Table) -> pa.Table:
-    """Each touched group's new state: stored counts and sums plus the delta's."""
+    """Each touched group's new state: stored counts and sums plus the delta's.
+    Raises :class:`AggregateOverflowError` when a sum leaves its type."""
+    _check_batch_sums(plan, delta)
     items = [f'd."{k}"' for k in plan.keys]
-    sums = set(plan.sum_columns())
+    sums: dict[str, str] = {}  # sum column -> its SQL
     for column in plan.state_columns():
-        if column in sums:
+        if column in plan.sum_columns():
             count = column[:-2] + "_c"
             total = f"COALESCE(o.{count}, 0) + COALESCE(d.{count}, 0)"
             # A sum with no values left is NULL (not a float residue of retractions).
-            items.append(
+            sums[column] = (
                 f"CASE WHEN {total} = 0 THEN NULL ELSE COALESCE(o.{column}, 0) + COALESCE(d.{column}, 0) END AS {column}"
             )
+            items.append(sums[column])
         else:
             items.append(f"COALESCE(o.{column}, 0) + COALESCE(d.{column}, 0) AS {column}")
-    sql = f"SELECT {', '.join(items)} FROM d LEFT JOIN o ON {plan.key_match('d', 'o')}"
-    return _sql(sql, d=delta, o=_or_empty(old, delta)).cast(_state_schema(delta, old))
+    tables = {"d": delta, "o": _or_empty(old, delta)}
+    schema = _state_schema(delta, old)
+    try:
+        return _sql(f"SELECT {', '.join(items)} FROM d LEFT JOIN o ON {plan.key_match('d', 'o')}", **tables).cast(
+            schema
+        )
+    except OVERFLOWS as exc:
+        for slot in plan.sum_slots():  # which sum: each one alone, in its stored type
+            one = f"SELECT {sums[slot.name + '_s']} FROM d LEFT JOIN o ON {plan.key_match('d', 'o')}"
+            try:
+                _sql(one, **tables).cast(pa.schema([schema.field(slot.name + "_s")]))
+            except OVERFLOWS as found:
+                raise _overflow(plan, slot, found) from exc
+        raise
+
+
+OVERFLOWS = (duckdb.OutOfRangeException, duckdb.ConversionException, pa.ArrowInvalid)
+
+
+def _overflow(plan: KeyedAggregatePlan, slot: Slot, exc: Exception) -> AggregateOverflowError:
+    columns = [name for name, sql in plan.outputs if f'"{slot.name}"' in sql] or [slot.name]
+    aggregate = f"{slot.function.value.upper()}({slot.argument})"
+    return AggregateOverflowError(plan.view, ", ".join(columns), aggregate, str(exc).splitlines()[0])
+
+
+def _check_batch_sums(plan: KeyedAggregatePlan, delta: pa.Table) -> None:
+    """Spark's SUM of a decimal is NULL when the batch's sum overflows (no error without ANSI
+    mode): a NULL sum over a non-zero count of values is that overflow, never a result."""
+    for slot in plan.sum_slots():
+        s, c = f"{slot.name}_s", f"{slot.name}_c"
+        if (
+            s in delta.column_names
+            and _sql(f"SELECT 1 FROM d WHERE {s} IS NULL AND {c} <> 0 LIMIT 1", d=delta).num_rows
+        ):
+            raise _overflow(plan, slot, ValueError("its sum over the epoch's rows is out of range"))
 
 
 def merge_multiset(plan: KeyedAggregatePlan, delta: pa.Table, old: pa.Table) -> pa.Table:
@@ -174,9 +223,19 @@ def state_change(merged: pa.Table, key: tuple[str, ...], count: str) -> Change:
 
 
 def finalize(plan: KeyedAggregatePlan, groups: pa.Table, multisets: list[pa.Table]) -> pa.Table:
-    """The view rows of the given groups' state (groups at 0 rows or failing HAVING: none)."""
+    """The view rows of the given groups' state (groups at 0 rows or failing HAVING: none).
+    Raises :class:`AggregateOverflowError` when a sum does not fit the recompute's type."""
     names = tuple(f"m{i}" for i in range(len(multisets)))
-    return _sql(plan.finalize_sql("g", names), g=groups, **dict(zip(names, multisets)))
+    try:
+        return _sql(plan.finalize_sql("g", names), g=groups, **dict(zip(names, multisets)))
+    except OVERFLOWS as exc:
+        for slot in plan.sum_slots():
+            one = plan.model_copy(update={"outputs": ((slot.name, f'"{slot.name}"'),), "having": None})
+            try:
+                _sql(one.finalize_sql("g", names), g=groups, **dict(zip(names, multisets)))
+            except OVERFLOWS as found:
+                raise _overflow(plan, slot, found) from exc
+        raise
 
 
 def view_change(plan: KeyedAggregatePlan, touched: pa.Table, rows: pa.Table) -> Change:
@@ -193,16 +252,16 @@ def view_change(plan: KeyedAggregatePlan, touched: pa.Table, rows: pa.Table) -> 
 def keyed_append_change(plan: AppendPlan, key: tuple[str, ...], weighted: pa.Table) -> Change:
     """An append view over a change feed, keyed by the feed's key: per key, the row with a
     positive net weight is upserted; keys left with none are deleted."""
-    columns = [c for c in weighted.column_names if c != "__lv_w"]
+    columns = [c for c in weighted.column_names if c != WEIGHT]
     cols = ", ".join(f'"{c}"' for c in columns)
-    net = f"SELECT {cols}, SUM(__lv_w) AS w FROM z GROUP BY ALL"
-    rows = _sql(f"SELECT {cols} FROM ({net}) WHERE w > 0", z=weighted)
+    net = f"SELECT {cols}, SUM({WEIGHT}) AS {WEIGHT} FROM z GROUP BY ALL"
+    rows = _sql(f"SELECT {cols} FROM ({net}) WHERE {WEIGHT} > 0", z=weighted)
     match = " AND ".join(f'u."{k}" IS NOT DISTINCT FROM z."{k}"' for k in key)
     keys = ", ".join(f'z."{k}"' for k in key)
     # Only a key whose old row is retracted (net weight < 0) without a new one is deleted;
     # an update to an identical row nets to 0 and changes nothing.
     gone = _sql(
-        f"SELECT DISTINCT {keys} FROM ({net}) AS z WHERE w < 0 AND NOT EXISTS (SELECT 1 FROM u WHERE {match})",
+        f"SELECT DISTINCT {keys} FROM ({net}) AS z WHERE {WEIGHT} < 0 AND NOT EXISTS (SELECT 1 FROM u WHERE {match})",
         z=weighted,
         u=rows,
     )

@@ -34,6 +34,7 @@ class DegradedReason(str, Enum):
     COMMIT_RETRYING = "COMMIT_RETRYING"  # commits keep losing races in the catalog
     REGISTRAR_DOWN = "REGISTRAR_DOWN"  # committed, but a registrar (Glue, HMS) could not publish
     STOPPED = "STOPPED"  # no process is maintaining the view
+    FAILED = "FAILED"  # parked after a terminal error (lakeview.ops.parking) until resumed; SLO or not
 
 
 @dataclass(frozen=True)
@@ -164,11 +165,15 @@ def degraded_reason(
     history: Sequence[CommitPoint],
     runtime: RuntimeSignals | None,
     now_ms: int,
+    parked: bool = False,
 ) -> DegradedReason | None:
     """The one reason shown when the view is below its SLO (or has never committed).
 
-    Most specific first: nothing running, a failed query, commits losing races, a registrar
-    down, the first batch, catching up after a restart, and otherwise falling behind."""
+    Most specific first: parked as FAILED (whatever its lag: nothing maintains it until it is
+    resumed), nothing running, a failed query, commits losing races, a registrar down, the first
+    batch, catching up after a restart, and otherwise falling behind."""
+    if parked:
+        return DegradedReason.FAILED
     below = (
         compliance_value is None
         or compliance_value < 1.0

@@ -46,7 +46,7 @@ def console_state(status: dict[str, Any]) -> str:
     """What the console colours a view by: failed, stopped, late (lag above its target),
     degraded (another reason), fresh, or pending (no commit and no reason yet)."""
     reason = status.get("degraded_reason")
-    if str(status.get("state", "")).upper() == "FAILED" or status.get("error") or reason == "SOURCE_ERROR":
+    if str(status.get("state", "")).upper() == "FAILED" or status.get("error") or reason in ("SOURCE_ERROR", "FAILED"):
         return "failed"
     if reason == "STOPPED":
         return "stopped"

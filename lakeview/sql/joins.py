@@ -21,10 +21,14 @@ from pydantic import BaseModel, ConfigDict
 from sqlglot import exp
 
 from lakeview.errors import UnsupportedSQLError
-from lakeview.sql.plan import CombinedPlan, ViewPlan, _at, _keyword_line, plan_sql
+from lakeview.sql.plan import WEIGHT, CombinedPlan, ViewPlan, _at, _keyword_line, plan_sql
 from lakeview.sql.plan import sql_over_sources as sql_over_sources
 
 JOINED = "__lv_join"  # the joined relation the top operator reads
+# A LEFT join's match counts per left row; internal columns carry the reserved ``__lv_`` prefix
+# so that no user column (a source's schema refuses the prefix) can be named like them.
+OLD_MATCHES = "__lv_old_n"
+NEW_MATCHES = "__lv_new_n"
 EQUI_JOIN = "FROM a JOIN b ON a.k = b.k [AND a.k2 = b.k2] (inner or LEFT)"
 
 
@@ -196,9 +200,11 @@ def _q(name: str) -> str:
 
 
 def side_delta_sql(side: JoinSide, zset: str) -> str:
-    """A side's net change per stored row (rows whose weights cancel drop out)."""
+    """A side's net change per stored row (``__lv_w``; rows whose weights cancel drop out)."""
     cols = ", ".join(_q(c) for c in side.columns)
-    return f"SELECT {cols}, CAST(SUM(__lv_w) AS BIGINT) AS w FROM {zset} GROUP BY ALL HAVING SUM(__lv_w) <> 0"
+    return (
+        f"SELECT {cols}, CAST(SUM({WEIGHT}) AS BIGINT) AS {WEIGHT} FROM {zset} GROUP BY ALL HAVING SUM({WEIGHT}) <> 0"
+    )
 
 
 def touched_keys_sql(side: JoinSide, delta: str, as_side: JoinSide | None = None) -> str:
@@ -212,9 +218,9 @@ def touched_keys_sql(side: JoinSide, delta: str, as_side: JoinSide | None = None
 def join_delta_sql(plan: JoinPlan, da: str, db: str, ao: str, bo: str) -> str:
     """DuckDB SQL: the epoch's change of the joined relation as a Z-set (``__lv_w``).
 
-    ``da``/``db``: each side's net delta (side columns + ``w``); ``ao``: A's stored rows for
+    ``da``/``db``: each side's net delta (side columns + ``__lv_w``); ``ao``: A's stored rows for
     the keys ``db`` touches, ``bo``: B's stored rows for the keys ``da`` and ``db`` touch (side
-    columns + ``w``, the multiplicity). Join keys compare with ``=``: NULL never matches.
+    columns + ``__lv_w``, the multiplicity). Join keys compare with ``=``: NULL never matches.
     """
     a, b = plan.sides
 
@@ -224,27 +230,29 @@ def join_delta_sql(plan: JoinPlan, da: str, db: str, ao: str, bo: str) -> str:
     def select(left: str, right: str | None, weight: str) -> str:
         cols = [f"{left}.{_q(c)} AS {_q(n)}" for c, n in zip(a.columns, a.joined())]
         cols += [f"{right}.{_q(c)} AS {_q(n)}" if right else f"NULL AS {_q(n)}" for c, n in zip(b.columns, b.joined())]
-        return f"SELECT {', '.join(cols)}, {weight} AS __lv_w"
+        return f"SELECT {', '.join(cols)}, {weight} AS {WEIGHT}"
 
+    lw, rw = f"l.{WEIGHT}", f"r.{WEIGHT}"
     parts = [
-        f"{select('l', 'r', 'l.w * r.w')} FROM {da} AS l JOIN {bo} AS r ON {on('l', 'r')}",
-        f"{select('l', 'r', 'l.w * r.w')} FROM {ao} AS l JOIN {db} AS r ON {on('l', 'r')}",
-        f"{select('l', 'r', 'l.w * r.w')} FROM {da} AS l JOIN {db} AS r ON {on('l', 'r')}",
+        f"{select('l', 'r', f'{lw} * {rw}')} FROM {da} AS l JOIN {bo} AS r ON {on('l', 'r')}",
+        f"{select('l', 'r', f'{lw} * {rw}')} FROM {ao} AS l JOIN {db} AS r ON {on('l', 'r')}",
+        f"{select('l', 'r', f'{lw} * {rw}')} FROM {da} AS l JOIN {db} AS r ON {on('l', 'r')}",
     ]
     if plan.how == "left":
+        old_n, new_n = f"l.{OLD_MATCHES}", f"l.{NEW_MATCHES}"
 
         def counted(rel: str) -> str:
-            old = f"COALESCE((SELECT SUM(r.w) FROM {bo} AS r WHERE {on('x', 'r')}), 0)"
-            change = f"COALESCE((SELECT SUM(r.w) FROM {db} AS r WHERE {on('x', 'r')}), 0)"
-            return f"(SELECT x.*, {old} AS old_n, {old} + {change} AS new_n FROM {rel} AS x)"
+            old = f"COALESCE((SELECT SUM({rw}) FROM {bo} AS r WHERE {on('x', 'r')}), 0)"
+            change = f"COALESCE((SELECT SUM({rw}) FROM {db} AS r WHERE {on('x', 'r')}), 0)"
+            return f"(SELECT x.*, {old} AS {OLD_MATCHES}, {old} + {change} AS {NEW_MATCHES} FROM {rel} AS x)"
 
         # New left rows are NULL-extended while their key has no match after the epoch; stored
         # left rows flip in (+) or out (−) when their key's match count crosses 0.
-        parts.append(f"{select('l', None, 'l.w')} FROM {counted(da)} AS l WHERE l.new_n = 0")
+        parts.append(f"{select('l', None, lw)} FROM {counted(da)} AS l WHERE {new_n} = 0")
         parts.append(
-            f"{select('l', None, 'CASE WHEN l.new_n = 0 THEN l.w ELSE -l.w END')} FROM {counted(ao)} AS l "
-            "WHERE (l.old_n = 0) <> (l.new_n = 0)"
+            f"{select('l', None, f'CASE WHEN {new_n} = 0 THEN {lw} ELSE -{lw} END')} FROM {counted(ao)} AS l "
+            f"WHERE ({old_n} = 0) <> ({new_n} = 0)"
         )
     body = " UNION ALL ".join(f"({p})" for p in parts)
     names = ", ".join(_q(n) for n in [*a.joined(), *b.joined()])
-    return f"SELECT {names}, CAST(SUM(__lv_w) AS INTEGER) AS __lv_w FROM ({body}) GROUP BY ALL HAVING SUM(__lv_w) <> 0"
+    return f"SELECT {names}, CAST(SUM({WEIGHT}) AS INTEGER) AS {WEIGHT} FROM ({body}) GROUP BY ALL HAVING SUM({WEIGHT}) <> 0"

@@ -42,6 +42,7 @@ WEIGHT = "__lv_w"  # the Z-set weight column (+1 insert, -1 delete)
 ROWS = "__lv_rows"  # hidden per-group row count: a group at 0 leaves the view
 VALUE = "__lv_v"  # multiset value column
 COUNT = "__lv_n"  # multiset value multiplicity
+LOWEST, HIGHEST, DISTINCT = "__lv_lo", "__lv_hi", "__lv_distinct"  # a group's multiset summarised
 
 
 class AggregateFunction(str, Enum):
@@ -65,6 +66,7 @@ _AGGREGATES: dict[type[exp.Expression], AggregateFunction] = {
     exp.Min: AggregateFunction.MIN,
     exp.Max: AggregateFunction.MAX,
 }
+_INTEGRAL = ("tinyint", "smallint", "int", "bigint")  # Spark's simpleString of the integer types
 # Aggregates whose stored value merges with a batch's partial value by itself (append-only input).
 _SELF_MERGEABLE = {
     AggregateFunction.SUM,
@@ -153,6 +155,9 @@ class KeyedAggregatePlan(_Plan):
     having: str | None = None  # DuckDB SQL over key and slot columns
     aggregates: tuple[Aggregate, ...] = ()  # plain aggregate outputs
     self_mergeable: bool = False  # every output is a key or a plain SUM/COUNT/MIN/MAX, no HAVING
+    # (slot name, its argument's Spark type) of SUM/AVG slots, once the source's schema is known
+    # (:meth:`with_sum_types`): weighted sums are then exact and overflow is an error, not a wrap.
+    sum_types: tuple[tuple[str, str], ...] = ()
 
     @property
     def is_keyed_aggregate(self) -> bool:
@@ -178,6 +183,45 @@ class KeyedAggregatePlan(_Plan):
                 cols.append(f"{slot.name}_c")
         return cols
 
+    def sum_slots(self) -> list[Slot]:
+        return [s for s in self.slots if s.function in (AggregateFunction.SUM, AggregateFunction.AVG)]
+
+    def sum_arguments_sql(self, relation: str) -> str | None:
+        """Spark SQL selecting each SUM/AVG argument over ``relation`` (named by its slot), whose
+        analysed schema gives :meth:`with_sum_types` its types; None without SUM or AVG."""
+        items = [f"({s.argument}) AS `{s.name}`" for s in self.sum_slots()]
+        return f"SELECT {', '.join(items)} FROM {relation} AS {self.alias}" if items else None
+
+    def with_sum_types(self, types: dict[str, str]) -> KeyedAggregatePlan:
+        """This plan with its SUM/AVG arguments' Spark types (slot name -> ``int``, ``decimal(38,10)``...)."""
+        return self.model_copy(update={"sum_types": tuple(sorted(types.items()))})
+
+    def _sum_kind(self, slot: Slot) -> tuple[str, int | None]:
+        """('integral', None), ('decimal', scale) or ('other', None) for a SUM/AVG slot's argument."""
+        spark_type = dict(self.sum_types).get(slot.name, "")
+        if spark_type in _INTEGRAL:
+            return "integral", None
+        if spark_type.startswith("decimal("):
+            return "decimal", int(spark_type.rstrip(")").split(",")[1])
+        return "other", None
+
+    def _weighted(self, slot: Slot, arg: str) -> str:
+        """``arg`` times the row's weight, in a type that cannot wrap: integers as DECIMAL(38,0)
+        (the sum then fits whatever the recompute's BIGINT holds), decimals at 38 digits with their
+        scale (Spark narrows the scale of a decimal product, so ±1 weights only negate)."""
+        kind, scale = self._sum_kind(slot)
+        if kind == "integral":
+            return f"CAST({arg} AS DECIMAL(20,0)) * {WEIGHT}"
+        if kind == "decimal":
+            wide = f"CAST({arg} AS DECIMAL(38,{scale}))"
+            return f"CASE WHEN {WEIGHT} = 1 THEN {wide} WHEN {WEIGHT} = -1 THEN -{wide} ELSE {wide} * {WEIGHT} END"
+        return f"{WEIGHT} * {arg}"
+
+    def _finished_sum(self, slot: Slot, value: str) -> str:
+        """A SUM slot's value in the type a full recompute gives (SUM of an integer: BIGINT)."""
+        kind, _ = self._sum_kind(slot)
+        return f"CAST({value} AS BIGINT)" if kind == "integral" else value
+
     def sum_columns(self) -> list[str]:
         return [f"{s.name}_s" for s in self.slots if s.function in (AggregateFunction.SUM, AggregateFunction.AVG)]
 
@@ -190,7 +234,7 @@ class KeyedAggregatePlan(_Plan):
             counted = f"SUM(CASE WHEN {arg} IS NOT NULL THEN {WEIGHT} ELSE 0 END)"
             if slot.function in (AggregateFunction.SUM, AggregateFunction.AVG):
                 items += [
-                    f"SUM(CASE WHEN {arg} IS NOT NULL THEN {WEIGHT} * {arg} END) AS {slot.name}_s",
+                    f"SUM(CASE WHEN {arg} IS NOT NULL THEN {self._weighted(slot, arg)} END) AS {slot.name}_s",
                     f"{counted} AS {slot.name}_c",
                 ]
             elif slot.function is AggregateFunction.COUNT:
@@ -232,20 +276,22 @@ class KeyedAggregatePlan(_Plan):
         joins = []
         for i, rel in enumerate(multisets):
             agg = f"SELECT {', '.join(chr(34) + k + chr(34) for k in self.keys) + ', ' if self.keys else ''}"
-            agg += f"MIN({VALUE}) AS lo, MAX({VALUE}) AS hi, COUNT(*) AS distinct_n FROM {rel} WHERE {COUNT} > 0"
+            agg += f"MIN({VALUE}) AS {LOWEST}, MAX({VALUE}) AS {HIGHEST}, COUNT(*) AS {DISTINCT} FROM {rel} WHERE {COUNT} > 0"
             agg += f" GROUP BY {', '.join(chr(34) + k + chr(34) for k in self.keys)}" if self.keys else ""
             joins.append(f" LEFT JOIN ({agg}) AS m{i} ON {self.key_match('g', f'm{i}')}")
         slots = []
         for slot in self.slots:
             n = slot.name
             value = {
-                AggregateFunction.SUM: f"CASE WHEN g.{n}_c > 0 THEN g.{n}_s END",
-                AggregateFunction.AVG: f"CASE WHEN g.{n}_c > 0 THEN g.{n}_s / g.{n}_c END",
+                AggregateFunction.SUM: self._finished_sum(slot, f"CASE WHEN g.{n}_c > 0 THEN g.{n}_s END"),
+                AggregateFunction.AVG: f"CASE WHEN g.{n}_c > 0 THEN CAST(g.{n}_s AS DOUBLE) / g.{n}_c END"
+                if self._sum_kind(slot)[0] == "integral"
+                else f"CASE WHEN g.{n}_c > 0 THEN g.{n}_s / g.{n}_c END",
                 AggregateFunction.COUNT: f"COALESCE(g.{n}_c, 0)",  # 0 for a global aggregate with no state row
                 AggregateFunction.COUNT_STAR: f"COALESCE(g.{ROWS}, 0)",
-                AggregateFunction.MIN: f"m{slot.multiset}.lo",
-                AggregateFunction.MAX: f"m{slot.multiset}.hi",
-                AggregateFunction.COUNT_DISTINCT: f"COALESCE(m{slot.multiset}.distinct_n, 0)",
+                AggregateFunction.MIN: f"m{slot.multiset}.{LOWEST}",
+                AggregateFunction.MAX: f"m{slot.multiset}.{HIGHEST}",
+                AggregateFunction.COUNT_DISTINCT: f"COALESCE(m{slot.multiset}.{DISTINCT}, 0)",
             }[slot.function]
             slots.append(f'{value} AS "{n}"')
         if self.keys:

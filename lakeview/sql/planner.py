@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from sqlglot import exp
 
+from lakeview.config.schema import RESERVED_PREFIX
 from lakeview.errors import UnsupportedSQLError
 from lakeview.sql.graph_plan import GraphPlan, graph_plan
 from lakeview.sql.joins import JoinPlan, plan_join
@@ -16,6 +17,7 @@ def plan_view(view: str, sql: str, dialect: str = "spark") -> AppendPlan | Keyed
     """Analyse a view's SQL (``dialect``: spark, duckdb or trino; transpiled to Spark SQL).
     Raises :class:`UnsupportedSQLError` naming the construct, its line and the nearest supported form."""
     tree = parse_statement(sql, dialect)
+    _check_output_names(tree)
     if isinstance(tree, exp.SetOperation):  # UNION ALL of projections: lakeview.sql.union
         return plan_union(view, sql, tree, tree.sql("spark") if dialect != "spark" else sql)
     if not isinstance(tree, exp.Select):
@@ -36,4 +38,19 @@ def plan_for(
     try:
         return plan_view(view, sql, dialect)
     except UnsupportedSQLError as exc:
+        if RESERVED_PREFIX in str(exc):  # a reserved output name is refused by every planner, the graph's too
+            raise
         return graph_plan(view, sql, dialect, exc)
+
+
+def _check_output_names(tree: exp.Expression) -> None:
+    """A view column named like Lakeview's internal columns (``__lv_...``) would be taken for one."""
+    select = tree
+    while isinstance(select, exp.SetOperation):
+        select = select.this
+    for item in select.expressions if isinstance(select, exp.Select) else ():
+        if item.alias_or_name.lower().startswith(RESERVED_PREFIX):
+            raise UnsupportedSQLError(
+                f"view column {item.alias_or_name!r}: names starting with {RESERVED_PREFIX!r} are reserved for "
+                "Lakeview's internal columns; nearest supported form: ... AS another_name"
+            )

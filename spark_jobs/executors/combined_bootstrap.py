@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING
 
 from lakeview.ivm.changefeed import DELETE, OP
 from lakeview.ivm.commits import Epoch
+from lakeview.sql.joins import NEW_MATCHES as MATCHES
 from lakeview.sql.joins import JoinPlan, JoinSide
 from lakeview.sql.plan import COUNT, WEIGHT, KeyedAggregatePlan
 from spark_jobs.executors.bootstrap import (
@@ -147,16 +148,16 @@ def _write_tables(
     if isinstance(plan, JoinPlan):
         for writer, side, delta in zip(m.sides, plan.sides, deltas):
             cols = ", ".join(f"`{c}`" for c in side.columns)
-            tables.append((writer, spark.sql(f"SELECT {cols}, w AS {COUNT} FROM {delta}")))
+            tables.append((writer, spark.sql(f"SELECT {cols}, {WEIGHT} AS {COUNT} FROM {delta}")))
     tables += [(m.mirrors[s], mirrors[s]) for s in m.mirrors]  # last: a replay finds the epoch unfinished until here
     return write_in_order(tables, m.view, epoch, pipeline.project)
 
 
 def side_delta_sql(side: JoinSide, zset: str) -> str:
-    """Spark SQL: a side's net change per row (``w``; rows whose weights cancel drop out), as
+    """Spark SQL: a side's net change per row (``__lv_w``; rows whose weights cancel drop out), as
     :func:`lakeview.sql.joins.side_delta_sql` computes it in DuckDB."""
     cols = ", ".join(f"`{c}`" for c in side.columns)
-    return f"SELECT {cols}, CAST(SUM({WEIGHT}) AS BIGINT) AS w FROM {zset} GROUP BY {cols} HAVING SUM({WEIGHT}) <> 0"
+    return f"SELECT {cols}, CAST(SUM({WEIGHT}) AS BIGINT) AS {WEIGHT} FROM {zset} GROUP BY {cols} HAVING SUM({WEIGHT}) <> 0"
 
 
 def first_join_sql(plan: JoinPlan, da: str, db: str) -> str:
@@ -168,17 +169,17 @@ def first_join_sql(plan: JoinPlan, da: str, db: str) -> str:
     on = " AND ".join(f"l.`{x}` = r.`{y}`" for x, y in zip(a.key, b.key))
     left = [f"l.`{c}` AS `{n}`" for c, n in zip(a.columns, a.joined())]
     parts = [
-        f"SELECT {', '.join(left + [f'r.`{c}` AS `{n}`' for c, n in zip(b.columns, b.joined())])}, l.w * r.w AS w "
+        f"SELECT {', '.join(left + [f'r.`{c}` AS `{n}`' for c, n in zip(b.columns, b.joined())])}, l.{WEIGHT} * r.{WEIGHT} AS {WEIGHT} "
         f"FROM {da} AS l JOIN {db} AS r ON {on}"
     ]
     if plan.how == "left":
         keys = ", ".join(f"`{k}`" for k in b.key)
-        matches = f"SELECT {keys}, SUM(w) AS n FROM {db} GROUP BY {keys}"
+        matches = f"SELECT {keys}, SUM({WEIGHT}) AS {MATCHES} FROM {db} GROUP BY {keys}"
         nulls = [f"NULL AS `{n}`" for n in b.joined()]
         parts.append(
-            f"SELECT {', '.join(left + nulls)}, l.w AS w FROM {da} AS l LEFT JOIN ({matches}) AS r ON {on} "
-            "WHERE COALESCE(r.n, 0) = 0"
+            f"SELECT {', '.join(left + nulls)}, l.{WEIGHT} AS {WEIGHT} FROM {da} AS l LEFT JOIN ({matches}) AS r ON {on} "
+            f"WHERE COALESCE(r.{MATCHES}, 0) = 0"
         )
     names = ", ".join(f"`{n}`" for n in [*a.joined(), *b.joined()])
     body = " UNION ALL ".join(f"({p})" for p in parts)
-    return f"SELECT {names}, CAST(SUM(w) AS INT) AS {WEIGHT} FROM ({body}) GROUP BY {names} HAVING SUM(w) <> 0"
+    return f"SELECT {names}, CAST(SUM({WEIGHT}) AS INT) AS {WEIGHT} FROM ({body}) GROUP BY {names} HAVING SUM({WEIGHT}) <> 0"

@@ -148,3 +148,20 @@ def test_target_lag_defaults_to_twice_the_cadence_and_is_validated() -> None:
         parse_project({"sources": sources, "views": {"b": {**views["b"], "target_lag": "manual"}}})
     with pytest.raises(ConfigError, match="spark.master"):
         parse_project({"spark": {"master": "mesos://x"}})
+
+
+def test_a_parked_view_reads_failed_whatever_its_lag() -> None:
+    fresh = commits(*[(t, 1) for t in range(0, 101, 5)])
+    running = RuntimeSignals(alive=True, query_active=True, started_at_ms=-H)
+    for history, runtime in ((fresh, running), (commits((0, 1)), None), ([], None)):
+        value = compliance(history, now_ms=101 * S, target_lag_ms=10 * S)
+        got = degraded_reason(
+            compliance_value=value,
+            lag_ms=lag_at(history, 101 * S),
+            target_lag_ms=10 * S,
+            history=history,
+            runtime=runtime,
+            now_ms=101 * S,
+            parked=True,
+        )
+        assert got is DegradedReason.FAILED
