@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import queue
 import sqlite3
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy.engine import Engine
@@ -36,6 +36,10 @@ class SwapConflict(Exception):
         self.index = index
 
 
+class _StaleConnection(Exception):
+    """A kept connection failed before the swap wrote anything (the database dropped it)."""
+
+
 class PointerSwaps:
     """Swaps table pointers atomically on a small pool of raw connections to the store's database."""
 
@@ -53,8 +57,26 @@ class PointerSwaps:
         """``(namespace key, name, expected location, new location)`` per table, all or none.
 
         Raises SwapConflict (nothing changed), CatalogUnavailableError (the database refused or failed;
-        on a failed COMMIT the outcome is unknown, as for any 5xx on commit)."""
-        with self._connection() as connection:
+        on a failed COMMIT the outcome is unknown, as for any 5xx on commit). A kept connection the database
+        dropped (a restart of PostgreSQL) fails before anything is written: the swap is run once more on a
+        new connection instead of answering 503."""
+        try:
+            self._swap_once(swaps, reuse=True)
+        except _StaleConnection:
+            self._swap_once(swaps, reuse=False)
+
+    def _swap_once(self, swaps: Sequence[tuple[str, str, str, str]], reuse: bool) -> None:
+        try:
+            self._slots.get(timeout=WAIT_SECONDS)
+        except queue.Empty:
+            raise errors.CatalogUnavailableError("every catalog store connection is busy; retry") from None
+        connection, reused, committing = None, False, False
+        try:
+            if reuse:
+                with contextlib.suppress(queue.Empty):
+                    connection, reused = self._idle.get_nowait(), True
+            if connection is None:
+                connection = self._connect()
             cursor = connection.cursor()
             try:
                 if self.sqlite:
@@ -63,31 +85,21 @@ class PointerSwaps:
                     cursor.execute(self._sql, (new, expected, self.catalog_name, namespace, name, expected))
                     if cursor.rowcount != 1:
                         raise SwapConflict(index)
+                committing = True
                 connection.commit()
             except BaseException:
                 with contextlib.suppress(Exception):
                     connection.rollback()
                 raise
             finally:
-                cursor.close()
-
-    @contextlib.contextmanager
-    def _connection(self) -> Iterator[Any]:
-        try:
-            self._slots.get(timeout=WAIT_SECONDS)
-        except queue.Empty:
-            raise errors.CatalogUnavailableError("every catalog store connection is busy; retry") from None
-        connection = None
-        try:
-            try:
-                connection = self._idle.get_nowait()
-            except queue.Empty:
-                connection = self._connect()
-            yield connection
+                with contextlib.suppress(Exception):
+                    cursor.close()
         except self.engine.dialect.loaded_dbapi.Error as exc:
             with contextlib.suppress(Exception):
                 connection.close()  # type: ignore[union-attr]
             connection = None  # broken or busy: a fresh one next time
+            if reused and not committing:
+                raise _StaleConnection from exc
             raise errors.CatalogUnavailableError(f"the catalog store failed the commit, retry: {exc}") from None
         finally:
             if connection is not None:
