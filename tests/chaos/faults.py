@@ -99,7 +99,7 @@ def full_disk(lake: ChaosLake, timeout: float, full_s: float = 20.0) -> FaultRun
     filler = lake.landing / ".filler"
     failures = lake.generator.write_failures
     chunk = b"\0" * (1 << 20)
-    with open(filler, "wb") as out:
+    with open(filler, "wb", buffering=0) as out:  # unbuffered: closing has nothing left to flush onto a full disk
         try:
             while True:
                 out.write(chunk)
