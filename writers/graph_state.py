@@ -22,7 +22,7 @@ import pyarrow as pa
 
 from lakeview.errors import WriterError
 from lakeview.graph import Graph, step
-from lakeview.graph.state import StateTable
+from lakeview.graph.state import MemoryStateStore, StateTable
 from lakeview.graph.zset import WEIGHT
 from lakeview.ivm.commits import Change
 from writers.base import SnapshotWriter
@@ -43,7 +43,8 @@ def warm_up(graph: Graph) -> tuple[pa.Schema, dict[str, pa.Schema]]:
     also primes each operator's empty output)."""
     out = step(graph, {})
     memory = graph.runtime.store
-    schemas = {t.name: memory.tables[t.name][0].schema for t in graph.state_tables()}  # type: ignore[attr-defined]
+    assert isinstance(memory, MemoryStateStore), "warm_up runs before the graph is pointed at its tables"
+    schemas = {t.name: memory.schema(t) for t in graph.state_tables()}
     return out.drop_columns([WEIGHT]).schema, schemas
 
 

@@ -62,6 +62,10 @@ class MemoryStateStore:
     def _merge(self, name: str) -> pa.Table:
         return self.tables[name].all()
 
+    def schema(self, table: StateTable) -> pa.Schema:
+        """The arrow schema (weight column included) ``table`` holds once an epoch has applied to it."""
+        return self.tables[table.name].schema
+
     def rows(self, table: StateTable) -> int:
         """How many distinct rows ``table`` holds (for explain and benches)."""
         if table.name not in self.tables:
