@@ -33,6 +33,7 @@ import struct
 import tempfile
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -167,7 +168,11 @@ class Domains:
         others = self._beat()
         if others:  # let every other domain see this one (and stop caching) before it serves anything
             time.sleep(2 * CHECK_SECONDS)
-        thread = threading.Thread(target=self._heartbeat, name="lakeview-domain-heartbeat", daemon=True)
+        # The thread holds the domain weakly: a store dropped without close() (open_store per call) is collected,
+        # its heartbeat ends and its pooled connections close, instead of piling up until PostgreSQL refuses clients.
+        thread = threading.Thread(
+            target=_heartbeat, args=(weakref.ref(self), self._stopped), name="lakeview-domain-heartbeat", daemon=True
+        )
         thread.start()
 
     def _beat(self) -> int:
@@ -193,13 +198,6 @@ class Domains:
             )
         ).scalar_one()
 
-    def _heartbeat(self) -> None:
-        while not self._stopped.wait(HEARTBEAT_SECONDS):
-            try:
-                self._beat()
-            except Exception:  # the store is unreachable: alone() fails too, so nothing is served from cache
-                continue
-
     def close(self) -> None:
         """Stop the heartbeat. The row is left to age out in ALIVE_SECONDS rather than deleted: another process
         of this domain may still be serving, and other hosts must keep seeing it until its next beat."""
@@ -212,3 +210,16 @@ class Domains:
                 return self._others(conn) == 0
         except Exception:
             return False
+
+
+def _heartbeat(domain: weakref.ref[Domains], stopped: threading.Event) -> None:
+    while not stopped.wait(HEARTBEAT_SECONDS):
+        domains = domain()
+        if domains is None:  # its store was collected
+            return
+        try:
+            domains._beat()
+        except Exception:  # the store is unreachable: alone() fails too, so nothing is served from cache
+            pass
+        finally:
+            del domains

@@ -34,3 +34,30 @@ def test_commits_right_after_a_postgresql_restart_succeed(tmp_path: Path) -> Non
                 assert sorted(rows) == list(range(6))
         finally:
             store.close()
+
+
+def test_stores_opened_per_call_and_dropped_do_not_hold_connections(tmp_path: Path) -> None:
+    """open_store per call (status, table reads) on PostgreSQL: a dropped store's heartbeat ends and its
+    pooled connections close, so PostgreSQL never runs out of client slots (the chaos soak hit
+    "too many clients" after ~25 minutes before this)."""
+    import gc
+
+    from sqlalchemy import create_engine, text
+
+    with LocalPostgres() as postgres:
+        kept = CatalogStore(postgres.url, tmp_path / "warehouse", "lakeview")
+        try:
+            for _ in range(40):
+                store = CatalogStore(postgres.url, tmp_path / "warehouse", "lakeview")
+                store.list_namespaces()
+                del store
+            gc.collect()
+            engine = create_engine(postgres.url)
+            with engine.connect() as conn:
+                clients = conn.execute(
+                    text("SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend'")
+                ).scalar_one()
+            engine.dispose()
+            assert clients < 20, f"{clients} connections held after 40 stores were dropped"
+        finally:
+            kept.close()
