@@ -95,6 +95,7 @@ def status_inputs(project: ProjectConfig, store, view: str) -> tuple[CommitRecor
     """The newest Lakeview commit and every snapshot (Iceberg snapshots or Delta log entries) of a
     view's table, for ``status``. Raises NoSuchTableError when the table does not exist yet."""
     if project.views[view].format is TableFormat.DELTA:
+        from writers.delta.log import commit_infos  # lazy: deltalake loads only for Delta tables
         from writers.delta.writer import last_commit_of as delta_last  # lazy: deltalake loads only for Delta tables
 
         table = _delta_table(project, view)
@@ -104,7 +105,7 @@ def status_inputs(project: ProjectConfig, store, view: str) -> tuple[CommitRecor
                 int(entry.get("timestamp", 0)),
                 {k: str(v) for k, v in entry.items() if k.startswith("lakeview.")},
             )
-            for entry in reversed(table.history())
+            for entry in reversed(commit_infos(table))
         ]
         return delta_last(table), snapshots
 

@@ -26,6 +26,7 @@ import pyarrow.fs as pafs
 from deltalake import CommitProperties, DeltaTable
 from deltalake.exceptions import CommitFailedError
 
+from writers.delta.log import commit_infos
 from writers.delta.writer import DeltaWriter, last_commit_of
 from writers.maintenance import (
     MAINTENANCE,
@@ -68,7 +69,7 @@ def _kept_versions(table: DeltaTable, policy: MaintenancePolicy) -> tuple[list[i
     """
     entries = sorted(
         (int(h["version"]), int(h.get("timestamp", 0)))
-        for h in table.history()
+        for h in commit_infos(table)
         if h.get("operation") not in VACUUM_OPERATIONS
     )
     return [v for v, _ in entries], policy.expired(entries)

@@ -27,15 +27,15 @@ from deltalake.exceptions import (
 )
 
 from lakeview.errors import CommitConflictError, StorageError, WriterError
-from lakeview.ivm.commits import Change, CommitRecord, Epoch
+from lakeview.ivm.commits import EPOCH, Change, CommitRecord, Epoch
 from writers.arrow_ops import plain_schema, plain_types, rows_with_keys, rows_without_keys
 from writers.base import SnapshotWriter, WriterCapabilities, retry_commit
+from writers.delta.log import commit_infos, iter_commit_infos
 from writers.staged_files import WrittenFile, append_delta_files
 
 log = logging.getLogger("lakeview.writers.delta")
 OP = "__lakeview_op"  # the operation column of a merge source: 'u' upsert, 'd' delete, 'i' insert
 KEY_PROPERTY = "lakeview.key"
-HISTORY_PAGE = 100
 
 
 def record_of(entry: dict[str, Any]) -> CommitRecord | None:
@@ -45,29 +45,24 @@ def record_of(entry: dict[str, Any]) -> CommitRecord | None:
 
 
 def history_of(table: DeltaTable, limit: int | None = None) -> list[CommitRecord]:
-    """Lakeview's commits in a Delta table's log, newest first (commit files still present)."""
-    return [r for r in (record_of(e) for e in table.history(limit)) if r is not None]
+    """Lakeview's commits among the newest ``limit`` versions of a Delta table's log as loaded,
+    newest first (commit files still present)."""
+    return [r for r in (record_of(e) for e in commit_infos(table, limit)) if r is not None]
 
 
 def last_commit_of(table: DeltaTable) -> CommitRecord | None:
-    """The newest Lakeview commit of a Delta table.
+    """The newest Lakeview commit of a Delta table as loaded, with the version it was committed as.
 
-    The app transaction says which epoch is the newest; the commit info of that commit gives the
-    rest. If the log was cleaned past that commit, the epoch is still known (from the checkpoint's
-    transaction) but the frontier is not.
+    The commit info of that commit gives the epoch and the frontier. If the log was cleaned past
+    that commit, the epoch is still known (from the checkpoint's app transaction) but the frontier
+    is not. Raises OSError when the log cannot be read.
     """
+    for entry in iter_commit_infos(table):
+        record = record_of(entry)
+        if record is not None:
+            return record
     view = table.metadata().name or ""
     epoch = table.transaction_version(view) if view else None
-    limit = HISTORY_PAGE
-    while True:
-        entries = table.history(limit)
-        for entry in entries:
-            record = record_of(entry)
-            if record is not None:
-                return record
-        if len(entries) < limit:
-            break
-        limit *= 10
     if epoch is None:
         return None
     return CommitRecord(view=view, epoch=epoch, frontier={}, snapshot_id=table.version(), committed_at_ms=0)
@@ -256,8 +251,14 @@ class DeltaWriter(SnapshotWriter):
         return self._record(props)
 
     def _record(self, props: dict[str, str]) -> CommitRecord:
-        version = self.table().version()  # this commit's version (the writer is one thread)
-        return CommitRecord.from_properties(props, version)  # type: ignore[return-value]
+        """The commit just made, with its version: the newest commit carrying its epoch (not simply
+        the newest version: a maintenance pass in another thread may have committed since)."""
+        epoch = int(props[EPOCH])
+        for entry in iter_commit_infos(self.table()):
+            record = record_of(entry)
+            if record is not None and record.epoch == epoch:
+                return CommitRecord.from_properties(props, record.snapshot_id)  # type: ignore[return-value]
+        raise StorageError(f"{self.view}: epoch {epoch} committed but not found in the log of {self.location}")
 
 
 def _merge_source(rows: pa.Table, change: Change, schema: pa.Schema) -> pa.Table:
