@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import random
 import socket
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -81,10 +83,51 @@ class CatalogServer:
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """A port free on ``host`` right now (servers in tests and the demo bind loopback; IPv6 too)."""
+    """A port free on ``host`` right now (servers in tests and the demo bind loopback; IPv6 too);
+    see :func:`free_ports`."""
+    return free_ports(1, host)[0]
+
+
+def free_ports(count: int, host: str = "127.0.0.1", companion: int = 0) -> list[int]:
+    """``count`` distinct ports free on ``host`` right now (and each ``port + companion`` too, when
+    ``companion`` is set), each proved free by binding it.
+
+    Picked at random outside the kernel's ephemeral range, not by binding port 0: a port from that
+    range is handed to the next outgoing connection of any process once it is released, so a
+    server started (or restarted after an outage) on it a moment later could find it taken. Outside
+    the range only another server picking the same port can race for it (1 in ~36,000).
+    Raises SetupError when no free port is found.
+    """
+    low, high = _ephemeral_range()
+    pick = random.SystemRandom()
+    found: list[int] = []
+    for _ in range(1000 * count):
+        port = pick.randrange(1024, 65536 - companion)
+        wanted = (port, port + companion) if companion else (port,)
+        if any(low <= p <= high or p in found for p in wanted):
+            continue
+        if all(_bindable(host, p) for p in wanted):
+            found.append(port)
+            if len(found) == count:
+                return found
+    raise SetupError(f"no {count} free port(s) on {host} outside the ephemeral range {low}-{high}")
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
+
+
+def _bindable(host: str, port: int) -> bool:
     with socket.socket(_family(host)) as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+        return True
 
 
 def _port_taken(host: str, port: int) -> bool:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -13,24 +12,10 @@ from pathlib import Path
 
 import httpx
 
+from catalog_api.server import free_ports
+
 ACCESS_KEY = "lakeview-test"
 SECRET_KEY = "lakeview-test-secret"
-
-
-def _free_ports(count: int) -> list[int]:
-    """Free ports whose +10000 gRPC companions are free too (SeaweedFS's default offset)."""
-    ports: list[int] = []
-    while len(ports) < count:
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
-        if port + 10000 > 65535 or port in ports:
-            continue
-        with socket.socket() as probe:
-            if probe.connect_ex(("127.0.0.1", port + 10000)) == 0:
-                continue
-        ports.append(port)
-    return ports
 
 
 def weed_binary() -> str:
@@ -40,20 +25,29 @@ def weed_binary() -> str:
     return found
 
 
+class PortTakenError(RuntimeError):
+    """Another process bound one of the server's ports before it did."""
+
+
 class SeaweedS3:
     """``weed mini`` with S3 on a free port. ``start()``/``stop()`` or use as a context manager."""
 
     def __init__(self, data_dir: Path) -> None:
         self.data_dir = data_dir
-        master, volume, filer, s3, iceberg, lance, admin, debug = _free_ports(8)
+        self._choose_ports()
+        self.process: subprocess.Popen | None = None
+        self.started = False  # once it has run, it restarts on the same ports (clients know them)
+
+    def _choose_ports(self) -> None:
+        # Free ports whose +10000 gRPC companions are free too (SeaweedFS's default offset).
+        master, volume, filer, s3, iceberg, lance, admin, debug = free_ports(8, companion=10000)
         self.port = s3
         self.args = [
-            weed_binary(), "mini", f"-dir={data_dir}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+            weed_binary(), "mini", f"-dir={self.data_dir}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
             "-admin.ui=false", "-webdav=false", "-master.telemetry=false",
             f"-master.port={master}", f"-volume.port={volume}", f"-filer.port={filer}", f"-s3.port={s3}",
             f"-s3.port.iceberg={iceberg}", f"-s3.port.lance={lance}", f"-admin.port={admin}", f"-debug.port={debug}",
         ]  # fmt: skip
-        self.process: subprocess.Popen | None = None
 
     @property
     def endpoint(self) -> str:
@@ -64,18 +58,35 @@ class SeaweedS3:
         """The AWS environment a client of this server needs."""
         return {"AWS_ACCESS_KEY_ID": ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": SECRET_KEY, "AWS_REGION": "us-east-1"}
 
-    def start(self, timeout: float = 60.0) -> SeaweedS3:
+    def start(self, timeout: float = 60.0, attempts: int = 3) -> SeaweedS3:
+        """Start (or restart) the server. A first start that loses one of its ports to another
+        process between their choice and the bind is tried again on new ports."""
+        for attempt in range(1, attempts + 1):
+            try:
+                self._start(timeout)
+                self.started = True
+                return self
+            except PortTakenError:
+                if self.started or attempt == attempts:
+                    raise
+                self._choose_ports()
+        raise AssertionError("unreachable")
+
+    def _start(self, timeout: float) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         log = open(self.data_dir / "weed.log", "wb")  # noqa: SIM115 - kept open for the process's life
         self.process = subprocess.Popen(self.args, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **self.env})
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError(f"weed exited with {self.process.returncode}; see {self.data_dir / 'weed.log'}")
+                said = (self.data_dir / "weed.log").read_text(errors="replace")
+                taken = "address already in use" in said.lower() or "is not available" in said
+                error = PortTakenError if taken else RuntimeError
+                raise error(f"weed exited with {self.process.returncode}; see {self.data_dir / 'weed.log'}")
             try:
                 httpx.get(self.endpoint, timeout=1)  # any HTTP answer (403 without a signature) means up
                 self.create_bucket_when_ready("lakeview-probe")
-                return self
+                return
             except Exception:
                 time.sleep(0.3)
         self.stop()

@@ -54,9 +54,23 @@ class LocalPostgres:
         self._run(
             str(PG_BIN / "initdb"), "-D", str(self.data), "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync"
         )
-        self._pg_ctl("start")
+        for attempt in range(1, 4):
+            try:
+                self._pg_ctl("start")
+                break
+            except SetupError:
+                # Another process bound the port between its choice and the server's bind: a new port.
+                if attempt == 3 or "already in use" not in self._log():
+                    raise
+                self.port = free_port()
         self.started = True
         return self
+
+    def _log(self) -> str:
+        try:
+            return (self.base / "log").read_text(errors="replace")
+        except OSError:
+            return ""
 
     def _pg_ctl(self, action: str) -> None:
         options = f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.base} -c max_connections=200"

@@ -17,7 +17,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from catalog_api.ops import view_tables as tables
 from tests.chaos.lake import MALFORMED, VIEWS, ChaosLake, ViewCheck
 from tests.waiting import wait_for
 
@@ -40,27 +39,13 @@ class FaultRun:
         return sum(c.duplicated for c in self.checks)
 
 
-def committed_epochs(lake: ChaosLake) -> dict[str, int | None]:
-    """Each view's last committed epoch, read from its table (not from the running process)."""
-    assert lake.project is not None
-    found: dict[str, int | None] = {}
-    for view in VIEWS:
-        record = tables.last_commit(lake.project, view)
-        found[view] = None if record is None else record.epoch
-    return found
-
-
 def sigkill(lake: ChaosLake, timeout: float) -> FaultRun:
     """SIGKILL ``lakeview up`` (with its Spark JVM) and start it again at once."""
     started = time.monotonic()
     lake.kill_up()
-    before = committed_epochs(lake)
+    before = lake.committed_epochs()
     lake.start_up()
-    run = FaultRun("sigkill", detail=f"killed at epochs {before}")
-    run.catalog_s = _since(started, lambda: lake.wait_catalog(timeout))
-    lake.wait_views_committed(before, timeout)
-    run.recover_s = time.monotonic() - started
-    return run
+    return _recovery(lake, FaultRun("sigkill", detail=f"killed at epochs {before}"), started, timeout, before)
 
 
 def postgres_restart(lake: ChaosLake, timeout: float, down_s: float = 2.0) -> FaultRun:
@@ -68,13 +53,7 @@ def postgres_restart(lake: ChaosLake, timeout: float, down_s: float = 2.0) -> Fa
     lake.postgres.halt()
     time.sleep(down_s)
     lake.postgres.resume()
-    started = time.monotonic()
-    before = committed_epochs(lake)
-    run = FaultRun("postgres_restart", detail=f"down {down_s:.0f} s")
-    run.catalog_s = _since(started, lambda: lake.wait_catalog(timeout))
-    lake.wait_views_committed(before, timeout)
-    run.recover_s = time.monotonic() - started
-    return run
+    return _recovery(lake, FaultRun("postgres_restart", detail=f"down {down_s:.0f} s"), time.monotonic(), timeout)
 
 
 def s3_outage(lake: ChaosLake, timeout: float, down_s: float = 20.0) -> FaultRun:
@@ -82,13 +61,7 @@ def s3_outage(lake: ChaosLake, timeout: float, down_s: float = 20.0) -> FaultRun
     lake.s3.stop()
     time.sleep(down_s)
     lake.s3.start()
-    started = time.monotonic()
-    before = committed_epochs(lake)
-    run = FaultRun("s3_outage", detail=f"down {down_s:.0f} s")
-    run.catalog_s = _since(started, lambda: lake.wait_catalog(timeout))
-    lake.wait_views_committed(before, timeout)
-    run.recover_s = time.monotonic() - started
-    return run
+    return _recovery(lake, FaultRun("s3_outage", detail=f"down {down_s:.0f} s"), time.monotonic(), timeout)
 
 
 def full_disk(lake: ChaosLake, timeout: float, full_s: float = 20.0) -> FaultRun:
@@ -111,12 +84,8 @@ def full_disk(lake: ChaosLake, timeout: float, full_s: float = 20.0) -> FaultRun
     failed_writes = lake.generator.write_failures - failures
     with contextlib.suppress(OSError):
         filler.unlink()
-    started = time.monotonic()
-    before = committed_epochs(lake)
-    lake.wait_views_committed(before, timeout)
-    return FaultRun(
-        "full_disk", recover_s=time.monotonic() - started, detail=f"{failed_writes} landing writes failed while full"
-    )
+    run = FaultRun("full_disk", detail=f"{failed_writes} landing writes failed while full")
+    return _recovery(lake, run, time.monotonic(), timeout, catalog=False)
 
 
 def malformed_file(lake: ChaosLake, timeout: float) -> FaultRun:
@@ -125,7 +94,7 @@ def malformed_file(lake: ChaosLake, timeout: float) -> FaultRun:
     from spark_jobs.sources.quarantine import quarantined_rows  # lazy: pyspark's modules only for this fault
 
     assert lake.project is not None
-    before = committed_epochs(lake)
+    before = lake.committed_epochs()
     started = time.monotonic()
     stamp = time.strftime("%H%M%S")
     names = {}
@@ -161,13 +130,13 @@ def terminal_error(lake: ChaosLake, timeout: float, view: str | None = None) -> 
     lake.fault_file.write_text(f"error:{view}:*\n")
     try:
         wait_for(lambda: view in lake.failed_views(), timeout, f"{view} to be parked FAILED", interval=1.0)
-        parked = committed_epochs(lake)
+        parked = lake.committed_epochs()
         lake.wait_views_committed(parked, timeout, others)  # the others go on while it is parked
     finally:
         lake.fault_file.write_text("")
     failed = (lake.statuses() or {}).get(view, {})
     started = time.monotonic()
-    before = committed_epochs(lake)
+    before = lake.committed_epochs()
     answer = lake.resume(view)
     run = FaultRun(
         "terminal_error",
@@ -178,9 +147,24 @@ def terminal_error(lake: ChaosLake, timeout: float, view: str | None = None) -> 
     return run
 
 
-def _since(started: float, wait: Callable[[], float]) -> float:
-    wait()
-    return time.monotonic() - started
+def _recovery(
+    lake: ChaosLake,
+    run: FaultRun,
+    started: float,
+    timeout: float,
+    before: dict[str, int | None] | None = None,
+    catalog: bool = True,
+) -> FaultRun:
+    """``run`` with the seconds from ``started`` (the fault lifted) until the catalog answers a
+    table load (faults that take it away: ``catalog``) and every view has committed an epoch past
+    ``before`` (read now when not given)."""
+    before = lake.committed_epochs() if before is None else before
+    if catalog:
+        lake.wait_catalog(timeout)
+        run.catalog_s = time.monotonic() - started
+    lake.wait_views_committed(before, timeout)
+    run.recover_s = time.monotonic() - started
+    return run
 
 
 FAULTS: dict[str, Callable[..., FaultRun]] = {

@@ -20,8 +20,10 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 import httpx
 
@@ -31,11 +33,13 @@ from catalog_api.store.local_postgres import LocalPostgres
 from lakeview.cli.generator import land_json
 from lakeview.config.models import ProjectConfig
 from lakeview.ivm import oracle
+from lakeview.ops.retrying import retry_transient
 from lakeview.sql.planner import plan_view
 from tests.s3_server import SeaweedS3
 from tests.spark_jobs.test_crash import project_on_disk
 from tests.waiting import wait_for
 
+T = TypeVar("T")
 REPO = Path(__file__).resolve().parents[2]
 NAMESPACE = "chaos"
 BUCKET = "chaos"
@@ -208,6 +212,10 @@ class EpochLedger:
         return [e for e in range(min(epochs), max(epochs)) if e not in epochs] if epochs else []
 
 
+class UpExitedError(AssertionError):
+    """``lakeview up`` exited while the rig waited for it (a wait that cannot succeed)."""
+
+
 class ChaosLake:
     """The servers, the project, ``lakeview up`` and the generator; every fault in
     ``tests/chaos/faults.py`` acts on one of these. ``start()`` / ``stop()``."""
@@ -261,11 +269,21 @@ class ChaosLake:
                 for name, view in VIEWS.items()
             },
         }
-        self.project = project_on_disk(self.root, data)
         self.generator.tick()  # a first file per source before the views start
-        self.start_up()
-        self.wait_views_committed({}, timeout=300)
-        return self
+        for attempt in range(1, 4):
+            data["server"]["port"] = self.port
+            self.project = project_on_disk(self.root, data)
+            self.start_up()
+            try:
+                self.wait_views_committed({}, timeout=300)
+                return self
+            except UpExitedError as exc:
+                # Another process bound the catalog's port between its choice and the bind: a new port.
+                if attempt == 3 or "is in use" not in str(exc):
+                    raise
+                self.port = free_port("127.0.0.1")
+                self.base = f"http://127.0.0.1:{self.port}"
+        raise AssertionError("unreachable")
 
     def _mount_landing(self) -> None:
         self.landing.mkdir(parents=True, exist_ok=True)
@@ -370,7 +388,17 @@ class ChaosLake:
 
     def wait_catalog(self, timeout: float) -> float:
         """Seconds until the catalog answers a table load (AssertionError past ``timeout``)."""
-        return _wait(self.catalog_answers, timeout, "the catalog to answer a table load")
+        return _wait(
+            lambda: self._up_running() and self.catalog_answers(), timeout, "the catalog to answer a table load"
+        )
+
+    def _up_running(self) -> bool:
+        """True while ``lakeview up`` runs; UpExitedError (with its last output) once it has exited,
+        so a wait for it fails at once instead of at its timeout."""
+        if self.up is not None and self.up.poll() is not None:
+            tail = self.up_log.read_bytes()[-1500:].decode(errors="replace")
+            raise UpExitedError(f"lakeview up exited with status {self.up.returncode}:\n{tail}")
+        return True
 
     def wait_views_committed(
         self, before: dict[str, int | None], timeout: float, views: list[str] | None = None
@@ -379,6 +407,7 @@ class ChaosLake:
         names = views or list(VIEWS)
 
         def done() -> bool:
+            self._up_running()
             now = self.epochs()
             return all(now.get(v) is not None and (before.get(v) is None or now[v] > before[v]) for v in names)  # type: ignore[operator]
 
@@ -391,26 +420,43 @@ class ChaosLake:
         return httpx.post(f"{self.base}/lakeview/v1/views/{view}/resume", timeout=10).status_code
 
     # -- checks -----------------------------------------------------------------------------
+    def read(self, what: str, step: Callable[[], T]) -> T:
+        """``step()`` (a read of the lake), tried again on a transient storage or catalog-store
+        error for about half a minute, as a reader would: SeaweedFS answers INTERNAL_FAILURE for a
+        moment after a restart, PostgreSQL cuts pooled connections when it restarts."""
+        from deltalake.exceptions import DeltaError  # lazy: deltalake loads only where the checks run
+        from sqlalchemy.exc import OperationalError  # lazy: as above
+
+        return retry_transient(step, what=what, attempts=10, transient=(DeltaError, OperationalError))
+
     def check(self) -> list[ViewCheck]:
         """Every view against DuckDB's recompute at its committed frontier (``lakeview verify``),
         and its commits recorded in the epoch ledger."""
+        return [self.read(f"the check of {view}", lambda view=view: self._check(view)) for view in VIEWS]
+
+    def _check(self, view: str) -> ViewCheck:
         assert self.project is not None
         project = self.project
-        found = []
-        for view in VIEWS:
-            record = tables.last_commit(project, view)
-            assert record is not None, f"{view} has no commit"
-            self.ledger.record(project, view)
-            files = oracle.frontier_files(project, view, record.frontier)
-            comparison = oracle.compare(
-                tables.read_rows(project, view, record.snapshot_id), oracle.recompute(project, view, files)
-            )
-            found.append(
-                ViewCheck(
-                    view, record.epoch, len(comparison.missing), len(comparison.unexpected), comparison.describe(3)
-                )
-            )
-        return found
+        record = tables.last_commit(project, view)  # its frontier and its snapshot: one commit's
+        assert record is not None, f"{view} has no commit"
+        self.ledger.record(project, view)
+        files = oracle.frontier_files(project, view, record.frontier)
+        comparison = oracle.compare(
+            tables.read_rows(project, view, record.snapshot_id), oracle.recompute(project, view, files)
+        )
+        return ViewCheck(
+            view, record.epoch, len(comparison.missing), len(comparison.unexpected), comparison.describe(3)
+        )
+
+    def committed_epochs(self) -> dict[str, int | None]:
+        """Each view's last committed epoch, read from its table (not from the running process)."""
+        assert self.project is not None
+
+        def epoch(view: str) -> int | None:
+            record = tables.last_commit(self.project, view)  # type: ignore[arg-type]
+            return None if record is None else record.epoch
+
+        return {view: self.read(f"the last commit of {view}", lambda view=view: epoch(view)) for view in VIEWS}
 
     def unexplained_gaps(self, view: str) -> list[int]:
         """Epochs missing from the view's commits whose change was not empty: skipped epochs.
