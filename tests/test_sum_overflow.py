@@ -16,11 +16,13 @@ import pyarrow.parquet as pq
 import pytest
 
 from catalog_api.ops import view_tables as tables
+from catalog_api.store.catalog import open_store
 from lakeview.errors import AggregateOverflowError
 from lakeview.ivm import oracle
 from lakeview.project import parse_project
 from spark_jobs.epoch_guard import failure_of
 from tests.pipelines import view_pipeline
+from writers.iceberg.writer import last_commit_of
 
 D = decimal.Decimal
 INT_MIN, INT_MAX, LONG_MAX = -(2**31), 2**31 - 1, 2**63 - 1
@@ -139,5 +141,42 @@ def test_a_sum_past_its_type_stops_the_view_with_an_error_naming_view_and_column
     assert f"view {view!r}" in str(error) and "column 'total'" in str(error) and "overflows" in str(error)
     # Its last commit is the epoch before the overflow: nothing wrapped was written.
     assert [c.epoch for c in reversed(tables.commit_history(project, view))][-1] == 1
+    # Nor did its state advance: the epoch failed before any of its tables committed (the view
+    # over a change feed keeps state tables; the append view's own rows are its state).
+    store = open_store(project)
+    states = [t for t in store.list_tables(("overflow",)) if t[-1].startswith(f"__lv_state_{view}_")]
+    assert bool(states) == (view == "ovf_long"), states
+    for name in states:
+        assert last_commit_of(store.load_table(name)).epoch == 1, name
     served = {r["k"]: r["total"] for r in tables.read_rows(project, view).to_pylist()}
     assert served == LAST_GOOD[view], "the rows of epoch 1, at the edges of BIGINT, are still served"
+
+
+def test_a_first_batch_written_by_the_executors_stops_on_a_sum_past_bigint_too(
+    spark, catalog_server, lake_dir: Path, tmp_path: Path
+) -> None:
+    """Past ``[spark] driver_rows_max`` input rows a view's first batch is computed and written by
+    Spark's executors, where SUM of BIGINTs wraps (no ANSI mode): the same error, nothing written."""
+    data = {
+        "lake": {"warehouse": str(lake_dir / "warehouse"), "catalog_store": f"sqlite:///{lake_dir / 'catalog.db'}"},
+        "server": {"host": "127.0.0.1", "port": catalog_server.port},
+        "spark": {"driver_rows_max": 2},
+        "sources": {"a": {"format": "parquet", "path": str(tmp_path / "a"), "schema": "k BIGINT, i64 BIGINT"}},
+        "views": {"ovf_backfill": {"sql": VIEWS["ovf_append"], "namespace": "overflow_bf"}},
+    }
+    project = parse_project(data, file=str(tmp_path / "lakeview.toml"), root=tmp_path)
+    rows = [{"k": 0, "i64": LONG_MAX}, {"k": 0, "i64": 1}, {"k": 1, "i64": 5}, {"k": 1, "i64": -LONG_MAX}]
+    _land(tmp_path / "a", "000.parquet", rows, APPEND_ARROW)
+    pipeline = view_pipeline(spark, project, "ovf_backfill", catalog_server.uri)
+    pipeline.prepare()
+    query = pipeline.start()
+    try:
+        with pytest.raises(Exception):  # noqa: B017 - the query stops; what stopped it is asked below
+            query.processAllAvailable()
+    finally:
+        query.stop()
+    failure = failure_of(query.name)
+    error = failure.error if failure is not None else None
+    assert isinstance(error, AggregateOverflowError), repr(error)
+    assert "view 'ovf_backfill'" in str(error) and "column 'total'" in str(error)
+    assert tables.commit_history(project, "ovf_backfill") == [], "no wrapped sum was written"

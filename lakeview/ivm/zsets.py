@@ -106,16 +106,21 @@ def apply_epoch(
     keys = plan.keys
     # a global aggregate (no key) has one group: the key-less table row
     touched = _distinct(group_delta.select(list(keys))) if keys else group_delta.select([]).slice(0, 1)
-    groups = _advance(
+    groups, commit_groups = _advance(
         stores.groups, epoch, touched, lambda old: merge_group_state(plan, group_delta, old), keys, ROWS, closed
     )
-    values = [
+    advanced = [
         _advance(
             writer, epoch, touched, lambda old, d=delta: merge_multiset(plan, d, old), (*keys, VALUE), COUNT, closed
         )
         for writer, delta in zip(stores.multisets, multiset_deltas)
     ]
-    return stores.view.commit(epoch, view_change(plan, touched, finalize(plan, groups, values)))
+    # The view's rows before any table commits: an overflow (AggregateOverflowError) fails the
+    # epoch with every table as it was, so a resume after widening the column starts clean.
+    rows = finalize(plan, groups, [values for values, _ in advanced])
+    for commit in [commit_groups, *(commit for _, commit in advanced)]:
+        commit()
+    return stores.view.commit(epoch, view_change(plan, touched, rows))
 
 
 def _advance(
@@ -126,17 +131,16 @@ def _advance(
     key: tuple[str, ...],
     count: str,
     closed: Callable[[SnapshotWriter], pa.Table] | None = None,
-) -> pa.Table:
-    """Apply one state table's delta (unless the table already has the epoch); return the
-    state rows of the touched groups after the epoch."""
+) -> tuple[pa.Table, Callable[[], object]]:
+    """One state table's delta (unless the table already has the epoch): the state rows of the
+    touched groups after the epoch, and the commit that applies it (run once nothing can fail)."""
     old = writer.lookup(touched)
     last = writer.last_commit()
     if last is not None and last.epoch >= epoch.number:
-        return old  # applied before a crash: ``old`` is already the state after the epoch
+        return old, lambda: None  # applied before a crash: ``old`` is already the state after the epoch
     merged = merge(old)
     if not key:  # a global aggregate's one state row is replaced whole (kept at count 0)
-        writer.commit(epoch, Change(rows=merged, key=()))
-        return merged
+        return merged, lambda: writer.commit(epoch, Change(rows=merged, key=()))
     change = state_change(merged, key, count)
     gone = closed(writer) if closed is not None else None
     if gone is not None and gone.num_rows:
@@ -144,13 +148,13 @@ def _advance(
         drop = gone.select(list(key)).cast(pa.schema([merged.schema.field(k) for k in key]))
         deletes = drop if change.deletes is None else pa.concat_tables([change.deletes.cast(drop.schema), drop])
         change = Change(rows=change.rows, key=key, deletes=deletes)
-    writer.commit(epoch, change)
     match = " AND ".join(f'o."{k}" IS NOT DISTINCT FROM m."{k}"' for k in key)
     kept = _sql(
         f"SELECT o.* FROM o WHERE NOT EXISTS (SELECT 1 FROM m WHERE {match})", o=_or_empty(old, merged), m=merged
     )
     after = pa.concat_tables([merged, kept.cast(merged.schema)]) if kept.num_rows else merged
-    return _sql(f"SELECT * FROM a WHERE {count} <> 0", a=after).cast(merged.schema)
+    state = _sql(f"SELECT * FROM a WHERE {count} <> 0", a=after).cast(merged.schema)
+    return state, lambda: writer.commit(epoch, change)
 
 
 def merge_group_state(plan: KeyedAggregatePlan, delta: pa.Table, old: pa.Table) -> pa.Table:
@@ -182,14 +186,15 @@ def merge_group_state(plan: KeyedAggregatePlan, delta: pa.Table, old: pa.Table) 
             try:
                 _sql(one, **tables).cast(pa.schema([schema.field(slot.name + "_s")]))
             except OVERFLOWS as found:
-                raise _overflow(plan, slot, found) from exc
+                raise overflow_error(plan, slot, found) from exc
         raise
 
 
 OVERFLOWS = (duckdb.OutOfRangeException, duckdb.ConversionException, pa.ArrowInvalid)
 
 
-def _overflow(plan: KeyedAggregatePlan, slot: Slot, exc: Exception) -> AggregateOverflowError:
+def overflow_error(plan: KeyedAggregatePlan, slot: Slot, exc: Exception) -> AggregateOverflowError:
+    """The error naming the view, the output column(s) and the aggregate of ``slot``, whose sum ``exc`` says left its type."""
     columns = [name for name, sql in plan.outputs if f'"{slot.name}"' in sql] or [slot.name]
     aggregate = f"{slot.function.value.upper()}({slot.argument})"
     return AggregateOverflowError(plan.view, ", ".join(columns), aggregate, str(exc).splitlines()[0])
@@ -204,7 +209,7 @@ def _check_batch_sums(plan: KeyedAggregatePlan, delta: pa.Table) -> None:
             s in delta.column_names
             and _sql(f"SELECT 1 FROM d WHERE {s} IS NULL AND {c} <> 0 LIMIT 1", d=delta).num_rows
         ):
-            raise _overflow(plan, slot, ValueError("its sum over the epoch's rows is out of range"))
+            raise overflow_error(plan, slot, ValueError("its sum over the epoch's rows is out of range"))
 
 
 def merge_multiset(plan: KeyedAggregatePlan, delta: pa.Table, old: pa.Table) -> pa.Table:
@@ -234,7 +239,7 @@ def finalize(plan: KeyedAggregatePlan, groups: pa.Table, multisets: list[pa.Tabl
             try:
                 _sql(one.finalize_sql("g", names), g=groups, **dict(zip(names, multisets)))
             except OVERFLOWS as found:
-                raise _overflow(plan, slot, found) from exc
+                raise overflow_error(plan, slot, found) from exc
         raise
 
 

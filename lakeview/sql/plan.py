@@ -222,6 +222,21 @@ class KeyedAggregatePlan(_Plan):
         kind, _ = self._sum_kind(slot)
         return f"CAST({value} AS BIGINT)" if kind == "integral" else value
 
+    def overflow_sql(self, groups: str) -> str | None:
+        """Spark SQL over ``groups`` (:meth:`group_delta_sql`'s rows): one row with, per SUM/AVG
+        slot, a flag (named by the slot) set when a group's sum leaves the type a recompute gives
+        it: a SUM of integers outside BIGINT, or a sum Spark made NULL over values (a decimal past
+        38 digits). The driver's merge raises on both (:func:`lakeview.ivm.zsets.finalize`); a
+        backfill written by Spark's executors asks this first, as Spark's own SUM would wrap.
+        None without SUM or AVG."""
+        flags = []
+        for slot in self.sum_slots():
+            bad = f"({slot.name}_s IS NULL AND {slot.name}_c <> 0)"
+            if slot.function is AggregateFunction.SUM and self._sum_kind(slot)[0] == "integral":
+                bad += f" OR {slot.name}_s NOT BETWEEN {-(2**63)} AND {2**63 - 1}"
+            flags.append(f"MAX(CASE WHEN {bad} THEN 1 ELSE 0 END) AS `{slot.name}`")
+        return f"SELECT {', '.join(flags)} FROM {groups}" if flags else None
+
     def sum_columns(self) -> list[str]:
         return [f"{s.name}_s" for s in self.slots if s.function in (AggregateFunction.SUM, AggregateFunction.AVG)]
 

@@ -38,8 +38,10 @@ from typing import TYPE_CHECKING
 from lakeview.config.schema import parse_ddl
 from lakeview.ivm.changefeed import DELETE, OP, images_sql, latest_sql
 from lakeview.ivm.commits import CommitRecord, Epoch
+from lakeview.ivm.zsets import overflow_error
 from lakeview.sql.plan import COUNT, ROWS, WEIGHT, KeyedAggregatePlan
 from lakeview.sql.watermark import LATE
+from spark_jobs.analysis import with_sum_types
 from spark_jobs.executors.writes import append_on_executors
 from writers.base import SnapshotWriter
 
@@ -96,11 +98,25 @@ def bootstrap_on_executors(pipeline: ViewPipeline, good: DataFrame, epoch: Epoch
             if retracts_unheld(spark, [c for c in spark.table(zset).columns if c != WEIGHT], zset):
                 log.info("%s: epoch %s retracts a row it never held; the driver merges it", pipeline.view, epoch.number)
                 return None
+        if isinstance(pipeline.plan, KeyedAggregatePlan):
+            check_sums(pipeline.plan, good.sparkSession, zset)
         epoch = _stamped(pipeline, epoch, good.sparkSession, net)
         return _write_tables(pipeline, epoch, good.sparkSession, zset, net, images)
     finally:
         for df in held:
             df.unpersist()
+
+
+def check_sums(plan: KeyedAggregatePlan, spark: SparkSession, zset: str) -> None:
+    """Raise AggregateOverflowError, before any table is written, when a group's sum over the
+    batch leaves its type: Spark's SUM (no ANSI mode) would write a wrapped value instead."""
+    # A view that is its own state (append-only input) has an untyped plan: its sums' types here.
+    plan = plan if plan.sum_types else with_sum_types(spark, plan, zset)
+    sql = plan.overflow_sql(f"({plan.group_delta_sql(zset)})")
+    flags = spark.sql(sql).first() if sql is not None else None
+    for slot in plan.sum_slots() if flags is not None else []:
+        if flags[slot.name]:
+            raise overflow_error(plan, slot, ValueError("its sum over the first batch's rows is out of range"))
 
 
 def _write_tables(

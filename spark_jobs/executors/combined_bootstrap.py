@@ -45,6 +45,7 @@ from lakeview.sql.joins import JoinPlan, JoinSide
 from lakeview.sql.plan import COUNT, WEIGHT, KeyedAggregatePlan
 from spark_jobs.executors.bootstrap import (
     Bootstrap,
+    check_sums,
     group_state_sql,
     multiset_state_sql,
     net_rows_sql,
@@ -133,6 +134,7 @@ def _write_tables(
             log.info("%s: epoch %s: a row of negative net weight (from %s); the driver merges it", pipeline.view, epoch.number,
                      ", ".join(retracting))  # fmt: skip
             return None
+        check_sums(top, spark, zset)
         tables.append((m.state[0], spark.sql(group_state_sql(top, zset))))
         tables += [(w, spark.sql(multiset_state_sql(top, i, zset))) for i, w in enumerate(m.state[1:])]
         spark.sql(net_rows_sql(columns, zset)).createOrReplaceTempView(name("net"))
