@@ -38,7 +38,7 @@ from lakeview.project import source_schemas, view_graph
 from lakeview.sql.dialects import sql_properties
 from lakeview.sql.graph_plan import GraphPlan
 from lakeview.sql.plan import WEIGHT
-from lakeview.sql.planner import plan_for
+from lakeview.sql.planner import view_plan
 from spark_jobs.sources_pipeline import SourcesPipeline
 from spark_jobs.streams import collect_arrow, reconcile_checkpoint
 from writers.graph_state import TableStateStore, commit_key, lookup_as_of, state_table_name, warm_up
@@ -56,8 +56,7 @@ log = logging.getLogger("lakeview.pipeline")
 
 def graph_pipeline(spark: SparkSession, project: ProjectConfig, view: str, *args, **kwargs) -> GraphPipeline | None:  # type: ignore[no-untyped-def]
     """The pipeline of a view kept as an operator graph; None for a view the per-shape planner keeps."""
-    config = project.views[view]
-    if not isinstance(plan_for(view, config.sql, config.dialect), GraphPlan):
+    if not isinstance(view_plan(project, view), GraphPlan):
         return None
     return GraphPipeline(spark, project, view, *args, **kwargs)
 
@@ -78,7 +77,7 @@ class GraphPipeline(SourcesPipeline):
         on_commit: Callable[[CommitRecord], None] | None = None,
         state_writer: Callable[[str], SnapshotWriter] | None = None,
     ) -> None:
-        plan = plan_for(view, project.views[view].sql, project.views[view].dialect)
+        plan = view_plan(project, view)
         assert isinstance(plan, GraphPlan)
         super().__init__(spark, project, view, plan, writer, on_commit, state_writer)
         self.plan: GraphPlan = plan

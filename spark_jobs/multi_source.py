@@ -27,7 +27,7 @@ from lakeview.sql.dag import deleting_sources, upstreams_of
 from lakeview.sql.dialects import sql_properties
 from lakeview.sql.joins import JoinPlan, joined_column, sql_over_sources
 from lakeview.sql.plan import WEIGHT, KeyedAggregatePlan
-from lakeview.sql.planner import plan_view
+from lakeview.sql.planner import view_plan
 from lakeview.sql.union import UnionPlan
 from spark_jobs import faults
 from spark_jobs.analysis import with_sum_types
@@ -50,8 +50,7 @@ def combined_pipeline(
     spark: SparkSession, project: ProjectConfig, view: str, *args, **kwargs
 ) -> CombinedPipeline | None:
     """The pipeline of a join or UNION ALL view; None for a view over one source."""
-    config = project.views[view]
-    if plan_view(view, config.sql, config.dialect).kind not in ("join", "union"):
+    if view_plan(project, view).kind not in ("join", "union"):
         return None
     return CombinedPipeline(spark, project, view, *args, **kwargs)
 
@@ -72,7 +71,7 @@ class CombinedPipeline(SourcesPipeline):
         self.publisher = ChangePublisher.for_view(project, view, writer)  # None unless other views read this one
         deleting = deleting_sources(project, view)  # (before the upstream views become Parquet sources below)
         project = with_upstream_source(spark, project, view)
-        plan = plan_view(view, project.views[view].sql, project.views[view].dialect)
+        plan = view_plan(project, view)
         assert isinstance(plan, (JoinPlan, UnionPlan))
         super().__init__(spark, project, view, plan, writer, on_commit, state_writer)
         self.plan: JoinPlan | UnionPlan = plan

@@ -31,7 +31,7 @@ from lakeview.ops.source_log import batch_files
 from lakeview.sql.dag import feed_key
 from lakeview.sql.dialects import sql_properties
 from lakeview.sql.plan import WEIGHT, AppendPlan, KeyedAggregatePlan
-from lakeview.sql.planner import plan_view
+from lakeview.sql.planner import view_plan
 from lakeview.sql.watermark import LATE, Watermark, delay_us, event_column
 from spark_jobs import faults
 from spark_jobs.analysis import with_sum_types
@@ -99,7 +99,7 @@ class ViewPipeline:
         self.project = project
         self.view = view
         self.config = project.views[view]
-        self.plan = plan_view(view, self.config.sql, self.config.dialect)
+        self.plan = view_plan(project, view)
         self.writer = on_executors(writer, spark, project)
         self.on_commit = on_commit
         self.checkpoint = project.checkpoint_path(view)
