@@ -12,7 +12,6 @@ same surface as :class:`~spark_jobs.pipeline.ViewPipeline`, which hands such vie
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -42,8 +41,6 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from lakeview.config.models import ProjectConfig
-
-log = logging.getLogger("lakeview.pipeline")
 
 
 def combined_pipeline(

@@ -1,47 +1,39 @@
 """The streaming surface shared by the pipelines of views that read several sources as one tagged stream
 (:class:`~spark_jobs.multi_source.CombinedPipeline`: joins and UNION ALL; :class:`~spark_jobs.graph_pipeline.
-GraphPipeline`: operator graphs): their set-up, ``start()``, the per-epoch skeleton (persist the batch,
-process it, time it, report the commit) and the epoch's frontier and per-source frames.
-
-What differs per pipeline is a few hooks: ``_process_batch`` (the epoch's work), ``_done`` (an epoch
-already committed, skipped before anything is read) and ``_after_batch`` (what happens between the
-batch and the commit report, e.g. publishing changes for downstream views).
+GraphPipeline`: operator graphs): their set-up, the tagged stream, and the epoch's frontier and per-source
+frames. ``start()`` and the per-epoch skeleton are every pipeline's (:class:`spark_jobs.epoch_loop.EpochLoop`);
+each subclass fills in its hooks (``_process_batch``, ``_done``, ``_after_batch``).
 """
 
 from __future__ import annotations
 
-import logging
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from lakeview.ivm.commits import CommitRecord, Epoch
 from spark_jobs import faults
+from spark_jobs.epoch_loop import EpochLoop
 from spark_jobs.executors.reads import on_executors
 from spark_jobs.source_frames import SourceFrames, frontier, source_frames, tagged_stream
 from spark_jobs.sources.quarantine import Quarantine
-from spark_jobs.streams import start_query, state_table_writer
+from spark_jobs.streams import state_table_writer
 
 if TYPE_CHECKING:
     from pathlib import Path
 
     from pyspark.sql import DataFrame, SparkSession
-    from pyspark.sql.streaming import StreamingQuery
 
     from lakeview.config.models import ProjectConfig
     from writers.base import SnapshotWriter
 
-log = logging.getLogger("lakeview.pipeline")
 
-
-class SourcesPipeline:
+class SourcesPipeline(EpochLoop):
     """Keeps one view over several sources fresh: ``prepare()`` once (the subclass's), then ``start()``.
     ``plan`` is the view's plan (anything with ``sources``); ``project`` is the project as the view's
     query sees it (upstream views already turned into their change files' sources)."""
 
-    upstreams: set[str] | frozenset[str] = (
-        frozenset()
-    )  # upstream views among the sources (their change files carry weights)
+    # upstream views among the sources (their change files carry weights)
+    upstreams: set[str] | frozenset[str] = frozenset()
 
     def __init__(
         self,
@@ -85,51 +77,10 @@ class SourcesPipeline:
         """A state table next to the view's, through the same catalog."""
         return state_table_writer(self.writer, self.view, self.config.namespace, name)
 
-    # --- streaming ----------------------------------------------------------------------
+    # --- streaming (EpochLoop's start and per-epoch skeleton) -----------------------------
     def source_stream(self) -> DataFrame:
         """Every source's file stream, tagged and prefixed, as one stream."""
         return tagged_stream(self.spark, self.project, self.sources, self.quarantines)
-
-    def start(self, available_now: bool = False) -> StreamingQuery:
-        faults.install(self)  # type: ignore[arg-type]
-        return start_query(
-            self.source_stream(),
-            f"lakeview_{self.view}",
-            self.checkpoint,
-            self._process,
-            self.config.cadence,
-            available_now,
-        )
-
-    def _process(self, batch: DataFrame, epoch_id: int) -> None:
-        if self._done(epoch_id):
-            log.info("%s: epoch %s already in the tables; skipping the replay", self.view, epoch_id)
-            return
-        faults.point("reading", epoch_id)
-        started = time.perf_counter()
-        batch = batch.persist()
-        try:
-            record = self._process_batch(batch, epoch_id)
-        finally:
-            batch.unpersist()
-        self.timings["total_s"] = time.perf_counter() - started
-        self._after_batch(epoch_id)
-        faults.point("after_commit", epoch_id)
-        if record is not None:
-            log.info("%s: committed epoch %s as snapshot %s", self.view, epoch_id, record.snapshot_id)
-            if self.on_commit is not None:
-                self.on_commit(record)
-
-    def _done(self, epoch_id: int) -> bool:
-        """Whether the epoch is already committed (skipped before anything is read); by default each
-        table applies an epoch at most once by itself, so nothing is skipped here."""
-        return False
-
-    def _after_batch(self, epoch_id: int) -> None:
-        """Between the batch's commit and its report (``on_commit``)."""
-
-    def _process_batch(self, batch: DataFrame, epoch_id: int) -> CommitRecord | None:
-        raise NotImplementedError
 
     def _epoch(
         self, batch: DataFrame, epoch_id: int, columns: Callable[[str], list[str] | None] = lambda source: None
