@@ -17,14 +17,12 @@ pipeline's own timings.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import shutil
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -32,11 +30,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from rich.console import Console
 from rich.table import Table
 
+from bench._common import ChangeFeeds, duckdb_seconds, median_phases, timed_epochs
 from bench.history import SCHEMA as ORDERS
 from bench.history import land_parquet
 from lakeview.project import parse_project
-from lakeview.sql.duck import connect
-from lakeview.stack.embedded import EmbeddedStack
 
 PRODUCTS = "product_id BIGINT, category STRING, op STRING, seq BIGINT"
 FEED = {"operation": "op", "key": ["product_id"], "sequence": "seq", "insert": ["c"], "update": ["u"], "delete": ["d"]}
@@ -53,19 +50,10 @@ class Feed:
     def __init__(self, landing: Path, rng: random.Random) -> None:
         self.landing = landing
         self.rng = rng
-        self.seq = 0
-        self.files = 0
-        landing.mkdir(parents=True, exist_ok=True)
+        self.feeds = ChangeFeeds()
 
     def land(self, rows: list[tuple[str, int, str]]) -> None:
-        lines = []
-        for op, product_id, category in rows:
-            self.seq += 1
-            lines.append(json.dumps({"product_id": product_id, "category": category, "op": op, "seq": self.seq}))
-        tmp = self.landing / f".p-{self.files:06d}.json.tmp"
-        tmp.write_text("\n".join(lines) + "\n")
-        tmp.rename(self.landing / f"p-{self.files:06d}.json")  # appear whole
-        self.files += 1
+        self.feeds.land(self.landing, "p", [{"product_id": p, "category": c, "op": op} for op, p, c in rows])
 
     def updates(self, products: int, count: int) -> None:
         self.land([("u", 1 + self.rng.randrange(products), f"c{self.rng.randrange(CATEGORIES)}") for _ in range(count)])
@@ -100,48 +88,25 @@ def main() -> None:
         },
         root=root / "project",
     )
-    committed: list[float] = []
-    epochs: list[tuple[float, dict]] = []
+
+    def land(i: int) -> None:
+        first_id = BATCH_IDS + i * args.batch
+        land_parquet(orders_dir, f"b-{i:06d}.parquet", args.batch, first_id=first_id, products=args.products)
+        feed.updates(args.products, args.updates)
+
     try:
-        with EmbeddedStack(project, port=0) as stack:
-            started = time.perf_counter()
-            stack.start_views(on_commit=lambda record: committed.append(time.perf_counter()))
-            query = stack.queries["by_category"]
-            query.processAllAvailable()
-            backfill = time.perf_counter() - started
-            for i in range(args.repeats + 1):
-                before = len(committed)
-                land_parquet(
-                    orders_dir,
-                    f"b-{i:06d}.parquet",
-                    args.batch,
-                    first_id=BATCH_IDS + i * args.batch,
-                    products=args.products,
-                )
-                feed.updates(args.products, args.updates)
-                landed = time.perf_counter()
-                query.processAllAvailable()
-                ended = committed[-1] if len(committed) > before else time.perf_counter()
-                if i:  # the first epoch after the backfill warms up
-                    epochs.append((ended - landed, dict(getattr(stack.pipelines["by_category"], "timings", {}))))
-            stack.stop_views()
-        duck = []
-        for _ in range(args.repeats):
-            con = connect()
-            started = time.perf_counter()
-            con.execute(f"CREATE TEMP VIEW orders AS SELECT * FROM read_parquet('{orders_dir}/*.parquet')")
-            con.execute(
-                f"CREATE TEMP VIEW products AS SELECT product_id, category FROM (SELECT *, row_number() OVER "
-                f"(PARTITION BY product_id ORDER BY seq DESC) AS r FROM read_json('{products_dir}/*.json', columns = "
-                "{'product_id': 'BIGINT', 'category': 'VARCHAR', 'op': 'VARCHAR', 'seq': 'BIGINT'})) WHERE r = 1 AND op <> 'd'"
-            )
-            con.execute(SQL).fetchall()
-            duck.append(time.perf_counter() - started)
-            con.close()
+        backfill, epochs = timed_epochs(project, "by_category", land, args.repeats)
+        relations = [
+            f"CREATE TEMP VIEW orders AS SELECT * FROM read_parquet('{orders_dir}/*.parquet')",
+            f"CREATE TEMP VIEW products AS SELECT product_id, category FROM (SELECT *, row_number() OVER "
+            f"(PARTITION BY product_id ORDER BY seq DESC) AS r FROM read_json('{products_dir}/*.json', columns = "
+            "{'product_id': 'BIGINT', 'category': 'VARCHAR', 'op': 'VARCHAR', 'seq': 'BIGINT'})) WHERE r = 1 AND op <> 'd'",
+        ]
+        duck = duckdb_seconds(relations, SQL, args.repeats)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     incremental = statistics.median(s for s, _ in epochs)
-    phases = {k: round(statistics.median(p.get(k, 0.0) for _, p in epochs), 3) for k in epochs[-1][1]}
+    phases = median_phases(epochs)
     table = Table(
         title=f"orders ⋈ products (change feed) GROUP BY category: one epoch of {args.batch:,} orders + {args.updates} "
         f"product updates; median of {args.repeats}; load {load_start[0]:.1f} -> {os.getloadavg()[0]:.1f}"

@@ -15,14 +15,12 @@ rows). Prints one table row per ``--orders`` size; the epoch's phases come from 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import shutil
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -30,9 +28,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from rich.console import Console
 from rich.table import Table
 
+from bench._common import ChangeFeeds, duckdb_seconds, median_phases, timed_epochs
 from lakeview.project import parse_project
 from lakeview.sql.duck import connect
-from lakeview.stack.embedded import EmbeddedStack
 
 ORDERS = "id BIGINT, pid BIGINT, cid BIGINT, qty INT"
 FEED = {"operation": "op", "key": ["id"], "sequence": "seq", "insert": ["c"], "update": ["u"], "delete": ["d"]}
@@ -61,19 +59,11 @@ class Feeds:
     """The dimensions' change feeds: JSON files of insert/update rows, sequenced."""
 
     def __init__(self, landing: Path, rng: random.Random) -> None:
-        self.landing, self.rng, self.seq, self.files = landing, rng, 0, 0
+        self.landing, self.rng, self.feeds = landing, rng, ChangeFeeds()
 
     def land(self, name: str, rows: list[tuple[str, int]]) -> None:
-        directory = self.landing / name
-        directory.mkdir(parents=True, exist_ok=True)
-        lines = []
-        for op, key in rows:
-            self.seq += 1
-            lines.append(json.dumps({"id": key, "op": op, "seq": self.seq, **values(name, self.rng)}))
-        tmp = directory / f".f-{self.files:06d}.json.tmp"
-        tmp.write_text("\n".join(lines) + "\n")
-        tmp.rename(directory / f"f-{self.files:06d}.json")  # appear whole
-        self.files += 1
+        rows_ = [{"id": key, "op": op, **values(name, self.rng)} for op, key in rows]
+        self.feeds.land(self.landing / name, "f", rows_)
 
 
 def land_orders(directory: Path, name: str, count: int, first_id: int) -> None:
@@ -109,43 +99,25 @@ def run(size: int, args: argparse.Namespace) -> tuple[float, float, float, dict]
         },
         root=root / "project",
     )
-    committed: list[float] = []
-    epochs: list[tuple[float, dict]] = []
+
+    def land(i: int) -> None:
+        land_orders(landing / "orders", f"b-{i:06d}.parquet", args.batch, BATCH_IDS + i * args.batch)
+        for name, (_, rows) in DIMENSIONS.items():
+            feeds.land(name, [("u", 1 + rng.randrange(rows)) for _ in range(args.updates)])
+
     try:
-        with EmbeddedStack(project, port=0) as stack:
-            started = time.perf_counter()
-            stack.start_views(on_commit=lambda record: committed.append(time.perf_counter()))
-            query = stack.queries["star"]
-            query.processAllAvailable()
-            first = time.perf_counter() - started
-            for i in range(args.repeats + 1):
-                before = len(committed)
-                land_orders(landing / "orders", f"b-{i:06d}.parquet", args.batch, BATCH_IDS + i * args.batch)
-                for name, (_, rows) in DIMENSIONS.items():
-                    feeds.land(name, [("u", 1 + rng.randrange(rows)) for _ in range(args.updates)])
-                landed = time.perf_counter()
-                query.processAllAvailable()
-                ended = committed[-1] if len(committed) > before else time.perf_counter()
-                if i:  # the first epoch after the first batch warms up
-                    epochs.append((ended - landed, dict(getattr(stack.pipelines["star"], "timings", {}))))
-            stack.stop_views()
-        duck = []
-        for _ in range(args.repeats):
-            con = connect()
-            started = time.perf_counter()
-            con.execute(f"CREATE TEMP VIEW orders AS SELECT * FROM read_parquet('{landing}/orders/*.parquet')")
-            for name in DIMENSIONS:
-                con.execute(
-                    f"CREATE TEMP VIEW {name} AS SELECT * EXCLUDE (r) FROM (SELECT *, row_number() OVER "
-                    f"(PARTITION BY id ORDER BY seq DESC) AS r FROM read_json_auto('{landing}/{name}/*.json')) "
-                    "WHERE r = 1 AND op <> 'd'"
-                )
-            con.execute(SQL).fetchall()
-            duck.append(time.perf_counter() - started)
-            con.close()
+        first, epochs = timed_epochs(project, "star", land, args.repeats)
+        relations = [f"CREATE TEMP VIEW orders AS SELECT * FROM read_parquet('{landing}/orders/*.parquet')"]
+        relations += [
+            f"CREATE TEMP VIEW {name} AS SELECT * EXCLUDE (r) FROM (SELECT *, row_number() OVER "
+            f"(PARTITION BY id ORDER BY seq DESC) AS r FROM read_json_auto('{landing}/{name}/*.json')) "
+            "WHERE r = 1 AND op <> 'd'"
+            for name in DIMENSIONS
+        ]
+        duck = duckdb_seconds(relations, SQL, args.repeats)
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    phases = {k: round(statistics.median(p.get(k, 0.0) for _, p in epochs), 3) for k in epochs[-1][1]}
+    phases = median_phases(epochs)
     return first, statistics.median(s for s, _ in epochs), statistics.median(duck), phases
 
 

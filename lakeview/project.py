@@ -40,7 +40,7 @@ from lakeview.sql.dag import check_dag
 from lakeview.sql.dialects import check_inline_view
 from lakeview.sql.graph_plan import GraphPlan, graph_plan
 from lakeview.sql.groups import check_groups
-from lakeview.sql.planner import plan_for, plan_view
+from lakeview.sql.planner import view_plan
 from lakeview.sql.watermark import check as check_watermark
 
 
@@ -104,9 +104,11 @@ def _check_views(config: ProjectConfig) -> None:
             check_inline_view(config, name)
             continue
         try:
-            plan = plan_view(name, view.sql, view.dialect)
-        except UnsupportedSQLError as exc:
-            _check_graph_view(config, name, exc)
+            plan = view_plan(config, name)
+        except UnsupportedSQLError as exc:  # refused by every planner (a reserved name): named by the graph's checks
+            plan = graph_plan(name, view.sql, view.dialect, exc)  # re-raises exc for SQL that is not one query
+        if isinstance(plan, GraphPlan):
+            _check_graph_view(config, name, plan)
             continue
 
         problem = check_view_over_sources(plan, config)
@@ -148,12 +150,12 @@ def _check_views(config: ProjectConfig) -> None:
     check_groups(config)
 
 
-def _check_graph_view(config: ProjectConfig, name: str, refusal: UnsupportedSQLError) -> None:
-    """A view the per-shape planner refuses (``refusal``) is a graph view when the operator graph compiles
+def _check_graph_view(config: ProjectConfig, name: str, plan: GraphPlan) -> None:
+    """A view the per-shape planner refuses (``plan.refusal``) is a graph view when the operator graph compiles
     it over its sources' schemas; otherwise the graph's refusal (the construct and why) is the error."""
     key = f"views.{name}.sql"
     view = config.views[name]
-    plan = graph_plan(name, view.sql, view.dialect, refusal)
+    refusal = plan.refusal
     for source in plan.sources:
         if source in config.views and source not in config.sources:
             raise ConfigError(
@@ -194,7 +196,7 @@ def _check_reads_of_graph_views(config: ProjectConfig) -> None:
     for name, view in config.views.items():
         if not view.materialize:
             continue
-        plan = plan_for(name, view.sql, view.dialect)
+        plan = view_plan(config, name)
         for source in plan.sources:
             upstream = config.views.get(source)
             if source in config.sources or upstream is None or not upstream.materialize:
@@ -211,7 +213,7 @@ def _check_reads_of_graph_views(config: ProjectConfig) -> None:
 def is_graph_view(config: ProjectConfig, view: str) -> bool:
     """Whether ``view`` runs through the operator graph (the per-shape planner refuses its SQL)."""
     spec = config.views[view]
-    return spec.materialize and isinstance(plan_for(view, spec.sql, spec.dialect), GraphPlan)
+    return spec.materialize and isinstance(view_plan(config, view), GraphPlan)
 
 
 def source_schemas(config: ProjectConfig, sources: tuple[str, ...] | list[str]) -> dict[str, pa.Schema]:
@@ -231,8 +233,7 @@ def source_schemas(config: ProjectConfig, sources: tuple[str, ...] | list[str]) 
 def view_graph(config: ProjectConfig, view: str, sizes: dict[str, int] | None = None) -> Graph:
     """The operator graph of a graph view, compiled over its sources' schemas (``sizes``: rows per source,
     to order its joins). Raises UnsupportedSQLError naming the construct the graph cannot maintain."""
-    spec = config.views[view]
-    plan = plan_for(view, spec.sql, spec.dialect)
+    plan = view_plan(config, view)
     if not isinstance(plan, GraphPlan):
         raise UnsupportedSQLError(f"{view} is kept by the per-shape planner ({plan.kind}), not an operator graph")
     return compile_view(plan.duckdb_sql(), source_schemas(config, plan.sources), sizes)

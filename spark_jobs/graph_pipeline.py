@@ -38,19 +38,13 @@ from lakeview.project import source_schemas, view_graph
 from lakeview.sql.dialects import sql_properties
 from lakeview.sql.graph_plan import GraphPlan
 from lakeview.sql.plan import WEIGHT
-from lakeview.sql.planner import plan_for
-from spark_jobs import faults
-from spark_jobs.executors.reads import on_executors
-from spark_jobs.source_frames import frontier, source_frames, tagged_stream
-from spark_jobs.sources.quarantine import Quarantine
-from spark_jobs.streams import collect_arrow, reconcile_checkpoint, start_query, state_table_writer
+from lakeview.sql.planner import view_plan
+from spark_jobs.sources_pipeline import SourcesPipeline
+from spark_jobs.streams import collect_arrow, reconcile_checkpoint
 from writers.graph_state import TableStateStore, commit_key, lookup_as_of, state_table_name, warm_up
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     from pyspark.sql import DataFrame, SparkSession
-    from pyspark.sql.streaming import StreamingQuery
 
     from lakeview.config.models import ProjectConfig
     from lakeview.graph import Graph
@@ -62,14 +56,14 @@ log = logging.getLogger("lakeview.pipeline")
 
 def graph_pipeline(spark: SparkSession, project: ProjectConfig, view: str, *args, **kwargs) -> GraphPipeline | None:  # type: ignore[no-untyped-def]
     """The pipeline of a view kept as an operator graph; None for a view the per-shape planner keeps."""
-    config = project.views[view]
-    if not isinstance(plan_for(view, config.sql, config.dialect), GraphPlan):
+    if not isinstance(view_plan(project, view), GraphPlan):
         return None
     return GraphPipeline(spark, project, view, *args, **kwargs)
 
 
-class GraphPipeline:
+class GraphPipeline(SourcesPipeline):
     """Keeps one graph view fresh: ``prepare()`` once, then ``start()`` (the surface of
+    :class:`~spark_jobs.sources_pipeline.SourcesPipeline`, shared with
     :class:`~spark_jobs.multi_source.CombinedPipeline`)."""
 
     view_is_state = False  # reconcile_checkpoint: the epoch check is ours (every table moves together)
@@ -83,22 +77,12 @@ class GraphPipeline:
         on_commit: Callable[[CommitRecord], None] | None = None,
         state_writer: Callable[[str], SnapshotWriter] | None = None,
     ) -> None:
-        self.spark = spark
-        self.project = project
-        self.view = view
-        self.config = project.views[view]
-        plan = plan_for(view, self.config.sql, self.config.dialect)
+        plan = view_plan(project, view)
         assert isinstance(plan, GraphPlan)
-        self.plan = plan
-        self.writer = on_executors(writer, spark, project)
-        self.on_commit = on_commit
-        self.checkpoint = project.checkpoint_path(view)
-        made = state_writer or self._iceberg_state_writer
-        self._state_writer = lambda name: on_executors(made(name), spark, project)
-        self.configs = {s: project.sources[s] for s in plan.sources}
+        super().__init__(spark, project, view, plan, writer, on_commit, state_writer)
+        self.plan: GraphPlan = plan
         self.feeds = {s: c.changes for s, c in self.configs.items() if c.changes is not None}
         self.schemas = source_schemas(project, plan.sources)
-        self.quarantines = {s: Quarantine(project, s, view) for s in plan.sources}
         self.upstreams: set[str] = set()  # a graph view reads declared sources only (lakeview.project)
         self.publisher = None  # no view reads a graph view yet (lakeview.project)
         self.graph: Graph = view_graph(project, view)
@@ -106,22 +90,6 @@ class GraphPipeline:
         self.state: dict[str, SnapshotWriter] = {}
         self.store: TableStateStore | None = None
         self.group: IcebergGroupWriter | None = None
-        self._last_epoch: int | None = None
-        self._batch_paths: dict[str, list[Path]] = {}
-        self.timings: dict[str, float] = {}
-        self.last_write: dict[str, object] = {}
-
-    @property
-    def source(self) -> tuple[str, ...]:
-        """Every source the view reads (pending-file counts go over all of them)."""
-        return self.plan.sources
-
-    @property
-    def sources(self) -> tuple[str, ...]:
-        return self.plan.sources
-
-    def _iceberg_state_writer(self, name: str) -> SnapshotWriter:
-        return state_table_writer(self.writer, self.view, self.config.namespace, name)
 
     # --- tables ------------------------------------------------------------------------------
     def output_schema(self) -> pa.Schema:
@@ -177,21 +145,7 @@ class GraphPipeline:
     def publish_changes(self) -> None:
         """Nothing to publish: no view reads a graph view yet."""
 
-    # --- streaming -----------------------------------------------------------------------------
-    def source_stream(self) -> DataFrame:
-        return tagged_stream(self.spark, self.project, self.sources, self.quarantines)
-
-    def start(self, available_now: bool = False) -> StreamingQuery:
-        faults.install(self)  # type: ignore[arg-type]
-        return start_query(
-            self.source_stream(),
-            f"lakeview_{self.view}",
-            self.checkpoint,
-            self._process,
-            self.config.cadence,
-            available_now,
-        )
-
+    # --- streaming (SourcesPipeline's surface; its hooks below) ---------------------------------
     def _done(self, epoch_id: int) -> bool:
         """Whether the epoch is committed: Iceberg, in every table (one transaction); Delta, in the view's
         table (committed last; an epoch that left the view unchanged is recomputed, reading the tables
@@ -215,40 +169,12 @@ class GraphPipeline:
                 found[name] = record.snapshot_id - 1
         return found
 
-    def _process(self, batch: DataFrame, epoch_id: int) -> None:
-        if self._done(epoch_id):
-            log.info("%s: epoch %s already in the tables; skipping the replay", self.view, epoch_id)
-            return
-        faults.point("reading", epoch_id)
-        started = time.perf_counter()
-        batch = batch.persist()
-        try:
-            record = self._process_batch(batch, epoch_id)
-        finally:
-            batch.unpersist()
-        self.timings["total_s"] = time.perf_counter() - started
+    def _after_batch(self, epoch_id: int) -> None:
         log.info("%s: epoch %s timings %s", self.view, epoch_id, {k: round(v, 3) for k, v in self.timings.items()})
-        faults.point("after_commit", epoch_id)
-        if record is not None:
-            log.info("%s: committed epoch %s as snapshot %s", self.view, epoch_id, record.snapshot_id)
-            if self.on_commit is not None:
-                self.on_commit(record)
 
     def _process_batch(self, batch: DataFrame, epoch_id: int) -> CommitRecord | None:
         started = time.perf_counter()
-        reached, newest_ms, self._batch_paths = frontier(self.checkpoint, self.sources, epoch_id)
-        split = source_frames(
-            batch, self.view, self.sources, self.configs, self.quarantines, epoch_id, self._batch_paths
-        )
-        epoch = Epoch(
-            view=self.view,
-            number=epoch_id,
-            frontier=reached,
-            rows_in=split.rows_in,
-            newest_input_ms=newest_ms,
-            rows_quarantined=split.quarantined,
-        )
-        faults.current_epoch = epoch_id
+        split, epoch = self._epoch(batch, epoch_id)
         inputs = {source: collect_arrow(frame) for source, frame in split.frames.items()}
         self.timings = {"spark_read_quarantine_s": time.perf_counter() - started}
         self.last_write = {"by": "driver", "rows_collected": sum(t.num_rows for t in inputs.values())}

@@ -12,55 +12,47 @@ same surface as :class:`~spark_jobs.pipeline.ViewPipeline`, which hands such vie
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
 from lakeview.config.schema import parse_ddl
 from lakeview.ivm.combine import CombinedMaintainer, side_table_names, source_mirror_name
-from lakeview.ivm.commits import CommitRecord, Epoch
+from lakeview.ivm.commits import CommitRecord
 from lakeview.ivm.zsets import state_table_names
 from lakeview.sql.dag import deleting_sources, upstreams_of
 from lakeview.sql.dialects import sql_properties
 from lakeview.sql.joins import JoinPlan, joined_column, sql_over_sources
 from lakeview.sql.plan import WEIGHT, KeyedAggregatePlan
-from lakeview.sql.planner import plan_view
+from lakeview.sql.planner import view_plan
 from lakeview.sql.union import UnionPlan
 from spark_jobs import faults
 from spark_jobs.analysis import with_sum_types
 from spark_jobs.executors.combined_bootstrap import bootstrap_on_executors, bootstraps
-from spark_jobs.executors.reads import on_executors
-from spark_jobs.source_frames import frontier, source_frames, tagged_stream
-from spark_jobs.sources.quarantine import Quarantine
 from spark_jobs.sources.upstream import with_upstream_source
 from spark_jobs.sources.view_changes import ChangePublisher
-from spark_jobs.streams import collect_arrow, reconcile_checkpoint, start_query, state_table_writer
+from spark_jobs.sources_pipeline import SourcesPipeline
+from spark_jobs.streams import collect_arrow, reconcile_checkpoint
 from writers.base import SnapshotWriter
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
-    from pyspark.sql.streaming import StreamingQuery
 
     from lakeview.config.models import ProjectConfig
-
-log = logging.getLogger("lakeview.pipeline")
 
 
 def combined_pipeline(
     spark: SparkSession, project: ProjectConfig, view: str, *args, **kwargs
 ) -> CombinedPipeline | None:
     """The pipeline of a join or UNION ALL view; None for a view over one source."""
-    config = project.views[view]
-    if plan_view(view, config.sql, config.dialect).kind not in ("join", "union"):
+    if view_plan(project, view).kind not in ("join", "union"):
         return None
     return CombinedPipeline(spark, project, view, *args, **kwargs)
 
 
-class CombinedPipeline:
+class CombinedPipeline(SourcesPipeline):
     """Keeps one join or UNION ALL view fresh: ``prepare()`` once, then ``start()``."""
 
     def __init__(
@@ -72,44 +64,16 @@ class CombinedPipeline:
         on_commit: Callable[[CommitRecord], None] | None = None,
         state_writer: Callable[[str], SnapshotWriter] | None = None,
     ) -> None:
-        self.spark = spark
         self.upstreams = set(upstreams_of(project, view))  # upstream views: their change files, Z-sets with weights
         self.publisher = ChangePublisher.for_view(project, view, writer)  # None unless other views read this one
         deleting = deleting_sources(project, view)  # (before the upstream views become Parquet sources below)
         project = with_upstream_source(spark, project, view)
-        self.project = project
-        self.view = view
-        self.config = project.views[view]
-        plan = plan_view(view, self.config.sql, self.config.dialect)
+        plan = view_plan(project, view)
         assert isinstance(plan, (JoinPlan, UnionPlan))
-        self.plan = plan
-        self.writer = on_executors(writer, spark, project)
-        self.on_commit = on_commit
-        self.checkpoint = project.checkpoint_path(view)
-        made = state_writer or self._iceberg_state_writer
-        # every table the view keeps: past [spark] driver_keys_max rows, read only by the executors
-        self._state_writer = lambda name: on_executors(made(name), spark, project)
-        self.configs = {s: project.sources[s] for s in plan.sources}
+        super().__init__(spark, project, view, plan, writer, on_commit, state_writer)
+        self.plan: JoinPlan | UnionPlan = plan
         feeds = {s: c.changes for s, c in self.configs.items() if c.changes is not None}
         self.maintainer = CombinedMaintainer(plan=plan, view=writer, feeds=feeds, deleting=deleting)  # type: ignore[arg-type]
-        self.quarantines = {s: Quarantine(project, s, view) for s in plan.sources}
-        self._last_epoch: int | None = None
-        self._batch_paths: dict[str, list[Path]] = {}  # this epoch's files of each source
-        self.timings: dict[str, float] = {}
-        self.last_write: dict[str, object] = {}
-
-    @property
-    def source(self) -> tuple[str, ...]:
-        """Every source the view reads (``ViewPipeline.source`` is one name): pending-file
-        counts (lakeview.runtime) go over all of them."""
-        return self.plan.sources
-
-    @property
-    def sources(self) -> tuple[str, ...]:
-        return self.plan.sources
-
-    def _iceberg_state_writer(self, name: str) -> SnapshotWriter:
-        return state_table_writer(self.writer, self.view, self.config.namespace, name)
 
     # --- schemas (Spark's analysis over empty batches) ------------------------------------
     def _empty(self, source: str, weighted: bool = False) -> DataFrame:
@@ -193,63 +157,22 @@ class CombinedPipeline:
         if self.publisher is not None:
             self.publisher.publish()
 
-    # --- streaming ----------------------------------------------------------------------
-    def source_stream(self) -> DataFrame:
-        """Every source's file stream, tagged and prefixed, as one stream."""
-        return tagged_stream(self.spark, self.project, self.sources, self.quarantines)
-
-    def start(self, available_now: bool = False) -> StreamingQuery:
-        faults.install(self)  # type: ignore[arg-type]
-        return start_query(
-            self.source_stream(),
-            f"lakeview_{self.view}",
-            self.checkpoint,
-            self._process,
-            self.config.cadence,
-            available_now,
-        )
-
-    def _process(self, batch: DataFrame, epoch_id: int) -> None:
-        faults.point("reading", epoch_id)
-        started = time.perf_counter()
-        batch = batch.persist()
-        try:
-            record = self._process_batch(batch, epoch_id)
-        finally:
-            batch.unpersist()
-        self.timings["total_s"] = time.perf_counter() - started
+    # --- streaming (SourcesPipeline's surface; its hooks below) -----------------------------
+    def _after_batch(self, epoch_id: int) -> None:
         faults.point("before_publish", epoch_id)
         self.publish_changes()
-        faults.point("after_commit", epoch_id)
-        if record is not None:
-            log.info("%s: committed epoch %s as snapshot %s", self.view, epoch_id, record.snapshot_id)
-            if self.on_commit is not None:
-                self.on_commit(record)
 
     def _process_batch(self, batch: DataFrame, epoch_id: int) -> CommitRecord | None:
         started = time.perf_counter()
         self.last_write = {}  # set by the path that says how the rows went
-        frontier, newest_ms = self._frontier(epoch_id)
 
         def join_columns(source: str) -> list[str] | None:  # only what the join reads
             if not isinstance(self.plan, JoinPlan):
                 return None
             return [c for side in self.plan.sides if side.source == source for c in side.columns]
 
-        split = source_frames(
-            batch, self.view, self.sources, self.configs, self.quarantines, epoch_id, self._batch_paths,
-            self.upstreams, join_columns,
-        )  # fmt: skip
-        frames, rows_in, quarantined = split.frames, split.rows_in, split.quarantined
-        epoch = Epoch(
-            view=self.view,
-            number=epoch_id,
-            frontier=frontier,
-            rows_in=rows_in,
-            newest_input_ms=newest_ms,
-            rows_quarantined=quarantined,
-        )
-        faults.current_epoch = epoch_id
+        split, epoch = self._epoch(batch, epoch_id, join_columns)
+        frames = split.frames
 
         if bootstraps(self, epoch):  # a large first batch: every table written by the executors, nothing collected
             read_s, started = time.perf_counter() - started, time.perf_counter()
@@ -265,9 +188,3 @@ class CombinedPipeline:
         record = self.maintainer.apply(epoch, inputs)
         self.timings["maintain_s"] = time.perf_counter() - started
         return record
-
-    def _frontier(self, epoch_id: int) -> tuple[dict[str, object], int | None]:
-        """Every source's position this epoch reaches and the newest input file's arrival time
-        (:func:`spark_jobs.source_frames.frontier`)."""
-        reached, newest, self._batch_paths = frontier(self.checkpoint, self.sources, epoch_id, self.upstreams)
-        return reached, newest

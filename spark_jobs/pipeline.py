@@ -31,11 +31,12 @@ from lakeview.ops.source_log import batch_files
 from lakeview.sql.dag import feed_key
 from lakeview.sql.dialects import sql_properties
 from lakeview.sql.plan import WEIGHT, AppendPlan, KeyedAggregatePlan
-from lakeview.sql.planner import plan_view
+from lakeview.sql.planner import view_plan
 from lakeview.sql.watermark import LATE, Watermark, delay_us, event_column
 from spark_jobs import faults
 from spark_jobs.analysis import with_sum_types
 from spark_jobs.driver_delta import maintain_small_batch  # a small batch: DuckDB, no Spark aggregate
+from spark_jobs.epoch_loop import EpochLoop
 from spark_jobs.executors.bootstrap import bootstrap_on_executors, bootstraps
 from spark_jobs.executors.reads import on_executors
 from spark_jobs.executors.writes import append_on_executors
@@ -49,7 +50,6 @@ from spark_jobs.streams import (
     file_stream,
     reconcile_checkpoint,
     source_reader,
-    start_query,
     state_table_writer,
 )
 from writers.base import SnapshotWriter
@@ -58,7 +58,6 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from pyspark.sql import DataFrame, SparkSession
-    from pyspark.sql.streaming import StreamingQuery
 
     from spark_jobs.executors.bootstrap import Bootstrap
 
@@ -66,7 +65,7 @@ log = logging.getLogger("lakeview.pipeline")
 T = TypeVar("T")
 
 
-class ViewPipeline:
+class ViewPipeline(EpochLoop):
     """Keeps one view fresh: ``prepare()`` once, then ``start()``."""
 
     def __new__(cls, spark: SparkSession, project: ProjectConfig, view: str, *args, **kwargs):  # type: ignore[no-untyped-def]
@@ -99,7 +98,7 @@ class ViewPipeline:
         self.project = project
         self.view = view
         self.config = project.views[view]
-        self.plan = plan_view(view, self.config.sql, self.config.dialect)
+        self.plan = view_plan(project, view)
         self.writer = on_executors(writer, spark, project)
         self.on_commit = on_commit
         self.checkpoint = project.checkpoint_path(view)
@@ -204,43 +203,29 @@ class ViewPipeline:
     def reconcile_checkpoint(self) -> None:
         self._last_epoch = reconcile_checkpoint(self.view, self.checkpoint, self.maintainer, self.writer)
 
-    def start(self, available_now: bool = False) -> StreamingQuery:
-        """Start the streaming query (``available_now``: process what has landed, then stop)."""
-        stream = self.source_stream()
-        faults.install(self)
-        return start_query(
-            stream, f"lakeview_{self.view}", self.checkpoint, self._process, self.config.cadence, available_now
-        )
-
     def source_stream(self) -> DataFrame:
         """The source as a stream, each row with its file (a view group's one query reads it for all members)."""
         return file_stream(self.spark, self.project, self.source, self.quarantine)
 
-    def _process(self, batch: DataFrame, epoch_id: int) -> None:
+    # --- the epoch (EpochLoop's skeleton; its hooks) ------------------------------------
+    committed_in = "table"
+
+    def _done(self, epoch_id: int) -> bool:
         # Views kept in one table skip a replayed epoch here; views with state tables let
         # each table skip it (a crash may have left some of them committed).
-        if self._last_epoch is not None and epoch_id <= self._last_epoch:
-            log.info("%s: epoch %s already in the table; skipping the replay", self.view, epoch_id)
-            return
-        faults.point("reading", epoch_id)
-        started = time.perf_counter()
-        batch = batch.persist()
-        try:
-            record = self._process_batch(batch, epoch_id)
-        finally:
-            batch.unpersist()
-            self.release_reread()
-        self.timings["total_s"] = time.perf_counter() - started
+        return self._last_epoch is not None and epoch_id <= self._last_epoch
+
+    def _release(self) -> None:
+        self.release_reread()
+
+    def _after_batch(self, epoch_id: int) -> None:
         log.info("%s: epoch %s timings %s", self.view, epoch_id, {k: round(v, 3) for k, v in self.timings.items()})
         faults.point("before_publish", epoch_id)
         self.publish_changes()
-        faults.point("after_commit", epoch_id)
+
+    def _committed(self, epoch_id: int) -> None:
         if self.maintainer.view_is_state:
             self._last_epoch = epoch_id
-        if record is not None:
-            log.info("%s: committed epoch %s as snapshot %s", self.view, epoch_id, record.snapshot_id)
-            if self.on_commit is not None:
-                self.on_commit(record)
 
     def release_reread(self) -> None:
         """Unpersist the batch read again with an evolved schema (``_evolve``), if any."""

@@ -5,17 +5,15 @@ through two epochs, read back equal to DuckDB's recompute."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 from catalog_api.ops import view_tables as tables
 from lakeview.ivm import oracle
 from lakeview.project import parse_project
-from tests.pipelines import view_pipeline
+from tests.pipelines import land_parquet, run_views
 
 NESTED = "tags ARRAY<STRING>, attrs MAP<STRING, INT>, pos STRUCT<x: DOUBLE, y: DOUBLE>"
 ARROW = pa.schema(
@@ -79,28 +77,12 @@ def nested_project(spark, catalog_server, lake_dir: Path, tmp_path_factory):
     project = parse_project(data, file=str(root / "lakeview.toml"), root=root)
     seq = [0]
     epochs = [_rows(seq, "i", [1, 2, 3, 4]), _rows(seq, "u", [1, 3], shift=10) + _rows(seq, "d", [2])]
-    started, failed = [], {}
-    for view in views:
-        pipeline = view_pipeline(spark, project, view, catalog_server.uri)
-        pipeline.prepare()
-        started.append((view, pipeline.start()))
-    try:
-        for number, rows in enumerate(epochs):
-            for source in ("plain", "feed"):
-                directory = root / source
-                directory.mkdir(exist_ok=True)
-                pq.write_table(pa.Table.from_pylist(rows, schema=ARROW), directory / f".{number}.parquet")
-                os.replace(directory / f".{number}.parquet", directory / f"{number}.parquet")
-            for view, query in started:
-                if view not in failed:
-                    try:
-                        query.processAllAvailable()
-                    except Exception as exc:
-                        failed[view] = str(exc).splitlines()[-1][:2000]
-    finally:
-        for _, query in started:
-            query.stop()
-    return project, views, failed
+
+    def land(number: int, rows: list[dict]) -> None:
+        for source in ("plain", "feed"):
+            land_parquet(root / source, f"{number}.parquet", rows, ARROW)
+
+    return project, views, run_views(spark, project, views, catalog_server.uri, epochs, land)
 
 
 @pytest.mark.parametrize("fmt", ["iceberg", "delta"])

@@ -8,18 +8,16 @@ column names may not use: refused at load, naming the column."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 from catalog_api.ops import view_tables as tables
 from lakeview.errors import ConfigError
 from lakeview.ivm import oracle
 from lakeview.project import parse_project
-from tests.pipelines import view_pipeline
+from tests.pipelines import land_parquet, run_views
 
 A_SCHEMA = (
     "id BIGINT, w BIGINT, d BIGINT, c BIGINT, n BIGINT, old_n BIGINT, new_n BIGINT, copy BIGINT, op STRING, seq BIGINT"
@@ -58,13 +56,6 @@ def _b(seq: list[int], op: str, keys: list[int], label: str = "") -> list[dict]:
     return rows
 
 
-def _land(directory: Path, name: str, rows: list[dict], schema: pa.Schema) -> None:
-    directory.mkdir(parents=True, exist_ok=True)
-    hidden = directory / f".{name}"
-    pq.write_table(pa.Table.from_pylist(rows, schema=schema), hidden)
-    os.replace(hidden, directory / name)
-
-
 def _project(root: Path, lake_dir: Path, port: int, schema_a: str = A_SCHEMA, views: dict[str, str] = VIEWS):
     data = {
         "lake": {"warehouse": str(lake_dir / "warehouse"), "catalog_store": f"sqlite:///{lake_dir / 'catalog.db'}"},
@@ -90,25 +81,12 @@ def maintained(spark, catalog_server, lake_dir: Path, tmp_path_factory):
         {"a": _a(sa, "u", [1, 2], shift=5) + _a(sa, "x", [3]), "b": _b(sb, "i", [2]) + _b(sb, "x", [0])},
         {"a": _a(sa, "i", [8, 9, 12]) + _a(sa, "x", [5]), "b": _b(sb, "u", [1], label="new_")},
     ]
-    started, failed = [], {}
-    for view in VIEWS:
-        pipeline = view_pipeline(spark, project, view, catalog_server.uri)
-        pipeline.prepare()
-        started.append((view, pipeline.start()))
-    try:
-        for number, files in enumerate(epochs):
-            for source, rows in files.items():
-                _land(root / source, f"{number:03d}.parquet", rows, A_ARROW if source == "a" else B_ARROW)
-            for view, query in started:
-                if view not in failed:
-                    try:
-                        query.processAllAvailable()
-                    except Exception as exc:
-                        failed[view] = str(exc).splitlines()[-1][:2000]
-    finally:
-        for _, query in started:
-            query.stop()
-    return project, failed
+
+    def land(number: int, files: dict[str, list[dict]]) -> None:
+        for source, rows in files.items():
+            land_parquet(root / source, f"{number:03d}.parquet", rows, A_ARROW if source == "a" else B_ARROW)
+
+    return project, run_views(spark, project, VIEWS, catalog_server.uri, epochs, land)
 
 
 @pytest.mark.parametrize("view", list(VIEWS))

@@ -8,11 +8,9 @@ silently wrapped value."""
 from __future__ import annotations
 
 import decimal
-import os
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 from catalog_api.ops import view_tables as tables
@@ -21,7 +19,7 @@ from lakeview.errors import AggregateOverflowError
 from lakeview.ivm import oracle
 from lakeview.project import parse_project
 from spark_jobs.epoch_guard import failure_of
-from tests.pipelines import view_pipeline
+from tests.pipelines import land_parquet, run_views, view_pipeline
 from writers.iceberg.writer import last_commit_of
 
 D = decimal.Decimal
@@ -45,12 +43,6 @@ VIEWS = {
 def _change(seq: list[int], op: str, id_: int, k: int, i32: int, i64: int, dec: D) -> dict:
     seq[0] += 1
     return {"id": id_, "k": k, "i32": i32, "i64": i64, "dec": dec, "op": op, "seq": seq[0]}
-
-
-def _land(directory: Path, name: str, rows: list[dict], schema: pa.Schema) -> None:
-    directory.mkdir(parents=True, exist_ok=True)
-    pq.write_table(pa.Table.from_pylist(rows, schema=schema), directory / f".{name}")
-    os.replace(directory / f".{name}", directory / name)
 
 
 @pytest.fixture(scope="module")
@@ -95,27 +87,17 @@ def run(spark, catalog_server, lake_dir: Path, tmp_path_factory):
             "a": [{"k": 0, "i64": 2}],
         },
     ]
-    started = []
-    for view in VIEWS:
-        pipeline = view_pipeline(spark, project, view, catalog_server.uri)
-        pipeline.prepare()
-        started.append((view, pipeline.start()))
-    stopped: dict[str, BaseException] = {}
-    try:
-        for number, files in enumerate(epochs):
-            for source, rows in files.items():
-                _land(root / source, f"{number:03d}.parquet", rows, FEED_ARROW if source == "t" else APPEND_ARROW)
-            for view, query in started:
-                if view not in stopped:
-                    try:
-                        query.processAllAvailable()
-                    except Exception as exc:
-                        failure = failure_of(query.name)
-                        stopped[view] = failure.error if failure is not None else exc
-    finally:
-        for _, query in started:
-            query.stop()
-    return project, stopped
+
+    def land(number: int, files: dict[str, list[dict]]) -> None:
+        for source, rows in files.items():
+            schema = FEED_ARROW if source == "t" else APPEND_ARROW
+            land_parquet(root / source, f"{number:03d}.parquet", rows, schema)
+
+    def error(query, exc: Exception) -> BaseException:  # the pipeline's own error, as the view's status shows it
+        failure = failure_of(query.name)
+        return failure.error if failure is not None else exc
+
+    return project, run_views(spark, project, VIEWS, catalog_server.uri, epochs, land, error)
 
 
 def test_sums_near_the_limits_of_int_and_decimal38_equal_the_recompute(run) -> None:
@@ -166,7 +148,7 @@ def test_a_first_batch_written_by_the_executors_stops_on_a_sum_past_bigint_too(
     }
     project = parse_project(data, file=str(tmp_path / "lakeview.toml"), root=tmp_path)
     rows = [{"k": 0, "i64": LONG_MAX}, {"k": 0, "i64": 1}, {"k": 1, "i64": 5}, {"k": 1, "i64": -LONG_MAX}]
-    _land(tmp_path / "a", "000.parquet", rows, APPEND_ARROW)
+    land_parquet(tmp_path / "a", "000.parquet", rows, APPEND_ARROW)
     pipeline = view_pipeline(spark, project, "ovf_backfill", catalog_server.uri)
     pipeline.prepare()
     query = pipeline.start()

@@ -8,17 +8,15 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import math
-import os
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 from catalog_api.ops import view_tables as tables
 from lakeview.ivm import oracle
 from lakeview.sql.duck import connect, connect_catalog
-from tests.pipelines import view_pipeline
+from tests.pipelines import land_parquet, run_views
 
 D = decimal.Decimal
 UTC = dt.UTC
@@ -96,13 +94,6 @@ def _changes(seq: list[int], op: str, ids: list[int], base: int = 0) -> list[dic
     return rows
 
 
-def _land(directory: Path, name: str, rows: list[dict], schema: pa.Schema) -> None:
-    directory.mkdir(parents=True, exist_ok=True)
-    hidden = directory / f".{name}"
-    pq.write_table(pa.Table.from_pylist(rows, schema=schema), hidden)
-    os.replace(hidden, directory / name)
-
-
 def _normal(value: object) -> object:
     if isinstance(value, float):
         if math.isnan(value):
@@ -146,26 +137,13 @@ def typed_project(spark, catalog_server, tmp_path_factory, lake_dir: Path):
         ({"t": _changes(seq, "u", [0, 3, 5], base=100) + _changes(seq, "d", [1, 4]) + _changes(seq, "c", [12, 13])}),
         ({"t": _changes(seq, "d", [0, 12]) + _changes(seq, "u", [5], base=1000), "u": [{"w": 99, **_row(3)}]}),
     ]
-    started = []
-    failed: dict[str, str] = {}  # view -> the error that stopped it (its own test fails with it)
-    for view in views:
-        pipeline = view_pipeline(spark, project, view, catalog_server.uri)
-        pipeline.prepare()
-        started.append((view, pipeline.start()))
-    try:
-        for number, files in enumerate(epochs):
-            for source, rows in files.items():
-                _land(project.source_path(source), f"{number:03d}.parquet", rows, ARROW if source == "t" else DIM_ARROW)
-            for view, query in started:
-                if view in failed:
-                    continue
-                try:
-                    query.processAllAvailable()
-                except Exception as exc:
-                    failed[view] = str(exc).splitlines()[-1][:2000]
-    finally:
-        for _, query in started:
-            query.stop()
+
+    def land(number: int, files: dict[str, list[dict]]) -> None:
+        for source, rows in files.items():
+            schema = ARROW if source == "t" else DIM_ARROW
+            land_parquet(project.source_path(source), f"{number:03d}.parquet", rows, schema)
+
+    failed = run_views(spark, project, views, catalog_server.uri, epochs, land)  # view -> the error that stopped it
     return project, views, failed
 
 

@@ -25,7 +25,7 @@ from lakeview.ivm.changefeed import operation_sql
 from lakeview.ops.source_log import logged_files
 from lakeview.sql.duck import connect
 from lakeview.sql.graph_plan import GraphPlan
-from lakeview.sql.planner import plan_for
+from lakeview.sql.planner import view_plan
 from lakeview.sql.watermark import (
     Watermark,
     applied_changes,
@@ -59,7 +59,7 @@ def recompute(project: ProjectConfig, view: str, files: list[Path] | dict[str, l
 
     project = with_evolved_sources(project)  # new_columns = "evolve": the schema the pipeline reads
     config = project.views[view]
-    plan = plan_for(view, config.sql, config.dialect)
+    plan = view_plan(project, view)
     if not isinstance(files, dict):
         files = {plan.sources[0]: files} if files is not None else {}
     con = connect()
@@ -159,10 +159,9 @@ def frontier_files(project: ProjectConfig, view: str, frontier: dict) -> dict[st
     """Per source, the files a commit's frontier reached (Spark's file log in the view's
     checkpoint: ``sources/<i>`` for the i-th source of the view's one query)."""
 
-    config = project.views[view]
     checkpoint = project.checkpoint_path(view)
     found: dict[str, list[Path]] = {}
-    for index, source in enumerate(plan_for(view, config.sql, config.dialect).sources):
+    for index, source in enumerate(view_plan(project, view).sources):
         position = frontier.get(source) or {}
         log_offset = position.get("log_offset")
         logged = logged_files(checkpoint, int(position.get("index", index))) if log_offset is not None else []

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from lakeview.errors import ConfigError
 from lakeview.sql.joins import JoinPlan
 from lakeview.sql.plan import AppendPlan, KeyedAggregatePlan
-from lakeview.sql.planner import plan_for
+from lakeview.sql.planner import view_plan
 from lakeview.sql.union import UnionPlan
 
 if TYPE_CHECKING:
@@ -22,8 +22,7 @@ if TYPE_CHECKING:
 
 
 def _plan(project: ProjectConfig, view: str) -> AppendPlan | KeyedAggregatePlan | JoinPlan | UnionPlan:
-    config = project.views[view]
-    return plan_for(view, config.sql, config.dialect)
+    return view_plan(project, view)
 
 
 def upstream_of(project: ProjectConfig, view: str) -> str | None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from lakeview.config.models import ProjectConfig, TableFormat
 from lakeview.errors import ConfigError
-from lakeview.sql.planner import plan_view
+from lakeview.sql.planner import view_plan
 
 
 def groups_of(config: ProjectConfig) -> dict[str, list[str]]:
@@ -24,7 +24,7 @@ def check_groups(config: ProjectConfig) -> None:
 
     for group, members in groups_of(config).items():
         first = config.views[members[0]]
-        first_sources = sorted(plan_view(members[0], first.sql, first.dialect).sources)
+        first_sources = sorted(view_plan(config, members[0]).sources)
         for name in members:
             view = config.views[name]
             key = f"views.{name}.group"
@@ -42,7 +42,7 @@ def check_groups(config: ProjectConfig) -> None:
                     key,
                     f"{group!r}: cadence {view.cadence} differs from {members[0]}'s {first.cadence}; a group shares one cadence",
                 )
-            sources = sorted(plan_view(name, view.sql, view.dialect).sources)
+            sources = sorted(view_plan(config, name).sources)
             if len(sources) != 1:
                 raise ConfigError(
                     config.file,

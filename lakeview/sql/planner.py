@@ -1,7 +1,15 @@
 """A view's SQL to its incremental plan: one source, a join, or a UNION ALL (each planned by its
-own module; :mod:`lakeview.sql.plan` holds the plan models and the one-source planner)."""
+own module; :mod:`lakeview.sql.plan` holds the plan models and the one-source planner), or else a
+:class:`~lakeview.sql.graph_plan.GraphPlan` for the operator graph.
+
+:func:`view_plan` is the one place a project's view is planned: every caller (load checks, the DAG,
+explain, verify, the pipelines, the console) asks it, and a view's SQL is planned once.
+"""
 
 from __future__ import annotations
+
+import functools
+from typing import TYPE_CHECKING
 
 from sqlglot import exp
 
@@ -11,6 +19,28 @@ from lakeview.sql.graph_plan import GraphPlan, graph_plan
 from lakeview.sql.joins import JoinPlan, plan_join
 from lakeview.sql.plan import SUPPORTED, AppendPlan, KeyedAggregatePlan, parse_statement, plan_select
 from lakeview.sql.union import UnionPlan, is_union_subquery, plan_union
+
+if TYPE_CHECKING:
+    from lakeview.config.models import ProjectConfig
+
+Plan = AppendPlan | KeyedAggregatePlan | JoinPlan | UnionPlan | GraphPlan
+
+
+def view_plan(project: ProjectConfig, view: str) -> Plan:
+    """The plan of ``project``'s view ``view``: its per-shape plan, or a GraphPlan for a query the
+    per-shape planner refuses (:func:`plan_for`). Planned once per view SQL: plans are frozen, so every
+    caller, and every copy of the project (a pipeline's view of it), shares one. Raises
+    :class:`UnsupportedSQLError` as :func:`plan_for` does."""
+    config = project.views[view]
+    return _planned(view, config.sql, config.dialect)
+
+
+@functools.lru_cache(maxsize=1024)
+def _planned(view: str, sql: str, dialect: str) -> Plan:
+    # Keyed by what a plan depends on, not by the project object: a project's copies (with_upstream_source,
+    # with_evolved_sources) and a reloaded project share it, and a project pickled to executors is unchanged.
+    # A refusal (an exception) is not cached: the load that raised it fails.
+    return plan_for(view, sql, dialect)
 
 
 def plan_view(view: str, sql: str, dialect: str = "spark") -> AppendPlan | KeyedAggregatePlan | JoinPlan | UnionPlan:

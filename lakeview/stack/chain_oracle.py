@@ -21,7 +21,7 @@ from lakeview.ivm import oracle
 from lakeview.ops.source_log import files_up_to
 from lakeview.sql.dag import is_combined, upstream_of, upstreams_of
 from lakeview.sql.duck import connect
-from lakeview.sql.planner import plan_view
+from lakeview.sql.planner import view_plan
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -43,8 +43,7 @@ def expected_rows(project: ProjectConfig, view: str, record: CommitRecord) -> tu
     """The rows ``view`` should hold at ``record`` recomputed from the base sources, and how
     (``"3 files of orders -> lines@epoch 2 -> ..."``)."""
 
-    config = project.views[view]
-    plan = plan_view(view, config.sql, config.dialect)
+    plan = view_plan(project, view)
     if is_combined(project, view) and upstreams_of(project, view):
         return _combined_expected(project, view, record)
     upstream = upstream_of(project, view)
@@ -64,8 +63,7 @@ def _combined_expected(project: ProjectConfig, view: str, record: CommitRecord) 
     """A join or UNION ALL reading views: each upstream view recomputed at the snapshot this
     commit reached, each declared source from the files it had read, then the view's SQL."""
 
-    config = project.views[view]
-    plan = plan_view(view, config.sql, config.dialect)
+    plan = view_plan(project, view)
     files = oracle.frontier_files(project, view, record.frontier)
     relations: dict[str, pa.Table] = {}
     hows: list[str] = []

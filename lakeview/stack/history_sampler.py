@@ -23,7 +23,7 @@ from lakeview.errors import LakeviewError
 from lakeview.ops.freshness import commit_history
 from lakeview.ops.history import ConsoleHistory, SourceSample, ViewSample, console_state, history_path
 from lakeview.ops.source_log import logged_files
-from lakeview.sql.planner import plan_for
+from lakeview.sql.planner import view_plan
 from spark_jobs.sources.quarantine import quarantined_rows
 
 log = logging.getLogger("lakeview.history")
@@ -43,7 +43,7 @@ def readers_of(project: ProjectConfig) -> dict[str, list[tuple[str, int]]]:
         if not view.materialize:
             continue
         try:
-            sources = plan_for(name, view.sql, view.dialect).sources
+            sources = view_plan(project, name).sources
         except Exception:  # a view the planner refuses has no reader position; the config check names it
             continue
         for index, source in enumerate(sources):

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from lakeview.config.models import ProjectConfig, SourceConfig
 from lakeview.sql.dag import upstream_of, upstreams_of, view_key
 from lakeview.sql.plan import WEIGHT, sql_over_sources
-from lakeview.sql.planner import plan_for
+from lakeview.sql.planner import view_plan
 from spark_jobs.sources.view_changes import reader_path
 
 if TYPE_CHECKING:
@@ -45,8 +45,7 @@ def with_upstream_source(spark: SparkSession, project: ProjectConfig, view: str)
 
 def view_schema(spark: SparkSession, project: ProjectConfig, view: str) -> StructType:
     """The columns of ``view`` as Spark analyses its SQL (through its upstreams, down to the source)."""
-    config = project.views[view]
-    plan = plan_for(view, config.sql, config.dialect)
+    plan = view_plan(project, view)
     relations = {}
     for index, source in enumerate(plan.sources):  # a join or UNION ALL reads two
         if source in project.sources:

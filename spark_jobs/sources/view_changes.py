@@ -34,7 +34,7 @@ import pyarrow.parquet as pq
 
 from lakeview.ops.source_log import logged_files
 from lakeview.sql.dag import downstreams_of
-from lakeview.sql.planner import plan_for
+from lakeview.sql.planner import view_plan
 from writers.snapshot_diff import WEIGHT, commits_after, snapshot_batches, snapshot_change
 
 if TYPE_CHECKING:
@@ -191,8 +191,7 @@ def consumed_files(project: ProjectConfig, view: str, upstream: str | None = Non
 
     index = 0
     if upstream is not None:
-        config = project.views[view]
-        sources = list(plan_for(view, config.sql, config.dialect).sources)
+        sources = list(view_plan(project, view).sources)
         index = sources.index(upstream) if upstream in sources else 0
     checkpoint = project.checkpoint_path(view)
     commits = (

@@ -36,7 +36,7 @@ from catalog_api.responses import from_exception
 from lakeview import errors
 from lakeview.ops.history import ConsoleHistory, console_state, history_path
 from lakeview.ops.runtime import read_runtime
-from lakeview.sql.planner import plan_for
+from lakeview.sql.planner import view_plan
 
 if TYPE_CHECKING:
     from lakeview.config.models import ProjectConfig
@@ -71,9 +71,8 @@ def _readable(request: Request, namespace: str) -> bool:
 
 
 def _inputs(project: ProjectConfig, view: str) -> list[str]:
-    config = project.views[view]
     try:
-        return list(plan_for(view, config.sql, config.dialect).sources)
+        return list(view_plan(project, view).sources)
     except errors.LakeviewError:
         return []
 

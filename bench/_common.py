@@ -1,0 +1,80 @@
+"""What the join benches share (bench/joins.py, bench/star.py): landing change-feed files, timing a
+view's epochs from landing to commit through the embedded stack, and timing DuckDB's recompute."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from lakeview.config.models import ProjectConfig
+from lakeview.sql.duck import connect
+from lakeview.stack.embedded import EmbeddedStack
+
+Epochs = list[tuple[float, dict]]  # per timed epoch: seconds from landing to commit, the pipeline's phases
+
+
+class ChangeFeeds:
+    """Change-feed files (JSON lines, one sequence over every feed), each written whole then renamed."""
+
+    def __init__(self) -> None:
+        self.seq = 0
+        self.files = 0
+
+    def land(self, directory: Path, prefix: str, rows: list[dict]) -> None:
+        """``rows`` (each with its ``op``) as the next file of ``directory``, each stamped with the next ``seq``."""
+        directory.mkdir(parents=True, exist_ok=True)
+        lines = []
+        for row in rows:
+            self.seq += 1
+            lines.append(json.dumps({**row, "seq": self.seq}))
+        tmp = directory / f".{prefix}-{self.files:06d}.json.tmp"
+        tmp.write_text("\n".join(lines) + "\n")
+        tmp.rename(directory / f"{prefix}-{self.files:06d}.json")  # appear whole
+        self.files += 1
+
+
+def timed_epochs(project: ProjectConfig, view: str, land: Callable[[int], None], repeats: int) -> tuple[float, Epochs]:
+    """Run ``view`` in the embedded stack: its first batch (what has landed), then ``repeats`` + 1 epochs,
+    each ``land(i)`` then processed; the first of those warms up. Returns the first batch's seconds and
+    each timed epoch's seconds (landing to the view's snapshot committed) and phases."""
+    committed: list[float] = []
+    epochs: Epochs = []
+    with EmbeddedStack(project, port=0) as stack:
+        started = time.perf_counter()
+        stack.start_views(on_commit=lambda record: committed.append(time.perf_counter()))
+        query = stack.queries[view]
+        query.processAllAvailable()
+        first = time.perf_counter() - started
+        for i in range(repeats + 1):
+            before = len(committed)
+            land(i)
+            landed = time.perf_counter()
+            query.processAllAvailable()
+            ended = committed[-1] if len(committed) > before else time.perf_counter()
+            if i:  # the first epoch after the first batch warms up
+                epochs.append((ended - landed, dict(getattr(stack.pipelines[view], "timings", {}))))
+        stack.stop_views()
+    return first, epochs
+
+
+def median_phases(epochs: Epochs) -> dict[str, float]:
+    """Each phase's median over the timed epochs (the pipeline's own timings)."""
+    return {k: round(statistics.median(p.get(k, 0.0) for _, p in epochs), 3) for k in epochs[-1][1]}
+
+
+def duckdb_seconds(relations: list[str], sql: str, repeats: int) -> list[float]:
+    """Seconds of DuckDB recomputing ``sql`` from the files, ``repeats`` times: each time a new connection,
+    the ``relations`` statements (the sources' views over the files), then the query."""
+    seconds = []
+    for _ in range(repeats):
+        con = connect()
+        started = time.perf_counter()
+        for statement in relations:
+            con.execute(statement)
+        con.execute(sql).fetchall()
+        seconds.append(time.perf_counter() - started)
+        con.close()
+    return seconds

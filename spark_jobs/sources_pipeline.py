@@ -1,0 +1,104 @@
+"""The streaming surface shared by the pipelines of views that read several sources as one tagged stream
+(:class:`~spark_jobs.multi_source.CombinedPipeline`: joins and UNION ALL; :class:`~spark_jobs.graph_pipeline.
+GraphPipeline`: operator graphs): their set-up, the tagged stream, and the epoch's frontier and per-source
+frames. ``start()`` and the per-epoch skeleton are every pipeline's (:class:`spark_jobs.epoch_loop.EpochLoop`);
+each subclass fills in its hooks (``_process_batch``, ``_done``, ``_after_batch``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from lakeview.ivm.commits import CommitRecord, Epoch
+from spark_jobs import faults
+from spark_jobs.epoch_loop import EpochLoop
+from spark_jobs.executors.reads import on_executors
+from spark_jobs.source_frames import SourceFrames, frontier, source_frames, tagged_stream
+from spark_jobs.sources.quarantine import Quarantine
+from spark_jobs.streams import state_table_writer
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from pyspark.sql import DataFrame, SparkSession
+
+    from lakeview.config.models import ProjectConfig
+    from writers.base import SnapshotWriter
+
+
+class SourcesPipeline(EpochLoop):
+    """Keeps one view over several sources fresh: ``prepare()`` once (the subclass's), then ``start()``.
+    ``plan`` is the view's plan (anything with ``sources``); ``project`` is the project as the view's
+    query sees it (upstream views already turned into their change files' sources)."""
+
+    # upstream views among the sources (their change files carry weights)
+    upstreams: set[str] | frozenset[str] = frozenset()
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        project: ProjectConfig,
+        view: str,
+        plan,  # type: ignore[no-untyped-def]  # JoinPlan | UnionPlan | GraphPlan: each subclass narrows it
+        writer: SnapshotWriter,
+        on_commit: Callable[[CommitRecord], None] | None = None,
+        state_writer: Callable[[str], SnapshotWriter] | None = None,
+    ) -> None:
+        self.spark = spark
+        self.project = project
+        self.view = view
+        self.config = project.views[view]
+        self.plan = plan
+        self.writer = on_executors(writer, spark, project)
+        self.on_commit = on_commit
+        self.checkpoint = project.checkpoint_path(view)
+        made = state_writer or self._iceberg_state_writer
+        # every table the view keeps: past [spark] driver_keys_max rows, read only by the executors
+        self._state_writer = lambda name: on_executors(made(name), spark, project)
+        self.configs = {s: project.sources[s] for s in plan.sources}
+        self.quarantines = {s: Quarantine(project, s, view) for s in plan.sources}
+        self._last_epoch: int | None = None
+        self._batch_paths: dict[str, list[Path]] = {}  # this epoch's files of each source
+        self.timings: dict[str, float] = {}  # the last epoch's phases (seconds), for logs and bench/
+        self.last_write: dict[str, object] = {}
+
+    @property
+    def source(self) -> tuple[str, ...]:
+        """Every source the view reads (``ViewPipeline.source`` is one name): pending-file
+        counts (lakeview.runtime) go over all of them."""
+        return self.plan.sources
+
+    @property
+    def sources(self) -> tuple[str, ...]:
+        return self.plan.sources
+
+    def _iceberg_state_writer(self, name: str) -> SnapshotWriter:
+        """A state table next to the view's, through the same catalog."""
+        return state_table_writer(self.writer, self.view, self.config.namespace, name)
+
+    # --- streaming (EpochLoop's start and per-epoch skeleton) -----------------------------
+    def source_stream(self) -> DataFrame:
+        """Every source's file stream, tagged and prefixed, as one stream."""
+        return tagged_stream(self.spark, self.project, self.sources, self.quarantines)
+
+    def _epoch(
+        self, batch: DataFrame, epoch_id: int, columns: Callable[[str], list[str] | None] = lambda source: None
+    ) -> tuple[SourceFrames, Epoch]:
+        """The epoch's per-source frames (quarantined; ``columns``: only what the view reads of a source)
+        and its :class:`Epoch` (the frontier every source reaches, the newest input's arrival time)."""
+        reached, newest_ms, self._batch_paths = frontier(self.checkpoint, self.sources, epoch_id, self.upstreams)
+        split = source_frames(
+            batch, self.view, self.sources, self.configs, self.quarantines, epoch_id, self._batch_paths,
+            self.upstreams, columns,
+        )  # fmt: skip
+        epoch = Epoch(
+            view=self.view,
+            number=epoch_id,
+            frontier=reached,
+            rows_in=split.rows_in,
+            newest_input_ms=newest_ms,
+            rows_quarantined=split.quarantined,
+        )
+        faults.current_epoch = epoch_id
+        return split, epoch
