@@ -23,6 +23,7 @@ import pyarrow as pa
 from lakeview.errors import WriterError
 from lakeview.graph import Graph, step
 from lakeview.graph.state import MemoryStateStore, StateTable
+from lakeview.graph.state import state_table_name as state_table_name  # where the pipeline asks for it
 from lakeview.graph.zset import WEIGHT
 from lakeview.ivm.commits import Change
 from writers.base import SnapshotWriter
@@ -30,11 +31,6 @@ from writers.base import SnapshotWriter
 
 def _q(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
-
-
-def state_table_name(view: str, table: StateTable) -> str:
-    """The Lakeview-owned table holding one state table of ``view``'s graph."""
-    return f"__lv_state_{view}_g_{table.name.replace('.', '_')}"
 
 
 def warm_up(graph: Graph) -> tuple[pa.Schema, dict[str, pa.Schema]]:

@@ -9,15 +9,12 @@ import signal
 import sys
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
 from lakeview.cli.discovery import add_commands as add_discovery_commands
 from lakeview.errors import LakeviewError
-
-if TYPE_CHECKING:
-    from lakeview.config.models import ProjectConfig
 
 app = typer.Typer(
     help="Lakeview keeps SQL views over the lake fresh incrementally and serves them through an Iceberg REST catalog.",
@@ -447,45 +444,11 @@ def explain(
     project: ProjectOption = Path("."),
 ) -> None:
     """Print VIEW's incremental plan: operators, how each is maintained, its key and the state kept."""
-    from lakeview.ivm.explain import (
-        explain as explain_view,  # lazy: the command line imports a command's modules only when it runs
-    )
-    from lakeview.project import is_graph_view  # lazy: the command line imports a command's modules only when it runs
+    from lakeview.project import explain_view  # lazy: the command line imports a command's modules only when it runs
 
     config = _load(project)
     config.require_view(view)
-    if is_graph_view(config, view):
-        typer.echo(explain_graph_view(config, view))
-        return
     typer.echo(explain_view(config, view))
-
-
-def explain_graph_view(config: ProjectConfig, view: str) -> str:
-    """A graph view's operator tree (lakeview.graph.explain) under a line naming its table, sources and
-    cadence, with the table holding each operator state."""
-    from lakeview.graph import (
-        explain as explain_graph,  # lazy: the command line imports a command's modules only when it runs
-    )
-    from lakeview.project import view_graph  # lazy: the command line imports a command's modules only when it runs
-    from writers.graph_state import (
-        state_table_name,  # lazy: the command line imports a command's modules only when it runs
-    )
-
-    spec = config.views[view]
-    graph = view_graph(config, view)
-    graph.runtime.store = _Unread()  # type: ignore[assignment]  # no table is read: no row counts
-    tables = [f"  {t.name} -> {spec.namespace}.{state_table_name(view, t)}" for t in graph.state_tables()]
-    sources = ", ".join(graph.schemas)
-    head = [
-        f"view {view} (operator graph) -> {spec.namespace}.{view}, cadence {spec.cadence}, format {spec.format.value}",
-        f"sources: {sources}; the view's table is a multiset keyed by the whole row",
-        "one epoch commits the view, its state tables and change-feed mirrors in one catalog transaction (Iceberg)",
-    ]
-    return "\n".join([*head, explain_graph(graph), "state tables:", *tables])
-
-
-class _Unread:
-    """A state store explain can name tables from without reading them."""
 
 
 @app.command()

@@ -71,3 +71,8 @@ class MemoryStateStore:
         if table.name not in self.tables:
             return 0
         return self._merge(table.name).num_rows
+
+
+def state_table_name(view: str, table: StateTable) -> str:
+    """The Lakeview-owned table holding one state table of ``view``'s graph."""
+    return f"__lv_state_{view}_g_{table.name.replace('.', '_')}"

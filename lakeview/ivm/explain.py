@@ -1,8 +1,8 @@
 """``lakeview explain VIEW``: a view's incremental plan as text, for every per-shape plan (one source;
 a join or UNION ALL over several): one header, the shape's operators and how each is maintained, the
 view's key and the state kept, then who reads its changes (no Spark, no catalog needed). A view kept as
-an operator graph is explained from its compiled graph (``lakeview.cli.main.explain_graph_view``: it needs
-the sources' schemas and the state tables' names, which live above this layer)."""
+an operator graph is explained from its compiled graph (``lakeview.project.explain_view``, which
+explains any view: it needs the sources' schemas, which live above this layer)."""
 
 from __future__ import annotations
 

@@ -285,9 +285,9 @@ def console_api_routes(project: ProjectConfig, store: Any) -> list[Route]:
                         "graph": plan_graph("", _inputs(project, name), name),
                     }
                 )
-            from lakeview.ivm.explain import explain
+            from lakeview.project import explain_view
 
-            text = await run_in_threadpool(explain, project, name)
+            text = await run_in_threadpool(explain_view, project, name)
         except errors.LakeviewError as exc:
             return from_exception(exc)
         table = f"{project.views[name].namespace}.{name}"
