@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
+from lakeview.errors import WriterError
 from lakeview.graph import WEIGHT as GRAPH_WEIGHT
 from lakeview.graph import step
 from lakeview.ivm.changefeed import normalize
@@ -41,10 +42,18 @@ from lakeview.sql.plan import WEIGHT
 from lakeview.sql.planner import plan_for
 from spark_jobs import faults
 from spark_jobs.executors.reads import on_executors
-from spark_jobs.source_frames import frontier, source_frames, tagged_stream
+from spark_jobs.source_frames import collect_sources, frontier, tagged_stream
 from spark_jobs.sources.quarantine import Quarantine
-from spark_jobs.streams import collect_arrow, reconcile_checkpoint, start_query, state_table_writer
-from writers.graph_state import TableStateStore, commit_key, lookup_as_of, state_table_name, warm_up
+from spark_jobs.streams import reconcile_checkpoint, start_query, state_table_writer
+from writers.graph_state import (
+    CommittedRows,
+    TableStateStore,
+    commit_key,
+    lookup_as_of,
+    mirror_rows,
+    state_table_name,
+    warm_up,
+)
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -103,10 +112,12 @@ class GraphPipeline:
         self.publisher = None  # no view reads a graph view yet (lakeview.project)
         self.graph: Graph = view_graph(project, view)
         self.mirrors: dict[str, SnapshotWriter] = {}
+        self.mirror_rows: dict[str, CommittedRows] = {}  # each mirror's rows, served from memory (see the store)
         self.state: dict[str, SnapshotWriter] = {}
         self.store: TableStateStore | None = None
         self.group: IcebergGroupWriter | None = None
         self._last_epoch: int | None = None
+        self._committed: int | None = None  # the last epoch this process committed (Iceberg: no reload to check)
         self._batch_paths: dict[str, list[Path]] = {}
         self.timings: dict[str, float] = {}
         self.last_write: dict[str, object] = {}
@@ -145,6 +156,7 @@ class GraphPipeline:
         for source, feed in self.feeds.items():
             self.mirrors[source] = self._state_writer(source_mirror_name(self.view, source))
             self.mirrors[source].ensure_table(self.schemas[source], tuple(feed.key), owned)
+            self.mirror_rows[source] = mirror_rows(self.mirrors[source], tuple(feed.key), self.schemas[source])
         self.store = TableStateStore(keys, self.state, state_schemas)
         self.graph.use_store(self.store)
         if self.writer.capabilities.multi_table_transactions:
@@ -157,9 +169,29 @@ class GraphPipeline:
                 members,  # type: ignore[arg-type]
                 {name: self.view for name in members},
             )
+            self._check_same_graph(state_schemas)
         self._last_epoch = reconcile_checkpoint(self.view, self.checkpoint, self, self.writer)
         # a restart: the state exists, so no operator starts it again (a global aggregate's row is in the view)
         self.graph.runtime.epoch = 0 if self.last_epoch() is None else 1
+
+    def _check_same_graph(self, state_schemas: dict[str, pa.Schema]) -> None:
+        """Iceberg: refuse state tables another version of the view's operator graph made (other operators,
+        e.g. before eager aggregation). Its members commit together, so a view table with commits beside a
+        state table with none, or with other columns, means the state never saw the earlier epochs."""
+        if self.writer.last_commit() is None:
+            return
+        alien = []
+        for name, writer in self.state.items():
+            table = writer.table()  # type: ignore[attr-defined]  # an IcebergWriter (a group member)
+            columns = {f.name for f in table.schema().fields}
+            if writer.last_commit() is None or columns != set(state_schemas[name].names):
+                alien.append(writer.table_name)
+        if alien:
+            raise WriterError(
+                f"{self.view}: its state table(s) {', '.join(sorted(alien))} do not hold the state of the view's "
+                "operator graph as this version compiles it (made by another version, or new); drop the view's "
+                "table and its __lv_state_ tables to rebuild it from its sources"
+            )
 
     def tables(self) -> list[SnapshotWriter]:
         """The view's table, its state tables and its mirrors."""
@@ -196,6 +228,8 @@ class GraphPipeline:
         """Whether the epoch is committed: Iceberg, in every table (one transaction); Delta, in the view's
         table (committed last; an epoch that left the view unchanged is recomputed, reading the tables
         that hold it as they stood before it, and changes nothing)."""
+        if self.group is not None and self._committed is not None and epoch_id > self._committed:
+            return False  # every epoch before it went through this process (the group's commit checks again)
         if self.group is not None:
             done = self.group.last_epoch()
         else:
@@ -237,7 +271,7 @@ class GraphPipeline:
     def _process_batch(self, batch: DataFrame, epoch_id: int) -> CommitRecord | None:
         started = time.perf_counter()
         reached, newest_ms, self._batch_paths = frontier(self.checkpoint, self.sources, epoch_id)
-        split = source_frames(
+        split = collect_sources(
             batch, self.view, self.sources, self.configs, self.quarantines, epoch_id, self._batch_paths
         )
         epoch = Epoch(
@@ -249,14 +283,14 @@ class GraphPipeline:
             rows_quarantined=split.quarantined,
         )
         faults.current_epoch = epoch_id
-        inputs = {source: collect_arrow(frame) for source, frame in split.frames.items()}
+        inputs = split.tables
         self.timings = {"spark_read_quarantine_s": time.perf_counter() - started}
         self.last_write = {"by": "driver", "rows_collected": sum(t.num_rows for t in inputs.values())}
         started = time.perf_counter()
         before = self._before(epoch_id)
-        deltas, mirrors = self._zsets(inputs, before)
         assert self.store is not None
         self.store.begin({name: v for name, v in before.items() if name in self.state})
+        deltas, mirrors = self._zsets(inputs, before)
         out = step(self.graph, deltas)
         self.timings["graph_step_s"] = time.perf_counter() - started
         started = time.perf_counter()
@@ -267,6 +301,10 @@ class GraphPipeline:
         changes.update({self.state[name].table_name: c for name, c in self.store.changes().items()})
         changes.update({self.mirrors[s].table_name: c for s, c in mirrors.items()})
         record = self._commit(epoch, changes)
+        self.store.committed()  # the tables hold the epoch: the memory copies take its changes
+        self._committed = epoch.number
+        for rows in self.mirror_rows.values():
+            rows.committed()
         self.timings["commit_s"] = time.perf_counter() - started
         return record
 
@@ -281,11 +319,18 @@ class GraphPipeline:
             columns = self.schemas[source].names
             if source in self.feeds:
                 feed = self.feeds[source]
-                mirror, version = self.mirrors[source], before.get(source)
-                old = lookup_as_of(mirror, batch.select(list(feed.key)), version) if batch.num_rows else pa.table({})
+                rows, version = self.mirror_rows[source], before.get(source)
+                rows.begin()
+                if version is not None:  # it holds this epoch already: read it as it stood before
+                    rows.forget()
+                    old = lookup_as_of(self.mirrors[source], batch.select(list(feed.key)), version)
+                else:
+                    old = rows.lookup(batch.select(list(feed.key))) if batch.num_rows else pa.table({})
                 batch, mirrors[source] = normalize(batch, old, feed, columns)
             weight = batch.column(WEIGHT).cast(pa.int64())
             deltas[source] = batch.select(columns).append_column(GRAPH_WEIGHT, weight)
+            if source in self.feeds and before.get(source) is None:
+                self.mirror_rows[source].stage(deltas[source])  # the mirror's Z-set: old images -1, new +1
         return deltas, mirrors
 
     def _commit(self, epoch: Epoch, changes: dict[str, Change]) -> CommitRecord | None:

@@ -23,6 +23,7 @@ from lakeview.ivm import oracle
 from lakeview.project import is_graph_view
 from lakeview.sql.duck import connect
 from spark_jobs.graph_pipeline import GraphPipeline
+from spark_jobs.sources.quarantine import quarantined_rows
 from tests.pipelines import view_pipeline
 from tests.spark_jobs.test_changes import land
 from tests.spark_jobs.test_crash import project_on_disk
@@ -207,6 +208,36 @@ def test_star_join_aggregate_on_delta_then_lakeview_verify_says_equal(
     assert pipeline.group is None  # no multi-table transaction: table by table, the view last
     verify = CliRunner().invoke(app, ["verify", unique_name, "-p", str(tmp_path)])
     assert verify.exit_code == 0 and "files): equal" in verify.output, verify.output
+
+
+def test_bad_rows_of_every_source_are_set_aside_and_counted_on_the_epoch(
+    spark, catalog_server: CatalogServer, make_project, unique_name: str
+) -> None:
+    """Every source's epoch is read in one Spark job (good rows, bad rows and counts together): a line that
+    does not parse (orders) and a change with an unknown operation (products) go to their sources'
+    quarantines, the view equals the recompute over the good rows, and each epoch's snapshot counts them."""
+    epochs = [
+        {**EPOCHS[0], "orders": [*EPOCHS[0]["orders"], "{not json"]},
+        {**EPOCHS[1], "products": [*EPOCHS[1]["products"], change("x", 3, category="toys", price=1.0)]},
+    ]
+    project = project_with(make_project, {unique_name: STAR})
+    run(spark, project, unique_name, catalog_server, epochs=epochs)
+    orders = quarantined_rows(project, "orders", unique_name)
+    assert [(r["reason"], r["record"], r["epoch"]) for r in orders] == [
+        ("malformed row: does not parse into the schema", "{not json", 0)
+    ]
+    assert [(r["reason"], r["epoch"]) for r in quarantined_rows(project, "products", unique_name)] == [
+        ("unknown operation x", 1)
+    ]
+    catalog = RestCatalog("t", uri=catalog_server.uri, warehouse="lakeview")
+    stamped = {
+        s.summary.additional_properties.get("lakeview.epoch"): s.summary.additional_properties.get(
+            "lakeview.rows-quarantined"
+        )
+        for s in catalog.load_table((NS, unique_name)).snapshots()
+        if s.summary
+    }
+    assert stamped == {"0": "1", "1": "1"}
 
 
 @pytest.mark.parametrize("sql", [TOPK, OUTER, CTE], ids=["top3_per_category", "full_outer_join", "cte_in_subquery"])
