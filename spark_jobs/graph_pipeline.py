@@ -271,9 +271,7 @@ class GraphPipeline:
     def _process_batch(self, batch: DataFrame, epoch_id: int) -> CommitRecord | None:
         started = time.perf_counter()
         reached, newest_ms, self._batch_paths = frontier(self.checkpoint, self.sources, epoch_id)
-        split = collect_sources(
-            batch, self.view, self.sources, self.configs, self.quarantines, epoch_id, self._batch_paths
-        )
+        split = collect_sources(batch, self.view, self.sources, self.configs, self.quarantines, epoch_id)
         epoch = Epoch(
             view=self.view,
             number=epoch_id,

@@ -24,8 +24,9 @@ import pyarrow.compute as pc
 from lakeview.config.schema import parse_ddl
 from lakeview.ivm.changefeed import OP, images_sql, latest_sql, operation_sql
 from lakeview.ops.source_log import logged_files
+from lakeview.sql.duck import arrow_sql
 from lakeview.sql.plan import WEIGHT
-from spark_jobs.sources.quarantine import CORRUPT, FILE, Quarantine
+from spark_jobs.sources.quarantine import CORRUPT, FILE, REASON, RECORD, Quarantine
 from spark_jobs.sources.view_changes import upstream_position
 from spark_jobs.streams import collect_arrow, file_stream
 
@@ -104,63 +105,64 @@ def collect_sources(
     configs: dict[str, SourceConfig],
     quarantines: dict[str, Quarantine],
     epoch_id: int,
-    batch_paths: dict[str, list[Path]],
 ) -> SourceTables:
-    """What :func:`source_frames` computes, collected to the driver in ONE Spark job (a Spark job costs
-    0.1-1 s on a loaded machine, and that function runs up to three per source): every source's input
-    frame, its bad rows and its good-row count are tagged parts of one union, collected as Arrow and
-    split here; the bad rows go to each source's quarantine."""
-    from pyspark.sql import functions as F  # lazy: Spark loads only where views run
-
-    parts: list[DataFrame] = []
-    footer_counts: dict[str, int] = {}
+    """What :func:`source_frames` computes (for sources read from files) from ONE Spark query of one stage:
+    every source's rows with their quarantine reason, collected as Arrow without a shuffle, the query
+    built as one SQL text (a Spark job, a stage or a Py4J call each cost time on a loaded machine;
+    :func:`source_frames` runs up to three jobs per source, a change feed's newest change per key
+    shuffles, and each column expression is a Py4J call). The driver splits the rows by source, records
+    the bad rows in each source's quarantine and computes each input (a change feed's newest change per
+    key, an image feed's Z-set) with DuckDB from the same SQL."""
+    relation = f"__lv_{view}_batch"
+    batch.createOrReplaceTempView(relation)
+    branches = []
     for index, source in enumerate(sources):
-        config, quarantine = configs[source], quarantines[source]
-        part, operation = _part(batch, index, config)
-        good, bad = quarantine.tag(part, operation)
-        payload = [c for c in part.columns if c not in (CORRUPT, FILE, operation)]
-        counted = quarantine.footer_count(batch_paths.get(source)) if bad is None else None
-        if counted is not None:
-            footer_counts[source] = counted
-        else:  # one payload column counted too: Spark refuses a raw JSON/CSV query of the corrupt column alone
-            counts = good.agg(F.count(F.lit(1)).alias("n"), F.count(F.col(f"`{payload[0]}`")).alias("_"))
-            parts.append(_tagged(counts, "n", index))
-        if bad is not None:
-            parts.append(_tagged(bad, "bad", index))
-        parts.append(_tagged(_input_frame(good, view, source, config), "in", index))
-    combined = parts[0]
-    for frame in parts[1:]:
-        combined = combined.unionByName(frame, allowMissingColumns=True)
-    collected = collect_arrow(combined)
+        config, prefix = configs[source], f"__lv_s{index}_"
+        own = [c[len(prefix) :] for c in batch.columns if c.startswith(prefix)]
+        renamed = ", ".join(f"`{prefix}{c}` AS `{c}`" for c in own)
+        operation = f", {operation_sql(config.changes)} AS {OP}" if config.changes is not None else ""
+        part = f"(SELECT {renamed}{operation} FROM {relation} WHERE {SOURCE_TAG} = {index})"
+        columns = [*own, *([OP] if operation else [])]
+        tagged = quarantines[source].tag_sql(columns, part, OP if operation else None)
+        branches.append((index, [*columns, REASON, RECORD], tagged))
+    every = [f"__lv_in{i}_{c}" for i, columns, _ in branches for c in columns]
+    selects = []
+    for index, columns, tagged in branches:
+        mine = {f"__lv_in{index}_{c}": c for c in columns}
+        listed = ", ".join(f"`{mine[n]}` AS `{n}`" if n in mine else f"NULL AS `{n}`" for n in every)
+        selects.append(f"SELECT {listed}, {index} AS {PART} FROM ({tagged})")
+    collected = collect_arrow(batch.sparkSession.sql(" UNION ALL ".join(selects)))
     out = SourceTables()
     for index, source in enumerate(sources):
-        bad = _untagged(collected, "bad", index)
-        if bad is not None:
-            quarantines[source].record(epoch_id, bad.to_pylist())
-        counts = _untagged(collected, "n", index)
-        good_rows = footer_counts[source] if source in footer_counts else int(counts.column("n")[0].as_py())  # type: ignore[union-attr]
-        quarantined = bad.num_rows if bad is not None else 0
-        out.rows_in, out.quarantined = out.rows_in + good_rows, out.quarantined + quarantined
-        out.tables[source] = _untagged(collected, "in", index)  # type: ignore[assignment]
+        rows = _untagged(collected, index)
+        bad = rows.filter(pc.is_valid(rows.column(REASON)))
+        if bad.num_rows:
+            names = {FILE: "file", REASON: "reason", RECORD: "record"}
+            quarantines[source].record(
+                epoch_id, bad.select(list(names)).rename_columns(list(names.values())).to_pylist()
+            )
+        good = rows.filter(pc.is_null(rows.column(REASON)))
+        out.rows_in, out.quarantined = out.rows_in + good.num_rows, out.quarantined + bad.num_rows
+        internal = [c for c in (CORRUPT, FILE, REASON, RECORD) if c in good.column_names]
+        out.tables[source] = _input_table(good.drop_columns(internal), configs[source])
     return out
 
 
-def _tagged(frame: DataFrame, part: str, index: int) -> DataFrame:
-    """``frame`` as a tagged part of :func:`collect_sources`' union: its columns prefixed by part and source."""
-    from pyspark.sql import functions as F  # lazy: Spark loads only where views run
+def _input_table(good: pa.Table, config: SourceConfig) -> pa.Table:
+    """A source's good rows (collected) as its input, as :func:`_input_frame` makes it in Spark."""
+    columns = [c.name for c in parse_ddl(config.schema_) if c.name != WEIGHT]
+    if config.changes is not None:
+        return arrow_sql(latest_sql(config.changes, "b", quote='"'), b=good).drop_columns(["__lv_rn"])
+    if config.images is not None:
+        return arrow_sql(images_sql(config.images, columns, "b", quote='"'), b=good)
+    return good.select(columns).append_column(WEIGHT, pa.array([1] * good.num_rows, pa.int32()))
 
-    prefix = f"__lv_{part}{index}_"
-    columns = [F.col(f"`{c}`").alias(prefix + c) for c in frame.columns]
-    return frame.select(*columns, F.lit(prefix).alias(PART))
 
-
-def _untagged(collected: pa.Table, part: str, index: int) -> pa.Table | None:
-    """One part of :func:`collect_sources`' collected union (its columns unprefixed); None if it has none."""
-    prefix = f"__lv_{part}{index}_"
+def _untagged(collected: pa.Table, index: int) -> pa.Table:
+    """One source's rows of :func:`collect_sources`' collected union, its columns unprefixed."""
+    prefix = f"__lv_in{index}_"
     names = [c for c in collected.column_names if c.startswith(prefix)]
-    if not names:
-        return None
-    rows = collected.filter(pc.equal(collected.column(PART), prefix)).select(names)
+    rows = collected.filter(pc.equal(collected.column(PART), index)).select(names)
     return rows.rename_columns([c[len(prefix) :] for c in names])
 
 

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 CORRUPT = "__lv_corrupt"  # the raw text of a row Spark could not parse into the schema
 FILE = "__lv_file"  # the input file of each row (Spark's _metadata.file_path)
 REASON = "__lv_reason"
+RECORD = "__lv_record"  # a bad row as the quarantine records it (Quarantine.tag)
 
 
 def quarantine_dir(project: ProjectConfig, source: str) -> Path:
@@ -151,18 +152,17 @@ class Quarantine:
         """A Parquet source's rows in ``files`` by their footers (no Spark job); None for other formats."""
         return _footer_rows(files) if files and self.config.format.reader_format == "parquet" else None
 
-    def tag(self, batch: DataFrame, operation: str | None = None) -> tuple[DataFrame, DataFrame | None]:
-        """Lazily (no Spark job): the batch's good rows and its bad rows as (``file``, ``reason``,
-        ``record``), None when no row can be bad (:meth:`checks`). The caller collects them (one job
-        for every source, :func:`spark_jobs.source_frames.collect_sources`) and records the bad rows
-        with :meth:`record`."""
-        from pyspark.sql import functions as F  # lazy: Spark loads only where views run
-
-        if not self.checks(operation):
-            return batch, None
-        tagged = batch.selectExpr("*", f"{self.reason_sql(operation)} AS {REASON}")
-        payload = [c for c in batch.columns if c not in (CORRUPT, FILE, operation)]
-        return tagged.where(F.col(REASON).isNull()).drop(REASON), self.bad_rows(tagged, payload)
+    def tag_sql(self, columns: list[str], relation: str, operation: str | None = None) -> str:
+        """Spark SQL over ``relation`` (this source's rows with these ``columns``): every row with its reason
+        to set it aside (``__lv_reason``, NULL for a good row) and, for a bad row, its ``__lv_record`` (the raw
+        text, else the row as JSON). Built as text so that a caller collecting every source at once
+        (:func:`spark_jobs.source_frames.collect_sources`) makes one Spark call, not one per column; it
+        records the bad rows with :meth:`record`."""
+        payload = ", ".join(f"`{c}`" for c in columns if c not in (CORRUPT, FILE, operation))
+        as_json = f"to_json(struct({payload}))"
+        record = f"coalesce({CORRUPT}, {as_json})" if self.parses_text else as_json
+        reasoned = f"SELECT *, {self.reason_sql(operation)} AS {REASON} FROM {relation}"
+        return f"SELECT *, CASE WHEN {REASON} IS NOT NULL THEN {record} END AS {RECORD} FROM ({reasoned})"
 
     def bad_rows(self, tagged: DataFrame, payload: list[str]) -> DataFrame:
         """The rows of ``tagged`` (a batch with its reason column) that are set aside, as (``file``,
