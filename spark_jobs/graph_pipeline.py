@@ -9,6 +9,10 @@ graph's ``step`` turns them into the view's delta, and the delta is applied to t
 multiset keyed by the whole row (:func:`lakeview.ivm.combine.multiset_change`). The operators' state
 lives in Lakeview-owned tables (:class:`writers.graph_state.TableStateStore`).
 
+Per epoch: one Spark query reads every source (:func:`spark_jobs.source_frames.collect_sources`); the
+state tables' and mirrors' lookups are served from memory copies of what this process committed (read
+from the tables once, on start, or again after an epoch whose commit failed or is unknown).
+
 Exactly once. Iceberg: the view's table, every state table and every change-feed mirror are committed
 in ONE catalog transaction per epoch (:class:`writers.iceberg.group.IcebergGroupWriter`, each snapshot
 stamped with the epoch), so they never stand at different epochs; an epoch the tables already hold is
