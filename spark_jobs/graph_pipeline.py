@@ -46,7 +46,7 @@ from lakeview.sql.plan import WEIGHT
 from lakeview.sql.planner import plan_for
 from spark_jobs import faults
 from spark_jobs.executors.reads import on_executors
-from spark_jobs.source_frames import collect_sources, frontier, tagged_stream
+from spark_jobs.source_frames import collect_sources, direct_sources, frontier, tagged_stream
 from spark_jobs.sources.quarantine import Quarantine
 from spark_jobs.streams import reconcile_checkpoint, start_query, state_table_writer
 from writers.graph_state import (
@@ -112,6 +112,7 @@ class GraphPipeline:
         self.feeds = {s: c.changes for s, c in self.configs.items() if c.changes is not None}
         self.schemas = source_schemas(project, plan.sources)
         self.quarantines = {s: Quarantine(project, s, view) for s in plan.sources}
+        self.direct = direct_sources(self.configs, self.quarantines)  # read by the driver, not Spark
         self.upstreams: set[str] = set()  # a graph view reads declared sources only (lakeview.project)
         self.publisher = None  # no view reads a graph view yet (lakeview.project)
         self.graph: Graph = view_graph(project, view)
@@ -271,7 +272,8 @@ class GraphPipeline:
     def _process_batch(self, batch: DataFrame, epoch_id: int) -> CommitRecord | None:
         started = time.perf_counter()
         reached, newest_ms, self._batch_paths = frontier(self.checkpoint, self.sources, epoch_id)
-        split = collect_sources(batch, self.view, self.sources, self.configs, self.quarantines, epoch_id)
+        direct = {s: (self._batch_paths.get(s, []), self.schemas[s]) for s in self.direct}
+        split = collect_sources(batch, self.view, self.sources, self.configs, self.quarantines, epoch_id, direct)
         epoch = Epoch(
             view=self.view,
             number=epoch_id,

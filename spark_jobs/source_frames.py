@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from lakeview.config.schema import parse_ddl
 from lakeview.ivm.changefeed import OP, images_sql, latest_sql, operation_sql
@@ -105,6 +106,7 @@ def collect_sources(
     configs: dict[str, SourceConfig],
     quarantines: dict[str, Quarantine],
     epoch_id: int,
+    direct: dict[str, tuple[list[Path], pa.Schema]] | None = None,
 ) -> SourceTables:
     """What :func:`source_frames` computes (for sources read from files) from ONE Spark query of one stage:
     every source's rows with their quarantine reason, collected as Arrow without a shuffle, the query
@@ -112,11 +114,25 @@ def collect_sources(
     :func:`source_frames` runs up to three jobs per source, a change feed's newest change per key
     shuffles, and each column expression is a Py4J call). The driver splits the rows by source, records
     the bad rows in each source's quarantine and computes each input (a change feed's newest change per
-    key, an image feed's Z-set) with DuckDB from the same SQL."""
+    key, an image feed's Z-set) with DuckDB from the same SQL.
+
+    ``direct``: sources the driver reads itself from their files of this epoch, with their schema (see
+    :func:`direct_sources`): Spark does not read them at all, so a large first batch of a fact table
+    never passes through the JVM's heap."""
+    direct = direct or {}
+    out = SourceTables()
+    for source, (paths, schema) in direct.items():
+        rows = read_parquet_files(paths, schema)
+        out.rows_in += rows.num_rows
+        out.tables[source] = rows.append_column(WEIGHT, pa.array([1] * rows.num_rows, pa.int32()))
+    if len(direct) == len(sources):
+        return out
     relation = f"__lv_{view}_batch"
     batch.createOrReplaceTempView(relation)
     branches = []
     for index, source in enumerate(sources):
+        if source in direct:
+            continue
         config, prefix = configs[source], f"__lv_s{index}_"
         own = [c[len(prefix) :] for c in batch.columns if c.startswith(prefix)]
         renamed = ", ".join(f"`{prefix}{c}` AS `{c}`" for c in own)
@@ -132,8 +148,9 @@ def collect_sources(
         listed = ", ".join(f"`{mine[n]}` AS `{n}`" if n in mine else f"NULL AS `{n}`" for n in every)
         selects.append(f"SELECT {listed}, {index} AS {PART} FROM ({tagged})")
     collected = collect_arrow(batch.sparkSession.sql(" UNION ALL ".join(selects)))
-    out = SourceTables()
     for index, source in enumerate(sources):
+        if source in direct:
+            continue
         rows = _untagged(collected, index)
         bad = rows.filter(pc.is_valid(rows.column(REASON)))
         if bad.num_rows:
@@ -146,6 +163,36 @@ def collect_sources(
         internal = [c for c in (CORRUPT, FILE, REASON, RECORD) if c in good.column_names]
         out.tables[source] = _input_table(good.drop_columns(internal), configs[source])
     return out
+
+
+def direct_sources(configs: dict[str, SourceConfig], quarantines: dict[str, Quarantine]) -> list[str]:
+    """The sources whose epoch the driver can read straight from its files (:func:`collect_sources`):
+    append-only Parquet, none of whose rows can be set aside (no required column)."""
+    return [
+        source
+        for source, config in configs.items()
+        if config.format.reader_format == "parquet"
+        and config.changes is None
+        and config.images is None
+        and not quarantines[source].checks(None)
+    ]
+
+
+def read_parquet_files(paths: list[Path], schema: pa.Schema) -> pa.Table:
+    """The rows of Parquet files as Spark reads them with the source's declared ``schema``: columns
+    matched by name (case-insensitively), a column a file lacks NULL, values cast to the declared types."""
+    tables = []
+    for path in paths:
+        found = pq.read_table(path)
+        names = {n.lower(): n for n in found.column_names}
+        columns = [
+            found.column(names[f.name.lower()]).cast(f.type)
+            if f.name.lower() in names
+            else pa.nulls(found.num_rows, f.type)
+            for f in schema
+        ]
+        tables.append(pa.Table.from_arrays(columns, schema=schema))
+    return pa.concat_tables(tables) if tables else schema.empty_table()
 
 
 def _input_table(good: pa.Table, config: SourceConfig) -> pa.Table:

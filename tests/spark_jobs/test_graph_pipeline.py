@@ -12,6 +12,7 @@ from collections import Counter
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from pyiceberg.catalog.rest import RestCatalog
 from typer.testing import CliRunner
@@ -238,6 +239,43 @@ def test_bad_rows_of_every_source_are_set_aside_and_counted_on_the_epoch(
         if s.summary
     }
     assert stamped == {"0": "1", "1": "1"}
+
+
+def test_a_parquet_fact_table_is_read_by_the_driver_and_the_view_matches_the_recompute(
+    spark, catalog_server: CatalogServer, make_project, unique_name: str
+) -> None:
+    """An append-only Parquet source (nothing in it can be set aside) is read from its files of the epoch by
+    the driver, not by Spark (a large first batch never passes through the JVM's heap): columns matched by
+    name whatever their case and order, a column the file lacks NULL, a column it adds ignored."""
+    sources = {**SOURCES, "orders": {**SOURCES["orders"], "format": "parquet"}}
+    project = make_project(views={unique_name: {"sql": STAR, "cadence": "1s", "namespace": NS}}, sources=sources)
+    pipeline, query = start(spark, project, unique_name, catalog_server)
+    try:
+        for number, batch in enumerate(EPOCHS):
+            for source, lines in batch.items():
+                if source != "orders":
+                    land(project.source_path(source), f"{number:03d}.json", lines)
+                    continue
+                rows = [json.loads(line) for line in lines]
+                table = pa.table(
+                    {
+                        "QTY": pa.array([r["qty"] for r in rows], pa.int32()),
+                        "extra": pa.array(["x"] * len(rows)),
+                        "id": [r["id"] for r in rows],
+                        "pid": [r["pid"] for r in rows],
+                        "cid": [r["cid"] for r in rows],
+                    }
+                )
+                directory = project.source_path(source)
+                directory.mkdir(parents=True, exist_ok=True)
+                pq.write_table(table, directory / f".{number:03d}.parquet")
+                (directory / f".{number:03d}.parquet").rename(directory / f"{number:03d}.parquet")
+            query.processAllAvailable()
+            assert_recomputed(project, unique_name, pipeline, catalog_server)
+    finally:
+        query.stop()
+    assert pipeline.direct == ["orders"]
+    assert pipeline.writer.last_commit().epoch >= 2
 
 
 @pytest.mark.parametrize("sql", [TOPK, OUTER, CTE], ids=["top3_per_category", "full_outer_join", "cte_in_subquery"])
