@@ -17,12 +17,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
+from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from lakeview.config.schema import parse_ddl
+from lakeview.errors import TerminalError
 from lakeview.ivm.changefeed import OP, images_sql, latest_sql, operation_sql
 from lakeview.ops.source_log import logged_files
 from lakeview.sql.duck import arrow_sql
@@ -180,17 +182,27 @@ def direct_sources(configs: dict[str, SourceConfig], quarantines: dict[str, Quar
 
 def read_parquet_files(paths: list[Path], schema: pa.Schema) -> pa.Table:
     """The rows of Parquet files as Spark reads them with the source's declared ``schema``: columns
-    matched by name (case-insensitively), a column a file lacks NULL, values cast to the declared types."""
+    matched by name (case-insensitively), a column a file lacks NULL, values cast to the declared types.
+
+    Raises TerminalError naming the file and column whose values do not fit the declared type (Spark
+    refuses such a file too)."""
     tables = []
-    for path in paths:
+    for logged in paths:
+        path = logged if logged.exists() else Path(unquote(str(logged)))  # Spark's file log holds URIs
         found = pq.read_table(path)
         names = {n.lower(): n for n in found.column_names}
-        columns = [
-            found.column(names[f.name.lower()]).cast(f.type)
-            if f.name.lower() in names
-            else pa.nulls(found.num_rows, f.type)
-            for f in schema
-        ]
+        columns = []
+        for f in schema:
+            if f.name.lower() not in names:
+                columns.append(pa.nulls(found.num_rows, f.type))
+                continue
+            column = found.column(names[f.name.lower()])
+            try:
+                columns.append(column.cast(f.type))
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                raise TerminalError(
+                    f"source file {path}: column {f.name} holds {column.type}, not the declared {f.type}: {exc}"
+                ) from exc
         tables.append(pa.Table.from_arrays(columns, schema=schema))
     return pa.concat_tables(tables) if tables else schema.empty_table()
 
