@@ -7,7 +7,8 @@ the view, every operator's state and the mirrors, one catalog transaction per ep
 batch, each epoch lands ``--batch`` new orders plus ``--updates`` updates on each dimension and is timed
 from landing to the view's snapshot committed; median of ``--repeats`` after one warm-up epoch. In the
 same run: DuckDB recomputing the view's SQL over the same files (dimensions replayed to their current
-rows). Prints one table row per ``--orders`` size; the epoch's phases come from the pipeline's timings.
+rows). Prints one table row per ``--orders`` size; the epoch's phases come from the pipeline's timings, its
+CPU seconds from this process and Spark's JVM (on a shared machine wall times stretch several-fold).
 
     .venv/bin/python bench/star.py [--orders 200000 2000000] [--batch 10000] [--updates 20] [--repeats 3]
 """
@@ -80,7 +81,7 @@ def land_orders(directory: Path, name: str, count: int, first_id: int) -> None:
     tmp.rename(directory / name)
 
 
-def run(size: int, args: argparse.Namespace) -> tuple[float, float, float, dict]:
+def run(size: int, args: argparse.Namespace) -> tuple[float, float, float, float, dict]:
     root = Path(tempfile.mkdtemp(prefix="lakeview-bench-star-"))
     landing = root / "landing"
     rng = random.Random(7)
@@ -118,7 +119,8 @@ def run(size: int, args: argparse.Namespace) -> tuple[float, float, float, dict]
     finally:
         shutil.rmtree(root, ignore_errors=True)
     phases = median_phases(epochs)
-    return first, statistics.median(s for s, _ in epochs), statistics.median(duck), phases
+    cpu = statistics.median(p["cpu_s"] for _, p in epochs)
+    return first, statistics.median(s for s, _ in epochs), cpu, statistics.median(duck), phases
 
 
 def main() -> None:
@@ -132,18 +134,20 @@ def main() -> None:
     load_start = os.getloadavg()
     rows = []
     for size in args.orders:
-        first, epoch, recompute, phases = run(size, args)
+        first, epoch, cpu, recompute, phases = run(size, args)
         console.print(f"{size:,} orders: phases (median): {phases}")
-        rows.append((size, first, epoch, recompute))
+        rows.append((size, first, epoch, cpu, recompute))
     table = Table(
         title=f"orders ⋈ products ⋈ customers ⋈ regions GROUP BY region, category (operator graph): one epoch of "
         f"{args.batch:,} orders + {args.updates} updates per dimension; median of {args.repeats}; "
         f"load {load_start[0]:.1f} -> {os.getloadavg()[0]:.1f}"
     )
-    for col in ("orders", "first batch s", "epoch s", "DuckDB recompute s", "DuckDB/epoch"):
+    for col in ("orders", "first batch s", "epoch s", "epoch CPU s", "DuckDB recompute s", "DuckDB/epoch"):
         table.add_column(col, justify="right")
-    for size, first, epoch, recompute in rows:
-        table.add_row(f"{size:,}", f"{first:.1f}", f"{epoch:.3f}", f"{recompute:.3f}", f"{recompute / epoch:.2f}×")
+    for size, first, epoch, cpu, recompute in rows:
+        table.add_row(
+            f"{size:,}", f"{first:.1f}", f"{epoch:.3f}", f"{cpu:.3f}", f"{recompute:.3f}", f"{recompute / epoch:.2f}×"
+        )
     console.print(table)
 
 

@@ -235,11 +235,13 @@ def source_schemas(config: ProjectConfig, sources: tuple[str, ...] | list[str]) 
 
 def view_graph(config: ProjectConfig, view: str, sizes: dict[str, int] | None = None) -> Graph:
     """The operator graph of a graph view, compiled over its sources' schemas (``sizes``: rows per source,
-    to order its joins). Raises UnsupportedSQLError naming the construct the graph cannot maintain."""
+    to order its joins), its aggregates pushed below its inner joins wherever valid (eager aggregation: a
+    dimension's change then costs per the groups under its key, not per fact row, so an epoch stays flat
+    with history). Raises UnsupportedSQLError naming the construct the graph cannot maintain."""
     plan = view_plan(config, view)
     if not isinstance(plan, GraphPlan):
         raise UnsupportedSQLError(f"{view} is kept by the per-shape planner ({plan.kind}), not an operator graph")
-    return compile_view(plan.duckdb_sql(), source_schemas(config, plan.sources), sizes)
+    return compile_view(plan.duckdb_sql(), source_schemas(config, plan.sources), sizes, eager=True)
 
 
 def _check_name_at(file: str, key: str, name: str) -> None:

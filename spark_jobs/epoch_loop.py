@@ -39,6 +39,7 @@ class EpochLoop:
     on_commit: Callable[[CommitRecord], None] | None
     timings: dict[str, float]
     committed_in = "tables"  # where a replayed epoch is found (the log line)
+    persist_batch = True  # False: the pipeline reads the batch once, so caching it only costs
 
     def source_stream(self) -> DataFrame:
         raise NotImplementedError
@@ -57,7 +58,8 @@ class EpochLoop:
             return
         faults.point("reading", epoch_id)
         started = time.perf_counter()
-        batch = batch.persist()
+        if self.persist_batch:
+            batch = batch.persist()
         try:
             record = self._process_batch(batch, epoch_id)
         finally:

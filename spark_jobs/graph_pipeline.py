@@ -18,6 +18,10 @@ and a replay is skipped once the view's table holds the epoch. After a crash *be
 the replayed epoch reads the tables that already hold it as they stood before it (Delta time travel to
 the version before their commit of the epoch), so it computes the same change; only the tables that
 lack the epoch commit it.
+
+Per epoch: one Spark query reads every source (:func:`spark_jobs.source_frames.collect_sources`); the
+state tables' and mirrors' lookups are served from memory copies of what this process committed (read
+from the tables once, on start, or again after an epoch whose commit failed or is unknown).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
+from lakeview.errors import WriterError
 from lakeview.graph import WEIGHT as GRAPH_WEIGHT
 from lakeview.graph import step
 from lakeview.ivm.changefeed import normalize
@@ -39,9 +44,18 @@ from lakeview.sql.dialects import sql_properties
 from lakeview.sql.graph_plan import GraphPlan
 from lakeview.sql.plan import WEIGHT
 from lakeview.sql.planner import view_plan
+from spark_jobs.source_frames import collect_sources, direct_sources, frontier
 from spark_jobs.sources_pipeline import SourcesPipeline
-from spark_jobs.streams import collect_arrow, reconcile_checkpoint
-from writers.graph_state import TableStateStore, commit_key, lookup_as_of, state_table_name, warm_up
+from spark_jobs.streams import reconcile_checkpoint
+from writers.graph_state import (
+    CommittedRows,
+    TableStateStore,
+    commit_key,
+    lookup_as_of,
+    mirror_rows,
+    state_table_name,
+    warm_up,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -67,6 +81,7 @@ class GraphPipeline(SourcesPipeline):
     :class:`~spark_jobs.multi_source.CombinedPipeline`)."""
 
     view_is_state = False  # reconcile_checkpoint: the epoch check is ours (every table moves together)
+    persist_batch = False  # the batch is read by one query (collect_sources)
 
     def __init__(
         self,
@@ -83,13 +98,16 @@ class GraphPipeline(SourcesPipeline):
         self.plan: GraphPlan = plan
         self.feeds = {s: c.changes for s, c in self.configs.items() if c.changes is not None}
         self.schemas = source_schemas(project, plan.sources)
+        self.direct = direct_sources(self.configs, self.quarantines)  # read by the driver, not Spark
         self.upstreams: set[str] = set()  # a graph view reads declared sources only (lakeview.project)
         self.publisher = None  # no view reads a graph view yet (lakeview.project)
         self.graph: Graph = view_graph(project, view)
         self.mirrors: dict[str, SnapshotWriter] = {}
+        self.mirror_rows: dict[str, CommittedRows] = {}  # each mirror's rows, served from memory (see the store)
         self.state: dict[str, SnapshotWriter] = {}
         self.store: TableStateStore | None = None
         self.group: IcebergGroupWriter | None = None
+        self._last_committed: int | None = None  # the last epoch this process committed (Iceberg: no reload)
 
     # --- tables ------------------------------------------------------------------------------
     def output_schema(self) -> pa.Schema:
@@ -113,6 +131,7 @@ class GraphPipeline(SourcesPipeline):
         for source, feed in self.feeds.items():
             self.mirrors[source] = self._state_writer(source_mirror_name(self.view, source))
             self.mirrors[source].ensure_table(self.schemas[source], tuple(feed.key), owned)
+            self.mirror_rows[source] = mirror_rows(self.mirrors[source], tuple(feed.key), self.schemas[source])
         self.store = TableStateStore(keys, self.state, state_schemas)
         self.graph.use_store(self.store)
         if self.writer.capabilities.multi_table_transactions:
@@ -125,9 +144,29 @@ class GraphPipeline(SourcesPipeline):
                 members,  # type: ignore[arg-type]
                 {name: self.view for name in members},
             )
+            self._check_same_graph(state_schemas)
         self._last_epoch = reconcile_checkpoint(self.view, self.checkpoint, self, self.writer)
         # a restart: the state exists, so no operator starts it again (a global aggregate's row is in the view)
         self.graph.runtime.epoch = 0 if self.last_epoch() is None else 1
+
+    def _check_same_graph(self, state_schemas: dict[str, pa.Schema]) -> None:
+        """Iceberg: refuse state tables another version of the view's operator graph made (other operators,
+        e.g. before eager aggregation). Its members commit together, so a view table with commits beside a
+        state table with none, or with other columns, means the state never saw the earlier epochs."""
+        if self.writer.last_commit() is None:
+            return
+        alien = []
+        for name, writer in self.state.items():
+            table = writer.table()  # type: ignore[attr-defined]  # an IcebergWriter (a group member)
+            columns = {f.name for f in table.schema().fields}
+            if writer.last_commit() is None or columns != set(state_schemas[name].names):
+                alien.append(writer.table_name)
+        if alien:
+            raise WriterError(
+                f"{self.view}: its state table(s) {', '.join(sorted(alien))} do not hold the state of the view's "
+                "operator graph as this version compiles it (made by another version, or new); drop the view's "
+                "table and its __lv_state_ tables to rebuild it from its sources"
+            )
 
     def tables(self) -> list[SnapshotWriter]:
         """The view's table, its state tables and its mirrors."""
@@ -150,6 +189,8 @@ class GraphPipeline(SourcesPipeline):
         """Whether the epoch is committed: Iceberg, in every table (one transaction); Delta, in the view's
         table (committed last; an epoch that left the view unchanged is recomputed, reading the tables
         that hold it as they stood before it, and changes nothing)."""
+        if self.group is not None and self._last_committed is not None and epoch_id > self._last_committed:
+            return False  # every epoch before it went through this process (the group's commit checks again)
         if self.group is not None:
             done = self.group.last_epoch()
         else:
@@ -174,15 +215,18 @@ class GraphPipeline(SourcesPipeline):
 
     def _process_batch(self, batch: DataFrame, epoch_id: int) -> CommitRecord | None:
         started = time.perf_counter()
-        split, epoch = self._epoch(batch, epoch_id)
-        inputs = {source: collect_arrow(frame) for source, frame in split.frames.items()}
+        reached, newest_ms, self._batch_paths = frontier(self.checkpoint, self.sources, epoch_id)
+        direct = {s: (self._batch_paths.get(s, []), self.schemas[s]) for s in self.direct}
+        split = collect_sources(batch, self.view, self.sources, self.configs, self.quarantines, epoch_id, direct)
+        epoch = self._epoch_of(epoch_id, reached, newest_ms, split.rows_in, split.quarantined)
+        inputs = split.tables
         self.timings = {"spark_read_quarantine_s": time.perf_counter() - started}
         self.last_write = {"by": "driver", "rows_collected": sum(t.num_rows for t in inputs.values())}
         started = time.perf_counter()
         before = self._before(epoch_id)
-        deltas, mirrors = self._zsets(inputs, before)
         assert self.store is not None
         self.store.begin({name: v for name, v in before.items() if name in self.state})
+        deltas, mirrors = self._zsets(inputs, before)
         out = step(self.graph, deltas)
         self.timings["graph_step_s"] = time.perf_counter() - started
         started = time.perf_counter()
@@ -193,6 +237,10 @@ class GraphPipeline(SourcesPipeline):
         changes.update({self.state[name].table_name: c for name, c in self.store.changes().items()})
         changes.update({self.mirrors[s].table_name: c for s, c in mirrors.items()})
         record = self._commit(epoch, changes)
+        self.store.committed()  # the tables hold the epoch: the memory copies take its changes
+        self._last_committed = epoch.number
+        for rows in self.mirror_rows.values():
+            rows.committed()
         self.timings["commit_s"] = time.perf_counter() - started
         return record
 
@@ -207,11 +255,18 @@ class GraphPipeline(SourcesPipeline):
             columns = self.schemas[source].names
             if source in self.feeds:
                 feed = self.feeds[source]
-                mirror, version = self.mirrors[source], before.get(source)
-                old = lookup_as_of(mirror, batch.select(list(feed.key)), version) if batch.num_rows else pa.table({})
+                rows, version = self.mirror_rows[source], before.get(source)
+                rows.begin()
+                if version is not None:  # it holds this epoch already: read it as it stood before
+                    rows.forget()
+                    old = lookup_as_of(self.mirrors[source], batch.select(list(feed.key)), version)
+                else:
+                    old = rows.lookup(batch.select(list(feed.key))) if batch.num_rows else pa.table({})
                 batch, mirrors[source] = normalize(batch, old, feed, columns)
             weight = batch.column(WEIGHT).cast(pa.int64())
             deltas[source] = batch.select(columns).append_column(GRAPH_WEIGHT, weight)
+            if source in self.feeds and before.get(source) is None:
+                self.mirror_rows[source].stage(deltas[source])  # the mirror's Z-set: old images -1, new +1
         return deltas, mirrors
 
     def _commit(self, epoch: Epoch, changes: dict[str, Change]) -> CommitRecord | None:

@@ -17,14 +17,21 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
+from urllib.parse import unquote
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from lakeview.config.schema import parse_ddl
+from lakeview.errors import TerminalError
 from lakeview.ivm.changefeed import OP, images_sql, latest_sql, operation_sql
 from lakeview.ops.source_log import logged_files
+from lakeview.sql.duck import arrow_sql
 from lakeview.sql.plan import WEIGHT
-from spark_jobs.sources.quarantine import CORRUPT, FILE, Quarantine
+from spark_jobs.sources.quarantine import CORRUPT, FILE, REASON, RECORD, Quarantine
 from spark_jobs.sources.view_changes import upstream_position
-from spark_jobs.streams import file_stream
+from spark_jobs.streams import collect_arrow, file_stream
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -32,6 +39,7 @@ if TYPE_CHECKING:
     from lakeview.config.models import ProjectConfig, SourceConfig
 
 SOURCE_TAG = "__lv_src"
+PART = "__lv_part"  # collect_sources: which part of which source a collected row belongs to
 
 
 def tagged_stream(
@@ -74,38 +82,190 @@ def source_frames(
 ) -> SourceFrames:
     """Split a tagged batch (:func:`tagged_stream`) by source, quarantine each part, and turn it into
     its input frame. ``append_columns``: the columns an append stream's frame keeps (None: all)."""
-    from pyspark.sql import functions as F  # lazy: Spark loads only where views run
-
-    spark = batch.sparkSession  # temp views of a foreachBatch live in the batch's session
     out = SourceFrames()
     for index, source in enumerate(sources):
-        config = configs[source]
-        prefix = f"__lv_s{index}_"
-        part = batch.where(F.col(SOURCE_TAG) == index).select(
-            *[F.col(f"`{c}`").alias(c[len(prefix) :]) for c in batch.columns if c.startswith(prefix)]
-        )
-        if config.changes is not None:
-            part = part.selectExpr("*", f"{operation_sql(config.changes)} AS {OP}")
-        operation = OP if config.changes is not None else None
+        part, operation = _part(batch, index, configs[source])
         split = quarantines[source].split(part, epoch_id, operation=operation, files=batch_paths.get(source))
         out.rows_in, out.quarantined = out.rows_in + split.rows_in, out.quarantined + split.quarantined
-        good = split.good.drop(CORRUPT, FILE)
-        name = f"__lv_{view}_{source}_batch"
-        good.createOrReplaceTempView(name)
-        columns = [c.name for c in parse_ddl(config.schema_) if c.name != WEIGHT]
-        if config.changes is None and config.images is None:
-            columns = append_columns(source) or columns
-        if source in upstreams:  # an upstream view's change: its rows already carry their weights
-            out.frames[source] = good.select(*[F.col(f"`{c}`") for c in columns], F.col(WEIGHT).cast("int"))
-        elif config.changes is not None:
-            out.frames[source] = spark.sql(latest_sql(config.changes, name)).drop("__lv_rn")
-        elif config.images is not None:
-            out.frames[source] = spark.sql(images_sql(config.images, columns, name))
-        else:  # an append stream: its rows with weight +1
-            out.frames[source] = good.select(*[F.col(f"`{c}`") for c in columns]).withColumn(
-                WEIGHT, F.lit(1).cast("int")
-            )
+        frame = _input_frame(split.good, view, source, configs[source], source in upstreams, append_columns(source))
+        out.frames[source] = frame
     return out
+
+
+@dataclass
+class SourceTables:
+    """One epoch's input per source, collected to the driver as Arrow, and the rows read and set aside."""
+
+    tables: dict[str, pa.Table] = field(default_factory=dict)
+    rows_in: int = 0
+    quarantined: int = 0
+
+
+def collect_sources(
+    batch: DataFrame,
+    view: str,
+    sources: tuple[str, ...],
+    configs: dict[str, SourceConfig],
+    quarantines: dict[str, Quarantine],
+    epoch_id: int,
+    direct: dict[str, tuple[list[Path], pa.Schema]] | None = None,
+) -> SourceTables:
+    """What :func:`source_frames` computes (for sources read from files) from ONE Spark query of one stage:
+    every source's rows with their quarantine reason, collected as Arrow without a shuffle, the query
+    built as one SQL text (a Spark job, a stage or a Py4J call each cost time on a loaded machine;
+    :func:`source_frames` runs up to three jobs per source, a change feed's newest change per key
+    shuffles, and each column expression is a Py4J call). The driver splits the rows by source, records
+    the bad rows in each source's quarantine and computes each input (a change feed's newest change per
+    key, an image feed's Z-set) with DuckDB from the same SQL.
+
+    ``direct``: sources the driver reads itself from their files of this epoch, with their schema (see
+    :func:`direct_sources`): Spark does not read them at all, so a large first batch of a fact table
+    never passes through the JVM's heap."""
+    direct = direct or {}
+    out = SourceTables()
+    for source, (paths, schema) in direct.items():
+        rows = read_parquet_files(paths, schema)
+        out.rows_in += rows.num_rows
+        out.tables[source] = rows.append_column(WEIGHT, pa.array([1] * rows.num_rows, pa.int32()))
+    if len(direct) == len(sources):
+        return out
+    relation = f"__lv_{view}_batch"
+    batch.createOrReplaceTempView(relation)
+    branches = []
+    for index, source in enumerate(sources):
+        if source in direct:
+            continue
+        config, prefix = configs[source], f"__lv_s{index}_"
+        own = [c[len(prefix) :] for c in batch.columns if c.startswith(prefix)]
+        renamed = ", ".join(f"`{prefix}{c}` AS `{c}`" for c in own)
+        operation = f", {operation_sql(config.changes)} AS {OP}" if config.changes is not None else ""
+        part = f"(SELECT {renamed}{operation} FROM {relation} WHERE {SOURCE_TAG} = {index})"
+        columns = [*own, *([OP] if operation else [])]
+        tagged = quarantines[source].tag_sql(columns, part, OP if operation else None)
+        branches.append((index, [*columns, REASON, RECORD], tagged))
+    every = [f"__lv_in{i}_{c}" for i, columns, _ in branches for c in columns]
+    selects = []
+    for index, columns, tagged in branches:
+        mine = {f"__lv_in{index}_{c}": c for c in columns}
+        listed = ", ".join(f"`{mine[n]}` AS `{n}`" if n in mine else f"NULL AS `{n}`" for n in every)
+        selects.append(f"SELECT {listed}, {index} AS {PART} FROM ({tagged})")
+    collected = collect_arrow(batch.sparkSession.sql(" UNION ALL ".join(selects)))
+    for index, source in enumerate(sources):
+        if source in direct:
+            continue
+        rows = _untagged(collected, index)
+        bad = rows.filter(pc.is_valid(rows.column(REASON)))
+        if bad.num_rows:
+            names = {FILE: "file", REASON: "reason", RECORD: "record"}
+            quarantines[source].record(
+                epoch_id, bad.select(list(names)).rename_columns(list(names.values())).to_pylist()
+            )
+        good = rows.filter(pc.is_null(rows.column(REASON)))
+        out.rows_in, out.quarantined = out.rows_in + good.num_rows, out.quarantined + bad.num_rows
+        internal = [c for c in (CORRUPT, FILE, REASON, RECORD) if c in good.column_names]
+        out.tables[source] = _input_table(good.drop_columns(internal), configs[source])
+    return out
+
+
+def direct_sources(configs: dict[str, SourceConfig], quarantines: dict[str, Quarantine]) -> list[str]:
+    """The sources whose epoch the driver can read straight from its files (:func:`collect_sources`):
+    append-only Parquet, none of whose rows can be set aside (no required column)."""
+    return [
+        source
+        for source, config in configs.items()
+        if config.format.reader_format == "parquet"
+        and config.changes is None
+        and config.images is None
+        and not quarantines[source].checks(None)
+    ]
+
+
+def read_parquet_files(paths: list[Path], schema: pa.Schema) -> pa.Table:
+    """The rows of Parquet files as Spark reads them with the source's declared ``schema``: columns
+    matched by name (case-insensitively), a column a file lacks NULL, values cast to the declared types.
+
+    Raises TerminalError naming the file and column whose values do not fit the declared type (Spark
+    refuses such a file too)."""
+    tables = []
+    for logged in paths:
+        path = logged if logged.exists() else Path(unquote(str(logged)))  # Spark's file log holds URIs
+        found = pq.read_table(path)
+        names = {n.lower(): n for n in found.column_names}
+        columns = []
+        for f in schema:
+            if f.name.lower() not in names:
+                columns.append(pa.nulls(found.num_rows, f.type))
+                continue
+            column = found.column(names[f.name.lower()])
+            try:
+                columns.append(column.cast(f.type))
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                raise TerminalError(
+                    f"source file {path}: column {f.name} holds {column.type}, not the declared {f.type}: {exc}"
+                ) from exc
+        tables.append(pa.Table.from_arrays(columns, schema=schema))
+    return pa.concat_tables(tables) if tables else schema.empty_table()
+
+
+def _input_table(good: pa.Table, config: SourceConfig) -> pa.Table:
+    """A source's good rows (collected) as its input, as :func:`_input_frame` makes it in Spark."""
+    columns = [c.name for c in parse_ddl(config.schema_) if c.name != WEIGHT]
+    if config.changes is not None:
+        return arrow_sql(latest_sql(config.changes, "b", quote='"'), b=good).drop_columns(["__lv_rn"])
+    if config.images is not None:
+        return arrow_sql(images_sql(config.images, columns, "b", quote='"'), b=good)
+    return good.select(columns).append_column(WEIGHT, pa.array([1] * good.num_rows, pa.int32()))
+
+
+def _untagged(collected: pa.Table, index: int) -> pa.Table:
+    """One source's rows of :func:`collect_sources`' collected union, its columns unprefixed."""
+    prefix = f"__lv_in{index}_"
+    names = [c for c in collected.column_names if c.startswith(prefix)]
+    rows = collected.filter(pc.equal(collected.column(PART), index)).select(names)
+    return rows.rename_columns([c[len(prefix) :] for c in names])
+
+
+def _part(batch: DataFrame, index: int, config: SourceConfig) -> tuple[DataFrame, str | None]:
+    """A source's rows of a tagged batch with its own column names (a change feed's: plus the
+    normalised operation), and the operation column's name (None: not a change feed)."""
+    from pyspark.sql import functions as F  # lazy: Spark loads only where views run
+
+    prefix = f"__lv_s{index}_"
+    part = batch.where(F.col(SOURCE_TAG) == index).select(
+        *[F.col(f"`{c}`").alias(c[len(prefix) :]) for c in batch.columns if c.startswith(prefix)]
+    )
+    if config.changes is None:
+        return part, None
+    return part.selectExpr("*", f"{operation_sql(config.changes)} AS {OP}"), OP
+
+
+def _input_frame(
+    good: DataFrame,
+    view: str,
+    source: str,
+    config: SourceConfig,
+    upstream: bool = False,
+    append_columns: list[str] | None = None,
+) -> DataFrame:
+    """A source's good rows as its input frame: a change feed's newest change per key, an image
+    feed's Z-set, an upstream view's weighted change, an append stream's rows with weight +1."""
+    from pyspark.sql import functions as F  # lazy: Spark loads only where views run
+
+    spark = good.sparkSession  # temp views of a foreachBatch live in the batch's session
+    good = good.drop(CORRUPT, FILE)
+    name = f"__lv_{view}_{source}_batch"
+    good.createOrReplaceTempView(name)
+    columns = [c.name for c in parse_ddl(config.schema_) if c.name != WEIGHT]
+    if config.changes is None and config.images is None:
+        columns = append_columns or columns
+    if upstream:  # an upstream view's change: its rows already carry their weights
+        return good.select(*[F.col(f"`{c}`") for c in columns], F.col(WEIGHT).cast("int"))
+    if config.changes is not None:
+        return spark.sql(latest_sql(config.changes, name)).drop("__lv_rn")
+    if config.images is not None:
+        return spark.sql(images_sql(config.images, columns, name))
+    # an append stream: its rows with weight +1
+    return good.select(*[F.col(f"`{c}`") for c in columns]).withColumn(WEIGHT, F.lit(1).cast("int"))
 
 
 def frontier(

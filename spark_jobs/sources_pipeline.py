@@ -8,7 +8,7 @@ each subclass fills in its hooks (``_process_batch``, ``_done``, ``_after_batch`
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from lakeview.ivm.commits import CommitRecord, Epoch
 from spark_jobs import faults
@@ -92,13 +92,18 @@ class SourcesPipeline(EpochLoop):
             batch, self.view, self.sources, self.configs, self.quarantines, epoch_id, self._batch_paths,
             self.upstreams, columns,
         )  # fmt: skip
-        epoch = Epoch(
+        return split, self._epoch_of(epoch_id, reached, newest_ms, split.rows_in, split.quarantined)
+
+    def _epoch_of(
+        self, epoch_id: int, reached: dict[str, Any], newest_ms: int | None, rows_in: int, quarantined: int
+    ) -> Epoch:
+        """The :class:`Epoch` being committed (the fault points name it from here on)."""
+        faults.current_epoch = epoch_id
+        return Epoch(
             view=self.view,
             number=epoch_id,
             frontier=reached,
-            rows_in=split.rows_in,
+            rows_in=rows_in,
             newest_input_ms=newest_ms,
-            rows_quarantined=split.quarantined,
+            rows_quarantined=quarantined,
         )
-        faults.current_epoch = epoch_id
-        return split, epoch

@@ -11,10 +11,17 @@ transaction (Iceberg) or table by table (Delta), see :mod:`spark_jobs.graph_pipe
 
 A lookup made after an apply in the same epoch sees that apply (the held deltas are added), so the
 store behaves like :class:`~lakeview.graph.state.MemoryStateStore` within an epoch.
+
+Lookups are served from memory (:class:`CommittedRows`): the tables are the durable copy, and the process
+that committed them knows what they hold. A table is read whole once, on first use (a start or restart);
+an epoch's changes join the memory copy only when the caller says its commit succeeded
+(:meth:`TableStateStore.committed`); an epoch that computed its changes but was never declared committed
+(a failed or unknown commit, a retry) makes the next epoch read the tables again.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import duckdb
@@ -22,9 +29,10 @@ import pyarrow as pa
 
 from lakeview.errors import WriterError
 from lakeview.graph import Graph, step
+from lakeview.graph.runs import KeyedRuns
 from lakeview.graph.state import MemoryStateStore, StateTable
 from lakeview.graph.state import state_table_name as state_table_name  # where the pipeline asks for it
-from lakeview.graph.zset import WEIGHT
+from lakeview.graph.zset import WEIGHT, Duck
 from lakeview.ivm.commits import Change
 from writers.base import SnapshotWriter
 
@@ -56,6 +64,55 @@ def every_key() -> pa.Table:
     return pa.table({"_": [1]}).drop_columns(["_"])
 
 
+class CommittedRows:
+    """One table's rows as this process last committed them, held in memory as a keyed Z-set (each distinct
+    row with its weight ``__w``; :class:`~lakeview.graph.runs.KeyedRuns`), so a lookup costs the keys it
+    asks for and reads no file. ``read`` gives the table's rows (with their weight) and is called on first
+    use; :meth:`stage` holds an epoch's delta until :meth:`committed` says the epoch's commit succeeded, and
+    :meth:`begin` forgets the memory copy when a staged delta was never declared committed (the outcome is
+    unknown: the table is read again)."""
+
+    def __init__(self, read: Callable[[], pa.Table], key: tuple[str, ...], schema: pa.Schema, duck: Duck) -> None:
+        self.read, self.key, self.schema, self.duck = read, key, schema, duck
+        self.runs: KeyedRuns | None = None
+        self.staged: list[pa.Table] = []
+
+    def begin(self) -> None:
+        """Start an epoch: a delta staged by an epoch that was not declared committed voids the memory copy."""
+        if self.staged:
+            self.forget()
+
+    def forget(self) -> None:
+        """Read the table again on next use (e.g. it was committed by a path that bypassed :meth:`stage`)."""
+        self.runs, self.staged = None, []
+
+    def lookup(self, keys: pa.Table | None) -> pa.Table:
+        """The rows whose key equals a row of ``keys`` (NULL matches NULL); every row for None or no key."""
+        runs = self._loaded()
+        if keys is None or not self.key:
+            return runs.all()
+        return runs.lookup(keys)
+
+    def stage(self, delta: pa.Table) -> None:
+        """Hold the epoch's delta (the table's Z-set change) until :meth:`committed`."""
+        if delta.num_rows:
+            self.staged.append(delta)
+
+    def committed(self) -> None:
+        """The epoch's commit succeeded: its staged deltas join the memory copy."""
+        if self.runs is not None:
+            for delta in self.staged:
+                self.runs.apply(delta)
+        self.staged = []
+
+    def _loaded(self) -> KeyedRuns:
+        if self.runs is None:
+            runs = KeyedRuns(self.key, self.schema, self.duck)
+            runs.apply(_conform(self.read(), self.schema))
+            self.runs = runs
+        return self.runs
+
+
 @dataclass
 class TableStateStore:
     """The state tables of one graph view: their key, ``writers`` and ``schemas`` (weight column
@@ -72,24 +129,37 @@ class TableStateStore:
     def __post_init__(self) -> None:
         self.con = duckdb.connect()
         self.con.execute("SET threads = 1")
+        duck = Duck()
+        self.memory = {
+            name: CommittedRows(lambda w=writer: w.lookup(every_key()), self.keys[name], self.schemas[name], duck)
+            for name, writer in self.writers.items()
+        }
 
     def begin(self, as_of: dict[str, int] | None = None) -> None:
         """Start an epoch: forget what an epoch that did not commit held (a retried epoch starts from the
         tables); ``as_of``: state tables to read at a version (see the field)."""
         self.held = {}
         self.as_of = dict(as_of or {})
+        for name, rows in self.memory.items():
+            rows.begin()
+            if name in self.as_of:  # it holds this epoch already: read from the table after it
+                rows.forget()
+
+    def committed(self) -> None:
+        """The epoch's changes (:meth:`changes`) are committed: the memory copy takes them."""
+        for rows in self.memory.values():
+            rows.committed()
 
     # --- the StateStore protocol --------------------------------------------------------------
     def lookup(self, table: StateTable, keys: pa.Table | None) -> pa.Table | None:
-        writer, schema = self._writer(table), self.schemas[table.name]
+        schema = self.schemas[table.name]
         if keys is None or not table.key:
             probe = every_key() if keys is None or keys.num_rows else keys.select([])
             key: tuple[str, ...] = ()
         else:
             key = table.key
             probe = keys.select(list(key)).cast(pa.schema([schema.field(k) for k in key]))
-        found = lookup_as_of(writer, probe, self.as_of.get(table.name)) if probe.num_rows else None
-        stored = found.select(schema.names).cast(schema) if found is not None else schema.empty_table()
+        stored = self._stored(table, probe) if probe.num_rows else schema.empty_table()
         pending = self._held(table)
         if pending is None:
             return stored
@@ -107,7 +177,7 @@ class TableStateStore:
     # --- the epoch's changes -----------------------------------------------------------------
     def changes(self) -> dict[str, Change]:
         """Each state table's change for the epoch (tables nothing was applied to: none); clears what
-        was held."""
+        was held. Each change is also staged for the memory copy (see :meth:`committed`)."""
         changes = {}
         for name, deltas in self.held.items():
             if name in self.as_of:  # the table holds this epoch already
@@ -117,14 +187,16 @@ class TableStateStore:
             delta = self._consolidate(deltas, schema)
             if delta.num_rows == 0:
                 continue
-            writer = self.writers[name]
+            rows_in_memory = self.memory[name]
             if key:
                 touched = self._query(f"SELECT DISTINCT {', '.join(map(_q, key))} FROM d", d=delta)
-                stored = writer.lookup(touched.cast(pa.schema([schema.field(k) for k in key])))
+                stored = rows_in_memory.lookup(touched.cast(pa.schema([schema.field(k) for k in key])))
             else:
                 touched = every_key()
-                stored = writer.lookup(touched)
-            rows = self._consolidate([stored.select(schema.names).cast(schema), delta], schema)
+                stored = rows_in_memory.lookup(None)
+            stored = stored.select(schema.names).cast(schema)
+            rows = self._consolidate([stored, delta], schema)
+            rows_in_memory.stage(delta)
             gone = (
                 self._query(f"SELECT t.* FROM t ANTI JOIN r ON {_match(key, 't', 'r')}", t=touched, r=rows)
                 if key
@@ -133,7 +205,7 @@ class TableStateStore:
             if key:
                 changes[name] = Change(rows=rows, key=key, deletes=gone if gone is not None and gone.num_rows else None)
             else:  # no operator key: each distinct row is its own key, only rows whose weight changed are written
-                changes[name] = self._row_change(stored.select(schema.names).cast(schema), rows, schema)
+                changes[name] = self._row_change(stored, rows, schema)
         self.held = {}
         return changes
 
@@ -149,9 +221,19 @@ class TableStateStore:
 
     def rows(self, table: StateTable) -> int:
         """How many distinct rows ``table`` holds (for explain)."""
-        return self._writer(table).lookup(every_key()).num_rows
+        self._writer(table)
+        return self.memory[table.name].lookup(None).num_rows
 
     # --- helpers --------------------------------------------------------------------------------
+    def _stored(self, table: StateTable, probe: pa.Table) -> pa.Table:
+        """The committed rows of ``table`` under the keys of ``probe`` (no columns: every row)."""
+        writer, schema = self._writer(table), self.schemas[table.name]
+        if table.name in self.as_of:
+            found = lookup_as_of(writer, probe, self.as_of[table.name])
+        else:
+            found = self.memory[table.name].lookup(probe if probe.num_columns else None)
+        return found.select(schema.names).cast(schema)
+
     def _writer(self, table: StateTable) -> SnapshotWriter:
         try:
             return self.writers[table.name]
@@ -185,6 +267,17 @@ class TableStateStore:
         finally:
             for name in tables:
                 self.con.unregister(name)
+
+
+def mirror_rows(writer: SnapshotWriter, key: tuple[str, ...], schema: pa.Schema) -> CommittedRows:
+    """A change feed's mirror (the current row per key, no weight column) served from memory: each row
+    with weight 1; an epoch stages its Z-set (old images -1, new +1)."""
+
+    def read() -> pa.Table:
+        rows = writer.lookup(every_key())
+        return rows.append_column(WEIGHT, pa.array([1] * rows.num_rows, pa.int64()))
+
+    return CommittedRows(read, key, schema.append(pa.field(WEIGHT, pa.int64())), Duck())
 
 
 def lookup_as_of(writer: SnapshotWriter, keys: pa.Table, version: int | None) -> pa.Table:

@@ -67,10 +67,13 @@ def _rewrite(select: exp.Select, sizes: dict[str, int], mode: bool | None) -> No
         if not isinstance(agg, DECOMPOSABLE) or isinstance(agg.this, exp.Distinct):
             return
         aliases |= {c.table for c in u.find_all(exp.Column)}
-    if len(aliases) > 1:
-        return
     by_alias = {i.alias_or_name: i for i in items}
-    if aliases:
+    if len(aliases) > 1:  # e.g. SUM(o.qty * p.price): the fact is the largest by size hint, else the FROM input
+        first = from_.this.alias_or_name
+        fact_alias = max(sorted(aliases, key=lambda a: a != first), key=lambda a: sizes.get(by_alias[a].name, 0))
+        if any(_split(u, {fact_alias}) is None for u in units):
+            return
+    elif aliases:
         fact_alias = aliases.pop()
     else:  # COUNT(*) alone: the largest input by size hint, else the first
         fact_alias = max(by_alias, key=lambda a: sizes.get(by_alias[a].name, 0))
@@ -98,7 +101,7 @@ def _rewrite(select: exp.Select, sizes: dict[str, int], mode: bool | None) -> No
                 keys.setdefault(col.name, col)
     if not keys:  # nothing joins on the fact: a global pre-aggregate would be one row even over no facts
         return
-    partials, replacements = _decompose(units, fact_alias)
+    partials, replacements = _decompose(units, fact_alias, split=True)
     pre = exp.select(*[exp.alias_(exp.column(k, table=fact_alias), k) for k in keys], *partials).from_(fact.copy())
     if inner_where:
         pre = pre.where(exp.and_(*inner_where))
@@ -112,11 +115,63 @@ def _rewrite(select: exp.Select, sizes: dict[str, int], mode: bool | None) -> No
         pass
 
 
-def _decompose(units: list[exp.Expr], fact_alias: str) -> tuple[list[exp.Expr], dict[int, exp.Expr]]:
-    """Each aggregate as partial aggregates (computed below, named lv_*) and the outer aggregate over them."""
+def _split(unit: exp.Expr, inside: set[str]) -> tuple[exp.Expr | None, exp.Expr | None] | None:
+    """An aggregate's argument as (the factor computed below, from the ``inside`` inputs; the factor left
+    above, from the others): a SUM of a product whose factors each read one side only (``SUM(o.qty * p.price)``
+    = ``SUM(SUM(o.qty) * p.price)`` over groups that share their join keys), or any aggregate reading the
+    inside inputs only (nothing above). None when it cannot be split (a FILTER or another aggregate reading
+    an outside input, a SUM of a sum of both, no factor from inside)."""
+    agg, filt = (unit.this, unit.expression) if isinstance(unit, exp.Filter) else (unit, None)
+
+    def reads(node: exp.Expr) -> set[str]:
+        return {c.table for c in node.find_all(exp.Column)}
+
+    if filt is not None and not reads(filt) <= inside:
+        return None
+    arg = agg.this
+    if arg is None or reads(arg) <= inside:
+        return (arg, None)
+    if not isinstance(agg, exp.Sum):
+        return None
+    factors: list[exp.Expr] = []
+    pending = [arg.unnest()]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, exp.Mul):
+            pending += [node.this.unnest(), node.expression.unnest()]
+        else:
+            factors.append(node)
+    below = [f for f in factors if reads(f) and reads(f) <= inside]
+    above = [f for f in factors if f not in below]
+    if not below or any(reads(f) & inside for f in above):
+        return None
+
+    def product(parts: list[exp.Expr]) -> exp.Expr:
+        out = parts[0].copy()
+        for part in parts[1:]:
+            out = exp.Mul(this=out, expression=part.copy())
+        return out
+
+    return (product(below), product(above))
+
+
+def _decompose(
+    units: list[exp.Expr], fact_alias: str, split: bool = False
+) -> tuple[list[exp.Expr], dict[int, exp.Expr]]:
+    """Each aggregate as partial aggregates (computed below, named lv_*) and the outer aggregate over them;
+    ``split``: a SUM's factors from other inputs than the fact stay above (:func:`_split`)."""
     partials: list[exp.Expr] = []
     replacements: dict[int, exp.Expr] = {}
     for i, u in enumerate(units):
+        above = _split(u, {fact_alias}) if split else None
+        if above is not None and above[1] is not None:
+            filt = u.expression if isinstance(u, exp.Filter) else None
+            node = exp.Sum(this=above[0])
+            partials.append(exp.alias_(exp.Filter(this=node, expression=filt.copy()) if filt else node, f"lv_s{i}"))
+            replacements[id(u)] = exp.Sum(
+                this=exp.Mul(this=exp.column(f"lv_s{i}", table=fact_alias), expression=above[1])
+            )
+            continue
         agg, filt = (u.this, u.expression) if isinstance(u, exp.Filter) else (u, None)
 
         def partial(func: exp.Expr, name: str, filt: exp.Expr | None = filt) -> exp.Column:
@@ -162,7 +217,10 @@ def _fold(select: exp.Select, fact_alias: str, sizes: dict[str, int]) -> bool:
         if isinstance(join.this, exp.Table) and fact_alias in refs and refs <= {fact_alias, alias}:
             candidates.append(join)
     units = _units(select)
-    if not candidates or not units or any(c.table != fact_alias for u in units for c in u.find_all(exp.Column)):
+    # an aggregate reading a dimension (SUM(f.lv_s0 * p.price)) folds only with that dimension's join
+    others = {c.table for u in units for c in u.find_all(exp.Column)} - {fact_alias}
+    candidates = [j for j in candidates if others <= {j.this.alias_or_name}]
+    if not candidates or not units:
         return False
     dim = max(candidates, key=lambda j: sizes.get(j.this.name, 0))
     pair = {fact_alias, dim.this.alias_or_name}

@@ -62,12 +62,13 @@ def check_view_over_sources(plan: AppendPlan | KeyedAggregatePlan, project: Proj
     return None
 
 
-def images_sql(images: ImagesConfig, columns: list[str], relation: str) -> str:
-    """Spark SQL: a before/after-image batch as a Z-set (before −1, after +1)."""
+def images_sql(images: ImagesConfig, columns: list[str], relation: str, quote: str = "`") -> str:
+    """Spark SQL (``quote='"'``: DuckDB's): a before/after-image batch as a Z-set (before −1, after +1)."""
 
     def side(name: str, weight: int) -> str:
-        cols = ", ".join(f"`{name}`.`{c}` AS `{c}`" for c in columns)
-        return f"SELECT {cols}, {weight} AS {WEIGHT} FROM {relation} WHERE `{name}` IS NOT NULL"
+        n = f"{quote}{name}{quote}"
+        cols = ", ".join(f"{n}.{quote}{c}{quote} AS {quote}{c}{quote}" for c in columns)
+        return f"SELECT {cols}, {weight} AS {WEIGHT} FROM {relation} WHERE {n} IS NOT NULL"
 
     return f"{side(images.before, -1)} UNION ALL {side(images.after, 1)}"
 
@@ -85,11 +86,12 @@ def operation_sql(feed: ChangeFeedConfig) -> str:
     )
 
 
-def latest_sql(feed: ChangeFeedConfig, relation: str) -> str:
-    """Spark SQL: the newest change per key of a batch (rows with a known operation)."""
-    keys = ", ".join(f"`{k}`" for k in feed.key)
+def latest_sql(feed: ChangeFeedConfig, relation: str, quote: str = "`") -> str:
+    """Spark SQL (``quote='"'``: DuckDB's): the newest change per key of a batch (rows with a known operation)."""
+    keys = ", ".join(f"{quote}{k}{quote}" for k in feed.key)
+    sequence = f"{quote}{feed.sequence}{quote}"
     return (
-        f"SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY {keys} ORDER BY `{feed.sequence}` DESC) AS __lv_rn "
+        f"SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY {keys} ORDER BY {sequence} DESC) AS __lv_rn "
         f"FROM {relation} WHERE {OP} IS NOT NULL) WHERE __lv_rn = 1"
     )
 

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 CORRUPT = "__lv_corrupt"  # the raw text of a row Spark could not parse into the schema
 FILE = "__lv_file"  # the input file of each row (Spark's _metadata.file_path)
 REASON = "__lv_reason"
+RECORD = "__lv_record"  # a bad row as the quarantine records it (Quarantine.tag)
 
 
 def quarantine_dir(project: ProjectConfig, source: str) -> Path:
@@ -123,7 +124,7 @@ class Quarantine:
         from pyspark.sql import functions as F  # lazy: Spark loads only where views run
 
         if not self.checks(operation):
-            counted = _footer_rows(files) if files and self.config.format.reader_format == "parquet" else None
+            counted = self.footer_count(files)
             return Split(batch, counted if counted is not None else batch.count(), 0)
         tagged = batch.selectExpr("*", f"{self.reason_sql(operation)} AS {REASON}")
         payload = [c for c in batch.columns if c not in (CORRUPT, FILE, operation)]
@@ -138,16 +139,7 @@ class Quarantine:
         ).first()
         bad = int(counts["bad"]) if counts else 0
         if bad:
-            record = (
-                F.coalesce(F.col(CORRUPT), F.to_json(F.struct(*payload)))
-                if self.parses_text
-                else F.to_json(F.struct(*payload))
-            )
-            rows = (
-                tagged.where(F.col(REASON).isNotNull())
-                .select(F.col(FILE).alias("file"), F.col(REASON).alias("reason"), record.alias("record"))
-                .collect()
-            )
+            rows = self.bad_rows(tagged, payload).collect()
             self._write(epoch, [r.asDict() for r in rows])
         return Split(
             tagged.where(F.col(REASON).isNull()).drop(REASON),
@@ -155,6 +147,39 @@ class Quarantine:
             bad,
             int(counts["late"]) if counts else 0,
         )
+
+    def footer_count(self, files: list[Path] | None) -> int | None:
+        """A Parquet source's rows in ``files`` by their footers (no Spark job); None for other formats."""
+        return _footer_rows(files) if files and self.config.format.reader_format == "parquet" else None
+
+    def tag_sql(self, columns: list[str], relation: str, operation: str | None = None) -> str:
+        """Spark SQL over ``relation`` (this source's rows with these ``columns``): every row with its reason
+        to set it aside (``__lv_reason``, NULL for a good row) and, for a bad row, its ``__lv_record`` (the raw
+        text, else the row as JSON). Built as text so that a caller collecting every source at once
+        (:func:`spark_jobs.source_frames.collect_sources`) makes one Spark call, not one per column; it
+        records the bad rows with :meth:`record`."""
+        payload = ", ".join(f"`{c}`" for c in columns if c not in (CORRUPT, FILE, operation))
+        as_json = f"to_json(struct({payload}))"
+        record = f"coalesce({CORRUPT}, {as_json})" if self.parses_text else as_json
+        reasoned = f"SELECT *, {self.reason_sql(operation)} AS {REASON} FROM {relation}"
+        return f"SELECT *, CASE WHEN {REASON} IS NOT NULL THEN {record} END AS {RECORD} FROM ({reasoned})"
+
+    def bad_rows(self, tagged: DataFrame, payload: list[str]) -> DataFrame:
+        """The rows of ``tagged`` (a batch with its reason column) that are set aside, as (``file``,
+        ``reason``, ``record``: the raw text, else the row as JSON)."""
+        from pyspark.sql import functions as F  # lazy: Spark loads only where views run
+
+        as_json = F.to_json(F.struct(*payload))
+        record = F.coalesce(F.col(CORRUPT), as_json) if self.parses_text else as_json
+        return tagged.where(F.col(REASON).isNotNull()).select(
+            F.col(FILE).alias("file"), F.col(REASON).alias("reason"), record.alias("record")
+        )
+
+    def record(self, epoch: int, rows: list[dict]) -> None:
+        """Write an epoch's bad rows (``file``, ``reason``, ``record``) to the quarantine (nothing when
+        there are none; a replayed epoch rewrites the same file)."""
+        if rows:
+            self._write(epoch, rows)
 
     def set_aside_late(self, epoch: int, images, reason: str) -> None:
         """A change feed's late images (decided in the driver, after the mirror lookup or from a

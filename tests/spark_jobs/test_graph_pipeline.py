@@ -12,6 +12,7 @@ from collections import Counter
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from pyiceberg.catalog.rest import RestCatalog
 from typer.testing import CliRunner
@@ -23,6 +24,7 @@ from lakeview.ivm import oracle
 from lakeview.project import is_graph_view
 from lakeview.sql.duck import connect
 from spark_jobs.graph_pipeline import GraphPipeline
+from spark_jobs.sources.quarantine import quarantined_rows
 from tests.pipelines import view_pipeline
 from tests.spark_jobs.test_changes import land
 from tests.spark_jobs.test_crash import project_on_disk
@@ -207,6 +209,73 @@ def test_star_join_aggregate_on_delta_then_lakeview_verify_says_equal(
     assert pipeline.group is None  # no multi-table transaction: table by table, the view last
     verify = CliRunner().invoke(app, ["verify", unique_name, "-p", str(tmp_path)])
     assert verify.exit_code == 0 and "files): equal" in verify.output, verify.output
+
+
+def test_bad_rows_of_every_source_are_set_aside_and_counted_on_the_epoch(
+    spark, catalog_server: CatalogServer, make_project, unique_name: str
+) -> None:
+    """Every source's epoch is read in one Spark job (good rows, bad rows and counts together): a line that
+    does not parse (orders) and a change with an unknown operation (products) go to their sources'
+    quarantines, the view equals the recompute over the good rows, and each epoch's snapshot counts them."""
+    epochs = [
+        {**EPOCHS[0], "orders": [*EPOCHS[0]["orders"], "{not json"]},
+        {**EPOCHS[1], "products": [*EPOCHS[1]["products"], change("x", 3, category="toys", price=1.0)]},
+    ]
+    project = project_with(make_project, {unique_name: STAR})
+    run(spark, project, unique_name, catalog_server, epochs=epochs)
+    orders = quarantined_rows(project, "orders", unique_name)
+    assert [(r["reason"], r["record"], r["epoch"]) for r in orders] == [
+        ("malformed row: does not parse into the schema", "{not json", 0)
+    ]
+    assert [(r["reason"], r["epoch"]) for r in quarantined_rows(project, "products", unique_name)] == [
+        ("unknown operation x", 1)
+    ]
+    catalog = RestCatalog("t", uri=catalog_server.uri, warehouse="lakeview")
+    stamped = {
+        s.summary.additional_properties.get("lakeview.epoch"): s.summary.additional_properties.get(
+            "lakeview.rows-quarantined"
+        )
+        for s in catalog.load_table((NS, unique_name)).snapshots()
+        if s.summary
+    }
+    assert stamped == {"0": "1", "1": "1"}
+
+
+def test_a_parquet_fact_table_is_read_by_the_driver_and_the_view_matches_the_recompute(
+    spark, catalog_server: CatalogServer, make_project, unique_name: str
+) -> None:
+    """An append-only Parquet source (nothing in it can be set aside) is read from its files of the epoch by
+    the driver, not by Spark (a large first batch never passes through the JVM's heap): columns matched by
+    name whatever their case and order, a column the file lacks NULL, a column it adds ignored."""
+    sources = {**SOURCES, "orders": {**SOURCES["orders"], "format": "parquet"}}
+    project = make_project(views={unique_name: {"sql": STAR, "cadence": "1s", "namespace": NS}}, sources=sources)
+    pipeline, query = start(spark, project, unique_name, catalog_server)
+    try:
+        for number, batch in enumerate(EPOCHS):
+            for source, lines in batch.items():
+                if source != "orders":
+                    land(project.source_path(source), f"{number:03d}.json", lines)
+                    continue
+                rows = [json.loads(line) for line in lines]
+                table = pa.table(
+                    {
+                        "QTY": pa.array([r["qty"] for r in rows], pa.int32()),
+                        "extra": pa.array(["x"] * len(rows)),
+                        "id": [r["id"] for r in rows],
+                        "pid": [r["pid"] for r in rows],
+                        "cid": [r["cid"] for r in rows],
+                    }
+                )
+                directory = project.source_path(source)
+                directory.mkdir(parents=True, exist_ok=True)
+                pq.write_table(table, directory / f".{number:03d}.parquet")
+                (directory / f".{number:03d}.parquet").rename(directory / f"{number:03d}.parquet")
+            query.processAllAvailable()
+            assert_recomputed(project, unique_name, pipeline, catalog_server)
+    finally:
+        query.stop()
+    assert pipeline.direct == ["orders"]
+    assert pipeline.writer.last_commit().epoch >= 2
 
 
 @pytest.mark.parametrize("sql", [TOPK, OUTER, CTE], ids=["top3_per_category", "full_outer_join", "cte_in_subquery"])

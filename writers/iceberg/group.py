@@ -15,7 +15,8 @@ import logging
 from dataclasses import replace
 
 from pyiceberg.catalog.rest import RestCatalog
-from pyiceberg.table import CommitTableRequest, TableIdentifier
+from pyiceberg.table import CommitTableRequest, Table, TableIdentifier
+from pyiceberg.table.update import AddSnapshotUpdate, TableUpdate
 
 from lakeview.errors import CommitConflictError, WriterError
 from lakeview.ivm.commits import Change, CommitRecord, Epoch
@@ -52,8 +53,7 @@ class IcebergGroupWriter:
 
     def last_epoch(self) -> int | None:
         """The newest epoch every member has committed (members move together, so they agree)."""
-        epochs = [last_commit_of(w.table()) for w in self.members.values()]
-        return None if any(e is None for e in epochs) else min(e.epoch for e in epochs)  # type: ignore[union-attr]
+        return _last_epoch([w.table() for w in self.members.values()])
 
     def commit(
         self, epoch: Epoch, changes: dict[str, Change | list[WrittenFile]], epochs: dict[str, Epoch] | None = None
@@ -74,14 +74,15 @@ class IcebergGroupWriter:
 
         def attempt() -> dict[str, CommitRecord] | None:
             number = next(attempts)
-            done = self.last_epoch()
+            tables = {view: writer.table() for view, writer in self.members.items()}  # one load each per attempt
+            done = _last_epoch(list(tables.values()))
             if done is not None and epoch.number <= done:
                 log.info("group %s: epoch %s already committed; skipping", self.group, epoch.number)
                 return None
             staged: list[CommitTableRequest] = []
             records: dict[str, CommitRecord] = {}
             for view, writer in self.members.items():
-                table = writer.table()
+                table = tables[view]
                 member_epoch = (epochs or {}).get(view) or replace(epoch, view=self.owners.get(view, view))
                 if member_epoch.number != epoch.number or member_epoch.frontier != epoch.frontier:
                     raise WriterError(
@@ -103,10 +104,10 @@ class IcebergGroupWriter:
                         updates=txn._updates,
                     )
                 )
-                records[view] = CommitRecord.from_properties(properties, None)  # type: ignore[assignment]
+                records[view] = CommitRecord.from_properties(properties, _new_snapshot_id(txn._updates))  # type: ignore[assignment]
             status = self._post(staged)
             if status == 204:
-                return {view: self._with_snapshot(view, record) for view, record in records.items()}
+                return records
             log.warning(
                 "group %s: transaction for epoch %s answered %s (attempt %s)", self.group, epoch.number, status, number
             )
@@ -135,15 +136,17 @@ class IcebergGroupWriter:
             )
         return response.status_code
 
-    def _with_snapshot(self, view: str, record: CommitRecord) -> CommitRecord:
-        current = self.members[view].table().current_snapshot()
-        return (
-            CommitRecord.from_properties(
-                current.summary.additional_properties if current and current.summary else {},
-                current.snapshot_id if current else None,
-            )
-            or record
-        )
+
+def _last_epoch(tables: list[Table]) -> int | None:
+    epochs = [last_commit_of(table) for table in tables]
+    return None if any(e is None for e in epochs) else min(e.epoch for e in epochs)  # type: ignore[union-attr]
+
+
+def _new_snapshot_id(updates: tuple[TableUpdate, ...]) -> int | None:
+    """The id of the snapshot a staged transaction adds (what the table's current snapshot is once the
+    catalog accepted it, with no load to ask)."""
+    added = [u.snapshot.snapshot_id for u in updates if isinstance(u, AddSnapshotUpdate)]
+    return added[-1] if added else None
 
 
 def _is_empty(change: Change | list[WrittenFile]) -> bool:
