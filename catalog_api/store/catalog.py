@@ -19,7 +19,6 @@ import json
 import logging
 import os
 import re
-import sqlite3
 import threading
 import time
 import uuid
@@ -55,7 +54,7 @@ from pyiceberg.typedef import Identifier, Properties
 from sqlalchemy import bindparam, delete, event, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError, OperationalError
 
-from catalog_api.store import format_v3, metadata_checks, namespace_keys
+from catalog_api.store import format_v3, kept_connections, metadata_checks, namespace_keys
 from catalog_api.store.confinement import Confinement
 from catalog_api.store.inert_properties import refuse_implementations
 from catalog_api.store.pointer_cache import Domains, PointerCache, Stamps, stamp_file
@@ -169,13 +168,10 @@ class CatalogStore:
         self.remote = "://" in self.warehouse.removeprefix("file://")
         if not self.remote:
             Path(self.warehouse).mkdir(parents=True, exist_ok=True)
-        # A server store (PostgreSQL): a pooled connection cut by a restart of the server is
-        # replaced before use (a ping per checkout), instead of failing that request with a 503.
-        ping = {} if url.startswith("sqlite") else {"pool_pre_ping": "true"}
-        self._catalog = SqlCatalog(
-            name, uri=url, warehouse=self.warehouse, schema_version="v1", **{**ping, **(properties or {})}
-        )
+        self._catalog = SqlCatalog(name, uri=url, warehouse=self.warehouse, schema_version="v1", **(properties or {}))
         self.engine = self._catalog.engine
+        # A pooled connection cut by a restart of the server is replaced before use (kept_connections.py).
+        kept_connections.watch_pool(self.engine)
         namespace_keys.migrate(self.engine, name)  # once per store: keys with a literal '%' get escaped
         if self.engine.dialect.name == "sqlite":
             event.listen(self.engine, "connect", _sqlite_pragmas)
@@ -328,6 +324,9 @@ class CatalogStore:
         try:
             if not self._raw_reads:
                 raise _NoRawReads
+            if reader is not None and kept_connections.dropped(reader):
+                kept_connections.close_quietly(reader)
+                reader = None
             if reader is None:
                 reader = self._readers.connection = self._new_reader()
             cursor = reader.cursor()
@@ -337,10 +336,11 @@ class CatalogStore:
             return row[0] if row else None
         except _NoRawReads:
             pass
-        except self.engine.dialect.loaded_dbapi.Error:
-            self._readers.connection = None  # a broken connection (server restart): reconnect next time
-            with contextlib.suppress(Exception):
-                reader.close()  # type: ignore[union-attr]
+        except self.engine.dialect.loaded_dbapi.Error as exc:
+            self._readers.connection = None  # failed: a new connection next time
+            if reader is not None:
+                kept_connections.close_quietly(reader)
+            raise errors.CatalogUnavailableError(f"the catalog store failed a read, retry: {exc}") from None
         with _mapped(), self.engine.connect() as conn:
             return conn.execute(
                 _POINTER_QUERIES[kind],
@@ -348,15 +348,10 @@ class CatalogStore:
             ).scalar_one_or_none()
 
     def _new_reader(self) -> Any:
-        cargs, cparams = self.engine.dialect.create_connect_args(self.engine.url)
         if self.engine.dialect.name == "sqlite":
-            connection = sqlite3.connect(*cargs, **{**cparams, "isolation_level": None, "check_same_thread": False})
-            connection.execute("PRAGMA busy_timeout=30000")
-            return connection
-        options = {"connect_timeout": 3, "options": f"-c statement_timeout={READ_TIMEOUT_MS}", **cparams}
-        connection = self.engine.dialect.loaded_dbapi.connect(*cargs, **options)
-        connection.autocommit = True  # each read sees the latest commit; no idle open transaction
-        return connection
+            return kept_connections.connect(self.engine)
+        # a statement timeout: a pointer read may run on the event loop, which a stuck server must not hold
+        return kept_connections.connect(self.engine, options=f"-c statement_timeout={READ_TIMEOUT_MS}")
 
     def _insert_pointer(self, conn: Any, identifier: Identifier, location: str, kind: str) -> None:
         """Insert a new pointer inside the caller's transaction (a duplicate raises IntegrityError)."""
@@ -924,9 +919,8 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     # synchronous=NORMAL: no fsync per commit (a power loss may drop the last commits, like the
     # metadata files pyiceberg writes without fsync; an application crash loses nothing).
     cursor = dbapi_connection.cursor()
-    cursor.execute("PRAGMA journal_mode=WAL")
-    cursor.execute("PRAGMA synchronous=NORMAL")
-    cursor.execute("PRAGMA busy_timeout=30000")
+    for pragma in kept_connections.SQLITE_PRAGMAS:
+        cursor.execute(f"PRAGMA {pragma}")
     cursor.close()
 
 
