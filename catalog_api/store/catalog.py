@@ -126,6 +126,11 @@ class _Staged:
     metadata_location: str
     metadata: TableMetadata
     changed: bool
+    guessed: bool  # staged on this process's last commit's pointer, not one read from the database
+
+
+class _StaleGuess(Exception):
+    """A commit staged on this process's last pointer lost the compare-and-swap: stage it on the database's."""
 
 
 class MetadataCache:
@@ -179,6 +184,7 @@ class CatalogStore:
         self.cache = MetadataCache(size=1024)  # parsed metadata and its JSON, keyed by (immutable) location
         self._snapshot_json: dict[int, tuple[Any, bytes]] = {}  # a plain dict: one lookup per snapshot per commit
         self._ios: dict[str, Any] = {}
+        self._committed: dict[Identifier, str] = {}  # the pointer this process's last commit of a table set
         # SQLite in WAL mode: a pointer read never waits for a lock, so the HTTP layer may run it inline,
         # on a plain sqlite3 connection per thread (SQLAlchemy's per-statement overhead is ~10x the query).
         # PostgreSQL too: one indexed lookup on a kept connection (~0.1-0.3 ms) costs less than the thread pool's
@@ -223,6 +229,7 @@ class CatalogStore:
         finally:
             for identifier in identifiers:
                 self.pointers.changed(identifier)
+                self._committed.pop(identifier, None)
 
     @contextlib.contextmanager
     def _write(self) -> Iterator[Any]:
@@ -662,24 +669,46 @@ class CatalogStore:
             raise errors.BadRequestError("a transaction names the same table more than once")
         if not items:
             raise errors.BadRequestError("a transaction needs at least one table change")
-        staged = [self._stage(item) for item in items]
+        try:
+            return self._commit(items, guess=True)
+        except _StaleGuess:  # another process committed since this one's last commit: stage on the database's pointer
+            return self._commit(items, guess=False)
+
+    def _commit(self, items: list[TableChange], guess: bool) -> list[CommitTableResponse]:
+        staged = [self._stage(item, guess) for item in items]
         written = [s for s in staged if s.changed]
         with _mapped():
             for s in written:
                 self._write_table_metadata(s.metadata, s.metadata_location)
-            if written and self._swaps is not None and all(s.previous_location for s in written):
-                self._swap_all(written)  # the common case (no table created): plain DBAPI, see pointer_swaps.py
-                return [CommitTableResponse(metadata=s.metadata, metadata_location=s.metadata_location) for s in staged]
             try:
-                with _exists_guard(names[0]), self._changing(*(s.identifier for s in written)), self._write() as conn:
-                    for s in written:
-                        if s.previous_location is None:
-                            self._insert_pointer(conn, s.identifier, s.metadata_location, TABLE_TYPE)
-                        else:
-                            self._swap_pointer(conn, s.identifier, s.previous_location, s.metadata_location, TABLE_TYPE)
-            except (errors.CommitConflictError, errors.AlreadyExistsError) as exc:
-                raise errors.CommitConflictError(str(exc)) from None
+                if written and self._swaps is not None and all(s.previous_location for s in written):
+                    self._swap_all(written)  # the common case (no table created): plain DBAPI, see pointer_swaps.py
+                else:
+                    self._swap_or_insert(written)
+            except errors.CommitConflictError:
+                if any(s.guessed for s in written):
+                    raise _StaleGuess from None
+                raise
+        for s in written:  # after _changing forgot them: the next commit of these tables stages on these
+            if len(self._committed) > 100_000:
+                self._committed.clear()
+            self._committed[s.identifier] = s.metadata_location
         return [CommitTableResponse(metadata=s.metadata, metadata_location=s.metadata_location) for s in staged]
+
+    def _swap_or_insert(self, written: list[_Staged]) -> None:
+        """Swap (or, for a created table, insert) the pointers through SQLAlchemy in one transaction."""
+        if not written:
+            return
+        try:
+            changing = self._changing(*(s.identifier for s in written))
+            with _exists_guard(written[0].identifier), changing, self._write() as conn:
+                for s in written:
+                    if s.previous_location is None:
+                        self._insert_pointer(conn, s.identifier, s.metadata_location, TABLE_TYPE)
+                    else:
+                        self._swap_pointer(conn, s.identifier, s.previous_location, s.metadata_location, TABLE_TYPE)
+        except (errors.CommitConflictError, errors.AlreadyExistsError) as exc:
+            raise errors.CommitConflictError(str(exc)) from None
 
     def _swap_all(self, written: list[_Staged]) -> None:
         """Compare-and-swap the written tables' pointers in one transaction. Raises CommitConflictError."""
@@ -696,11 +725,27 @@ class CatalogStore:
                 f"{'.'.join(identifier)} was changed by a concurrent commit; reload and retry"
             ) from None
 
-    def _stage(self, change: TableChange) -> _Staged:
+    def _stage(self, change: TableChange, guess: bool = False) -> _Staged:
+        """The change applied to the table's current metadata. With ``guess``, "current" is the pointer this
+        process's last commit of the table set, without a database read; a stale guess is caught by the swap's
+        compare-and-swap (see commit_transaction), and a failed requirement or a no-op is staged again on the
+        database's pointer. Raises CommitConflictError, NoSuchTableError, BadRequestError."""
+        guessed = self._committed.get(change.identifier) if guess else None
+        if guessed is None:
+            return self._stage_on(change, self._pointer(change.identifier, TABLE_TYPE), guessed=False)
+        try:
+            staged = self._stage_on(change, guessed, guessed=True)
+        except errors.CommitConflictError:
+            staged = None
+        if staged is None or not staged.changed:
+            self._committed.pop(change.identifier, None)
+            return self._stage_on(change, self._pointer(change.identifier, TABLE_TYPE), guessed=False)
+        return staged
+
+    def _stage_on(self, change: TableChange, location: str | None, guessed: bool) -> _Staged:
         identifier = change.identifier
         check_name("table", identifier[-1])
         creating = any(isinstance(r, AssertCreate) for r in change.requirements)
-        location = self._pointer(identifier, TABLE_TYPE)
         current = self.read_metadata(location) if location else None
         if current is None and not creating:
             raise _missing(TABLE_TYPE, identifier)
@@ -726,7 +771,7 @@ class CatalogStore:
                     f"updates for {'.'.join(identifier)} are inconsistent with its metadata: {type(exc).__name__}: {exc}"
                 ) from None
         if current is not None and metadata == current:
-            return _Staged(identifier, location, location, current, changed=False)  # type: ignore[arg-type]
+            return _Staged(identifier, location, location, current, changed=False, guessed=guessed)  # type: ignore[arg-type]
         with _mapped():
             metadata_checks.check_commit(metadata, change.updates)
         before = current.properties if current is not None else {}
@@ -738,7 +783,7 @@ class CatalogStore:
         version = SqlCatalog._parse_metadata_version(location) + 1 if location else 0
         new_location = metadata_file_location(metadata.location, metadata.properties, version)
         self.check_location(new_location)  # write.metadata.path must not point the catalog's writes elsewhere
-        return _Staged(identifier, location, new_location, metadata, changed=True)
+        return _Staged(identifier, location, new_location, metadata, changed=True, guessed=guessed)
 
     def _write_table_metadata(self, metadata: TableMetadata, location: str) -> None:
         """Write a metadata file, serializing once: the same JSON serves loadTable and commit responses."""
@@ -747,14 +792,7 @@ class CatalogStore:
             with self._file_io(location).new_output(location).create(overwrite=False) as stream:
                 stream.write(payload)
         else:  # a local file: plain os calls cost a fraction of pyarrow's filesystem layer per commit
-            path = location.removeprefix("file://")
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            try:
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-            except FileExistsError:
-                raise errors.CommitConflictError(f"metadata file {location} exists already; reload and retry") from None
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(payload)
+            _write_new_file(location, payload)
         self.cache.put(location, metadata)
 
     def _file_io(self, location: str) -> Any:
@@ -825,6 +863,27 @@ def metadata_file_location(location: str, properties: Properties, version: int) 
     table-chosen location provider)."""
     base = (properties.get(TableProperties.WRITE_METADATA_PATH) or f"{location.rstrip('/')}/metadata").rstrip("/")
     return f"{base}/{version:05d}-{uuid.uuid4()}.metadata.json"
+
+
+def _write_new_file(location: str, payload: bytes) -> None:
+    """Write a local file that must not exist yet (its directory made on first use), with plain os calls: a
+    Python file object around the descriptor and a makedirs per commit cost more than the write itself.
+    Raises CommitConflictError when the file exists."""
+    path = location.removeprefix("file://")
+    try:
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileNotFoundError:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        raise errors.CommitConflictError(f"metadata file {location} exists already; reload and retry") from None
+    try:
+        view = memoryview(payload)
+        while view:
+            view = view[os.write(fd, view) :]
+    finally:
+        os.close(fd)
 
 
 def _remove_empty_directories(root: Path) -> None:
