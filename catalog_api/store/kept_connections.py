@@ -33,10 +33,11 @@ def dropped(connection: Any) -> bool:
     if getattr(connection, "closed", 0):
         return True
     try:
-        readable, _, _ = select.select([connection.fileno()], [], [], 0)
+        poller = select.poll()  # not select.select: it fails for descriptors past 1024, common in a busy server
+        poller.register(connection.fileno(), select.POLLIN)
+        return bool(poller.poll(0))  # an idle session has nothing to read unless the server said goodbye
     except (OSError, ValueError):
         return True
-    return bool(readable)  # an idle session has nothing to read unless the server said goodbye
 
 
 def connect(engine: Engine, **options: Any) -> Any:
