@@ -184,7 +184,8 @@ class CatalogStore:
         self.cache = MetadataCache(size=1024)  # parsed metadata and its JSON, keyed by (immutable) location
         self._snapshot_json: dict[int, tuple[Any, bytes]] = {}  # a plain dict: one lookup per snapshot per commit
         self._ios: dict[str, Any] = {}
-        self._committed: dict[Identifier, str] = {}  # the pointer this process's last commit of a table set
+        # the pointer this process's last commit of a table set, with the table's stamp just after (pointer_cache.py)
+        self._committed: dict[Identifier, tuple[int, str]] = {}
         # SQLite in WAL mode: a pointer read never waits for a lock, so the HTTP layer may run it inline,
         # on a plain sqlite3 connection per thread (SQLAlchemy's per-statement overhead is ~10x the query).
         # PostgreSQL too: one indexed lookup on a kept connection (~0.1-0.3 ms) costs less than the thread pool's
@@ -692,7 +693,10 @@ class CatalogStore:
         for s in written:  # after _changing forgot them: the next commit of these tables stages on these
             if len(self._committed) > 100_000:
                 self._committed.clear()
-            self._committed[s.identifier] = s.metadata_location
+            self._committed[s.identifier] = (
+                self.pointers.stamps.read(self.pointers.stamps.slot(s.identifier)),
+                s.metadata_location,
+            )
         return [CommitTableResponse(metadata=s.metadata, metadata_location=s.metadata_location) for s in staged]
 
     def _swap_or_insert(self, written: list[_Staged]) -> None:
@@ -730,7 +734,10 @@ class CatalogStore:
         process's last commit of the table set, without a database read; a stale guess is caught by the swap's
         compare-and-swap (see commit_transaction), and a failed requirement or a no-op is staged again on the
         database's pointer. Raises CommitConflictError, NoSuchTableError, BadRequestError."""
-        guessed = self._committed.get(change.identifier) if guess else None
+        memo = self._committed.get(change.identifier) if guess else None
+        # a renewed stamp: a process on this host changed the table (or a colliding one) since: do not guess
+        stamps = self.pointers.stamps
+        guessed = memo[1] if memo is not None and stamps.read(stamps.slot(change.identifier)) == memo[0] else None
         if guessed is None:
             return self._stage_on(change, self._pointer(change.identifier, TABLE_TYPE), guessed=False)
         try:

@@ -13,6 +13,7 @@ from pyiceberg.table.update import AssertTableUUID, SetPropertiesUpdate
 from pyiceberg.types import LongType, NestedField
 
 from catalog_api.store.catalog import CatalogStore
+from catalog_api.store.pointer_cache import STAMPS_DIR_ENV
 from lakeview import errors
 from tests.catalog_api.test_concurrency import append_snapshot_body
 
@@ -62,14 +63,20 @@ def test_python_commit_transaction_is_all_or_nothing(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
-def test_commits_alternating_between_processes_build_on_each_other(tmp_path: Path, request, backend: str) -> None:
+def test_commits_alternating_between_processes_build_on_each_other(
+    tmp_path: Path, request, monkeypatch, backend: str
+) -> None:
     """A process stages a table's next commit on the pointer its own last commit set, without reading the
-    database; when another process committed in between, the commit is staged again on the current pointer:
-    it succeeds when its requirements hold there, keeps the other process's snapshot, and is refused (409)
-    only when they do not."""
+    database, unless a process on its host changed the table since (its stamp); when another host committed in
+    between, the commit is staged again on the current pointer: it succeeds when its requirements hold there,
+    keeps the other's snapshot, and is refused (409) only when they do not. SQLite: two processes of one host;
+    PostgreSQL: two hosts (their own stamp files)."""
     url = f"sqlite:///{tmp_path / 'c.db'}" if backend == "sqlite" else request.getfixturevalue("postgres").url
     one, other = CatalogStore(url, tmp_path / "w", f"alt_{tmp_path.name}"[:60]), None
     try:
+        if backend == "postgresql":
+            (tmp_path / "host2").mkdir()
+            monkeypatch.setenv(STAMPS_DIR_ENV, str(tmp_path / "host2"))
         other = CatalogStore(url, tmp_path / "w", one.name)
         one.create_namespace(("n",), {})
         _, metadata = one.create_table(("n", "t"), SCHEMA, None, None, None, {})
