@@ -1,6 +1,6 @@
 """Benchmark the Iceberg REST catalog; prints one table.
 
-    .venv/bin/python bench/catalog.py [--duration 5] [--no-seaweed] [--no-postgres]
+    .venv/bin/python bench/catalog.py [--duration 5] [--no-seaweed] [--no-postgres] [--commits-only]
 
 - loadTable requests/s and p50/p99 latency at 1, 8 and 32 concurrent connections on a table
   with 50 snapshots, measured with ``wrk`` (Debian package ``wrk``; a C load generator, so
@@ -285,8 +285,9 @@ def main() -> None:
     parser.add_argument("--no-seaweed", action="store_true")
     parser.add_argument("--no-postgres", action="store_true")
     parser.add_argument("--workers", type=int, default=1, help="uvicorn worker processes per catalog")
+    parser.add_argument("--commits-only", action="store_true", help="only the commit runs (no wrk, no SeaweedFS)")
     args = parser.parse_args()
-    if not shutil.which("wrk"):
+    if not shutil.which("wrk") and not args.commits_only:
         sys.exit("wrk is missing: apt-get install wrk")
     work = Path(tempfile.mkdtemp(prefix="lakeview-bench-"))
     rows: list[list[str]] = []
@@ -294,7 +295,8 @@ def main() -> None:
         with catalog_process(f"sqlite:///{work / 'catalog.db'}", work / "warehouse", args.workers) as (base, pid):
             url = table_with_snapshots(base, "bench", "t", 50)
             assert len(httpx.get(url).json()["metadata"]["snapshots"]) == 50
-            rows += load_runs("lakeview/sqlite", url, pid, args.duration)
+            if not args.commits_only:
+                rows += load_runs("lakeview/sqlite", url, pid, args.duration)
             for clients in (1, 4):
                 rows.append(asyncio.run(commit_rate(base, pid, "lakeview/sqlite", clients, args.duration)))
         if not args.no_postgres:
@@ -306,12 +308,13 @@ def main() -> None:
             ):
                 url = table_with_snapshots(base, "bench", "t", 50)
                 db = postmaster_pid(pg.data)
-                rows += load_runs("lakeview/postgresql", url, pid, args.duration, db_pid=db)
+                if not args.commits_only:
+                    rows += load_runs("lakeview/postgresql", url, pid, args.duration, db_pid=db)
                 for clients in (1, 4):
                     rows.append(
                         asyncio.run(commit_rate(base, pid, "lakeview/postgresql", clients, args.duration, db_pid=db))
                     )
-        if not args.no_seaweed:
+        if not args.no_seaweed and not args.commits_only:
             try:
                 rows += seaweed_rows(args.duration, work)
             except Exception as exc:

@@ -7,9 +7,12 @@ views, transactions, scans, config); :mod:`catalog_api.iceberg.routes` assembles
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import json
 from collections.abc import Awaitable, Callable
-from typing import Any
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
 
 from pydantic import BaseModel
 from pyiceberg.typedef import Identifier
@@ -24,6 +27,9 @@ from lakeview import errors
 
 NAMESPACE_SEPARATOR = "\x1f"
 MAX_PAGE_SIZE = 1000
+COMMIT_THREADS = 8  # as many as the store's swap connections (pointer_swaps.POOL_SIZE): more would only wait
+T = TypeVar("T")
+_commits = ThreadPoolExecutor(COMMIT_THREADS, thread_name_prefix="lakeview-commit")
 
 Handler = Callable[[Request], Awaitable[Response]]
 
@@ -66,6 +72,13 @@ class RouteBuilder:
         self.routes.append(Route(path, endpoint, methods=[method]))  # Starlette serves HEAD for GET
         if path.startswith("/v1/") and path != "/v1/config":
             self.endpoints.append(f"{method} {path}")
+
+
+async def in_commit_thread(fn: Callable[..., T], *args: Any) -> T:
+    """Run a commit (file writes and a database swap: blocking) off the event loop, on a plain executor: its
+    hop costs about half of Starlette's ``run_in_threadpool`` (anyio's capacity limiter, cancel scopes and
+    task bookkeeping), measured as ~0.1 ms of CPU per commit."""
+    return await asyncio.get_running_loop().run_in_executor(_commits, functools.partial(fn, *args))
 
 
 async def rename_pair(request: Request) -> tuple[Identifier, Identifier]:

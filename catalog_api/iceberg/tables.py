@@ -18,7 +18,14 @@ from starlette.responses import JSONResponse, Response
 
 from catalog_api.auth.access import Privilege, principal_of
 from catalog_api.auth.credentials import CredentialVendor, wants_vending, with_credentials
-from catalog_api.iceberg.routing import RouteBuilder, namespace_param, paginate, rename_pair, table_param
+from catalog_api.iceberg.routing import (
+    RouteBuilder,
+    in_commit_thread,
+    namespace_param,
+    paginate,
+    rename_pair,
+    table_param,
+)
 from catalog_api.responses import model_response, parse_body
 from catalog_api.store.catalog import MetadataCache, check_name
 from lakeview import errors
@@ -119,7 +126,7 @@ def add_table_routes(builder: RouteBuilder) -> None:
         # The spec makes "identifier" optional here (the path names the table); pyiceberg requires it.
         default_id = {"identifier": {"namespace": list(identifier[:-1]), "name": identifier[-1]}}
         body = await parse_body(request, CommitTableRequest, default_id)
-        result: CommitTableResponse = await run_in_threadpool(
+        result: CommitTableResponse = await in_commit_thread(
             store.commit_table, identifier, body.requirements, body.updates
         )
         body_json = table_json(result.metadata_location, store.metadata_json(result.metadata_location, result.metadata))

@@ -6,12 +6,11 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 from pyiceberg.table import CommitTableRequest
-from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 
 from catalog_api.auth.access import Privilege, authorize
-from catalog_api.iceberg.routing import RouteBuilder
+from catalog_api.iceberg.routing import RouteBuilder, in_commit_thread
 from catalog_api.responses import parse_body
 from catalog_api.store.catalog import TableChange
 from lakeview import errors
@@ -38,7 +37,7 @@ def add_transaction_routes(builder: RouteBuilder) -> None:
             identifier = (*change.identifier.namespace.root, change.identifier.name)
             authorize(request, identifier[:-1], Privilege.WRITE)
             changes.append(TableChange(identifier, change.requirements, change.updates))
-        await run_in_threadpool(store.commit_transaction, changes)
+        await in_commit_thread(store.commit_transaction, changes)
         return Response(status_code=204)
 
     builder.add("POST", "/v1/{prefix}/transactions/commit", commit_transaction, None)

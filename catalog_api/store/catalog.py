@@ -19,7 +19,6 @@ import json
 import logging
 import os
 import re
-import sqlite3
 import threading
 import time
 import uuid
@@ -55,7 +54,7 @@ from pyiceberg.typedef import Identifier, Properties
 from sqlalchemy import bindparam, delete, event, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError, OperationalError
 
-from catalog_api.store import format_v3, metadata_checks, namespace_keys
+from catalog_api.store import format_v3, kept_connections, metadata_checks, namespace_keys
 from catalog_api.store.confinement import Confinement
 from catalog_api.store.inert_properties import refuse_implementations
 from catalog_api.store.pointer_cache import Domains, PointerCache, Stamps, stamp_file
@@ -127,6 +126,11 @@ class _Staged:
     metadata_location: str
     metadata: TableMetadata
     changed: bool
+    guessed: bool  # staged on this process's last commit's pointer, not one read from the database
+
+
+class _StaleGuess(Exception):
+    """A commit staged on this process's last pointer lost the compare-and-swap: stage it on the database's."""
 
 
 class MetadataCache:
@@ -169,13 +173,10 @@ class CatalogStore:
         self.remote = "://" in self.warehouse.removeprefix("file://")
         if not self.remote:
             Path(self.warehouse).mkdir(parents=True, exist_ok=True)
-        # A server store (PostgreSQL): a pooled connection cut by a restart of the server is
-        # replaced before use (a ping per checkout), instead of failing that request with a 503.
-        ping = {} if url.startswith("sqlite") else {"pool_pre_ping": "true"}
-        self._catalog = SqlCatalog(
-            name, uri=url, warehouse=self.warehouse, schema_version="v1", **{**ping, **(properties or {})}
-        )
+        self._catalog = SqlCatalog(name, uri=url, warehouse=self.warehouse, schema_version="v1", **(properties or {}))
         self.engine = self._catalog.engine
+        # A pooled connection cut by a restart of the server is replaced before use (kept_connections.py).
+        kept_connections.watch_pool(self.engine)
         namespace_keys.migrate(self.engine, name)  # once per store: keys with a literal '%' get escaped
         if self.engine.dialect.name == "sqlite":
             event.listen(self.engine, "connect", _sqlite_pragmas)
@@ -183,6 +184,8 @@ class CatalogStore:
         self.cache = MetadataCache(size=1024)  # parsed metadata and its JSON, keyed by (immutable) location
         self._snapshot_json: dict[int, tuple[Any, bytes]] = {}  # a plain dict: one lookup per snapshot per commit
         self._ios: dict[str, Any] = {}
+        # the pointer this process's last commit of a table set, with the table's stamp just after (pointer_cache.py)
+        self._committed: dict[Identifier, tuple[int, str]] = {}
         # SQLite in WAL mode: a pointer read never waits for a lock, so the HTTP layer may run it inline,
         # on a plain sqlite3 connection per thread (SQLAlchemy's per-statement overhead is ~10x the query).
         # PostgreSQL too: one indexed lookup on a kept connection (~0.1-0.3 ms) costs less than the thread pool's
@@ -227,6 +230,7 @@ class CatalogStore:
         finally:
             for identifier in identifiers:
                 self.pointers.changed(identifier)
+                self._committed.pop(identifier, None)
 
     @contextlib.contextmanager
     def _write(self) -> Iterator[Any]:
@@ -328,6 +332,9 @@ class CatalogStore:
         try:
             if not self._raw_reads:
                 raise _NoRawReads
+            if reader is not None and kept_connections.dropped(reader):
+                kept_connections.close_quietly(reader)
+                reader = None
             if reader is None:
                 reader = self._readers.connection = self._new_reader()
             cursor = reader.cursor()
@@ -337,10 +344,11 @@ class CatalogStore:
             return row[0] if row else None
         except _NoRawReads:
             pass
-        except self.engine.dialect.loaded_dbapi.Error:
-            self._readers.connection = None  # a broken connection (server restart): reconnect next time
-            with contextlib.suppress(Exception):
-                reader.close()  # type: ignore[union-attr]
+        except self.engine.dialect.loaded_dbapi.Error as exc:
+            self._readers.connection = None  # failed: a new connection next time
+            if reader is not None:
+                kept_connections.close_quietly(reader)
+            raise errors.CatalogUnavailableError(f"the catalog store failed a read, retry: {exc}") from None
         with _mapped(), self.engine.connect() as conn:
             return conn.execute(
                 _POINTER_QUERIES[kind],
@@ -348,15 +356,10 @@ class CatalogStore:
             ).scalar_one_or_none()
 
     def _new_reader(self) -> Any:
-        cargs, cparams = self.engine.dialect.create_connect_args(self.engine.url)
         if self.engine.dialect.name == "sqlite":
-            connection = sqlite3.connect(*cargs, **{**cparams, "isolation_level": None, "check_same_thread": False})
-            connection.execute("PRAGMA busy_timeout=30000")
-            return connection
-        options = {"connect_timeout": 3, "options": f"-c statement_timeout={READ_TIMEOUT_MS}", **cparams}
-        connection = self.engine.dialect.loaded_dbapi.connect(*cargs, **options)
-        connection.autocommit = True  # each read sees the latest commit; no idle open transaction
-        return connection
+            return kept_connections.connect(self.engine)
+        # a statement timeout: a pointer read may run on the event loop, which a stuck server must not hold
+        return kept_connections.connect(self.engine, options=f"-c statement_timeout={READ_TIMEOUT_MS}")
 
     def _insert_pointer(self, conn: Any, identifier: Identifier, location: str, kind: str) -> None:
         """Insert a new pointer inside the caller's transaction (a duplicate raises IntegrityError)."""
@@ -667,24 +670,49 @@ class CatalogStore:
             raise errors.BadRequestError("a transaction names the same table more than once")
         if not items:
             raise errors.BadRequestError("a transaction needs at least one table change")
-        staged = [self._stage(item) for item in items]
+        try:
+            return self._commit(items, guess=True)
+        except _StaleGuess:  # another process committed since this one's last commit: stage on the database's pointer
+            return self._commit(items, guess=False)
+
+    def _commit(self, items: list[TableChange], guess: bool) -> list[CommitTableResponse]:
+        staged = [self._stage(item, guess) for item in items]
         written = [s for s in staged if s.changed]
         with _mapped():
             for s in written:
                 self._write_table_metadata(s.metadata, s.metadata_location)
-            if written and self._swaps is not None and all(s.previous_location for s in written):
-                self._swap_all(written)  # the common case (no table created): plain DBAPI, see pointer_swaps.py
-                return [CommitTableResponse(metadata=s.metadata, metadata_location=s.metadata_location) for s in staged]
             try:
-                with _exists_guard(names[0]), self._changing(*(s.identifier for s in written)), self._write() as conn:
-                    for s in written:
-                        if s.previous_location is None:
-                            self._insert_pointer(conn, s.identifier, s.metadata_location, TABLE_TYPE)
-                        else:
-                            self._swap_pointer(conn, s.identifier, s.previous_location, s.metadata_location, TABLE_TYPE)
-            except (errors.CommitConflictError, errors.AlreadyExistsError) as exc:
-                raise errors.CommitConflictError(str(exc)) from None
+                if written and self._swaps is not None and all(s.previous_location for s in written):
+                    self._swap_all(written)  # the common case (no table created): plain DBAPI, see pointer_swaps.py
+                else:
+                    self._swap_or_insert(written)
+            except errors.CommitConflictError:
+                if any(s.guessed for s in written):
+                    raise _StaleGuess from None
+                raise
+        for s in written:  # after _changing forgot them: the next commit of these tables stages on these
+            if len(self._committed) > 100_000:
+                self._committed.clear()
+            self._committed[s.identifier] = (
+                self.pointers.stamps.read(self.pointers.stamps.slot(s.identifier)),
+                s.metadata_location,
+            )
         return [CommitTableResponse(metadata=s.metadata, metadata_location=s.metadata_location) for s in staged]
+
+    def _swap_or_insert(self, written: list[_Staged]) -> None:
+        """Swap (or, for a created table, insert) the pointers through SQLAlchemy in one transaction."""
+        if not written:
+            return
+        try:
+            changing = self._changing(*(s.identifier for s in written))
+            with _exists_guard(written[0].identifier), changing, self._write() as conn:
+                for s in written:
+                    if s.previous_location is None:
+                        self._insert_pointer(conn, s.identifier, s.metadata_location, TABLE_TYPE)
+                    else:
+                        self._swap_pointer(conn, s.identifier, s.previous_location, s.metadata_location, TABLE_TYPE)
+        except (errors.CommitConflictError, errors.AlreadyExistsError) as exc:
+            raise errors.CommitConflictError(str(exc)) from None
 
     def _swap_all(self, written: list[_Staged]) -> None:
         """Compare-and-swap the written tables' pointers in one transaction. Raises CommitConflictError."""
@@ -701,11 +729,30 @@ class CatalogStore:
                 f"{'.'.join(identifier)} was changed by a concurrent commit; reload and retry"
             ) from None
 
-    def _stage(self, change: TableChange) -> _Staged:
+    def _stage(self, change: TableChange, guess: bool = False) -> _Staged:
+        """The change applied to the table's current metadata. With ``guess``, "current" is the pointer this
+        process's last commit of the table set, without a database read; a stale guess is caught by the swap's
+        compare-and-swap (see commit_transaction), and a failed requirement or a no-op is staged again on the
+        database's pointer. Raises CommitConflictError, NoSuchTableError, BadRequestError."""
+        memo = self._committed.get(change.identifier) if guess else None
+        # a renewed stamp: a process on this host changed the table (or a colliding one) since: do not guess
+        stamps = self.pointers.stamps
+        guessed = memo[1] if memo is not None and stamps.read(stamps.slot(change.identifier)) == memo[0] else None
+        if guessed is None:
+            return self._stage_on(change, self._pointer(change.identifier, TABLE_TYPE), guessed=False)
+        try:
+            staged = self._stage_on(change, guessed, guessed=True)
+        except errors.CommitConflictError:
+            staged = None
+        if staged is None or not staged.changed:
+            self._committed.pop(change.identifier, None)
+            return self._stage_on(change, self._pointer(change.identifier, TABLE_TYPE), guessed=False)
+        return staged
+
+    def _stage_on(self, change: TableChange, location: str | None, guessed: bool) -> _Staged:
         identifier = change.identifier
         check_name("table", identifier[-1])
         creating = any(isinstance(r, AssertCreate) for r in change.requirements)
-        location = self._pointer(identifier, TABLE_TYPE)
         current = self.read_metadata(location) if location else None
         if current is None and not creating:
             raise _missing(TABLE_TYPE, identifier)
@@ -731,7 +778,7 @@ class CatalogStore:
                     f"updates for {'.'.join(identifier)} are inconsistent with its metadata: {type(exc).__name__}: {exc}"
                 ) from None
         if current is not None and metadata == current:
-            return _Staged(identifier, location, location, current, changed=False)  # type: ignore[arg-type]
+            return _Staged(identifier, location, location, current, changed=False, guessed=guessed)  # type: ignore[arg-type]
         with _mapped():
             metadata_checks.check_commit(metadata, change.updates)
         before = current.properties if current is not None else {}
@@ -743,7 +790,7 @@ class CatalogStore:
         version = SqlCatalog._parse_metadata_version(location) + 1 if location else 0
         new_location = metadata_file_location(metadata.location, metadata.properties, version)
         self.check_location(new_location)  # write.metadata.path must not point the catalog's writes elsewhere
-        return _Staged(identifier, location, new_location, metadata, changed=True)
+        return _Staged(identifier, location, new_location, metadata, changed=True, guessed=guessed)
 
     def _write_table_metadata(self, metadata: TableMetadata, location: str) -> None:
         """Write a metadata file, serializing once: the same JSON serves loadTable and commit responses."""
@@ -752,14 +799,7 @@ class CatalogStore:
             with self._file_io(location).new_output(location).create(overwrite=False) as stream:
                 stream.write(payload)
         else:  # a local file: plain os calls cost a fraction of pyarrow's filesystem layer per commit
-            path = location.removeprefix("file://")
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            try:
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-            except FileExistsError:
-                raise errors.CommitConflictError(f"metadata file {location} exists already; reload and retry") from None
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(payload)
+            _write_new_file(location, payload)
         self.cache.put(location, metadata)
 
     def _file_io(self, location: str) -> Any:
@@ -830,6 +870,27 @@ def metadata_file_location(location: str, properties: Properties, version: int) 
     table-chosen location provider)."""
     base = (properties.get(TableProperties.WRITE_METADATA_PATH) or f"{location.rstrip('/')}/metadata").rstrip("/")
     return f"{base}/{version:05d}-{uuid.uuid4()}.metadata.json"
+
+
+def _write_new_file(location: str, payload: bytes) -> None:
+    """Write a local file that must not exist yet (its directory made on first use), with plain os calls: a
+    Python file object around the descriptor and a makedirs per commit cost more than the write itself.
+    Raises CommitConflictError when the file exists."""
+    path = location.removeprefix("file://")
+    try:
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileNotFoundError:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        raise errors.CommitConflictError(f"metadata file {location} exists already; reload and retry") from None
+    try:
+        view = memoryview(payload)
+        while view:
+            view = view[os.write(fd, view) :]
+    finally:
+        os.close(fd)
 
 
 def _remove_empty_directories(root: Path) -> None:
@@ -924,9 +985,8 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     # synchronous=NORMAL: no fsync per commit (a power loss may drop the last commits, like the
     # metadata files pyiceberg writes without fsync; an application crash loses nothing).
     cursor = dbapi_connection.cursor()
-    cursor.execute("PRAGMA journal_mode=WAL")
-    cursor.execute("PRAGMA synchronous=NORMAL")
-    cursor.execute("PRAGMA busy_timeout=30000")
+    for pragma in kept_connections.SQLITE_PRAGMAS:
+        cursor.execute(f"PRAGMA {pragma}")
     cursor.close()
 
 

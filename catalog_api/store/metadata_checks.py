@@ -4,8 +4,9 @@ Each of these was accepted (200) and then broke the table: a partition spec or s
 column the schema lacks, or a transform the column's type cannot take, made every later commit fail;
 ``write.metadata.previous-versions-max = abc`` made every later commit a 400 with no way to fix it
 (the fixing commit fails too); a schema with two fields of one id, or a v3 default of the wrong type,
-is metadata other clients cannot read. Each check raises ValueError naming the problem; the store
-maps it to 400.
+is metadata other clients cannot read; so is a snapshot naming a schema the table does not have, or a view
+version naming a schema the view does not have or holding no representation (no SQL at all). Each check
+raises ValueError naming the problem; the store maps it to 400.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pyiceberg.table.sorting import SortOrder
 from pyiceberg.table.update import (
     AddPartitionSpecUpdate,
     AddSchemaUpdate,
+    AddSnapshotUpdate,
     AddSortOrderUpdate,
     SetPropertiesUpdate,
     TableUpdate,
@@ -43,6 +45,7 @@ from pyiceberg.types import (
     TimeType,
     UUIDType,
 )
+from pyiceberg.view.metadata import ViewMetadata
 
 INTEGER_PROPERTIES = ("write.metadata.previous-versions-max",)  # read by the catalog on every commit
 # Types whose JSON single-value form pyiceberg's literals convert; defaults of other types are left alone.
@@ -85,6 +88,34 @@ def check_commit(metadata: TableMetadata, updates: Iterable[TableUpdate]) -> Non
             check_sort_order(update.sort_order, current)
         elif isinstance(update, SetPropertiesUpdate):
             check_properties(update.updates)
+        elif isinstance(update, AddSnapshotUpdate):
+            check_snapshot_schema(update.snapshot.snapshot_id, update.snapshot.schema_id, metadata.schemas)
+
+
+def check_snapshot_schema(snapshot_id: int, schema_id: int | None, schemas: Iterable[Schema]) -> None:
+    """A snapshot's schema-id (optional) names one of the table's schemas, as they are after the commit."""
+    known = sorted(schema.schema_id for schema in schemas)
+    if schema_id is not None and schema_id not in known:
+        raise ValueError(f"add-snapshot {snapshot_id}: schema-id {schema_id} is not one of the table's schemas {known}")
+
+
+def check_view(metadata: ViewMetadata, before: ViewMetadata | None = None) -> None:
+    """Every view version (those not already in ``before``) names one of the view's schemas and holds at least
+    one representation; the current version exists."""
+    known = sorted(schema.schema_id for schema in metadata.schemas)
+    old = {version.version_id for version in before.versions} if before is not None else set()
+    for version in metadata.versions:
+        if version.version_id in old:
+            continue
+        if version.schema_id not in known:
+            raise ValueError(
+                f"view version {version.version_id}: schema-id {version.schema_id} is not one of the view's "
+                f"schemas {known}"
+            )
+        if not version.representations:
+            raise ValueError(f"view version {version.version_id} has no representations (a view needs its SQL)")
+    if all(version.version_id != metadata.current_version_id for version in metadata.versions):
+        raise ValueError(f"current-version-id {metadata.current_version_id} is not one of the view's versions")
 
 
 def check_schema(schema: Schema) -> None:

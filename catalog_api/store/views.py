@@ -16,6 +16,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.typedef import Identifier, Properties
 from pyiceberg.view.metadata import ViewHistoryEntry, ViewMetadata, ViewVersion
 
+from catalog_api.store import metadata_checks
 from catalog_api.store.catalog import VIEW_TYPE, CatalogStore, check_name
 from catalog_api.store.inert_properties import refuse_implementations
 from lakeview import errors
@@ -137,6 +138,7 @@ class ViewCatalog:
             version_log=[ViewHistoryEntry(timestamp_ms=version.timestamp_ms, version_id=1)],
             properties=properties,
         )
+        _checked(metadata)
         if self.store.table_exists(identifier) or self.view_exists(identifier):
             raise errors.AlreadyExistsError(f"Table or view already exists: {'.'.join(identifier)}")
         metadata_location = self._write(metadata, 0)
@@ -155,6 +157,7 @@ class ViewCatalog:
             raise errors.BadRequestError(f"{metadata_location!r} is not a readable view metadata file: {exc}") from None
         self.store.confinement.check(identifier[:-1], metadata.location, "view location")
         refuse_implementations(metadata.properties, "view")
+        _checked(metadata)
         if self.store.table_exists(identifier):
             raise errors.AlreadyExistsError(f"Table or view already exists: {'.'.join(identifier)}")
         self.store.insert_pointer(identifier, metadata_location, VIEW_TYPE)
@@ -169,6 +172,7 @@ class ViewCatalog:
             if requirement.uuid != current.view_uuid:
                 raise errors.CommitConflictError(f"view UUID is {current.view_uuid}, not {requirement.uuid}")
         metadata = apply_view_updates(current, updates)
+        _checked(metadata, current)
         refuse_implementations(metadata.properties, "view", current.properties)
         self.store.check_location(metadata.location)
         if metadata.location != current.location:
@@ -193,6 +197,14 @@ class ViewCatalog:
             stream.write(metadata.model_dump_json(by_alias=True, exclude_none=True).encode())
         self.store.cache.put(location, metadata)
         return location
+
+
+def _checked(metadata: ViewMetadata, before: ViewMetadata | None = None) -> None:
+    """metadata_checks.check_view, its ValueError as the 400 it is."""
+    try:
+        metadata_checks.check_view(metadata, before)
+    except ValueError as exc:
+        raise errors.BadRequestError(str(exc)) from None
 
 
 def apply_view_updates(base: ViewMetadata, updates: list[Any]) -> ViewMetadata:

@@ -197,3 +197,62 @@ def test_metadata_that_would_break_the_table_is_a_400_and_the_table_keeps_workin
     loaded = ns.get(f"{tables}/t").json()["metadata"]
     assert loaded["format-version"] == 3 and len(loaded["schemas"]) == 1 and len(loaded["partition-specs"]) == 1
     assert {i["name"] for i in ns.get(tables).json()["identifiers"]} == {"t"}
+
+
+def test_view_versions_and_snapshots_naming_what_does_not_exist_are_a_400(ns: httpx.Client) -> None:
+    """A view version without SQL, or naming a schema the view lacks, and a snapshot naming a schema the table
+    lacks used to be accepted (200) and left metadata no engine can use; each is refused naming the problem,
+    and nothing changes."""
+    name = ns.headers["x-ns"]
+    views, tables = f"/namespaces/{name}/views", f"/namespaces/{name}/tables"
+    no_sql = {**VIEW_VERSION, "representations": []}
+    client_error(ns.post(views, json={"name": "a", "schema": EMPTY_SCHEMA, "view-version": no_sql}), 400, "no repr")
+    created = ns.post(views, json={"name": "v", "schema": EMPTY_SCHEMA, "view-version": VIEW_VERSION})
+    assert created.status_code == 200, created.text
+    before = created.json()["metadata-location"]
+
+    def add_version(version: dict) -> httpx.Response:
+        updates = [
+            {"action": "add-view-version", "view-version": version},
+            {"action": "set-current-view-version", "view-version-id": -1},
+        ]
+        return ns.post(f"{views}/v", json={"updates": updates})
+
+    client_error(add_version({**no_sql, "version-id": 2}), 400, "no representations")
+    client_error(add_version({**VIEW_VERSION, "version-id": 2, "schema-id": 9}), 400, "schema 9")
+    assert ns.get(f"{views}/v").json()["metadata-location"] == before
+
+    metadata = {**created.json()["metadata"]}
+    metadata["versions"] = [{**metadata["versions"][0], "schema-id": 7}]
+    forged = before.rsplit("/", 1)[0] + "/00009-forged.metadata.json"
+    with open(forged, "w") as handle:
+        json.dump(metadata, handle)
+    client_error(
+        ns.post(f"/namespaces/{name}/register-view", json={"name": "f", "metadata-location": forged}),
+        400,
+        "schema-id 7",
+    )
+    assert [i["name"] for i in ns.get(views).json()["identifiers"]] == ["v"]
+
+    schema = {"type": "struct", "schema-id": 0, "fields": [{"id": 1, "name": "id", "type": "long", "required": False}]}
+    assert ns.post(tables, json={"name": "t", "schema": schema}).status_code == 200
+    snapshot = {
+        "snapshot-id": 1,
+        "sequence-number": 1,
+        "timestamp-ms": 1,
+        "manifest-list": "snap-1.avro",
+        "summary": {"operation": "append"},
+        "schema-id": 5,
+    }
+    unknown = {"requirements": [], "updates": [{"action": "add-snapshot", "snapshot": snapshot}]}
+    client_error(ns.post(f"{tables}/t", json=unknown), 400, "schema-id 5")
+    assert ns.get(f"{tables}/t").json()["metadata"]["snapshots"] == []
+    new_schema = {
+        **schema,
+        "schema-id": 5,
+        "fields": [*schema["fields"], {**schema["fields"][0], "id": 2, "name": "x"}],
+    }
+    both = {"action": "add-schema", "schema": new_schema}
+    accepted = ns.post(f"{tables}/t", json={"requirements": [], "updates": [both, *unknown["updates"]]})
+    assert accepted.status_code == 200, accepted.text
+    assert accepted.json()["metadata"]["snapshots"][0]["schema-id"] == 5
