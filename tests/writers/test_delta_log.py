@@ -57,3 +57,19 @@ def test_maintenance_commits_are_not_epochs_and_each_epoch_is_in_the_history_onc
     assert [r.snapshot_id for r in records[1:]] == [m.snapshot_id for m in reversed(made)]
     for record in records:
         assert ids_at(writer, record.snapshot_id) == list(range(1, record.epoch + 1)), record
+
+
+def test_a_keyed_epoch_that_changes_no_row_commits_nothing_and_the_next_epoch_commits(tmp_path: Path) -> None:
+    """Deleting a key the table does not hold: delta-rs's MERGE changes no row and writes no commit, so
+    the epoch has no version of its own (it failed 8 times as 'committed but not found in the log')."""
+    writer = DeltaWriter(str(tmp_path / "v"), "v")
+    writer.ensure_table(pa.schema([("id", pa.int64()), ("n", pa.int64())]), ("id",), {})
+    first = writer.commit(Epoch("v", 1, {"n": 1}), Change(pa.table({"id": [1], "n": [10]}), key=("id",)))
+    nothing = Change(pa.table({"id": pa.array([], pa.int64()), "n": pa.array([], pa.int64())}), key=("id",),
+                     deletes=pa.table({"id": [99]}))  # fmt: skip
+    assert writer.commit(Epoch("v", 2, {"n": 2}), nothing) is None
+    assert writer.table().version() == first.snapshot_id, "no version for an epoch that changed nothing"
+    third = writer.commit(Epoch("v", 3, {"n": 3}), Change(pa.table({"id": [1], "n": [30]}), key=("id",)))
+    assert third is not None and third.epoch == 3 and third.snapshot_id == first.snapshot_id + 1
+    assert writer.table().to_pyarrow_table().to_pylist() == [{"id": 1, "n": 30}]
+    assert [r.epoch for r in history_of(DeltaTable(writer.location))] == [3, 1]

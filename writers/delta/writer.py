@@ -159,9 +159,12 @@ class DeltaWriter(SnapshotWriter):
 
     def commit_files(self, epoch: Epoch, files: list[WrittenFile]) -> CommitRecord | None:
         """Add data files written by Spark's executors as ONE commit with the app transaction (view, epoch)."""
-        return self._commit_retrying(
-            epoch, lambda table: self._record(append_delta_files(table, epoch, files)) if files else None
-        )
+
+        def once(table: DeltaTable) -> CommitRecord | None:
+            since = table.version()
+            return self._record(append_delta_files(table, epoch, files), since)
+
+        return self._commit_retrying(epoch, lambda table: once(table) if files else None)
 
     def _commit_retrying(self, epoch: Epoch, once: Callable[[DeltaTable], CommitRecord | None]) -> CommitRecord | None:
         def attempt() -> CommitRecord | None:
@@ -186,9 +189,10 @@ class DeltaWriter(SnapshotWriter):
 
         return retry_commit(epoch, attempt, reset)
 
-    def _commit_once(self, table: DeltaTable, epoch: Epoch, change: Change) -> CommitRecord:
+    def _commit_once(self, table: DeltaTable, epoch: Epoch, change: Change) -> CommitRecord | None:
         schema = pa.schema(table.schema().to_arrow())
         rows = change.rows.select(schema.names).cast(schema)
+        since = table.version()
 
         def stamp(deleted: int) -> tuple[dict[str, str], CommitProperties]:
             props = CommitRecord.properties(epoch, inserted=rows.num_rows, deleted=deleted)
@@ -199,13 +203,13 @@ class DeltaWriter(SnapshotWriter):
         if change.key is None:
             props, commit = stamp(0)
             write_deltalake(table, rows, mode="append", storage_options=self.storage_options, commit_properties=commit)
-            return self._record(props)
+            return self._record(props, since)
         if not change.key:  # the empty key (a global aggregate's one row): the rows replace the table's
             props, commit = stamp(table.to_pyarrow_dataset().count_rows() if table.version() > 0 else 0)
             write_deltalake(
                 table, rows, mode="overwrite", storage_options=self.storage_options, commit_properties=commit
             )
-            return self._record(props)
+            return self._record(props, since)
         # The deleted row count is only known after the merge, and commit info is written by it:
         # stamp with the count of stored rows the touched keys match (what the merge removes).
         stored = self.lookup(change.touched_keys()) if table.version() > 0 else rows.slice(0, 0)
@@ -248,17 +252,22 @@ class DeltaWriter(SnapshotWriter):
         actual = int(metrics.get("num_target_rows_updated", 0)) + int(metrics.get("num_target_rows_deleted", 0))
         if actual != deleted:  # a concurrent writer changed the rows between lookup and merge
             log.warning("%s: epoch %s merge removed %s rows, %s expected", epoch.view, epoch.number, actual, deleted)
-        return self._record(props)
+        return self._record(props, since)
 
-    def _record(self, props: dict[str, str]) -> CommitRecord:
-        """The commit just made, with its version: the newest commit carrying its epoch (not simply
-        the newest version: a maintenance pass in another thread may have committed since)."""
+    def _record(self, props: dict[str, str], since: int) -> CommitRecord | None:
+        """The commit just made on the table loaded at version ``since``, with its version: the newest
+        commit after ``since`` carrying its epoch (not simply the newest version: a maintenance pass in
+        another thread may have committed since). None when there is none: delta-rs writes no commit
+        for a MERGE that changes no row (e.g. deletes of keys the table does not hold)."""
         epoch = int(props[EPOCH])
         for entry in iter_commit_infos(self.table()):
             record = record_of(entry)
+            if int(entry["version"]) <= since:
+                break
             if record is not None and record.epoch == epoch:
                 return CommitRecord.from_properties(props, record.snapshot_id)  # type: ignore[return-value]
-        raise StorageError(f"{self.view}: epoch {epoch} committed but not found in the log of {self.location}")
+        log.info("%s: epoch %s changed no row of %s; nothing committed", self.view, epoch, self.location)
+        return None
 
 
 def _merge_source(rows: pa.Table, change: Change, schema: pa.Schema) -> pa.Table:
