@@ -180,7 +180,9 @@ def test_a_snapshots_sql_reads_that_snapshot_in_duckdb(page, running: dict[str, 
     assert f"VERSION AS OF {snapshot_id}" in page.inner_text("pre.sql-spark")
     assert f"FOR VERSION AS OF {snapshot_id}" in page.inner_text("pre.sql-trino")
     page.click('button.copy[data-engine="duckdb"]')
-    assert page.inner_text('button.copy[data-engine="duckdb"]') == "copied"
+    # the button says so once the clipboard has the text (an awaited promise), for 1.5 s
+    copied = """document.querySelector('button.copy[data-engine="duckdb"]').textContent === 'copied'"""
+    page.wait_for_function(copied, timeout=WAIT_MS)
     page.screenshot(path=str(SHOTS / "console-snapshots.png"), full_page=True)
 
     # The SQL as shown, run in DuckDB: epoch 0 saw the 51 well-formed orders.
