@@ -40,11 +40,15 @@ from lakeview.ivm.changefeed import normalize
 from lakeview.ivm.combine import multiset_change, source_mirror_name
 from lakeview.ivm.commits import Change, CommitRecord, Epoch
 from lakeview.project import source_schemas, view_graph
+from lakeview.sql.dag import upstreams_of
 from lakeview.sql.dialects import sql_properties
 from lakeview.sql.graph_plan import GraphPlan
 from lakeview.sql.plan import WEIGHT
 from lakeview.sql.planner import view_plan
+from spark_jobs import faults
 from spark_jobs.source_frames import collect_sources, direct_sources, frontier
+from spark_jobs.sources.upstream import with_upstream_source
+from spark_jobs.sources.view_changes import ChangePublisher
 from spark_jobs.sources_pipeline import SourcesPipeline
 from spark_jobs.streams import reconcile_checkpoint
 from writers.graph_state import (
@@ -92,6 +96,9 @@ class GraphPipeline(SourcesPipeline):
         on_commit: Callable[[CommitRecord], None] | None = None,
         state_writer: Callable[[str], SnapshotWriter] | None = None,
     ) -> None:
+        self.upstreams = set(upstreams_of(project, view))  # upstream views: their change files, Z-sets with weights
+        self.publisher = ChangePublisher.for_view(project, view, writer)  # None unless other views read this one
+        project = with_upstream_source(spark, project, view)  # each upstream view: a source over its change files
         plan = view_plan(project, view)
         assert isinstance(plan, GraphPlan)
         super().__init__(spark, project, view, plan, writer, on_commit, state_writer)
@@ -99,8 +106,6 @@ class GraphPipeline(SourcesPipeline):
         self.feeds = {s: c.changes for s, c in self.configs.items() if c.changes is not None}
         self.schemas = source_schemas(project, plan.sources)
         self.direct = direct_sources(self.configs, self.quarantines)  # read by the driver, not Spark
-        self.upstreams: set[str] = set()  # a graph view reads declared sources only (lakeview.project)
-        self.publisher = None  # no view reads a graph view yet (lakeview.project)
         self.graph: Graph = view_graph(project, view)
         self.mirrors: dict[str, SnapshotWriter] = {}
         self.mirror_rows: dict[str, CommittedRows] = {}  # each mirror's rows, served from memory (see the store)
@@ -148,6 +153,7 @@ class GraphPipeline(SourcesPipeline):
         self._last_epoch = reconcile_checkpoint(self.view, self.checkpoint, self, self.writer)
         # a restart: the state exists, so no operator starts it again (a global aggregate's row is in the view)
         self.graph.runtime.epoch = 0 if self.last_epoch() is None else 1
+        self.publish_changes()  # epochs committed before a crash, not yet published
 
     def _check_same_graph(self, state_schemas: dict[str, pa.Schema]) -> None:
         """Iceberg: refuse state tables another version of the view's operator graph made (other operators,
@@ -182,7 +188,9 @@ class GraphPipeline(SourcesPipeline):
         return max(epochs) if epochs else None
 
     def publish_changes(self) -> None:
-        """Nothing to publish: no view reads a graph view yet."""
+        """Publish the committed epochs' changes for the views reading this one (lakeview.view_changes)."""
+        if self.publisher is not None:
+            self.publisher.publish()
 
     # --- streaming (SourcesPipeline's surface; its hooks below) ---------------------------------
     def _done(self, epoch_id: int) -> bool:
@@ -212,11 +220,13 @@ class GraphPipeline(SourcesPipeline):
 
     def _after_batch(self, epoch_id: int) -> None:
         log.info("%s: epoch %s timings %s", self.view, epoch_id, {k: round(v, 3) for k, v in self.timings.items()})
+        faults.point("before_publish", epoch_id)
+        self.publish_changes()
 
     def _process_batch(self, batch: DataFrame, epoch_id: int) -> CommitRecord | None:
         started = time.perf_counter()
-        reached, newest_ms, self._batch_paths = frontier(self.checkpoint, self.sources, epoch_id)
-        direct = {s: (self._batch_paths.get(s, []), self.schemas[s]) for s in self.direct}
+        reached, newest_ms, self._batch_paths = frontier(self.checkpoint, self.sources, epoch_id, self.upstreams)
+        direct = {s: (self._batch_paths.get(s, []), self._file_schema(s)) for s in self.direct}
         split = collect_sources(batch, self.view, self.sources, self.configs, self.quarantines, epoch_id, direct)
         epoch = self._epoch_of(epoch_id, reached, newest_ms, split.rows_in, split.quarantined)
         inputs = split.tables
@@ -243,6 +253,12 @@ class GraphPipeline(SourcesPipeline):
             rows.committed()
         self.timings["commit_s"] = time.perf_counter() - started
         return record
+
+    def _file_schema(self, source: str) -> pa.Schema:
+        """A source's columns as its files hold them: an upstream view's change files add each row's weight."""
+        if source in self.upstreams:
+            return self.schemas[source].append(pa.field(WEIGHT, pa.int32()))
+        return self.schemas[source]
 
     def _zsets(
         self, inputs: dict[str, pa.Table], before: dict[str, int]

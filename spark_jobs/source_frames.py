@@ -126,7 +126,8 @@ def collect_sources(
     for source, (paths, schema) in direct.items():
         rows = read_parquet_files(paths, schema)
         out.rows_in += rows.num_rows
-        out.tables[source] = rows.append_column(WEIGHT, pa.array([1] * rows.num_rows, pa.int32()))
+        weighted = WEIGHT in schema.names  # an upstream view's change files: each row's weight
+        out.tables[source] = rows if weighted else rows.append_column(WEIGHT, pa.array([1] * rows.num_rows, pa.int32()))
     if len(direct) == len(sources):
         return out
     relation = f"__lv_{view}_batch"
@@ -209,7 +210,10 @@ def read_parquet_files(paths: list[Path], schema: pa.Schema) -> pa.Table:
 
 def _input_table(good: pa.Table, config: SourceConfig) -> pa.Table:
     """A source's good rows (collected) as its input, as :func:`_input_frame` makes it in Spark."""
-    columns = [c.name for c in parse_ddl(config.schema_) if c.name != WEIGHT]
+    declared = [c.name for c in parse_ddl(config.schema_)]
+    columns = [c for c in declared if c != WEIGHT]
+    if WEIGHT in declared:  # an upstream view's change files: its rows carry their weights
+        return good.select([*columns, WEIGHT])
     if config.changes is not None:
         return arrow_sql(latest_sql(config.changes, "b", quote='"'), b=good).drop_columns(["__lv_rn"])
     if config.images is not None:
