@@ -32,7 +32,8 @@ from lakeview.config.models import (
 from lakeview.config.schema import duckdb_columns, reserved_column
 from lakeview.config.storage import MaintenanceConfig, RetentionConfig, S3Config
 from lakeview.errors import ConfigError, UnsupportedSQLError
-from lakeview.graph import Graph, compile_view
+from lakeview.graph import WEIGHT as GRAPH_WEIGHT
+from lakeview.graph import Graph, compile_view, step
 from lakeview.graph import explain as explain_graph
 from lakeview.graph.state import state_table_name
 from lakeview.ivm.changefeed import check_view_over_sources
@@ -41,8 +42,9 @@ from lakeview.ivm.explain import explain
 from lakeview.sql.column_roles import check_column_roles
 from lakeview.sql.dag import check_dag
 from lakeview.sql.dialects import check_inline_view
-from lakeview.sql.graph_plan import GraphPlan, graph_plan
+from lakeview.sql.graph_plan import GraphPlan, graph_plan, graph_sql
 from lakeview.sql.groups import check_groups
+from lakeview.sql.plan import WEIGHT
 from lakeview.sql.planner import view_plan
 from lakeview.sql.watermark import check as check_watermark
 
@@ -146,8 +148,6 @@ def _check_views(config: ProjectConfig) -> None:
         _check_name_at(config.file, f"sources.{name}", name)
         if problem := reserved_column(config.sources[name].schema_):
             raise ConfigError(config.file, f"sources.{name}.schema", problem)
-    _check_reads_of_graph_views(config)
-
     check_dag(config)
 
     check_groups(config)
@@ -158,21 +158,24 @@ def _check_graph_view(config: ProjectConfig, name: str, plan: GraphPlan) -> None
     it over its sources' schemas; otherwise the graph's refusal (the construct and why) is the error."""
     key = f"views.{name}.sql"
     view = config.views[name]
-    refusal = plan.refusal
     for source in plan.sources:
         if source in config.views and source not in config.sources:
-            raise ConfigError(
-                config.file,
-                key,
-                f"reads the view {source!r}: a view maintained as an operator graph (its SQL: {refusal}) reads "
-                "declared sources only, not yet other views; read the sources directly",
-            )
+            if not config.views[source].materialize:
+                raise ConfigError(
+                    config.file,
+                    key,
+                    f"reads the inline view {source!r} (materialize = false), which keeps no changes to read; "
+                    f"set materialize = true on {source!r} or read its sources",
+                )
+            continue  # an upstream view: its published changes are a weighted input (its columns: view_schema)
         if source not in config.sources:
             known = ", ".join(sorted(config.sources)) or "none declared"
+            views = ", ".join(sorted(v for v in config.views if v != name)) or "none"
             raise ConfigError(
                 config.file,
                 key,
-                f"reads {source!r}, which is not a declared source (declared: {known}); add a [sources.{source}] table",
+                f"reads {source!r}, which is not a declared source (declared: {known}) nor a view (views: {views}); "
+                f"add a [sources.{source}] table",
             )
         source_config = config.sources[source]
         if source_config.changes is not None and source_config.images is not None:
@@ -194,43 +197,68 @@ def _check_graph_view(config: ProjectConfig, name: str, plan: GraphPlan) -> None
         raise ConfigError(config.file, key, str(exc)) from None
 
 
-def _check_reads_of_graph_views(config: ProjectConfig) -> None:
-    """No view reads a graph view yet (its changes are not published for downstream views)."""
-    for name, view in config.views.items():
-        if not view.materialize:
-            continue
-        plan = view_plan(config, name)
-        for source in plan.sources:
-            upstream = config.views.get(source)
-            if source in config.sources or upstream is None or not upstream.materialize:
-                continue
-            if is_graph_view(config, source):
-                raise ConfigError(
-                    config.file,
-                    f"views.{name}.sql",
-                    f"reads the view {source!r}, which is maintained as an operator graph and does not publish its "
-                    "changes to other views yet; read its sources directly",
-                )
-
-
 def is_graph_view(config: ProjectConfig, view: str) -> bool:
     """Whether ``view`` runs through the operator graph (the per-shape planner refuses its SQL)."""
     spec = config.views[view]
     return spec.materialize and isinstance(view_plan(config, view), GraphPlan)
 
 
-def source_schemas(config: ProjectConfig, sources: tuple[str, ...] | list[str]) -> dict[str, pa.Schema]:
-    """Each declared source's columns (its DDL) as an arrow schema, as the graph's inputs have them."""
+def source_schemas(
+    config: ProjectConfig, sources: tuple[str, ...] | list[str], _reading: tuple[str, ...] = ()
+) -> dict[str, pa.Schema]:
+    """The arrow schema of each relation a graph view reads, as the graph's inputs have it: a declared
+    source's columns (its DDL; an upstream view's change files declared as a source keep their rows' weight
+    in a column of their own, not an input column), or a materialized view's output columns
+    (:func:`view_schema`). Raises ConfigError for views that read each other in a cycle."""
     schemas = {}
     con = duckdb.connect()
     try:
         for source in sources:
+            if source not in config.sources:
+                schemas[source] = view_schema(config, source, _reading)
+                continue
             columns = duckdb_columns(config.sources[source].schema_)
-            select = ", ".join(f'CAST(NULL AS {t}) AS "{n}"' for n, t in columns.items())
+            select = ", ".join(f'CAST(NULL AS {t}) AS "{n}"' for n, t in columns.items() if n != WEIGHT)
             schemas[source] = con.execute(f"SELECT {select} LIMIT 0").to_arrow_table().schema
     finally:
         con.close()
     return schemas
+
+
+def view_schema(config: ProjectConfig, view: str, _reading: tuple[str, ...] = ()) -> pa.Schema:
+    """A materialized view's output columns as an arrow schema, without Spark: a graph view's from its graph,
+    another view's from its SQL run by DuckDB over empty relations of what it reads (Spark's analysis, which
+    types the view's table, may widen a type: the graph reads the change files cast to Spark's types)."""
+    if view in _reading:
+        cycle = [*_reading[_reading.index(view) :], view]
+        raise ConfigError(
+            config.file,
+            f"views.{view}.sql",
+            f"views read each other in a cycle: {' -> '.join(cycle)}; a view may "
+            "read only views that do not read it back (directly or through other views)",
+        )
+    plan = view_plan(config, view)
+    inputs = source_schemas(config, plan.sources, (*_reading, view))
+    if isinstance(plan, GraphPlan):
+        return _output_schema(compile_view(plan.duckdb_sql(), inputs, eager=True))
+    windowed = getattr(plan, "window", None) is not None
+    sql = plan.batch_sql({s: s for s in plan.sources}, "duckdb") if windowed else graph_sql(plan.sql, "spark")
+    con = duckdb.connect()
+    try:
+        for name, schema in inputs.items():
+            con.register(name, schema.empty_table())
+        return con.execute(f"SELECT * FROM ({sql}) LIMIT 0").to_arrow_table().schema
+    finally:
+        con.close()
+
+
+def graph_output_schema(config: ProjectConfig, view: str) -> pa.Schema:
+    """A graph view's output columns (its table's schema) as its graph computes them over ``config``'s sources."""
+    return _output_schema(view_graph(config, view))
+
+
+def _output_schema(graph: Graph) -> pa.Schema:
+    return step(graph, {}).drop_columns([GRAPH_WEIGHT]).schema
 
 
 def view_graph(config: ProjectConfig, view: str, sizes: dict[str, int] | None = None) -> Graph:
@@ -241,7 +269,7 @@ def view_graph(config: ProjectConfig, view: str, sizes: dict[str, int] | None = 
     plan = view_plan(config, view)
     if not isinstance(plan, GraphPlan):
         raise UnsupportedSQLError(f"{view} is kept by the per-shape planner ({plan.kind}), not an operator graph")
-    return compile_view(plan.duckdb_sql(), source_schemas(config, plan.sources), sizes, eager=True)
+    return compile_view(plan.duckdb_sql(), source_schemas(config, plan.sources, (view,)), sizes, eager=True)
 
 
 def _check_name_at(file: str, key: str, name: str) -> None:

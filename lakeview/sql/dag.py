@@ -13,15 +13,16 @@ from typing import TYPE_CHECKING
 
 from lakeview.errors import ConfigError
 from lakeview.sql.joins import JoinPlan
-from lakeview.sql.plan import AppendPlan, KeyedAggregatePlan
+from lakeview.sql.plan import AppendPlan, KeyedAggregatePlan, parse_statement
 from lakeview.sql.planner import view_plan
 from lakeview.sql.union import UnionPlan
 
 if TYPE_CHECKING:
     from lakeview.config.models import ProjectConfig, SourceConfig
+    from lakeview.sql.graph_plan import GraphPlan
 
 
-def _plan(project: ProjectConfig, view: str) -> AppendPlan | KeyedAggregatePlan | JoinPlan | UnionPlan:
+def _plan(project: ProjectConfig, view: str) -> AppendPlan | KeyedAggregatePlan | JoinPlan | UnionPlan | GraphPlan:
     return view_plan(project, view)
 
 
@@ -36,9 +37,10 @@ def upstreams_of(project: ProjectConfig, view: str) -> list[str]:
     return _views_read(project, view)
 
 
-def is_combined(project: ProjectConfig, view: str) -> bool:
-    """Whether ``view`` is a join or a UNION ALL (several sources, kept by spark_jobs.multi_source)."""
-    return _plan(project, view).kind in ("join", "union")
+def reads_zsets(project: ProjectConfig, view: str) -> bool:
+    """Whether ``view`` reads its upstream views' changes as weighted inputs of any key and columns (a join, a
+    UNION ALL or an operator graph), rather than keyed by its one upstream's key."""
+    return _plan(project, view).kind in ("join", "union", "graph")
 
 
 def downstreams_of(project: ProjectConfig, view: str) -> list[str]:
@@ -76,6 +78,8 @@ def view_key(project: ProjectConfig, view: str) -> tuple[str, ...] | None:
     join or UNION ALL, its output key (:func:`lakeview.ivm.combine.output_key`: every column when
     its rows may repeat and be retracted)."""
     plan = _plan(project, view)
+    if plan.kind == "graph":  # a multiset keyed by the whole row (its rows may repeat and be retracted)
+        return tuple(parse_statement(plan.sql, plan.dialect).named_selects)  # type: ignore[union-attr]
     if plan.kind in ("join", "union"):
         return output_key(plan, deleting_sources(project, view))  # type: ignore[arg-type]
     if plan.is_keyed_aggregate:
@@ -110,16 +114,17 @@ def check_dag(project: ProjectConfig) -> None:
                     f"reads the inline view {upstream!r} (materialize = false), which keeps no changes to read; "
                     f"set materialize = true on {upstream!r} or read its sources",
                 )
-            if is_combined(project, upstream) and _plan(project, name).is_append and _is_multiset(project, upstream):
+            if _plan(project, name).is_append and _is_multiset(project, upstream):
+                kind = "operator graph" if _plan(project, upstream).kind == "graph" else "JOIN or UNION ALL"
                 raise ConfigError(
                     project.file,
                     f"views.{name}.sql",
-                    f"a projection over the JOIN or UNION ALL view {upstream!r}, whose rows may repeat and be "
+                    f"a projection over the {kind} view {upstream!r}, whose rows may repeat and be "
                     "retracted (it has no key but the whole row), is not supported yet; nearest supported form: "
                     f"aggregate it with GROUP BY, or put the projection into {upstream!r}'s SQL",
                 )
-        if not upstreams or is_combined(project, name):
-            continue  # a join or UNION ALL reads its upstreams' Z-sets as weighted inputs: any key, any columns
+        if not upstreams or reads_zsets(project, name):
+            continue  # a join, UNION ALL or graph reads its upstreams' Z-sets as weighted inputs: any key, any columns
         upstream = upstreams[0]
         plan = _plan(project, name)
         if plan.is_append and getattr(plan, "star", False):
@@ -161,8 +166,12 @@ def deleting_sources(project: ProjectConfig, view: str) -> set[str]:
 
 
 def _is_multiset(project: ProjectConfig, view: str) -> bool:
-    """A join or UNION ALL view kept as a multiset keyed by the whole row (rows may repeat)."""
+    """A join, UNION ALL or graph view kept as a multiset keyed by the whole row (rows may repeat)."""
     plan = _plan(project, view)
+    if plan.kind == "graph":
+        return True
+    if plan.kind not in ("join", "union"):
+        return False
     return not (plan.top is not None and plan.top.is_keyed_aggregate) and plan.retracts(deleting_sources(project, view))  # type: ignore[union-attr]
 
 

@@ -19,8 +19,9 @@ from catalog_api.ops.view_tables import commit_history
 from lakeview.errors import LakeviewError
 from lakeview.ivm import oracle
 from lakeview.ops.source_log import files_up_to
-from lakeview.sql.dag import is_combined, upstream_of, upstreams_of
+from lakeview.sql.dag import reads_zsets, upstream_of, upstreams_of
 from lakeview.sql.duck import connect
+from lakeview.sql.graph_plan import GraphPlan
 from lakeview.sql.planner import view_plan
 
 if TYPE_CHECKING:
@@ -44,7 +45,7 @@ def expected_rows(project: ProjectConfig, view: str, record: CommitRecord) -> tu
     (``"3 files of orders -> lines@epoch 2 -> ..."``)."""
 
     plan = view_plan(project, view)
-    if is_combined(project, view) and upstreams_of(project, view):
+    if reads_zsets(project, view) and upstreams_of(project, view):
         return _combined_expected(project, view, record)
     upstream = upstream_of(project, view)
     if upstream is None:
@@ -60,7 +61,7 @@ def expected_rows(project: ProjectConfig, view: str, record: CommitRecord) -> tu
 
 
 def _combined_expected(project: ProjectConfig, view: str, record: CommitRecord) -> tuple[pa.Table, str]:
-    """A join or UNION ALL reading views: each upstream view recomputed at the snapshot this
+    """A join, UNION ALL or graph reading views: each upstream view recomputed at the snapshot this
     commit reached, each declared source from the files it had read, then the view's SQL."""
 
     plan = view_plan(project, view)
@@ -79,7 +80,12 @@ def _combined_expected(project: ProjectConfig, view: str, record: CommitRecord) 
             continue
         relations[source], how = expected_rows(project, source, record_at(project, source, int(snapshot)))
         hows.append(how)
-    return over_relations(plan.sql, relations), f"({' + '.join(hows)}) -> {view}@epoch {record.epoch}"
+    rows = (
+        over_relations(plan.duckdb_sql(), relations, "duckdb")
+        if isinstance(plan, GraphPlan)
+        else over_relations(plan.sql, relations)
+    )
+    return rows, f"({' + '.join(hows)}) -> {view}@epoch {record.epoch}"
 
 
 def over_rows(spark_sql: str, relation: str, rows: pa.Table) -> pa.Table:
@@ -87,14 +93,15 @@ def over_rows(spark_sql: str, relation: str, rows: pa.Table) -> pa.Table:
     return over_relations(spark_sql, {relation: rows})
 
 
-def over_relations(spark_sql: str, relations: dict[str, pa.Table]) -> pa.Table:
-    """A view's (Spark) SQL run in DuckDB over tables standing in for the relations it reads
-    (a join or UNION ALL reads two)."""
+def over_relations(spark_sql: str, relations: dict[str, pa.Table], dialect: str = "spark") -> pa.Table:
+    """A view's SQL (in ``dialect``: Spark's by default) run in DuckDB over tables standing in for the relations
+    it reads (a join or UNION ALL reads two)."""
 
     con = connect()
     try:
         for name, rows in relations.items():
             con.register(name, rows)
-        return con.execute(sqlglot.transpile(spark_sql, read="spark", write="duckdb")[0]).to_arrow_table()
+        sql = spark_sql if dialect == "duckdb" else sqlglot.transpile(spark_sql, read=dialect, write="duckdb")[0]
+        return con.execute(sql).to_arrow_table()
     finally:
         con.close()

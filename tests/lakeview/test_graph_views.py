@@ -96,18 +96,40 @@ def test_what_the_graph_refuses_is_a_config_error_naming_the_construct(sql: str,
     assert "views.v.sql" in str(info.value) and named in str(info.value), str(info.value)
 
 
-def test_a_graph_view_over_a_view_is_refused_until_graph_views_read_views() -> None:
-    with pytest.raises(ConfigError) as info:
+def test_graph_views_read_views_and_views_read_graph_views(tmp_path: Path) -> None:
+    """A graph view over a keyed aggregate view and over another graph view, and a keyed aggregate over a graph
+    view, load; ``explain`` prints the graph over the upstream view's columns."""
+    views = {
+        "sales": "SELECT pid, SUM(qty) AS total FROM orders GROUP BY pid",
+        "star": STAR,
+        "v": STAR.replace("orders o", "sales s2, orders o").replace("o.pid=p.id", "o.pid=p.id AND s2.pid=o.pid"),
+        "top": "SELECT region, revenue FROM star ORDER BY revenue DESC LIMIT 2",
+        "per_region": "SELECT region, SUM(revenue) AS revenue FROM top GROUP BY region",
+    }
+    config = project(views, tmp_path)
+    assert [v for v in views if is_graph_view(config, v)] == ["star", "v", "top"]
+    result = CliRunner().invoke(app, ["explain", "top", "-p", str(tmp_path)])
+    assert result.exit_code == 0 and "view top (operator graph)" in result.output, result.output
+    assert "sources: star" in result.output
+
+
+def test_what_a_view_over_a_graph_view_cannot_do_is_a_config_error_naming_it() -> None:
+    with pytest.raises(ConfigError) as info:  # a multiset: its retracted rows have no key to apply by
+        project({"star": STAR, "top": "SELECT region, n FROM star WHERE n > 1"})
+    message = str(info.value)
+    assert "views.top.sql" in message and "a projection over the operator graph view 'star'" in message, message
+    assert "aggregate it with GROUP BY" in message
+    with pytest.raises(ConfigError) as info:  # graph views reading each other: a cycle, named
         project(
             {
-                "sales": "SELECT pid, SUM(qty) AS total FROM orders GROUP BY pid",
-                "v": STAR.replace("orders o", "sales s2, orders o"),
+                "a": "SELECT region, n FROM b ORDER BY n DESC LIMIT 2",
+                "b": "SELECT region, n FROM a ORDER BY n DESC LIMIT 3",
             }
         )
-    assert "views.v.sql" in str(info.value) and "reads the view 'sales'" in str(info.value)
+    assert "in a cycle" in str(info.value) and "a -> b -> a" in str(info.value), str(info.value)
     with pytest.raises(ConfigError) as info:
-        project({"star": STAR, "top": "SELECT region, n FROM star WHERE n > 1"})
-    assert "views.top.sql" in str(info.value) and "maintained as an operator graph" in str(info.value)
+        project({"v": STAR.replace("orders o", "shipped s2, orders o")})
+    assert "reads 'shipped', which is not a declared source" in str(info.value), str(info.value)
 
 
 def test_explain_prints_the_graph_with_its_state_tables(tmp_path: Path) -> None:
