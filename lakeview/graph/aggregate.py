@@ -20,6 +20,10 @@ from lakeview.graph.zset import WEIGHT, cols_sql, expand_sql, q, union_sql
 
 LINEAR = ("sum", "count", "avg")
 SUPPORTED = ("sum", "count", "avg", "min", "max")
+# a linear aggregate's partials per group (its state's columns), under Lakeview's reserved prefix so that a
+# user column or output may take any other name (``__cnt`` too)
+COUNT, SUM, NUM = "__lv_cnt", "__lv_sum", "__lv_num"  # rows; per aggregate i: the sum, the non-NULL rows
+PRIOR, PART = "__lv_prior_", "__lv_part"  # _linear's one query: a partial's new value, which result a row is
 
 
 @dataclass(frozen=True)
@@ -102,7 +106,7 @@ class Aggregate(Operator):
         return out
 
     def _partials(self) -> list[str]:
-        exprs = [f"SUM({WEIGHT}) AS __cnt"]
+        exprs = [f"SUM({WEIGHT}) AS {COUNT}"]
         for i, a in enumerate(self.aggs):
             cond = (
                 " AND ".join(
@@ -111,21 +115,23 @@ class Aggregate(Operator):
                 or "TRUE"
             )
             if a.func in ("sum", "avg"):
-                exprs.append(f"SUM({q(a.arg)} * {WEIGHT}) FILTER (WHERE {cond}) AS __s{i}")
-            exprs.append(f"SUM({WEIGHT}) FILTER (WHERE {cond}) AS __n{i}")
+                exprs.append(f"SUM({q(a.arg)} * {WEIGHT}) FILTER (WHERE {cond}) AS {SUM}{i}")
+            exprs.append(f"SUM({WEIGHT}) FILTER (WHERE {cond}) AS {NUM}{i}")
         return exprs
 
     def _value(self, i: int, a: AggSpec, t: str) -> str:
-        n = f"COALESCE({t}.__n{i}, 0)"
+        n = f"COALESCE({t}.{NUM}{i}, 0)"
         if a.func == "count":
             return f"CAST({n} AS BIGINT)"
         if a.func == "sum":
-            return f"CASE WHEN {n} > 0 THEN {t}.__s{i} END"
-        return f"CASE WHEN {n} > 0 THEN CAST({t}.__s{i} AS DOUBLE) / {n} END"
+            return f"CASE WHEN {n} > 0 THEN {t}.{SUM}{i} END"
+        return f"CASE WHEN {n} > 0 THEN CAST({t}.{SUM}{i} AS DOUBLE) / {n} END"
 
     def _linear(self, rt: Runtime, delta: pa.Table, first: bool) -> pa.Table:
-        partial_cols = ["__cnt"] + [
-            c for i, a in enumerate(self.aggs) for c in ([f"__s{i}"] if a.func in ("sum", "avg") else []) + [f"__n{i}"]
+        partial_cols = [COUNT] + [
+            c
+            for i, a in enumerate(self.aggs)
+            for c in ([f"{SUM}{i}"] if a.func in ("sum", "avg") else []) + [f"{NUM}{i}"]
         ]
         lead = f"{cols_sql(self.group)}, " if self.group else ""
         dagg = rt.duck.query(f"SELECT {lead}{', '.join(self._partials())} FROM d{self._group_by()}", d=delta)
@@ -140,26 +146,26 @@ class Aggregate(Operator):
         )
         values = ", ".join(f"{self._value(i, a, 't')} AS {q(a.out)}" for i, a in enumerate(self.aggs))
         gl = f"{cols_sql(self.group, 't.')}, " if self.group else ""
-        live = "t.__cnt <> 0" if self.group else "TRUE"
+        live = f"t.{COUNT} <> 0" if self.group else "TRUE"
         outs = [f"SELECT {gl}{values}, 1 AS {WEIGHT} FROM new t WHERE {live}"]
         if not (first and not self.group):
             outs.append(f"SELECT {gl}{values}, -1 AS {WEIGHT} FROM o t WHERE {live}")
         # one query for both results (DuckDB's cost per query dwarfs these few rows): the view's change
         # (part 0: values, netted) and the records' change (part 1: partials), split below
         vals, nulls = cols_sql([a.out for a in self.aggs]), ", ".join("NULL" for _ in self.aggs)
-        recs = ", ".join(f"t.{q(c)} AS {q('__r_' + c)}" for c in partial_cols)
-        no_recs = ", ".join(f"NULL AS {q('__r_' + c)}" for c in partial_cols)
+        recs = ", ".join(f"t.{q(c)} AS {q(PRIOR + c)}" for c in partial_cols)
+        no_recs = ", ".join(f"NULL AS {q(PRIOR + c)}" for c in partial_cols)
         sql = (
             f"WITH new AS (SELECT {merged} FROM o FULL JOIN g ON {on}) "
-            f"SELECT 0 AS __part, {lead}{vals}, {no_recs}, CAST(SUM({WEIGHT}) AS BIGINT) AS {WEIGHT} "
+            f"SELECT 0 AS {PART}, {lead}{vals}, {no_recs}, CAST(SUM({WEIGHT}) AS BIGINT) AS {WEIGHT} "
             f"FROM ({union_sql(outs)}) GROUP BY ALL HAVING SUM({WEIGHT}) <> 0 "
             f"UNION ALL SELECT 1, {gl}{nulls}, {recs}, 1 FROM new t WHERE {live} "
             f"UNION ALL SELECT 1, {gl}{nulls}, {recs}, -1 FROM o t"
         )
         both = rt.duck.query(sql, o=old, g=dagg)
-        part = both.column("__part")
+        part = both.column(PART)
         out = both.filter(pc.equal(part, 0)).select(self.columns + [WEIGHT])
-        change = both.filter(pc.equal(part, 1)).select(self.group + ["__r_" + c for c in partial_cols] + [WEIGHT])
+        change = both.filter(pc.equal(part, 1)).select(self.group + [PRIOR + c for c in partial_cols] + [WEIGHT])
         change = change.rename_columns(rec_cols + [WEIGHT])
         rt.store.apply(self.records, change)
         return out

@@ -41,7 +41,7 @@ class Graph:
 
 
 def step(graph: Graph, deltas: dict[str, pa.Table]) -> pa.Table:
-    """Apply one epoch of input changes (each a Z-set with the weight column ``__w``); return the view's delta.
+    """Apply one epoch of input changes (each a Z-set with the weight column ``__lv_w``); return the view's delta.
 
     Inputs not named get an empty delta. Raises UnsupportedSQLError for an input the view does not read or a
     delta without the input's columns.

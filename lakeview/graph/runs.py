@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 
 from lakeview.graph.zset import WEIGHT, Duck, cols_sql, data_columns, q, union_sql
 
-HASH = "__h"
+HASH = "__lv_h"
 MIX = pa.scalar(0x100000001B3, pa.uint64())  # FNV's prime: mixes one integer key column into the next
 NULL_KEY = -0x61C8864680B583EB  # stands in for a NULL integer key in the hash (exact matching tells them apart)
 FAN_IN = 4  # runs of one size class merged together: each row is merged log_4(rows / 1024) times

@@ -10,7 +10,7 @@ from __future__ import annotations
 import duckdb
 import pyarrow as pa
 
-WEIGHT = "__w"
+WEIGHT = "__lv_w"  # Lakeview's reserved prefix: a user column may have any other name
 
 
 def q(name: str) -> str:
@@ -25,7 +25,7 @@ def cols_sql(columns: list[str], prefix: str = "") -> str:
 
 def expand_sql(table: str) -> str:
     """A subquery that repeats each row of a positive Z-set by its weight (so SQL aggregates see a bag)."""
-    return f"(SELECT * EXCLUDE ({WEIGHT}, __i) FROM (SELECT *, unnest(range({WEIGHT})) AS __i FROM {table}))"
+    return f"(SELECT * EXCLUDE ({WEIGHT}, __lv_i) FROM (SELECT *, unnest(range({WEIGHT})) AS __lv_i FROM {table}))"
 
 
 class Duck:
