@@ -72,6 +72,14 @@ if TYPE_CHECKING:
 log = logging.getLogger("lakeview.pipeline")
 
 
+def stored_columns(writer: SnapshotWriter) -> set[str]:
+    """The column names of a table as stored (an IcebergWriter's or a DeltaWriter's table)."""
+    table = writer.table()  # type: ignore[attr-defined]
+    if writer.capabilities.format == "delta":
+        return set(pa.schema(table.schema().to_arrow()).names)
+    return {f.name for f in table.schema().fields}
+
+
 def graph_pipeline(spark: SparkSession, project: ProjectConfig, view: str, *args, **kwargs) -> GraphPipeline | None:  # type: ignore[no-untyped-def]
     """The pipeline of a view kept as an operator graph; None for a view the per-shape planner keeps."""
     if not isinstance(view_plan(project, view), GraphPlan):
@@ -149,23 +157,23 @@ class GraphPipeline(SourcesPipeline):
                 members,  # type: ignore[arg-type]
                 {name: self.view for name in members},
             )
-            self._check_same_graph(state_schemas)
+        self._check_same_graph(state_schemas)
         self._last_epoch = reconcile_checkpoint(self.view, self.checkpoint, self, self.writer)
         # a restart: the state exists, so no operator starts it again (a global aggregate's row is in the view)
         self.graph.runtime.epoch = 0 if self.last_epoch() is None else 1
         self.publish_changes()  # epochs committed before a crash, not yet published
 
     def _check_same_graph(self, state_schemas: dict[str, pa.Schema]) -> None:
-        """Iceberg: refuse state tables another version of the view's operator graph made (other operators,
-        e.g. before eager aggregation). Its members commit together, so a view table with commits beside a
-        state table with none, or with other columns, means the state never saw the earlier epochs."""
-        if self.writer.last_commit() is None:
+        """Refuse state tables another version of the view's operator graph made (other operators, e.g. before
+        eager aggregation, or other column names, e.g. before its own columns took the ``__lv_`` prefix): a state
+        table with other columns, or (Iceberg: its members commit together) a view table with commits beside a
+        state table with none, means the state never saw the earlier epochs."""
+        if (self.writer.last_commit() if self.group is not None else self.last_epoch()) is None:
             return
         alien = []
         for name, writer in self.state.items():
-            table = writer.table()  # type: ignore[attr-defined]  # an IcebergWriter (a group member)
-            columns = {f.name for f in table.schema().fields}
-            if writer.last_commit() is None or columns != set(state_schemas[name].names):
+            never = self.group is not None and writer.last_commit() is None
+            if never or stored_columns(writer) != set(state_schemas[name].names):
                 alien.append(writer.table_name)
         if alien:
             raise WriterError(

@@ -2,7 +2,7 @@
 
 Each :class:`~lakeview.graph.state.StateTable` is one table (a :class:`~writers.base.SnapshotWriter`
 made by the view's state-writer factory, property ``lakeview.state-of``) holding the state's Z-set:
-each distinct row once with its net weight in the column ``__w``, keyed by the state's key. A lookup
+each distinct row once with its net weight in the column ``__lv_w``, keyed by the state's key. A lookup
 goes through ``writer.lookup`` by that key (so the writer's key index serves it); an apply is held until
 the end of the epoch, when :meth:`TableStateStore.changes` turns each table's held deltas into ONE
 keyed change: for every key the epoch touched, the key's stored rows are replaced by the rows whose
@@ -66,7 +66,7 @@ def every_key() -> pa.Table:
 
 class CommittedRows:
     """One table's rows as this process last committed them, held in memory as a keyed Z-set (each distinct
-    row with its weight ``__w``; :class:`~lakeview.graph.runs.KeyedRuns`), so a lookup costs the keys it
+    row with its weight ``__lv_w``; :class:`~lakeview.graph.runs.KeyedRuns`), so a lookup costs the keys it
     asks for and reads no file. ``read`` gives the table's rows (with their weight) and is called on first
     use; :meth:`stage` holds an epoch's delta until :meth:`committed` says the epoch's commit succeeded, and
     :meth:`begin` forgets the memory copy when a staged delta was never declared committed (the outcome is

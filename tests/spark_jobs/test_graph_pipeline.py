@@ -355,3 +355,32 @@ def test_delta_view_killed_between_its_state_commits_and_its_own_then_replayed(s
         assert set(epochs.values()) == {1} and "0" in epochs, f"{path.name}: {epochs}"  # none twice
     mirror = DeltaTable(str(base / "__lv_state_crashy_src_products")).history()
     assert sorted(e["lakeview.epoch"] for e in mirror if "lakeview.epoch" in e) == ["0", "1"]
+
+
+@pytest.mark.parametrize("fmt", ["iceberg", "delta"])
+def test_state_an_older_version_made_with_the_graphs_old_column_names_is_refused_at_start_naming_it(
+    spark, catalog_server: CatalogServer, make_project, unique_name: str, fmt: str
+) -> None:
+    """The graph's own columns now carry the reserved ``__lv_`` prefix (a user column may be named ``__w`` or
+    ``__cnt``). State tables an earlier version left with the old names (the weight ``__w``) are refused when
+    the view starts, naming the tables to drop, rather than read as if they were empty."""
+    from deltalake import DeltaTable, write_deltalake
+
+    from lakeview.errors import WriterError
+
+    project = project_with(make_project, {unique_name: STAR}, format=fmt)
+    pipeline = run(spark, project, unique_name, catalog_server, epochs=EPOCHS[:1])
+    old = next(w.table_name for w in pipeline.state.values())
+    if fmt == "iceberg":
+        catalog = RestCatalog("t", uri=catalog_server.uri, warehouse="lakeview")
+        with catalog.load_table((NS, old)).update_schema() as update:
+            update.rename_column("__lv_w", "__w")
+    else:
+        path = str(Path(project.table_location(unique_name)).parent / old)
+        rows = DeltaTable(path).to_pyarrow_table()
+        renamed = rows.rename_columns(["__w" if n == "__lv_w" else n for n in rows.column_names])
+        write_deltalake(path, renamed, mode="overwrite", schema_mode="overwrite")
+    again = view_pipeline(spark, project, unique_name, catalog_server.uri)
+    with pytest.raises(WriterError) as info:
+        again.prepare()
+    assert old in str(info.value) and "drop the view's table and its __lv_state_ tables" in str(info.value)
