@@ -245,7 +245,8 @@ class GraphPipeline(SourcesPipeline):
         assert self.store is not None
         self.store.begin({name: v for name, v in before.items() if name in self.state})
         deltas, mirrors = self._zsets(inputs, before)
-        out = step(self.graph, deltas)
+        # a table only an unused CTE names is a source of the view (its SQL names it) but no input of its graph
+        out = step(self.graph, {source: delta for source, delta in deltas.items() if source in self.graph.schemas})
         self.timings["graph_step_s"] = time.perf_counter() - started
         started = time.perf_counter()
         weighted = out.rename_columns([*out.column_names[:-1], WEIGHT])
