@@ -4,6 +4,7 @@ SQL planner (every view planned at load, so an unsupported view fails before any
 from __future__ import annotations
 
 import tomllib
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -192,9 +193,17 @@ def _check_graph_view(config: ProjectConfig, name: str, plan: GraphPlan) -> None
                 f"{option} is not supported yet for a view maintained as an operator graph",
             )
     try:
-        view_graph(config, name)
+        graph = view_graph(config, name)
     except UnsupportedSQLError as exc:
         raise ConfigError(config.file, key, str(exc)) from None
+    repeated = [n for n, times in Counter(n.lower() for n in graph.names).items() if times > 1]
+    if repeated:  # a table's columns need distinct names (Iceberg and Delta match them case-insensitively)
+        raise ConfigError(
+            config.file,
+            key,
+            f"the view's columns need distinct names, but {', '.join(repr(n) for n in repeated)} names more than one; "
+            "nearest supported form: ... AS another_name",
+        )
 
 
 def is_graph_view(config: ProjectConfig, view: str) -> bool:

@@ -127,6 +127,10 @@ def test_what_a_view_over_a_graph_view_cannot_do_is_a_config_error_naming_it() -
             }
         )
     assert "in a cycle" in str(info.value) and "a -> b -> a" in str(info.value), str(info.value)
+    with pytest.raises(ConfigError) as info:  # found by the property test through the catalog (seed 11)
+        project({"v": "SELECT o.id, c.id, c.ID FROM orders o FULL JOIN customers c ON o.cid = c.id ORDER BY 1 LIMIT 3"})
+    message = str(info.value)
+    assert "views.v.sql" in message and "columns need distinct names, but 'id' names more than one" in message
     with pytest.raises(ConfigError) as info:
         project({"v": STAR.replace("orders o", "shipped s2, orders o")})
     assert "reads 'shipped', which is not a declared source" in str(info.value), str(info.value)

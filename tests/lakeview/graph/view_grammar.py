@@ -39,11 +39,14 @@ class Inputs:
         self.r = r
         self.next_id = 1
         self.rows: dict[str, dict[int, dict]] = {t: {} for t in TABLES}
+        self.log: dict[str, list[tuple[str, dict]]] = {}  # the last epoch's changes per input, in order
 
     def epoch(self) -> dict[str, pa.Table]:
+        """The next epoch's changes as Z-sets (``log``: the same as operations, insert / update / delete)."""
         deltas = {}
+        self.log = {t: [] for t in TABLES}
         for t in TABLES:
-            rows, out = self.rows[t], []
+            rows, out, log = self.rows[t], [], self.log[t]
             first = not rows and self.next_id < 100
             for _ in range(self.r.randint(5, 9) if first else self.r.randint(0, 5)):
                 kind = self.r.choice(["insert", "insert", "delete", "update"]) if rows else "insert"
@@ -52,16 +55,20 @@ class Inputs:
                     self.next_id += 1
                     rows[row["id"]] = row
                     out.append({**row, WEIGHT: 1})
+                    log.append(("insert", row))
                 else:
                     rid = self.r.choice(sorted(rows))
                     old = rows.pop(rid)
                     out.append({**old, WEIGHT: -1})
+                    if kind == "delete":
+                        log.append(("delete", old))
                     if kind == "update":
                         new = {**random_row(self.r, rid)}
                         if self.r.random() < 0.5:
                             new["k"] = old["k"]
                         rows[rid] = new
                         out.append({**new, WEIGHT: 1})
+                        log.append(("update", new))
             deltas[t] = pa.Table.from_pylist(out, schema=SCHEMA.append(pa.field(WEIGHT, pa.int64())))
         return deltas
 
@@ -255,8 +262,9 @@ class Query:
                 )
             else:
                 off = f" OFFSET {r.randint(1, 2)}" if r.random() < 0.3 else ""
+                ids = ", ".join(f"{a}.id AS i{i}" for i, a in enumerate(self.aliases))  # a table's names are distinct
                 body = (
-                    f"SELECT {self.scalar()} AS e0, {self.ids()} {frm}{where} ORDER BY {self.ids()} "
+                    f"SELECT {self.scalar()} AS e0, {ids} {frm}{where} ORDER BY {self.ids()} "
                     f"LIMIT {r.randint(1, 4)}{off}"
                 )
         with_ = f"WITH {', '.join(self.ctes)} " if self.ctes else ""
