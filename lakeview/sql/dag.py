@@ -115,11 +115,10 @@ def check_dag(project: ProjectConfig) -> None:
                     f"set materialize = true on {upstream!r} or read its sources",
                 )
             if _plan(project, name).is_append and _is_multiset(project, upstream):
-                kind = "operator graph" if _plan(project, upstream).kind == "graph" else "JOIN or UNION ALL"
                 raise ConfigError(
                     project.file,
                     f"views.{name}.sql",
-                    f"a projection over the {kind} view {upstream!r}, whose rows may repeat and be "
+                    f"a projection over the JOIN or UNION ALL view {upstream!r}, whose rows may repeat and be "
                     "retracted (it has no key but the whole row), is not supported yet; nearest supported form: "
                     f"aggregate it with GROUP BY, or put the projection into {upstream!r}'s SQL",
                 )

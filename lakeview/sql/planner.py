@@ -31,8 +31,34 @@ def view_plan(project: ProjectConfig, view: str) -> Plan:
     per-shape planner refuses (:func:`plan_for`). Planned once per view SQL: plans are frozen, so every
     caller, and every copy of the project (a pipeline's view of it), shares one. Raises
     :class:`UnsupportedSQLError` as :func:`plan_for` does."""
+    return _view_plan(project, view, ())
+
+
+def _view_plan(project: ProjectConfig, view: str, reading: tuple[str, ...]) -> Plan:
     config = project.views[view]
-    return _planned(view, config.sql, config.dialect)
+    plan = _planned(view, config.sql, config.dialect)
+    if plan.kind == "append" and _reads_graph_view(project, plan, (*reading, view)):
+        return _projection_as_graph(view, config.sql, config.dialect)
+    return plan
+
+
+def _reads_graph_view(project: ProjectConfig, plan: Plan, reading: tuple[str, ...]) -> bool:
+    """Whether a plan reads a (materialized) operator-graph view. Its input is a multiset keyed by the whole
+    row, so a projection over it has no key to apply its retractions by: the graph keeps it too. (A project's
+    copies declare upstream views as sources as well, so a view is known by its name among the views.)"""
+    for source in plan.sources:
+        upstream = project.views.get(source)
+        if upstream is None or not upstream.materialize or source in reading:  # a cycle: refused by the DAG check
+            continue
+        if _view_plan(project, source, reading).kind == "graph":
+            return True
+    return False
+
+
+@functools.lru_cache(maxsize=1024)
+def _projection_as_graph(view: str, sql: str, dialect: str) -> GraphPlan:
+    refusal = UnsupportedSQLError("a projection over an operator-graph view (its rows have no key but the whole row)")
+    return graph_plan(view, sql, dialect, refusal)
 
 
 @functools.lru_cache(maxsize=1024)

@@ -3,7 +3,8 @@ Delta: orders (append-only) and change feeds of products, customers and regions 
 deletes) -> a projection of orders (an append view) and a per-category aggregate of products (a keyed
 aggregate); over them, graph views: a 3-way join with GROUP BY reading the append view, a top-k
 (``ORDER BY … LIMIT``) reading the keyed aggregate, a top-k reading the first graph view; and over the graph
-views, views of every other kind: a keyed aggregate and an inner JOIN of two graph views. After every epoch
+views, views of every other kind: a keyed aggregate, an inner JOIN of two graph views, and a projection
+(kept as a graph view too: its input is a multiset keyed by the whole row). After every epoch
 each view read back equals DuckDB's recompute of its SQL over the sources (through its upstreams' SQL), and
 what ``lakeview verify`` recomputes at its committed frontier."""
 
@@ -26,6 +27,7 @@ def dag(prefix: str) -> dict[str, str]:
     """The views by role (role -> name) and their SQL (name -> SQL)."""
     lines, cats, star = f"{prefix}_lines", f"{prefix}_cats", f"{prefix}_star"
     topcat, top2, per, paired = f"{prefix}_topcat", f"{prefix}_top2", f"{prefix}_per", f"{prefix}_paired"
+    proj = f"{prefix}_proj"
     return {
         lines: "SELECT id, pid, cid, qty FROM orders WHERE qty > 1",  # an append view
         cats: "SELECT category, COUNT(*) AS n, MAX(price) AS top FROM products GROUP BY category",  # keyed
@@ -39,6 +41,7 @@ def dag(prefix: str) -> dict[str, str]:
         paired: (  # a per-shape join of two graph views
             f"SELECT t.region, t.qty, s.n FROM {top2} t JOIN {star} s ON t.region = s.region"
         ),
+        proj: f"SELECT region, qty FROM {star} WHERE n > 10",  # a projection over a graph view: a graph too
     }
 
 
@@ -69,11 +72,11 @@ def test_graph_views_read_views_and_are_read_by_views_equal_the_recompute_after_
     spark, catalog_server, make_project, unique_name: str, fmt: str
 ) -> None:
     sqls = dag(f"{fmt[:3]}_{unique_name[:20]}")  # names of their own per format: the warehouse is shared
-    lines, cats, star, topcat, top2, per, paired = sqls
+    lines, cats, star, topcat, top2, per, paired, proj = sqls
     declared = dict(reversed(list(sqls.items())))  # downstreams first: the DAG orders them
     views = {n: {"sql": sql, "cadence": "1s", "namespace": "graph_dag", "format": fmt} for n, sql in declared.items()}
     project = make_project(views=views, sources=SOURCES)
-    assert [v for v in sqls if is_graph_view(project, v)] == [star, topcat, top2]
+    assert [v for v in sqls if is_graph_view(project, v)] == [star, topcat, top2, proj]
     assert view_key(project, top2) == ("region", "qty"), "a graph view is a multiset keyed by the whole row"
     stack = EmbeddedStack(project, catalog_uri=catalog_server.uri)
     stack.start_views(spark=spark)
