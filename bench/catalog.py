@@ -20,8 +20,7 @@ CPU per request on this machine's cores, what the measured cost would serve, and
 from __future__ import annotations
 
 import argparse
-import asyncio
-import collections
+import json
 import os
 import re
 import resource
@@ -30,7 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -102,21 +101,45 @@ def catalog_process(store_url: str, warehouse: Path, workers: int = 1) -> Iterat
 
 
 def snapshot_commit(metadata: dict[str, Any], snapshot_id: int) -> dict[str, Any]:
+    """A commit adding snapshot ``snapshot_id`` on top of the table's current one and pointing ``main`` at it."""
     parent = metadata.get("current-snapshot-id")
     parent = None if parent in (None, -1) else parent
-    return {
+    return commit_body(metadata["location"], snapshot_id, parent, metadata["last-sequence-number"] + 1,
+                       int(time.time() * 1000), str(1000 * snapshot_id))  # fmt: skip
+
+
+def commit_body(
+    location: str, snapshot_id: Any, parent: Any, sequence: Any, timestamp: Any, total: str, expire: Any = None
+) -> dict[str, Any]:
+    """The bench's commit: assert ``main`` is at ``parent``, add snapshot ``snapshot_id``, point ``main`` at it,
+    and (with ``expire``) remove that snapshot. Values may be wrk template placeholders (commit_template)."""
+    body = {
         "requirements": [{"type": "assert-ref-snapshot-id", "ref": "main", "snapshot-id": parent}],
         "updates": [
             {"action": "add-snapshot", "snapshot": {
                 "snapshot-id": snapshot_id, **({"parent-snapshot-id": parent} if parent else {}),
-                "sequence-number": metadata["last-sequence-number"] + 1, "timestamp-ms": int(time.time() * 1000),
-                "manifest-list": f"{metadata['location']}/metadata/snap-{snapshot_id}-1-manifest-list.avro",
+                "sequence-number": sequence, "timestamp-ms": timestamp,
+                "manifest-list": f"{location}/metadata/snap-{snapshot_id}-1-manifest-list.avro",
                 "summary": {"operation": "append", "added-data-files": "1", "added-records": "1000",
-                            "total-records": str(1000 * snapshot_id), "lakeview.epoch": str(snapshot_id)},
+                            "total-records": total, "lakeview.epoch": str(snapshot_id)},
                 "schema-id": 0}},
             {"action": "set-snapshot-ref", "ref-name": "main", "type": "branch", "snapshot-id": snapshot_id},
         ],
     }  # fmt: skip
+    if expire is not None:
+        body["updates"].append({"action": "remove-snapshots", "snapshot-ids": [expire]})
+    return body
+
+
+def commit_template(location: str) -> str:
+    """The commit body as JSON with @NAME@ placeholders that bench/catalog_commits.lua fills per commit: each adds a
+    snapshot on top of the last and expires the oldest, so the metadata stays the size of a maintained view's."""
+    body = commit_body(location, "@ID@", "@PARENT@", "@SEQUENCE@", "@TIMESTAMP@", "@TOTAL@", expire="@FIRST@")
+    body["updates"][0]["snapshot"]["summary"]["lakeview.epoch"] = "@EPOCH@"  # a string: "@ID@" is unquoted below
+    text = json.dumps(body, separators=(",", ":"))
+    for number in ("ID", "PARENT", "SEQUENCE", "TIMESTAMP", "FIRST"):
+        text = text.replace(f'"@{number}@"', f"@{number}@")
+    return text
 
 
 def table_with_snapshots(base: str, namespace: str, name: str, snapshots: int) -> str:
@@ -133,23 +156,36 @@ def table_with_snapshots(base: str, namespace: str, name: str, snapshots: int) -
     return url
 
 
-def wrk(url: str, connections: int, duration: int, headers: dict[str, str] | None = None) -> dict[str, float]:
-    """Requests/s and latency percentiles (ms) from wrk, plus wrk's own CPU seconds."""
-    args = ["wrk", f"-t{min(connections, 2)}", f"-c{connections}", f"-d{duration}s", "--latency", url]
+def wrk(
+    url: str,
+    connections: int,
+    duration: float,
+    headers: dict[str, str] | None = None,
+    script: Path | None = None,
+    script_args: Sequence[str] = (),
+) -> dict[str, float]:
+    """Requests/s and latency percentiles (ms) from wrk, plus wrk's own CPU seconds. With ``script`` (a commit
+    run), one wrk thread per connection, so each connection's script state is its own."""
+    threads = connections if script else min(connections, 2)
+    args = ["wrk", f"-t{threads}", f"-c{connections}", f"-d{duration}s", "--latency"]
     for key, value in (headers or {}).items():
-        args[1:1] = ["-H", f"{key}: {value}"]
+        args += ["-H", f"{key}: {value}"]
+    if script:
+        args += ["-s", str(script)]
+    args += [url, *(["--", *script_args] if script else [])]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     output = subprocess.run(args, capture_output=True, text=True, check=True).stdout
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", output)
-    if non2xx:
-        raise RuntimeError(f"{non2xx.group(1)} failed requests to {url}:\n{output}")
+    failed = re.search(r"Non-2xx or 3xx responses: (\d+)", output)
+    if failed:
+        raise RuntimeError(f"{failed.group(1)} failed requests to {url}:\n{output}")
 
     def latency(pct: str) -> float:
         value, unit = re.search(rf"\s{pct}%\s+([\d.]+)(us|ms|s)", output).groups()  # type: ignore[union-attr]
         return float(value) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[unit]
 
     return {
+        "requests": float(re.search(r"(\d+) requests in", output).group(1)),  # type: ignore[union-attr]
         "rps": float(re.search(r"Requests/sec:\s+([\d.]+)", output).group(1)),  # type: ignore[union-attr]
         "p50": latency("50"),
         "p99": latency("99"),
@@ -184,48 +220,32 @@ def load_runs(
     return rows
 
 
-async def commit_rate(
-    base: str, pid: int, label: str, clients: int, duration: float, db_pid: int | None = None
-) -> list[str]:
-    """Commits/s with ``clients`` concurrent committers, each to its own table of 50 snapshots (no
-    conflicts). Each commit adds a snapshot and expires the oldest, so the metadata stays the size
-    of a maintained view's; the client tracks ids itself and never parses the response."""
-    tables = []
+def commit_rate(base: str, pid: int, label: str, clients: int, duration: int, db_pid: int | None = None) -> list[str]:
+    """Commits/s with ``clients`` concurrent committers (wrk connections), each to its own table of 50 snapshots
+    (no conflicts). Each commit adds a snapshot and expires the oldest (bench/catalog_commits.lua)."""
+    script_args: list[str] = []
+    tables: list[tuple[str, int]] = []  # url, last snapshot id before the run
     for i in range(clients):
         url = table_with_snapshots(base, f"commits_{label.replace('/', '_')}_{clients}", f"t{i}", 50)
         metadata = httpx.get(url).json()["metadata"]
-        tables.append((url, metadata))
-    latencies: list[float] = []
-    deadline = time.perf_counter() + duration
-
-    async def committer(client: httpx.AsyncClient, url: str, metadata: dict[str, Any]) -> None:
-        live = collections.deque(s["snapshot-id"] for s in metadata["snapshots"])
-        sequence = metadata["last-sequence-number"]
-        while time.perf_counter() < deadline:
-            snapshot_id = live[-1] + 1
-            body = snapshot_commit(
-                {**metadata, "current-snapshot-id": live[-1], "last-sequence-number": sequence}, snapshot_id
-            )
-            body["updates"].append({"action": "remove-snapshots", "snapshot-ids": [live[0]]})
-            start = time.perf_counter()
-            response = await client.post(url, json=body)
-            if response.status_code != 200:
-                raise RuntimeError(f"commit failed: {response.status_code} {response.text[:300]}")
-            latencies.append(time.perf_counter() - start)
-            live.append(snapshot_id)
-            live.popleft()
-            sequence += 1
-
-    async with httpx.AsyncClient(timeout=60, limits=httpx.Limits(max_connections=clients)) as client:
-        server_before, db_before = cpu_seconds(pid), cpu_seconds(db_pid)
-        started = time.perf_counter()
-        await asyncio.gather(*(committer(client, url, metadata) for url, metadata in tables))
-        elapsed = time.perf_counter() - started
-        server_cpu, db_cpu = cpu_seconds(pid) - server_before, cpu_seconds(db_pid) - db_before
-    latencies.sort()
-    p50, p99 = latencies[len(latencies) // 2] * 1000, latencies[int(len(latencies) * 0.99)] * 1000
-    return [label, "commit", str(clients), f"{len(latencies) / elapsed:,.0f}", f"{p50:.2f}", f"{p99:.2f}", "",
-            *cost_cells(len(latencies), elapsed, server_cpu, db_cpu)]  # fmt: skip
+        ids = sorted(s["snapshot-id"] for s in metadata["snapshots"])
+        assert ids == list(range(ids[0], ids[-1] + 1)), "the Lua script expires the oldest of consecutive ids"
+        tables.append((url, ids[-1]))
+        path = url.split("://", 1)[1].split("/", 1)[1]
+        script_args += [f"/{path}", commit_template(metadata["location"]), str(ids[0]), str(ids[-1]),
+                        str(metadata["last-sequence-number"])]  # fmt: skip
+    server_before, db_before = cpu_seconds(pid), cpu_seconds(db_pid)
+    started = time.perf_counter()
+    result = wrk(base, clients, duration, script=COMMITS_LUA, script_args=script_args)
+    elapsed = time.perf_counter() - started
+    server_cpu, db_cpu = cpu_seconds(pid) - server_before, cpu_seconds(db_pid) - db_before
+    # every answered commit is in its table (a commit in flight at the end may have landed too)
+    committed = sum(httpx.get(url).json()["metadata"]["current-snapshot-id"] - last for url, last in tables)
+    if not result["requests"] <= committed <= result["requests"] + clients:
+        raise RuntimeError(f"wrk counted {result['requests']:.0f} commits, the tables advanced by {committed}")
+    return [label, "commit", str(clients), f"{result['rps']:,.0f}", f"{result['p50']:.2f}", f"{result['p99']:.2f}",
+            f"{result['client_cpu'] / elapsed:.2f}",
+            *cost_cells(result["requests"], elapsed, server_cpu, db_cpu)]  # fmt: skip
 
 
 def seaweed_rows(duration: int, work: Path) -> list[list[str]]:
@@ -279,6 +299,9 @@ def seaweed_rows(duration: int, work: Path) -> list[list[str]]:
         return load_runs("seaweedfs", url, weed.process.pid if weed.process else None, duration, headers)
 
 
+COMMITS_LUA = Path(__file__).with_name("catalog_commits.lua")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--duration", type=int, default=5, help="seconds per wrk/commit run")
@@ -287,8 +310,8 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=1, help="uvicorn worker processes per catalog")
     parser.add_argument("--commits-only", action="store_true", help="only the commit runs (no wrk, no SeaweedFS)")
     args = parser.parse_args()
-    if not shutil.which("wrk") and not args.commits_only:
-        sys.exit("wrk is missing: apt-get install wrk")
+    if not shutil.which("wrk"):  # loadTable and commits alike
+        sys.exit("wrk is missing (the load generator): apt-get install -y wrk")
     work = Path(tempfile.mkdtemp(prefix="lakeview-bench-"))
     rows: list[list[str]] = []
     try:
@@ -298,7 +321,7 @@ def main() -> None:
             if not args.commits_only:
                 rows += load_runs("lakeview/sqlite", url, pid, args.duration)
             for clients in (1, 4):
-                rows.append(asyncio.run(commit_rate(base, pid, "lakeview/sqlite", clients, args.duration)))
+                rows.append(commit_rate(base, pid, "lakeview/sqlite", clients, args.duration))
         if not args.no_postgres:
             from catalog_api.store.local_postgres import LocalPostgres
 
@@ -311,9 +334,7 @@ def main() -> None:
                 if not args.commits_only:
                     rows += load_runs("lakeview/postgresql", url, pid, args.duration, db_pid=db)
                 for clients in (1, 4):
-                    rows.append(
-                        asyncio.run(commit_rate(base, pid, "lakeview/postgresql", clients, args.duration, db_pid=db))
-                    )
+                    rows.append(commit_rate(base, pid, "lakeview/postgresql", clients, args.duration, db_pid=db))
         if not args.no_seaweed and not args.commits_only:
             try:
                 rows += seaweed_rows(args.duration, work)
