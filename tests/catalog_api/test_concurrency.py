@@ -1,6 +1,6 @@
-"""Concurrent committers: exactly one wins each round, the rest get 409, no update is lost —
-with threads over HTTP (both stores), with processes on PostgreSQL, and with two catalog
-server processes sharing one PostgreSQL store."""
+"""Concurrent committers: exactly one wins each round, the rest get 409, no update is lost and
+no loser leaves its metadata file behind — with threads over HTTP (both stores), with processes on
+PostgreSQL, and with two catalog server processes sharing one PostgreSQL store."""
 
 from __future__ import annotations
 
@@ -89,7 +89,41 @@ def test_threads_race_one_winner_per_round(any_catalog: CatalogServer, unique_na
                 w.join()
             assert sorted(statuses.values()) == [200] + [409] * (threads - 1), statuses
             winners += [sid for sid, status in statuses.items() if status == 200]
-        assert main_chain(client.get(url).json()["metadata"]) == winners[::-1]
+        loaded = client.get(url).json()
+        assert main_chain(loaded["metadata"]) == winners[::-1]
+    # the losers' metadata files (written before their pointer swap failed) are gone again
+    assert metadata_files(location) == referenced_files(loaded)
+
+
+def test_creates_race_one_winner_no_stray_file(any_catalog: CatalogServer, unique_name: str) -> None:
+    base = f"{any_catalog.uri}/v1/lakeview"
+    assert httpx.post(f"{base}/namespaces", json={"namespace": [unique_name]}).status_code == 200
+    threads, barrier, statuses = 6, threading.Barrier(6), []
+
+    def create_t() -> None:
+        barrier.wait()
+        body = {"name": "t", "schema": SCHEMA_JSON}
+        statuses.append(httpx.post(f"{base}/namespaces/{unique_name}/tables", json=body, timeout=60).status_code)
+
+    workers = [threading.Thread(target=create_t) for _ in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    assert sorted(statuses) == [200] + [409] * (threads - 1)
+    loaded = httpx.get(f"{base}/namespaces/{unique_name}/tables/t").json()
+    assert metadata_files(loaded["metadata"]["location"]) == referenced_files(loaded) == {loaded["metadata-location"]}
+
+
+def metadata_files(table_location: str) -> set[str]:
+    """The metadata JSON files in a (local) table's metadata directory."""
+    return {str(p) for p in Path(table_location.removeprefix("file://"), "metadata").glob("*.metadata.json")}
+
+
+def referenced_files(loaded: dict) -> set[str]:
+    """The metadata files a loadTable answer references: the current one and its metadata log."""
+    log = {entry["metadata-file"] for entry in loaded["metadata"].get("metadata-log", [])}
+    return {path.removeprefix("file://") for path in {loaded["metadata-location"], *log}}
 
 
 def _append_with_retries(url: str, warehouse: str, namespace: str, worker: int, count: int, queue) -> None:
