@@ -51,12 +51,11 @@ SCHEMA = {
 }
 SERVE = """
 import os, sys
-import uvicorn
 os.environ.update(LAKEVIEW_CATALOG_STORE=sys.argv[1], LAKEVIEW_WAREHOUSE=sys.argv[2])
 from catalog_api.asgi import create_app
+from catalog_api.workers import serve
 create_app().router  # fail here, not in a worker, when the store is unreachable
-uvicorn.run("catalog_api.asgi:create_app", factory=True, host="127.0.0.1", port=int(sys.argv[3]),
-            workers=int(sys.argv[4]), log_level="warning", lifespan="off")
+sys.exit(serve("127.0.0.1", int(sys.argv[3]), int(sys.argv[4]), log_level="warning", lifespan="off"))
 """
 
 
