@@ -17,10 +17,13 @@ needs ``[auth]``). When a worker exits, the others are stopped and the launcher 
 from __future__ import annotations
 
 import argparse
+import collections
 import multiprocessing
 import multiprocessing.connection
+import re
 import signal
 import socket
+import subprocess
 import sys
 from typing import Any
 
@@ -69,6 +72,15 @@ class _Stopped(Exception):
 
 def _stop(*_: Any) -> None:
     raise _Stopped
+
+
+def connections_per_worker(port: int) -> dict[int, int]:
+    """Established connections to ``port`` per serving process id, from ``ss`` (iproute2): how the kernel spread
+    the clients over the workers."""
+    listed = subprocess.run(
+        ["ss", "-tnpH", "state", "established", f"( sport = :{port} )"], capture_output=True, text=True, check=True
+    ).stdout
+    return dict(collections.Counter(int(pid) for pid in re.findall(r"pid=(\d+)", listed)))
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -4,9 +4,7 @@ stops them all, and a non-loopback host without auth is refused."""
 
 from __future__ import annotations
 
-import collections
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -17,6 +15,7 @@ from pathlib import Path
 import httpx
 
 from catalog_api.server import free_port
+from catalog_api.workers import connections_per_worker
 from tests.catalog_api.test_concurrency import append_snapshot_body, create
 
 
@@ -60,7 +59,7 @@ def test_connections_are_spread_over_workers_that_are_one_catalog(tmp_path: Path
             assert (
                 clients[(i + 1) % 32].get("/namespaces/ns/tables/t").json()["metadata"]["current-snapshot-id"] == i + 1
             )
-        held = connections_by_process(port)
+        held = connections_per_worker(port)
         assert len(held) == 2 and min(held.values()) >= 4, held  # 32 over 2 workers by hash: < 4 is ~3e-6 likely
         for client in clients:
             client.close()
@@ -78,11 +77,3 @@ def test_a_non_loopback_host_without_auth_is_refused(tmp_path: Path) -> None:
     _, stderr = launcher.communicate(timeout=120)
     assert launcher.returncode != 0
     assert "refusing to serve the catalog (ASGI factory) on 0.0.0.0 without auth" in stderr
-
-
-def connections_by_process(port: int) -> collections.Counter[str]:
-    """Established connections to ``port`` per serving process id (``ss`` from iproute2)."""
-    listed = subprocess.run(
-        ["ss", "-tnpH", "state", "established", f"( sport = :{port} )"], capture_output=True, text=True, check=True
-    ).stdout
-    return collections.Counter(re.findall(r"pid=(\d+)", listed))
