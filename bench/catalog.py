@@ -25,6 +25,7 @@ and the end. About 3 minutes with SeaweedFS on a quiet machine.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -186,7 +187,12 @@ def wrk(
         args += ["-s", str(script)]
     args += [url, *(["--", *script_args] if script else [])]
     split: dict[int, int] = {}  # connections per serving process, half way through
-    sampler = threading.Timer(duration / 2, lambda: split.update(connections_per_worker(urlsplit(url).port or 80)))
+
+    def sample() -> None:
+        with contextlib.suppress(OSError, subprocess.CalledProcessError):  # no ss (iproute2): no split shown
+            split.update(connections_per_worker(urlsplit(url).port or 80))
+
+    sampler = threading.Timer(duration / 2, sample)
     sampler.start()
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     output = subprocess.run(args, capture_output=True, text=True, check=True).stdout

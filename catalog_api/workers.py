@@ -27,6 +27,8 @@ import subprocess
 import sys
 from typing import Any
 
+PR_SET_PDEATHSIG = 1  # prctl(2): the signal a process gets when its parent dies
+
 
 def worker_socket(host: str, port: int) -> socket.socket:
     """A socket bound to ``host:port`` that other sockets of this user may bind too (the kernel balances them)."""
@@ -38,7 +40,11 @@ def worker_socket(host: str, port: int) -> socket.socket:
 
 
 def _worker(host: str, port: int, options: dict[str, Any]) -> None:
+    import ctypes
+
     import uvicorn
+
+    ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)  # a launcher killed outright takes its workers along
 
     config = uvicorn.Config("catalog_api.asgi:create_app", factory=True, host=host, port=port, **options)
     uvicorn.Server(config).run(sockets=[worker_socket(host, port)])
@@ -76,7 +82,7 @@ def _stop(*_: Any) -> None:
 
 def connections_per_worker(port: int) -> dict[int, int]:
     """Established connections to ``port`` per serving process id, from ``ss`` (iproute2): how the kernel spread
-    the clients over the workers."""
+    the clients over the workers. Raises OSError when ``ss`` is missing."""
     listed = subprocess.run(
         ["ss", "-tnpH", "state", "established", f"( sport = :{port} )"], capture_output=True, text=True, check=True
     ).stdout

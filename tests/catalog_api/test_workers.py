@@ -1,6 +1,6 @@
 """The catalog's worker launcher (``python -m catalog_api.workers``): connections opened together are spread over
 the workers (uvicorn's shared socket gave one worker nearly all of them), the workers are one catalog, SIGTERM
-stops them all, and a non-loopback host without auth is refused."""
+stops them all (a killed launcher takes them along), and a non-loopback host without auth is refused."""
 
 from __future__ import annotations
 
@@ -77,3 +77,17 @@ def test_a_non_loopback_host_without_auth_is_refused(tmp_path: Path) -> None:
     _, stderr = launcher.communicate(timeout=120)
     assert launcher.returncode != 0
     assert "refusing to serve the catalog (ASGI factory) on 0.0.0.0 without auth" in stderr
+
+
+def test_workers_go_when_the_launcher_is_killed(tmp_path: Path) -> None:
+    port = free_port()
+    launcher = launch(tmp_path, "--workers", "2", "--port", str(port))
+    wait_served(f"http://127.0.0.1:{port}/iceberg")
+    launcher.kill()  # SIGKILL: no chance to stop its workers itself
+    launcher.wait(timeout=30)
+    for _ in range(300):  # the workers get SIGTERM from the kernel (PR_SET_PDEATHSIG) and stop
+        with socket.socket() as probe:
+            if probe.connect_ex(("127.0.0.1", port)) != 0:
+                return
+        time.sleep(0.1)
+    raise AssertionError(f"a worker still serves port {port} after its launcher was killed")
