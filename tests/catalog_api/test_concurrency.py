@@ -230,3 +230,33 @@ def test_two_server_processes_on_one_postgres_are_one_catalog(
     finally:
         for server in servers:
             server.communicate("", timeout=30)
+
+
+def test_view_commits_race_no_stray_file(any_catalog: CatalogServer, unique_name: str) -> None:
+    base = f"{any_catalog.uri}/v1/lakeview/namespaces/{unique_name}/views"
+    assert httpx.post(f"{any_catalog.uri}/v1/lakeview/namespaces", json={"namespace": [unique_name]}).is_success
+    version = {"version-id": 1, "schema-id": 0, "timestamp-ms": 1700000000000, "summary": {"engine-name": "lakeview"},
+               "representations": [{"type": "sql", "sql": "SELECT 1 AS id", "dialect": "spark"}],
+               "default-namespace": [unique_name]}  # fmt: skip
+    created = httpx.post(base, json={"name": "v", "schema": SCHEMA_JSON, "view-version": version}).json()["metadata"]
+    requirement = [{"type": "assert-view-uuid", "uuid": created["view-uuid"]}]
+    threads, rounds, statuses = 6, 3, []
+    for round_ in range(rounds):
+        barrier = threading.Barrier(threads)
+
+        def commit(i: int, round_=round_, barrier=barrier) -> None:
+            body = {
+                "requirements": requirement,
+                "updates": [{"action": "set-properties", "updates": {"k": f"{round_}.{i}"}}],
+            }
+            barrier.wait()
+            statuses.append(httpx.post(f"{base}/v", json=body, timeout=60).status_code)
+
+        workers = [threading.Thread(target=commit, args=(i,)) for i in range(threads)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+    assert set(statuses) <= {200, 409} and 409 in statuses, statuses
+    # one file per winning commit and the create's; the losers' are gone again
+    assert len(metadata_files(created["location"])) == 1 + statuses.count(200)
