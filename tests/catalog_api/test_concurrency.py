@@ -62,8 +62,14 @@ def create(base: str, namespace: str) -> dict:
 def test_threads_race_one_winner_per_round(any_catalog: CatalogServer, unique_name: str) -> None:
     base = f"{any_catalog.uri}/v1/lakeview"
     location = create(base, unique_name)["metadata"]["location"]
-    url = f"{base}/namespaces/{unique_name}/tables/t"
-    threads, rounds = 6, 4
+    loaded = race_commits(f"{base}/namespaces/{unique_name}/tables/t", location, threads=6, rounds=4)
+    # the losers' metadata files (written before their pointer swap failed) are gone again
+    assert metadata_files(location) == referenced_files(loaded)
+
+
+def race_commits(url: str, location: str, threads: int, rounds: int) -> dict:
+    """``rounds`` of ``threads`` commits racing from one parent: asserts one winner per round, 409 for the others,
+    and main's chain made of the winners. Returns the table's loadTable answer after the last round."""
     winners: list[int] = []
     with httpx.Client(timeout=60) as client:
         for round_ in range(rounds):
@@ -90,9 +96,8 @@ def test_threads_race_one_winner_per_round(any_catalog: CatalogServer, unique_na
             assert sorted(statuses.values()) == [200] + [409] * (threads - 1), statuses
             winners += [sid for sid, status in statuses.items() if status == 200]
         loaded = client.get(url).json()
-        assert main_chain(loaded["metadata"]) == winners[::-1]
-    # the losers' metadata files (written before their pointer swap failed) are gone again
-    assert metadata_files(location) == referenced_files(loaded)
+    assert main_chain(loaded["metadata"]) == winners[::-1]
+    return loaded
 
 
 def test_creates_race_one_winner_no_stray_file(any_catalog: CatalogServer, unique_name: str) -> None:
