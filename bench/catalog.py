@@ -48,7 +48,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from catalog_api.server import free_port  # noqa: E402
-from catalog_api.workers import connections_per_worker  # noqa: E402
+from catalog_api.workers import sockets_per_process, wait_listening  # noqa: E402
 
 SCHEMA = {
     "type": "struct",
@@ -106,6 +106,8 @@ def catalog_process(store_url: str, warehouse: Path, workers: int = 1) -> Iterat
                 break
         except httpx.HTTPError:
             time.sleep(0.05)
+    with contextlib.suppress(OSError):  # without ss (iproute2) the bench cannot tell; the per-worker column is empty
+        wait_listening(port, workers)
     try:
         yield base, process.pid
     finally:
@@ -190,7 +192,7 @@ def wrk(
 
     def sample() -> None:
         with contextlib.suppress(OSError, subprocess.CalledProcessError):  # no ss (iproute2): no split shown
-            split.update(connections_per_worker(urlsplit(url).port or 80))
+            split.update(sockets_per_process(urlsplit(url).port or 80))
 
     sampler = threading.Timer(duration / 2, sample)
     sampler.start()

@@ -25,6 +25,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from typing import Any
 
 PR_SET_PDEATHSIG = 1  # prctl(2): the signal a process gets when its parent dies
@@ -80,13 +81,24 @@ def _stop(*_: Any) -> None:
     raise _Stopped
 
 
-def connections_per_worker(port: int) -> dict[int, int]:
-    """Established connections to ``port`` per serving process id, from ``ss`` (iproute2): how the kernel spread
-    the clients over the workers. Raises OSError when ``ss`` is missing."""
+def sockets_per_process(port: int, state: str = "established") -> dict[int, int]:
+    """TCP sockets on local ``port`` in ``state`` per process id, from ``ss`` (iproute2): ``established``, how the
+    kernel spread the clients over the workers; ``listening``, which workers accept yet. Raises OSError when ``ss``
+    is missing."""
     listed = subprocess.run(
-        ["ss", "-tnpH", "state", "established", f"( sport = :{port} )"], capture_output=True, text=True, check=True
+        ["ss", "-tnpH", "state", state, f"( sport = :{port} )"], capture_output=True, text=True, check=True
     ).stdout
     return dict(collections.Counter(int(pid) for pid in re.findall(r"pid=(\d+)", listed)))
+
+
+def wait_listening(port: int, workers: int, timeout: float = 60.0) -> None:
+    """Wait until ``workers`` processes accept on ``port`` (a worker not listening yet gets no connection: the
+    kernel spreads over the sockets that listen). Raises TimeoutError; OSError when ``ss`` is missing."""
+    deadline = time.monotonic() + timeout
+    while len(sockets_per_process(port, "listening")) < workers:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"fewer than {workers} workers listen on port {port} after {timeout:.0f} s")
+        time.sleep(0.05)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 
 from catalog_api.server import free_port
-from catalog_api.workers import connections_per_worker
+from catalog_api.workers import sockets_per_process, wait_listening
 from tests.catalog_api.test_concurrency import append_snapshot_body, create
 
 
@@ -45,6 +45,7 @@ def test_connections_are_spread_over_workers_that_are_one_catalog(tmp_path: Path
     try:
         base = f"http://127.0.0.1:{port}/iceberg"
         wait_served(base)
+        wait_listening(port, 2)
         api = f"{base}/v1/lakeview"
         location = create(api, "ns")["metadata"]["location"]
         clients = [httpx.Client(base_url=api, timeout=30) for _ in range(32)]  # 32 keep-alive connections
@@ -59,7 +60,7 @@ def test_connections_are_spread_over_workers_that_are_one_catalog(tmp_path: Path
             assert (
                 clients[(i + 1) % 32].get("/namespaces/ns/tables/t").json()["metadata"]["current-snapshot-id"] == i + 1
             )
-        held = connections_per_worker(port)
+        held = sockets_per_process(port)
         assert len(held) == 2 and min(held.values()) >= 4, held  # 32 over 2 workers by hash: < 4 is ~3e-6 likely
         for client in clients:
             client.close()
