@@ -203,6 +203,9 @@ def wrk(
     failed = re.search(r"Non-2xx or 3xx responses: (\d+)", output)
     if failed:
         raise RuntimeError(f"{failed.group(1)} failed requests to {url}:\n{output}")
+    broken = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", output)
+    if broken and any(int(n) for n in broken.groups()[:3]):  # a timeout (> 2 s) is only late: its answer counts
+        raise RuntimeError(f"connections to {url} failed:\n{output}")
 
     def latency(pct: str) -> float:
         value, unit = re.search(rf"\s{pct}%\s+([\d.]+)(us|ms|s)", output).groups()  # type: ignore[union-attr]
