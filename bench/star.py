@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from rich.console import Console
 from rich.table import Table
 
-from bench._common import ChangeFeeds, duckdb_seconds, median_phases, timed_epochs
+from bench._common import ChangeFeeds, current_rows, duckdb_seconds, median_phases, timed_epochs
 from lakeview.project import parse_project
 from lakeview.sql.duck import connect
 
@@ -109,12 +109,7 @@ def run(size: int, args: argparse.Namespace) -> tuple[float, float, float, float
     try:
         first, epochs = timed_epochs(project, "star", land, args.repeats)
         relations = [f"CREATE TEMP VIEW orders AS SELECT * FROM read_parquet('{landing}/orders/*.parquet')"]
-        relations += [
-            f"CREATE TEMP VIEW {name} AS SELECT * EXCLUDE (r) FROM (SELECT *, row_number() OVER "
-            f"(PARTITION BY id ORDER BY seq DESC) AS r FROM read_json_auto('{landing}/{name}/*.json')) "
-            "WHERE r = 1 AND op <> 'd'"
-            for name in DIMENSIONS
-        ]
+        relations += [current_rows(name, f"read_json_auto('{landing}/{name}/*.json')") for name in DIMENSIONS]
         duck = duckdb_seconds(relations, SQL, args.repeats)
     finally:
         shutil.rmtree(root, ignore_errors=True)
