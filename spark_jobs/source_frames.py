@@ -323,7 +323,7 @@ def frontier(
     """Every source's position this epoch reaches (one line per source in Spark's offset log, in source
     order), the newest input file's arrival time (over the sources whose position moved in this epoch)
     and each source's files of this epoch."""
-    current, previous = _positions(checkpoint, epoch_id), _positions(checkpoint, epoch_id - 1)
+    current, previous = offset_positions(checkpoint, epoch_id), offset_positions(checkpoint, epoch_id - 1)
     reached: dict[str, object] = {}
     arrived: list[int] = []
     paths: dict[str, list[Path]] = {}
@@ -341,7 +341,7 @@ def frontier(
     return reached, max(arrived, default=None), paths
 
 
-def _positions(checkpoint: Path, epoch_id: int) -> list[int | None]:
+def offset_positions(checkpoint: Path, epoch_id: int) -> list[int | None]:
     """Each source's file-log offset in Spark's offset log of one epoch (None: no position yet)."""
     offsets = checkpoint / "offsets" / str(epoch_id)
     lines = offsets.read_text().splitlines()[2:] if epoch_id >= 0 and offsets.exists() else []
