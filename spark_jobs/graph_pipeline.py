@@ -149,6 +149,7 @@ class GraphPipeline(SourcesPipeline):
                 {name: self.view for name in members},
             )
             self._check_same_graph(state_schemas)
+            self.store.append_log = True  # each epoch's state delta appended, no lookup (see the store)
         self._last_epoch = reconcile_checkpoint(self.view, self.checkpoint, self, self.writer)
         # a restart: the state exists, so no operator starts it again (a global aggregate's row is in the view)
         self.graph.runtime.epoch = 0 if self.last_epoch() is None else 1

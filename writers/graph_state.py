@@ -36,6 +36,11 @@ from lakeview.graph.zset import WEIGHT, Duck
 from lakeview.ivm.commits import Change
 from writers.base import SnapshotWriter
 
+# An append-log state table is folded when it holds more than FOLD_FACTOR x the rows it held when last read
+# or folded + FOLD_SLACK: a fold costs the state's rows, so it is paid at most once per that many appended rows.
+FOLD_FACTOR = 2
+FOLD_SLACK = 50_000
+
 
 def _q(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
@@ -125,20 +130,34 @@ class TableStateStore:
     # Delta, an epoch replayed after a crash between its commits: the tables that already hold it are
     # read as they stood before it (their version), and their change is not computed (their commit skips it)
     as_of: dict[str, int] = field(default_factory=dict)
+    # Each epoch's netted delta appended as it is (one data file, nothing looked up, no delete file): a table
+    # then holds rows whose weights sum to the state, folded into one row per distinct row once the log
+    # outgrows the state (:meth:`_due`). Set for Iceberg (its commits are one transaction per epoch); the
+    # as-of lookups of Delta's replay read tables keyed one row per distinct row.
+    append_log: bool = False
+    logged: dict[str, int] = field(default_factory=dict)  # rows each table holds (its log's length)
+    folded: dict[str, int] = field(default_factory=dict)  # its rows when last read or folded (the fold's yardstick)
+    staged_log: dict[str, tuple[int, int]] = field(default_factory=dict)  # this epoch's (logged, folded)
 
     def __post_init__(self) -> None:
         self.con = duckdb.connect()
         self.con.execute("SET threads = 1")
         duck = Duck()
         self.memory = {
-            name: CommittedRows(lambda w=writer: w.lookup(every_key()), self.keys[name], self.schemas[name], duck)
-            for name, writer in self.writers.items()
+            name: CommittedRows(lambda n=name: self._read(n), self.keys[name], self.schemas[name], duck)
+            for name in self.writers
         }
+
+    def _read(self, name: str) -> pa.Table:
+        """A state table's rows, whole (a log's rows included: the memory copy nets them)."""
+        rows = self.writers[name].lookup(every_key())
+        self.logged[name] = self.folded[name] = rows.num_rows
+        return rows
 
     def begin(self, as_of: dict[str, int] | None = None) -> None:
         """Start an epoch: forget what an epoch that did not commit held (a retried epoch starts from the
         tables); ``as_of``: state tables to read at a version (see the field)."""
-        self.held = {}
+        self.held, self.staged_log = {}, {}
         self.as_of = dict(as_of or {})
         for name, rows in self.memory.items():
             rows.begin()
@@ -149,6 +168,9 @@ class TableStateStore:
         """The epoch's changes (:meth:`changes`) are committed: the memory copy takes them."""
         for rows in self.memory.values():
             rows.committed()
+        for name, (logged, folded) in self.staged_log.items():
+            self.logged[name], self.folded[name] = logged, folded
+        self.staged_log = {}
 
     # --- the StateStore protocol --------------------------------------------------------------
     def lookup(self, table: StateTable, keys: pa.Table | None) -> pa.Table | None:
@@ -188,6 +210,9 @@ class TableStateStore:
             if delta.num_rows == 0:
                 continue
             rows_in_memory = self.memory[name]
+            if self.append_log:
+                changes[name] = self._logged_change(name, delta)
+                continue
             if key:
                 touched = self._query(f"SELECT DISTINCT {', '.join(map(_q, key))} FROM d", d=delta)
                 stored = rows_in_memory.lookup(touched.cast(pa.schema([schema.field(k) for k in key])))
@@ -208,6 +233,25 @@ class TableStateStore:
                 changes[name] = self._row_change(stored, rows, schema)
         self.held = {}
         return changes
+
+    def _logged_change(self, name: str, delta: pa.Table) -> Change:
+        """An append-log table's change: the netted delta appended, or, once the log is due to be folded, the
+        whole table replaced by the state it nets to (the memory copy plus the delta). Stages the delta."""
+        memory = self.memory[name]
+        memory._loaded()  # reads the table on first use (and its log's length)
+        logged, folded = self.logged.get(name, 0) + delta.num_rows, self.folded.get(name, 0)
+        if logged <= FOLD_FACTOR * folded + FOLD_SLACK:
+            memory.stage(delta)
+            self.staged_log[name] = (logged, folded)
+            return Change(rows=delta)
+        schema = self.schemas[name]
+        rows = self._consolidate([memory.lookup(None).select(schema.names).cast(schema), delta], schema)
+        memory.stage(delta)
+        if not rows.num_rows:  # nothing left: the appended delta nets the log to nothing (no key to match with)
+            self.staged_log[name] = (logged, folded)
+            return Change(rows=delta)
+        self.staged_log[name] = (rows.num_rows, rows.num_rows)
+        return Change(rows=rows, key=())  # the empty key: these rows replace every stored row
 
     def _row_change(self, stored: pa.Table, rows: pa.Table, schema: pa.Schema) -> Change:
         data = tuple(n for n in schema.names if n != WEIGHT)
