@@ -50,6 +50,10 @@ class IcebergGroupWriter:
         self.group = group
         self.members = members
         self.owners = owners or {}
+        # Each member as this writer's last transaction left it: the catalog applied exactly the staged updates
+        # to exactly these tables (their requirements held), so the next epoch stages on them without loading
+        # every member again; a failed or refused attempt forgets them (a retry loads the tables).
+        self._after_commit: dict[str, Table] = {}
 
     def last_epoch(self) -> int | None:
         """The newest epoch every member has committed (members move together, so they agree)."""
@@ -74,13 +78,15 @@ class IcebergGroupWriter:
 
         def attempt() -> dict[str, CommitRecord] | None:
             number = next(attempts)
-            tables = {view: writer.table() for view, writer in self.members.items()}  # one load each per attempt
+            known, self._after_commit = self._after_commit, {}
+            tables = {view: known.get(view) or writer.table() for view, writer in self.members.items()}
             done = _last_epoch(list(tables.values()))
             if done is not None and epoch.number <= done:
                 log.info("group %s: epoch %s already committed; skipping", self.group, epoch.number)
                 return None
             staged: list[CommitTableRequest] = []
             records: dict[str, CommitRecord] = {}
+            after: dict[str, Table] = {}
             for view, writer in self.members.items():
                 table = tables[view]
                 member_epoch = (epochs or {}).get(view) or replace(epoch, view=self.owners.get(view, view))
@@ -105,8 +111,10 @@ class IcebergGroupWriter:
                     )
                 )
                 records[view] = CommitRecord.from_properties(properties, _new_snapshot_id(txn._updates))  # type: ignore[assignment]
+                after[view] = Table(table.name(), txn.table_metadata, table.metadata_location, table.io, table.catalog)
             status = self._post(staged)
             if status == 204:
+                self._after_commit = after
                 return records
             log.warning(
                 "group %s: transaction for epoch %s answered %s (attempt %s)", self.group, epoch.number, status, number
