@@ -19,9 +19,12 @@ the replayed epoch reads the tables that already hold it as they stood before it
 the version before their commit of the epoch), so it computes the same change; only the tables that
 lack the epoch commit it.
 
-Per epoch: one Spark query reads every source (:func:`spark_jobs.source_frames.collect_sources`); the
-state tables' and mirrors' lookups are served from memory copies of what this process committed (read
-from the tables once, on start, or again after an epoch whose commit failed or is unknown).
+Per epoch: one Spark query reads every source (:func:`spark_jobs.source_frames.collect_sources`), but the
+Parquet sources, which the driver reads from the epoch's files; when the driver reads every source, no Spark
+query runs at all (:class:`~spark_jobs.driver_stream.DriverStream` lists the files and keeps the checkpoint).
+The state tables' and mirrors' lookups are served from memory copies of what this process committed (read
+from the tables once, on start, or again after an epoch whose commit failed or is unknown); on Iceberg the
+state tables are append logs of the epochs' deltas (:class:`writers.graph_state.TableStateStore`).
 """
 
 from __future__ import annotations

@@ -1,12 +1,13 @@
 """An operator graph's state (:mod:`lakeview.graph.state`) kept in Lakeview-owned tables.
 
 Each :class:`~lakeview.graph.state.StateTable` is one table (a :class:`~writers.base.SnapshotWriter`
-made by the view's state-writer factory, property ``lakeview.state-of``) holding the state's Z-set:
-each distinct row once with its net weight in the column ``__w``, keyed by the state's key. A lookup
-goes through ``writer.lookup`` by that key (so the writer's key index serves it); an apply is held until
-the end of the epoch, when :meth:`TableStateStore.changes` turns each table's held deltas into ONE
-keyed change: for every key the epoch touched, the key's stored rows are replaced by the rows whose
-weight is still non-zero. The pipeline then commits those changes with the view's in one catalog
+made by the view's state-writer factory, property ``lakeview.state-of``) holding the state's Z-set: rows
+with their weight in the column ``__w``, keyed by the state's key. An apply is held until the end of the
+epoch, when :meth:`TableStateStore.changes` turns each table's held deltas into ONE change: keyed, each
+distinct row once with its net weight (for every key the epoch touched, the key's stored rows are
+replaced by the rows whose weight is still non-zero), or with ``append_log`` (Iceberg) the epoch's netted
+delta appended as it is — one data file, no stored row looked up, no delete file — the table's rows then
+summing to the state, folded back to one row per distinct row once the log outgrows it. The pipeline then commits those changes with the view's in one catalog
 transaction (Iceberg) or table by table (Delta), see :mod:`spark_jobs.graph_pipeline`.
 
 A lookup made after an apply in the same epoch sees that apply (the held deltas are added), so the
