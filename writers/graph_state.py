@@ -7,8 +7,9 @@ epoch, when :meth:`TableStateStore.changes` turns each table's held deltas into 
 distinct row once with its net weight (for every key the epoch touched, the key's stored rows are
 replaced by the rows whose weight is still non-zero), or with ``append_log`` (Iceberg) the epoch's netted
 delta appended as it is — one data file, no stored row looked up, no delete file — the table's rows then
-summing to the state, folded back to one row per distinct row once the log outgrows it. The pipeline then commits those changes with the view's in one catalog
-transaction (Iceberg) or table by table (Delta), see :mod:`spark_jobs.graph_pipeline`.
+summing to the state, folded back to one row per distinct row once the log outgrows it. The pipeline then
+commits those changes with the view's in one catalog transaction (Iceberg) or table by table (Delta), see
+:mod:`spark_jobs.graph_pipeline`.
 
 A lookup made after an apply in the same epoch sees that apply (the held deltas are added), so the
 store behaves like :class:`~lakeview.graph.state.MemoryStateStore` within an epoch.
