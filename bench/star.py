@@ -1,8 +1,8 @@
 """A star-schema view kept as an operator graph, epoch vs history vs DuckDB's recompute, in one run.
 
 ``orders`` (``--orders`` rows of history, Parquet, append-only) JOIN ``products``, ``customers`` and
-``regions`` (change feeds: JSON, or with ``--feeds parquet`` Parquet, when no Spark job runs at all:
-:mod:`spark_jobs.driver_stream`), ``GROUP BY region, category``: a view the per-shape planner refuses,
+``regions`` (change feeds landed as Parquet, so no Spark job runs at all: :mod:`spark_jobs.driver_stream`;
+``--feeds json``: JSON files, read by one Spark query per epoch), ``GROUP BY region, category``: a view the per-shape planner refuses,
 kept by the embedded stack through :class:`spark_jobs.graph_pipeline.GraphPipeline` (Iceberg tables for
 the view, every operator's state and the mirrors, one catalog transaction per epoch). After the first
 batch, each epoch lands ``--batch`` new orders plus ``--updates`` updates on each dimension and is timed
@@ -12,7 +12,7 @@ rows). Prints one table row per ``--orders`` size; the epoch's phases come from 
 CPU seconds from this process and Spark's JVM (on a shared machine wall times stretch several-fold).
 
     .venv/bin/python bench/star.py [--orders 200000 2000000] [--batch 10000] [--updates 20] [--repeats 3]
-        [--feeds json|parquet] [--history-cache DIR]
+        [--feeds parquet|json] [--history-cache DIR]
 """
 
 from __future__ import annotations
@@ -148,7 +148,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--history-cache", type=Path, help="keep each size's history file here and reuse it")
     parser.add_argument(
-        "--feeds", choices=["json", "parquet"], default="json",
+        "--feeds", choices=["json", "parquet"], default="parquet",
         help="the dimensions' change-feed files (parquet: every source is read by the driver, no Spark job)",
     )  # fmt: skip
     args = parser.parse_args()
