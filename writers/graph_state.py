@@ -44,6 +44,12 @@ FOLD_FACTOR = 2
 FOLD_SLACK = 50_000
 
 
+@dataclass(frozen=True)
+class Replacement(Change):
+    """A table's whole content: ``rows`` replace every stored row (an append log's fold). Only a writer that
+    knows it commits it (the Iceberg group: one snapshot removing every data file and adding these rows)."""
+
+
 def _q(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
@@ -249,11 +255,8 @@ class TableStateStore:
         schema = self.schemas[name]
         rows = self._consolidate([memory.lookup(None).select(schema.names).cast(schema), delta], schema)
         memory.stage(delta)
-        if not rows.num_rows:  # nothing left: the appended delta nets the log to nothing (no key to match with)
-            self.staged_log[name] = (logged, folded)
-            return Change(rows=delta)
         self.staged_log[name] = (rows.num_rows, rows.num_rows)
-        return Change(rows=rows, key=())  # the empty key: these rows replace every stored row
+        return Replacement(rows=rows)
 
     def _row_change(self, stored: pa.Table, rows: pa.Table, schema: pa.Schema) -> Change:
         data = tuple(n for n in schema.names if n != WEIGHT)

@@ -12,17 +12,20 @@ from __future__ import annotations
 
 import json
 import logging
+import uuid
 from dataclasses import replace
 
 from pyiceberg.catalog.rest import RestCatalog
-from pyiceberg.table import CommitTableRequest, Table, TableIdentifier
+from pyiceberg.io.pyarrow import _dataframe_to_data_files
+from pyiceberg.table import CommitTableRequest, Table, TableIdentifier, Transaction
 from pyiceberg.table.update import AddSnapshotUpdate, TableUpdate
 
 from lakeview.errors import CommitConflictError, WriterError
 from lakeview.ivm.commits import Change, CommitRecord, Epoch
 from lakeview.ops.retrying import retry_transient
 from writers.base import WriterCapabilities
-from writers.iceberg.writer import IcebergWriter, last_commit_of
+from writers.graph_state import Replacement
+from writers.iceberg.writer import IcebergWriter, _replacing, last_commit_of
 from writers.staged_files import WrittenFile, stage_iceberg_files
 
 log = logging.getLogger("lakeview.writers.group")
@@ -97,6 +100,8 @@ class IcebergGroupWriter:
                 change = changes.get(view)
                 if isinstance(change, list) and change:
                     txn, properties = stage_iceberg_files(table, member_epoch, change)
+                elif isinstance(change, Replacement):
+                    txn, properties = _stage_replacement(table, member_epoch, change)
                 else:
                     empty = Change(table.schema().as_arrow().empty_table())
                     txn, properties = writer.stage(table, member_epoch, change if isinstance(change, Change) else empty)
@@ -155,6 +160,22 @@ def _new_snapshot_id(updates: tuple[TableUpdate, ...]) -> int | None:
     catalog accepted it, with no load to ask)."""
     added = [u.snapshot.snapshot_id for u in updates if isinstance(u, AddSnapshotUpdate)]
     return added[-1] if added else None
+
+
+def _stage_replacement(table: Table, epoch: Epoch, change: Replacement) -> tuple[Transaction, dict[str, str]]:
+    """ONE snapshot holding exactly ``change.rows``: every live data file removed (no row read), one file of
+    the rows added. Position deletes of the removed files (a table written keyed before) dangle harmlessly."""
+    schema = table.schema().as_arrow()
+    rows = change.rows.select(schema.names).cast(schema)
+    commit_uuid = uuid.uuid4()
+    live = [task.file for task in table.scan().plan_files()] if table.current_snapshot() is not None else []
+    files = (
+        list(_dataframe_to_data_files(table_metadata=table.metadata, df=rows, io=table.io, write_uuid=commit_uuid))
+        if rows.num_rows
+        else []
+    )
+    properties = CommitRecord.properties(epoch, inserted=rows.num_rows, deleted=sum(f.record_count for f in live))
+    return _replacing(table, properties, live, files, commit_uuid), properties
 
 
 def _is_empty(change: Change | list[WrittenFile]) -> bool:
