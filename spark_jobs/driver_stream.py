@@ -203,7 +203,7 @@ class DriverStream:
     def _new_files(self, index: int, directory: Path) -> list[tuple[int, str]]:
         """The source's files not logged yet, oldest first (modification time in ms, path)."""
         found = []
-        for root, dirs, names in os.walk(directory):
+        for root, dirs, names in os.walk(os.path.abspath(directory)):  # absolute, as the logged paths are read
             dirs[:] = sorted(d for d in dirs if not d.startswith((".", "_")))
             for name in names:
                 path = os.path.join(root, name)
