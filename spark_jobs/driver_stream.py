@@ -64,6 +64,7 @@ class DriverStream:
         self._started_passes = 0  # triggers begun
         self._idle_pass = 0  # the newest trigger that found nothing to process
         self._error: BaseException | None = None
+        self._finished = False  # the loop has ended (stopped, done, or failed)
         self._trigger_active = False
         self._seen: list[set[str]] = []  # each source's logged files (local paths)
         self._log_batch: list[int] = []  # each source's newest file-log batch (-1: none)
@@ -96,7 +97,9 @@ class DriverStream:
         nothing new); raises the error that stopped the stream."""
         with self._changed:
             target = self._started_passes + 1
-            self._changed.wait_for(lambda: self._idle_pass >= target or not self._thread.is_alive())
+            self._changed.wait_for(lambda: self._idle_pass >= target or self._finished)
+        if self._finished and self._thread is not threading.current_thread():
+            self._thread.join()  # it has ended (isActive is False once this returns)
         if self._error is not None:
             raise self._error
 
@@ -136,6 +139,7 @@ class DriverStream:
         finally:
             self._trigger_active = False
             with self._changed:
+                self._finished = True
                 self._changed.notify_all()
 
     def _trigger(self) -> bool:
