@@ -101,3 +101,19 @@ def test_an_epochs_error_stops_the_stream_and_is_raised_to_the_waiter(tmp_path: 
         query.processAllAvailable()
     assert not query.isActive and isinstance(query.exception(), TerminalError)
     assert not (tmp_path / "ck" / "commits" / "0").exists()
+
+
+def test_once_processes_what_has_landed_then_ends(tmp_path: Path) -> None:
+    """`lakeview refresh` (or a manual cadence): every landed file in as many epochs as max_files allows,
+    then the stream ends by itself."""
+    land(tmp_path / "landing" / "a", "1.parquet", "2.parquet")
+    land(tmp_path / "landing" / "b", "3.parquet")
+    epochs = Epochs(tmp_path / "ck")
+    directories = [tmp_path / "landing" / s for s in SOURCES]
+    query = DriverStream("lakeview_t", tmp_path / "ck", directories, epochs, 60.0, once=True, max_files=1).start()
+    assert query.awaitTermination(30) is True
+    assert not query.isActive
+    assert epochs.seen == [
+        (0, {"a": ["1.parquet"], "b": ["3.parquet"]}),
+        (1, {"a": ["2.parquet"], "b": []}),
+    ]
