@@ -10,6 +10,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
+
 from lakeview.config.models import ProjectConfig
 from lakeview.sql.duck import connect
 from lakeview.stack.embedded import EmbeddedStack
@@ -20,20 +23,25 @@ Epochs = list[tuple[float, dict]]  # per timed epoch: seconds from landing to co
 class ChangeFeeds:
     """Change-feed files (JSON lines, one sequence over every feed), each written whole then renamed."""
 
-    def __init__(self) -> None:
+    def __init__(self, parquet: bool = False) -> None:
         self.seq = 0
         self.files = 0
+        self.parquet = parquet  # land Parquet files (a change feed the driver reads itself), else JSON lines
 
     def land(self, directory: Path, prefix: str, rows: list[dict]) -> None:
         """``rows`` (each with its ``op``) as the next file of ``directory``, each stamped with the next ``seq``."""
         directory.mkdir(parents=True, exist_ok=True)
-        lines = []
+        stamped = []
         for row in rows:
             self.seq += 1
-            lines.append(json.dumps({**row, "seq": self.seq}))
-        tmp = directory / f".{prefix}-{self.files:06d}.json.tmp"
-        tmp.write_text("\n".join(lines) + "\n")
-        tmp.rename(directory / f"{prefix}-{self.files:06d}.json")  # appear whole
+            stamped.append({**row, "seq": self.seq})
+        name = f"{prefix}-{self.files:06d}.{'parquet' if self.parquet else 'json'}"
+        tmp = directory / f".{name}.tmp"
+        if self.parquet:
+            pq.write_table(pa.Table.from_pylist(stamped), tmp)
+        else:
+            tmp.write_text("\n".join(json.dumps(row) for row in stamped) + "\n")
+        tmp.rename(directory / name)  # appear whole
         self.files += 1
 
 
