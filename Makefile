@@ -6,7 +6,7 @@ VENV := .venv
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 PYTEST_ARGS ?=
 
-.PHONY: demo test lint setup check-java check-postgres check-chromium clean
+.PHONY: demo test lint setup check-java check-postgres check-chromium check-ss clean
 
 setup: $(STAMP)
 
@@ -31,31 +31,33 @@ $(STAMP): pyproject.toml | check-java
 demo: check-java $(STAMP)
 	$(VENV)/bin/lakeview demo
 
+# $(call apt-need,FILE,PACKAGE,WHY): install the Debian PACKAGE when FILE is missing (as root with apt-get),
+# else stop with a message naming the package.
+define apt-need
+@test -x $(1) || { \
+  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+    echo "installing $(2) ($(3)) ..."; \
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q $(2) >/dev/null 2>&1 || { \
+      apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $(2) >/dev/null; } || { \
+      echo "error: apt-get install $(2) failed"; exit 1; }; \
+  else \
+    echo "error: $(1) not found; install the Debian package $(2)"; exit 1; \
+  fi; }
+endef
+
 # The catalog tests start a private PostgreSQL 15 (Debian's postgresql-15 binaries).
 PG_BIN ?= /usr/lib/postgresql/15/bin
 check-postgres:
-	@test -x $(PG_BIN)/initdb || { \
-	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    echo "installing postgresql-15 (the catalog tests run a real PostgreSQL 15) ..."; \
-	    DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql-15 >/dev/null 2>&1 || { \
-	      apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql-15 >/dev/null; } || { \
-	      echo "error: apt-get install postgresql-15 failed"; exit 1; }; \
-	  else \
-	    echo "error: PostgreSQL 15 binaries not found in $(PG_BIN); install the Debian package postgresql-15"; exit 1; \
-	  fi; }
+	$(call apt-need,$(PG_BIN)/initdb,postgresql-15,the catalog tests run a real PostgreSQL 15)
 
 # The console tests (tests/console) drive Debian's chromium through Playwright; no browser is downloaded.
 CHROMIUM ?= /usr/bin/chromium
 check-chromium:
-	@test -x $(CHROMIUM) || { \
-	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    echo "installing chromium (the console tests run in a real headless browser) ..."; \
-	    DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null 2>&1 || { \
-	      apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null; } || { \
-	      echo "error: apt-get install chromium failed"; exit 1; }; \
-	  else \
-	    echo "error: chromium not found at $(CHROMIUM); install the Debian package chromium"; exit 1; \
-	  fi; }
+	$(call apt-need,$(CHROMIUM),chromium,the console tests run in a real headless browser)
+
+# The catalog's worker tests read which process holds which socket with ss (iproute2).
+check-ss:
+	$(call apt-need,/usr/bin/ss,iproute2,the catalog worker tests list sockets with ss)
 
 # Lint, format and the layer contracts (pyproject.toml) first: a cycle or an upward import fails the build.
 lint: $(STAMP)
@@ -63,7 +65,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/lint-imports
 
-test: check-java check-postgres check-chromium lint $(STAMP)
+test: check-java check-postgres check-chromium check-ss lint $(STAMP)
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
 
 clean:

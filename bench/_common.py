@@ -1,5 +1,5 @@
-"""What the join benches share (bench/joins.py, bench/star.py): landing change-feed files, timing a
-view's epochs from landing to commit through the embedded stack, and timing DuckDB's recompute."""
+"""What the graph benches share (bench/joins.py, bench/star.py, bench/topk.py): landing change-feed files,
+timing a view's epochs from landing to commit through the embedded stack, and timing DuckDB's recompute."""
 
 from __future__ import annotations
 
@@ -9,6 +9,9 @@ import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from lakeview.config.models import ProjectConfig
 from lakeview.sql.duck import connect
@@ -20,28 +23,40 @@ Epochs = list[tuple[float, dict]]  # per timed epoch: seconds from landing to co
 class ChangeFeeds:
     """Change-feed files (JSON lines, one sequence over every feed), each written whole then renamed."""
 
-    def __init__(self) -> None:
+    def __init__(self, parquet: bool = False) -> None:
         self.seq = 0
         self.files = 0
+        self.parquet = parquet  # land Parquet files (a change feed the driver reads itself), else JSON lines
 
     def land(self, directory: Path, prefix: str, rows: list[dict]) -> None:
         """``rows`` (each with its ``op``) as the next file of ``directory``, each stamped with the next ``seq``."""
         directory.mkdir(parents=True, exist_ok=True)
-        lines = []
+        stamped = []
         for row in rows:
             self.seq += 1
-            lines.append(json.dumps({**row, "seq": self.seq}))
-        tmp = directory / f".{prefix}-{self.files:06d}.json.tmp"
-        tmp.write_text("\n".join(lines) + "\n")
-        tmp.rename(directory / f"{prefix}-{self.files:06d}.json")  # appear whole
+            stamped.append({**row, "seq": self.seq})
+        name = f"{prefix}-{self.files:06d}.{'parquet' if self.parquet else 'json'}"
+        tmp = directory / f".{name}.tmp"
+        if self.parquet:
+            pq.write_table(pa.Table.from_pylist(stamped), tmp)
+        else:
+            tmp.write_text("\n".join(json.dumps(row) for row in stamped) + "\n")
+        tmp.rename(directory / name)  # appear whole
         self.files += 1
 
 
-def timed_epochs(project: ProjectConfig, view: str, land: Callable[[int], None], repeats: int) -> tuple[float, Epochs]:
+def timed_epochs(
+    project: ProjectConfig,
+    view: str,
+    land: Callable[[int], None],
+    repeats: int,
+    check: Callable[[EmbeddedStack], None] | None = None,
+) -> tuple[float, Epochs]:
     """Run ``view`` in the embedded stack: its first batch (what has landed), then ``repeats`` + 1 epochs,
     each ``land(i)`` then processed; the first of those warms up. Returns the first batch's seconds and
     each timed epoch's seconds (landing to the view's snapshot committed) and phases, with ``cpu_s``: the
-    CPU seconds the epoch took in this process and Spark's JVM (``tree_cpu``)."""
+    CPU seconds the epoch took in this process and Spark's JVM (``tree_cpu``). ``check(stack)`` runs after
+    the last epoch, while the catalog still serves the view (e.g. to compare it with a recompute)."""
     committed: list[float] = []
     epochs: Epochs = []
     with EmbeddedStack(project, port=0) as stack:
@@ -59,6 +74,8 @@ def timed_epochs(project: ProjectConfig, view: str, land: Callable[[int], None],
             if i:  # the first epoch after the first batch warms up
                 timings = dict(getattr(stack.pipelines[view], "timings", {}))
                 epochs.append((ended - landed, {**timings, "cpu_s": tree_cpu() - cpu}))
+        if check is not None:
+            check(stack)
         stack.stop_views()
     return first, epochs
 
@@ -66,6 +83,15 @@ def timed_epochs(project: ProjectConfig, view: str, land: Callable[[int], None],
 def median_phases(epochs: Epochs) -> dict[str, float]:
     """Each phase's median over the timed epochs (the pipeline's own timings)."""
     return {k: round(statistics.median(p.get(k, 0.0) for _, p in epochs), 3) for k in epochs[-1][1]}
+
+
+def current_rows(name: str, scan: str, key: str = "id") -> str:
+    """DuckDB's view ``name`` of a change feed's current rows: the files ``scan`` reads (e.g.
+    ``read_json_auto('…/*.json')``) replayed, the newest change (by ``seq``) of each ``key`` kept unless a delete."""
+    return (
+        f"CREATE TEMP VIEW {name} AS SELECT * EXCLUDE (r) FROM (SELECT *, row_number() OVER "
+        f"(PARTITION BY {key} ORDER BY seq DESC) AS r FROM {scan}) WHERE r = 1 AND op <> 'd'"
+    )
 
 
 def duckdb_seconds(relations: list[str], sql: str, repeats: int) -> list[float]:

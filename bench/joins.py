@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from rich.console import Console
 from rich.table import Table
 
-from bench._common import ChangeFeeds, duckdb_seconds, median_phases, timed_epochs
+from bench._common import ChangeFeeds, current_rows, duckdb_seconds, median_phases, timed_epochs
 from bench.history import SCHEMA as ORDERS
 from bench.history import land_parquet
 from lakeview.project import parse_project
@@ -98,9 +98,12 @@ def main() -> None:
         backfill, epochs = timed_epochs(project, "by_category", land, args.repeats)
         relations = [
             f"CREATE TEMP VIEW orders AS SELECT * FROM read_parquet('{orders_dir}/*.parquet')",
-            f"CREATE TEMP VIEW products AS SELECT product_id, category FROM (SELECT *, row_number() OVER "
-            f"(PARTITION BY product_id ORDER BY seq DESC) AS r FROM read_json('{products_dir}/*.json', columns = "
-            "{'product_id': 'BIGINT', 'category': 'VARCHAR', 'op': 'VARCHAR', 'seq': 'BIGINT'})) WHERE r = 1 AND op <> 'd'",
+            current_rows(
+                "products",
+                f"read_json('{products_dir}/*.json', columns = "
+                "{'product_id': 'BIGINT', 'category': 'VARCHAR', 'op': 'VARCHAR', 'seq': 'BIGINT'})",
+                key="product_id",
+            ),
         ]
         duck = duckdb_seconds(relations, SQL, args.repeats)
     finally:

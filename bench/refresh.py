@@ -41,6 +41,7 @@ import sqlglot
 from rich.console import Console
 from rich.table import Table
 
+from bench._common import tree_cpu
 from bench.history import SCHEMA, generate_history, land_parquet
 from lakeview.project import parse_project
 from lakeview.sql.duck import connect
@@ -88,13 +89,14 @@ def main() -> None:
         shutil.rmtree(landing, ignore_errors=True)
     table = Table(
         title=f"incremental refresh of a {args.batch:,}-order batch vs full recompute (median of {args.repeats}; "
-        f"{args.products:,} products; load average {os.getloadavg()[1]:.1f})"
+        f"{args.products:,} products; load average {os.getloadavg()[1]:.1f}; CPU: this process and Spark's JVM)"
     )
     for col in (
         "view",
         "history",
         "backfill s",
         "incremental s",
+        "incremental CPU s",
         "Spark MERGE s",
         "Spark recompute s",
         "DuckDB recompute s",
@@ -103,12 +105,13 @@ def main() -> None:
         "DuckDB/incr",
     ):
         table.add_column(col, justify="right")
-    for view, history, backfill, incr, merge, spark_s, duck_s in results:
+    for view, history, backfill, incr, cpu, merge, spark_s, duck_s in results:
         table.add_row(
             view,
             f"{history:,}",
             f"{backfill:.1f}",
             f"{incr:.3f}",
+            f"{cpu:.3f}",
             f"{merge:.2f}",
             f"{spark_s:.2f}",
             f"{duck_s:.2f}",
@@ -149,10 +152,10 @@ def timed_batches(
         first = BATCH_IDS + (abs(hash((tag, i))) % 1_000_000) * 1_000_000
         before = len(COMMITTED)
         land_parquet(landing, f"b-{tag}-{i:06d}.parquet", size, first_id=first, products=products)
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), tree_cpu()
         query.processAllAvailable()
         ended = COMMITTED[-1] if len(COMMITTED) > before else time.perf_counter()
-        out.append((ended - started, epoch_phases(stack, view)))
+        out.append((ended - started, {**epoch_phases(stack, view), "cpu_s": tree_cpu() - cpu}))
     return out
 
 
@@ -180,7 +183,7 @@ def epoch_phases(stack: EmbeddedStack, view: str) -> dict[str, float]:
 
 def run_one(
     view: str, landing: Path, history: int, args: argparse.Namespace, console: Console
-) -> tuple[int, float, float, float, float, float]:
+) -> tuple[int, float, float, float, float, float, float]:
     root = Path(tempfile.mkdtemp(prefix="lakeview-bench-"))
     sql = VIEWS[view]
     with EmbeddedStack(project_for(view, landing, root, args.driver_keys_max), port=0) as stack:
@@ -229,6 +232,7 @@ def run_one(
         history,
         backfill,
         statistics.median(incremental),
+        statistics.median(p["cpu_s"] for _, p in runs),
         statistics.median(merge_times) if merge_times else nan,
         statistics.median(spark_times) if spark_times else nan,
         statistics.median(duck_times) if duck_times else nan,

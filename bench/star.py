@@ -1,7 +1,8 @@
 """A star-schema view kept as an operator graph, epoch vs history vs DuckDB's recompute, in one run.
 
 ``orders`` (``--orders`` rows of history, Parquet, append-only) JOIN ``products``, ``customers`` and
-``regions`` (JSON change feeds), ``GROUP BY region, category``: a view the per-shape planner refuses,
+``regions`` (change feeds landed as Parquet, so no Spark job runs at all: :mod:`spark_jobs.driver_stream`;
+``--feeds json``: JSON files, read by one Spark query per epoch), ``GROUP BY region, category``: a view the per-shape planner refuses,
 kept by the embedded stack through :class:`spark_jobs.graph_pipeline.GraphPipeline` (Iceberg tables for
 the view, every operator's state and the mirrors, one catalog transaction per epoch). After the first
 batch, each epoch lands ``--batch`` new orders plus ``--updates`` updates on each dimension and is timed
@@ -11,6 +12,7 @@ rows). Prints one table row per ``--orders`` size; the epoch's phases come from 
 CPU seconds from this process and Spark's JVM (on a shared machine wall times stretch several-fold).
 
     .venv/bin/python bench/star.py [--orders 200000 2000000] [--batch 10000] [--updates 20] [--repeats 3]
+        [--feeds parquet|json] [--history-cache DIR]
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from rich.console import Console
 from rich.table import Table
 
-from bench._common import ChangeFeeds, duckdb_seconds, median_phases, timed_epochs
+from bench._common import ChangeFeeds, current_rows, duckdb_seconds, median_phases, timed_epochs
 from lakeview.project import parse_project
 from lakeview.sql.duck import connect
 
@@ -57,10 +59,10 @@ def values(name: str, rng: random.Random) -> dict[str, object]:
 
 
 class Feeds:
-    """The dimensions' change feeds: JSON files of insert/update rows, sequenced."""
+    """The dimensions' change feeds: JSON or Parquet files of insert/update rows, sequenced."""
 
-    def __init__(self, landing: Path, rng: random.Random) -> None:
-        self.landing, self.rng, self.feeds = landing, rng, ChangeFeeds()
+    def __init__(self, landing: Path, rng: random.Random, parquet: bool) -> None:
+        self.landing, self.rng, self.feeds = landing, rng, ChangeFeeds(parquet)
 
     def land(self, name: str, rows: list[tuple[str, int]]) -> None:
         rows_ = [{"id": key, "op": op, **values(name, self.rng)} for op, key in rows]
@@ -81,17 +83,31 @@ def land_orders(directory: Path, name: str, count: int, first_id: int) -> None:
     tmp.rename(directory / name)
 
 
-def run(size: int, args: argparse.Namespace) -> tuple[float, float, float, float, dict]:
+def land_history(directory: Path, size: int, cache: Path | None) -> None:
+    """``size`` orders of history as ``directory/history.parquet``; with ``cache``, generated once there and
+    hard-linked (50M rows take minutes to write on a loaded machine)."""
+    if cache is None:
+        land_orders(directory, "history.parquet", size, 0)
+        return
+    kept = cache / f"orders-{size}.parquet"
+    if not kept.exists():
+        land_orders(cache, kept.name, size, 0)
+    directory.mkdir(parents=True, exist_ok=True)
+    os.link(kept, directory / "history.parquet")
+
+
+def run(size: int, args: argparse.Namespace) -> tuple[float, float, tuple[float, float], float, dict]:
     root = Path(tempfile.mkdtemp(prefix="lakeview-bench-star-"))
     landing = root / "landing"
     rng = random.Random(7)
-    land_orders(landing / "orders", "history.parquet", size, 0)
-    feeds = Feeds(landing, rng)
+    land_history(landing / "orders", size, args.history_cache)
+    parquet = args.feeds == "parquet"
+    feeds = Feeds(landing, rng, parquet)
     for name, (_, rows) in DIMENSIONS.items():
         feeds.land(name, [("c", k) for k in range(1, rows + 1)])
     sources = {"orders": {"format": "parquet", "path": str(landing / "orders"), "schema": ORDERS}}
     for name, (schema, _) in DIMENSIONS.items():
-        sources[name] = {"format": "json", "path": str(landing / name), "schema": schema, "changes": FEED}
+        sources[name] = {"format": args.feeds, "path": str(landing / name), "schema": schema, "changes": FEED}
     project = parse_project(
         {
             "server": {"port": 0},
@@ -109,17 +125,13 @@ def run(size: int, args: argparse.Namespace) -> tuple[float, float, float, float
     try:
         first, epochs = timed_epochs(project, "star", land, args.repeats)
         relations = [f"CREATE TEMP VIEW orders AS SELECT * FROM read_parquet('{landing}/orders/*.parquet')"]
-        relations += [
-            f"CREATE TEMP VIEW {name} AS SELECT * EXCLUDE (r) FROM (SELECT *, row_number() OVER "
-            f"(PARTITION BY id ORDER BY seq DESC) AS r FROM read_json_auto('{landing}/{name}/*.json')) "
-            "WHERE r = 1 AND op <> 'd'"
-            for name in DIMENSIONS
-        ]
+        reader = "read_parquet" if parquet else "read_json_auto"
+        relations += [current_rows(name, f"{reader}('{landing}/{name}/*.{args.feeds}')") for name in DIMENSIONS]
         duck = duckdb_seconds(relations, SQL, args.repeats)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     phases = median_phases(epochs)
-    cpu = statistics.median(p["cpu_s"] for _, p in epochs)
+    cpu = statistics.median(p["cpu_s"] for _, p in epochs), statistics.mean(p["cpu_s"] for _, p in epochs)
     return first, statistics.median(s for s, _ in epochs), cpu, statistics.median(duck), phases
 
 
@@ -129,6 +141,11 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=10_000, help="new orders per epoch")
     parser.add_argument("--updates", type=int, default=20, help="updates on each dimension per epoch")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--history-cache", type=Path, help="keep each size's history file here and reuse it")
+    parser.add_argument(
+        "--feeds", choices=["json", "parquet"], default="parquet",
+        help="the dimensions' change-feed files (parquet: every source is read by the driver, no Spark job)",
+    )  # fmt: skip
     args = parser.parse_args()
     console = Console(width=200)
     load_start = os.getloadavg()
@@ -139,15 +156,18 @@ def main() -> None:
         rows.append((size, first, epoch, cpu, recompute))
     table = Table(
         title=f"orders ⋈ products ⋈ customers ⋈ regions GROUP BY region, category (operator graph): one epoch of "
-        f"{args.batch:,} orders + {args.updates} updates per dimension; median of {args.repeats}; "
+        f"{args.batch:,} orders + {args.updates} updates per dimension ({args.feeds} change feeds); "
+        f"median of {args.repeats}; "
         f"load {load_start[0]:.1f} -> {os.getloadavg()[0]:.1f}"
     )
-    for col in ("orders", "first batch s", "epoch s", "epoch CPU s", "DuckDB recompute s", "DuckDB/epoch"):
+    columns = ("orders", "first batch s", "epoch s", "epoch CPU s", "mean CPU s", "DuckDB recompute s", "DuckDB/epoch")
+    for col in columns:
         table.add_column(col, justify="right")
-    for size, first, epoch, cpu, recompute in rows:
+    for size, first, epoch, (cpu, mean_cpu), recompute in rows:
         table.add_row(
-            f"{size:,}", f"{first:.1f}", f"{epoch:.3f}", f"{cpu:.3f}", f"{recompute:.3f}", f"{recompute / epoch:.2f}×"
-        )
+            f"{size:,}", f"{first:.1f}", f"{epoch:.3f}", f"{cpu:.3f}", f"{mean_cpu:.3f}", f"{recompute:.3f}",
+            f"{recompute / epoch:.2f}×",
+        )  # fmt: skip
     console.print(table)
 
 

@@ -63,7 +63,8 @@ class EpochLoop:
         try:
             record = self._process_batch(batch, epoch_id)
         finally:
-            batch.unpersist()
+            if self.persist_batch:
+                batch.unpersist()
             self._release()
         self.timings["total_s"] = time.perf_counter() - started
         self._after_batch(epoch_id)

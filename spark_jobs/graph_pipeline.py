@@ -19,9 +19,12 @@ the replayed epoch reads the tables that already hold it as they stood before it
 the version before their commit of the epoch), so it computes the same change; only the tables that
 lack the epoch commit it.
 
-Per epoch: one Spark query reads every source (:func:`spark_jobs.source_frames.collect_sources`); the
-state tables' and mirrors' lookups are served from memory copies of what this process committed (read
-from the tables once, on start, or again after an epoch whose commit failed or is unknown).
+Per epoch: one Spark query reads every source (:func:`spark_jobs.source_frames.collect_sources`), but the
+Parquet sources, which the driver reads from the epoch's files; when the driver reads every source, no Spark
+query runs at all (:class:`~spark_jobs.driver_stream.DriverStream` lists the files and keeps the checkpoint).
+The state tables' and mirrors' lookups are served from memory copies of what this process committed (read
+from the tables once, on start, or again after an epoch whose commit failed or is unknown); on Iceberg the
+state tables are append logs of the epochs' deltas (:class:`writers.graph_state.TableStateStore`).
 """
 
 from __future__ import annotations
@@ -46,6 +49,8 @@ from lakeview.sql.graph_plan import GraphPlan
 from lakeview.sql.plan import WEIGHT
 from lakeview.sql.planner import view_plan
 from spark_jobs import faults
+from spark_jobs.driver_stream import DriverStream
+from spark_jobs.epoch_guard import guarded
 from spark_jobs.source_frames import collect_sources, direct_sources, frontier
 from spark_jobs.sources.upstream import with_upstream_source
 from spark_jobs.sources.view_changes import ChangePublisher
@@ -63,6 +68,7 @@ from writers.graph_state import (
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming import StreamingQuery
 
     from lakeview.config.models import ProjectConfig
     from lakeview.graph import Graph
@@ -157,6 +163,7 @@ class GraphPipeline(SourcesPipeline):
                 members,  # type: ignore[arg-type]
                 {name: self.view for name in members},
             )
+            self.store.append_log = True  # each epoch's state delta appended, no lookup (see the store)
         self._check_same_graph(state_schemas)
         self._last_epoch = reconcile_checkpoint(self.view, self.checkpoint, self, self.writer)
         # a restart: the state exists, so no operator starts it again (a global aggregate's row is in the view)
@@ -201,6 +208,23 @@ class GraphPipeline(SourcesPipeline):
             self.publisher.publish()
 
     # --- streaming (SourcesPipeline's surface; its hooks below) ---------------------------------
+    def start(self, available_now: bool = False) -> StreamingQuery | DriverStream:
+        """Start the view's epochs: without Spark when the driver reads every source itself
+        (:class:`~spark_jobs.driver_stream.DriverStream`), else Spark's streaming query."""
+        if len(self.direct) < len(self.sources):
+            return super().start(available_now)
+        faults.install(self)  # type: ignore[arg-type]
+        name = f"lakeview_{self.view}"
+        return DriverStream(
+            name,
+            self.checkpoint,
+            [self.project.source_path(s) for s in self.sources],
+            guarded(name, self._process),
+            self.config.cadence.seconds or 0.0,
+            once=available_now or self.config.cadence.is_manual,
+            max_files=self.project.spark.max_files_per_trigger,
+        ).start()
+
     def _done(self, epoch_id: int) -> bool:
         """Whether the epoch is committed: Iceberg, in every table (one transaction); Delta, in the view's
         table (committed last; an epoch that left the view unchanged is recomputed, reading the tables

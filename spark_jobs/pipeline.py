@@ -178,7 +178,9 @@ class ViewPipeline(EpochLoop):
         self.writer.ensure_table(self.output_schema(), m.view_key, properties)
         owned = {"lakeview.state-of": self.view}
         if isinstance(self.plan, KeyedAggregatePlan) and not m.view_is_state:
-            self.plan = m.plan = self._typed(self.plan)
+            # no change feed, images or keyed upstream: a multiset only MIN/MAX read keeps each group's extremes
+            typed = self._typed(self.plan)
+            self.plan = m.plan = typed.model_copy(update={"append_only": m.feed_key is None})
             plan = self.plan
             schemas = [self._schema_of(lambda rel: plan.group_delta_sql(rel), weighted=True)]
             schemas += [

@@ -25,7 +25,7 @@ import pyarrow.parquet as pq
 
 from lakeview.config.schema import parse_ddl
 from lakeview.errors import TerminalError
-from lakeview.ivm.changefeed import OP, images_sql, latest_sql, operation_sql
+from lakeview.ivm.changefeed import DELETE, INSERT, OP, UPDATE, images_sql, latest_sql, operation_sql
 from lakeview.ops.source_log import logged_files
 from lakeview.sql.duck import arrow_sql
 from lakeview.sql.plan import WEIGHT
@@ -36,7 +36,7 @@ from spark_jobs.streams import collect_arrow, file_stream
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from lakeview.config.models import ProjectConfig, SourceConfig
+    from lakeview.config.models import ChangeFeedConfig, ProjectConfig, SourceConfig
 
 SOURCE_TAG = "__lv_src"
 PART = "__lv_part"  # collect_sources: which part of which source a collected row belongs to
@@ -124,10 +124,9 @@ def collect_sources(
     direct = direct or {}
     out = SourceTables()
     for source, (paths, schema) in direct.items():
-        rows = read_parquet_files(paths, schema)
-        out.rows_in += rows.num_rows
-        weighted = WEIGHT in schema.names  # an upstream view's change files: each row's weight
-        out.tables[source] = rows if weighted else rows.append_column(WEIGHT, pa.array([1] * rows.num_rows, pa.int32()))
+        good, bad = read_direct(paths, schema, configs[source], quarantines[source], epoch_id)
+        out.rows_in, out.quarantined = out.rows_in + good.num_rows, out.quarantined + bad
+        out.tables[source] = _input_table(good, configs[source])
     if len(direct) == len(sources):
         return out
     relation = f"__lv_{view}_batch"
@@ -169,16 +168,62 @@ def collect_sources(
 
 
 def direct_sources(configs: dict[str, SourceConfig], quarantines: dict[str, Quarantine]) -> list[str]:
-    """The sources whose epoch the driver can read straight from its files (:func:`collect_sources`):
-    append-only Parquet, none of whose rows can be set aside (no required column)."""
+    """The sources whose epoch the driver can read straight from its files (:func:`collect_sources`,
+    :func:`read_direct`): Parquet, append-only or a change feed (not an image feed), with no late-row check."""
     return [
         source
         for source, config in configs.items()
-        if config.format.reader_format == "parquet"
-        and config.changes is None
-        and config.images is None
-        and not quarantines[source].checks(None)
+        if config.format.reader_format == "parquet" and config.images is None and quarantines[source].late is None
     ]
+
+
+def read_direct(
+    paths: list[Path], schema: pa.Schema, config: SourceConfig, quarantine: Quarantine, epoch_id: int
+) -> tuple[pa.Table, int]:
+    """A Parquet source's good rows in ``paths`` (a change feed's with its normalised operation ``__lv_op``)
+    and how many were set aside: what :meth:`Quarantine.tag_sql` finds in Spark (a required column NULL, a
+    change feed's unknown operation), recorded in the source's quarantine the same way."""
+    parts, bad = [], []
+    for path in paths:
+        rows = read_parquet_files([path], schema)
+        if config.changes is not None:
+            rows = rows.append_column(OP, _operations(rows.column(config.changes.operation), config.changes))
+        reason = _reasons(rows, config)
+        if reason.null_count == len(reason):
+            parts.append(rows)
+            continue
+        flagged = pc.is_valid(reason)
+        payload = rows.filter(flagged).drop_columns([OP] if config.changes is not None else [])
+        for row, why in zip(payload.to_pylist(), reason.filter(flagged).to_pylist()):
+            bad.append({"file": Path(path).as_uri(), "reason": why, "record": json.dumps(row, default=str)})
+        parts.append(rows.filter(pc.invert(flagged)))
+    if bad:
+        quarantine.record(epoch_id, bad)
+    columns = schema.append(pa.field(OP, pa.string())) if config.changes is not None else schema
+    return (pa.concat_tables(parts) if parts else columns.empty_table()), len(bad)
+
+
+def _operations(column: pa.ChunkedArray, feed: ChangeFeedConfig) -> pa.Array:
+    """A change feed's operation column normalised as :func:`operation_sql` does (NULL: unknown)."""
+    text = column.cast(pa.string())
+    normalised = pa.nulls(len(text), pa.string())
+    for values, name in ((feed.delete, DELETE), (feed.update, UPDATE), (feed.insert, INSERT)):  # first match wins
+        normalised = pc.if_else(pc.is_in(text, value_set=pa.array(values, pa.string())), name, normalised)
+    return normalised
+
+
+def _reasons(rows: pa.Table, config: SourceConfig) -> pa.Array:
+    """Each row's reason to be set aside (NULL: a good row), in :meth:`Quarantine.reason_sql`'s order."""
+    names = {n.lower(): n for n in rows.column_names}
+    checks = [(pc.is_null(rows.column(names[c.lower()])), f"missing required column {c}") for c in config.required]
+    if config.changes is not None:
+        raw = rows.column(config.changes.operation).cast(pa.string())
+        unknown = pc.binary_join_element_wise("unknown operation ", pc.fill_null(raw, "NULL"), "")
+        checks.append((pc.is_null(rows.column(OP)), unknown))
+    reason = pa.nulls(rows.num_rows, pa.string())
+    for failed, why in reversed(checks):  # the first failing check names the row
+        reason = pc.if_else(failed, why, reason)
+    return reason.combine_chunks() if isinstance(reason, pa.ChunkedArray) else reason
 
 
 def read_parquet_files(paths: list[Path], schema: pa.Schema) -> pa.Table:
@@ -281,7 +326,7 @@ def frontier(
     """Every source's position this epoch reaches (one line per source in Spark's offset log, in source
     order), the newest input file's arrival time (over the sources whose position moved in this epoch)
     and each source's files of this epoch."""
-    current, previous = _positions(checkpoint, epoch_id), _positions(checkpoint, epoch_id - 1)
+    current, previous = offset_positions(checkpoint, epoch_id), offset_positions(checkpoint, epoch_id - 1)
     reached: dict[str, object] = {}
     arrived: list[int] = []
     paths: dict[str, list[Path]] = {}
@@ -299,7 +344,7 @@ def frontier(
     return reached, max(arrived, default=None), paths
 
 
-def _positions(checkpoint: Path, epoch_id: int) -> list[int | None]:
+def offset_positions(checkpoint: Path, epoch_id: int) -> list[int | None]:
     """Each source's file-log offset in Spark's offset log of one epoch (None: no position yet)."""
     offsets = checkpoint / "offsets" / str(epoch_id)
     lines = offsets.read_text().splitlines()[2:] if epoch_id >= 0 and offsets.exists() else []

@@ -1,13 +1,15 @@
 """An operator graph's state (:mod:`lakeview.graph.state`) kept in Lakeview-owned tables.
 
 Each :class:`~lakeview.graph.state.StateTable` is one table (a :class:`~writers.base.SnapshotWriter`
-made by the view's state-writer factory, property ``lakeview.state-of``) holding the state's Z-set:
-each distinct row once with its net weight in the column ``__lv_w``, keyed by the state's key. A lookup
-goes through ``writer.lookup`` by that key (so the writer's key index serves it); an apply is held until
-the end of the epoch, when :meth:`TableStateStore.changes` turns each table's held deltas into ONE
-keyed change: for every key the epoch touched, the key's stored rows are replaced by the rows whose
-weight is still non-zero. The pipeline then commits those changes with the view's in one catalog
-transaction (Iceberg) or table by table (Delta), see :mod:`spark_jobs.graph_pipeline`.
+made by the view's state-writer factory, property ``lakeview.state-of``) holding the state's Z-set: rows
+with their weight in the column ``__lv_w``, keyed by the state's key. An apply is held until the end of the
+epoch, when :meth:`TableStateStore.changes` turns each table's held deltas into ONE change: keyed, each
+distinct row once with its net weight (for every key the epoch touched, the key's stored rows are
+replaced by the rows whose weight is still non-zero), or with ``append_log`` (Iceberg) the epoch's netted
+delta appended as it is — one data file, no stored row looked up, no delete file — the table's rows then
+summing to the state, folded back to one row per distinct row once the log outgrows it. The pipeline then
+commits those changes with the view's in one catalog transaction (Iceberg) or table by table (Delta), see
+:mod:`spark_jobs.graph_pipeline`.
 
 A lookup made after an apply in the same epoch sees that apply (the held deltas are added), so the
 store behaves like :class:`~lakeview.graph.state.MemoryStateStore` within an epoch.
@@ -35,6 +37,17 @@ from lakeview.graph.state import state_table_name as state_table_name  # where t
 from lakeview.graph.zset import WEIGHT, Duck
 from lakeview.ivm.commits import Change
 from writers.base import SnapshotWriter
+
+# An append-log state table is folded when it holds more than FOLD_FACTOR x the rows it held when last read
+# or folded + FOLD_SLACK: a fold costs the state's rows, so it is paid at most once per that many appended rows.
+FOLD_FACTOR = 2
+FOLD_SLACK = 50_000
+
+
+@dataclass(frozen=True)
+class Replacement(Change):
+    """A table's whole content: ``rows`` replace every stored row (an append log's fold). Only a writer that
+    knows it commits it (the Iceberg group: one snapshot removing every data file and adding these rows)."""
 
 
 def _q(name: str) -> str:
@@ -125,20 +138,34 @@ class TableStateStore:
     # Delta, an epoch replayed after a crash between its commits: the tables that already hold it are
     # read as they stood before it (their version), and their change is not computed (their commit skips it)
     as_of: dict[str, int] = field(default_factory=dict)
+    # Each epoch's netted delta appended as it is (one data file, nothing looked up, no delete file): a table
+    # then holds rows whose weights sum to the state, folded into one row per distinct row once the log
+    # outgrows the state (:meth:`_due`). Set for Iceberg (its commits are one transaction per epoch); the
+    # as-of lookups of Delta's replay read tables keyed one row per distinct row.
+    append_log: bool = False
+    logged: dict[str, int] = field(default_factory=dict)  # rows each table holds (its log's length)
+    folded: dict[str, int] = field(default_factory=dict)  # its rows when last read or folded (the fold's yardstick)
+    staged_log: dict[str, tuple[int, int]] = field(default_factory=dict)  # this epoch's (logged, folded)
 
     def __post_init__(self) -> None:
         self.con = duckdb.connect()
         self.con.execute("SET threads = 1")
         duck = Duck()
         self.memory = {
-            name: CommittedRows(lambda w=writer: w.lookup(every_key()), self.keys[name], self.schemas[name], duck)
-            for name, writer in self.writers.items()
+            name: CommittedRows(lambda n=name: self._read(n), self.keys[name], self.schemas[name], duck)
+            for name in self.writers
         }
+
+    def _read(self, name: str) -> pa.Table:
+        """A state table's rows, whole (a log's rows included: the memory copy nets them)."""
+        rows = self.writers[name].lookup(every_key())
+        self.logged[name] = self.folded[name] = rows.num_rows
+        return rows
 
     def begin(self, as_of: dict[str, int] | None = None) -> None:
         """Start an epoch: forget what an epoch that did not commit held (a retried epoch starts from the
         tables); ``as_of``: state tables to read at a version (see the field)."""
-        self.held = {}
+        self.held, self.staged_log = {}, {}
         self.as_of = dict(as_of or {})
         for name, rows in self.memory.items():
             rows.begin()
@@ -149,6 +176,9 @@ class TableStateStore:
         """The epoch's changes (:meth:`changes`) are committed: the memory copy takes them."""
         for rows in self.memory.values():
             rows.committed()
+        for name, (logged, folded) in self.staged_log.items():
+            self.logged[name], self.folded[name] = logged, folded
+        self.staged_log = {}
 
     # --- the StateStore protocol --------------------------------------------------------------
     def lookup(self, table: StateTable, keys: pa.Table | None) -> pa.Table | None:
@@ -188,6 +218,9 @@ class TableStateStore:
             if delta.num_rows == 0:
                 continue
             rows_in_memory = self.memory[name]
+            if self.append_log:
+                changes[name] = self._logged_change(name, delta)
+                continue
             if key:
                 touched = self._query(f"SELECT DISTINCT {', '.join(map(_q, key))} FROM d", d=delta)
                 stored = rows_in_memory.lookup(touched.cast(pa.schema([schema.field(k) for k in key])))
@@ -208,6 +241,22 @@ class TableStateStore:
                 changes[name] = self._row_change(stored, rows, schema)
         self.held = {}
         return changes
+
+    def _logged_change(self, name: str, delta: pa.Table) -> Change:
+        """An append-log table's change: the netted delta appended, or, once the log is due to be folded, the
+        whole table replaced by the state it nets to (the memory copy plus the delta). Stages the delta."""
+        memory = self.memory[name]
+        memory._loaded()  # reads the table on first use (and its log's length)
+        logged, folded = self.logged.get(name, 0) + delta.num_rows, self.folded.get(name, 0)
+        if logged <= FOLD_FACTOR * folded + FOLD_SLACK:
+            memory.stage(delta)
+            self.staged_log[name] = (logged, folded)
+            return Change(rows=delta)
+        schema = self.schemas[name]
+        rows = self._consolidate([memory.lookup(None).select(schema.names).cast(schema), delta], schema)
+        memory.stage(delta)
+        self.staged_log[name] = (rows.num_rows, rows.num_rows)
+        return Replacement(rows=rows)
 
     def _row_change(self, stored: pa.Table, rows: pa.Table, schema: pa.Schema) -> Change:
         data = tuple(n for n in schema.names if n != WEIGHT)

@@ -24,21 +24,29 @@ _POS_BITS = 40  # a row position below 2**40 per data file; the file's number ab
 
 def indexable(stored: pa.Schema, keys: pa.Schema, key: tuple[str, ...]) -> bool:
     """Whether ``key``'s values compare in Python exactly as the writers compare them:
-    integers on both sides, or strings on both sides (no float NaN, no lossy casts)."""
+    integers on both sides, strings on both sides, or timestamps of one type (no float NaN,
+    no lossy casts)."""
     return bool(key) and all(_alike(stored.field(k).type, keys.field(k).type) for k in key)
 
 
 def _alike(stored: pa.DataType, probe: pa.DataType) -> bool:
     strings = (pa.types.is_string, pa.types.is_large_string)
-    return (pa.types.is_integer(stored) and pa.types.is_integer(probe)) or (
-        any(t(stored) for t in strings) and any(t(probe) for t in strings)
+    return (
+        (pa.types.is_integer(stored) and pa.types.is_integer(probe))
+        or (any(t(stored) for t in strings) and any(t(probe) for t in strings))
+        or (pa.types.is_timestamp(stored) and stored == probe)
     )
 
 
 def key_values(rows: pa.Table, key: tuple[str, ...]) -> list[Hashable]:
-    """Each row's key as a dict key: the value for one column, a tuple for several (None = NULL)."""
-    columns = [rows.column(k).to_pylist() for k in key]
+    """Each row's key as a dict key: the value for one column, a tuple for several (None = NULL; a
+    timestamp as its integer count of its unit, which compares as the timestamps do)."""
+    columns = [_comparable(rows.column(k)).to_pylist() for k in key]
     return columns[0] if len(columns) == 1 else list(zip(*columns))
+
+
+def _comparable(column: pa.ChunkedArray) -> pa.ChunkedArray:
+    return column.cast(pa.int64()) if pa.types.is_timestamp(column.type) else column
 
 
 @dataclass

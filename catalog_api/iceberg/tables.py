@@ -27,7 +27,8 @@ from catalog_api.iceberg.routing import (
     table_param,
 )
 from catalog_api.responses import model_response, parse_body
-from catalog_api.store.catalog import MetadataCache, check_name
+from catalog_api.store.catalog import check_name
+from catalog_api.store.metadata_files import MetadataCache
 from lakeview import errors
 
 
@@ -83,7 +84,7 @@ def add_table_routes(builder: RouteBuilder) -> None:
         location, metadata = loaded
         if vendor is not None and wants_vending(request.headers):
             credential = await run_in_threadpool(vendor.vend, metadata.location, may_write(request, identifier[:-1]))
-            plain = table_json(location, store.metadata_json(location, metadata), config=True)
+            plain = table_json(location, store.files.table_json(location, metadata), config=True)
             body = with_credentials(plain, credential)
             return Response(body, media_type="application/json", headers={"Cache-Control": "no-store"})
         return table_response(request, location, metadata, mode)
@@ -101,7 +102,7 @@ def add_table_routes(builder: RouteBuilder) -> None:
                     TableResponse(metadata_location=location, metadata=metadata, config={}).model_dump_json().encode()
                 )
             else:
-                plain = table_json(location, store.metadata_json(location, metadata), config=True)
+                plain = table_json(location, store.files.table_json(location, metadata), config=True)
             bodies = (etag_of(mode, location), plain, gzip.compress(plain, compresslevel=5))
             responses.put(key, bodies)
         etag, plain, packed = bodies
@@ -129,7 +130,9 @@ def add_table_routes(builder: RouteBuilder) -> None:
         result: CommitTableResponse = await in_commit_thread(
             store.commit_table, identifier, body.requirements, body.updates
         )
-        body_json = table_json(result.metadata_location, store.metadata_json(result.metadata_location, result.metadata))
+        body_json = table_json(
+            result.metadata_location, store.files.table_json(result.metadata_location, result.metadata)
+        )
         return Response(
             body_json, media_type="application/json", headers={"ETag": etag_of("all", result.metadata_location)}
         )

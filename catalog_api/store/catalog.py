@@ -22,8 +22,7 @@ import re
 import threading
 import time
 import uuid
-from collections import OrderedDict
-from collections.abc import Hashable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,7 +32,6 @@ from pyiceberg.catalog.sql import IcebergNamespaceProperties, IcebergTables, Sql
 from pyiceberg.io import FileIO, load_file_io
 from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC, PartitionSpec
 from pyiceberg.schema import Schema
-from pyiceberg.serializers import Compressor, FromInputFile
 from pyiceberg.table import CommitTableResponse, Table, TableProperties
 from pyiceberg.table.metadata import (
     TableMetadata,
@@ -57,6 +55,7 @@ from sqlalchemy.exc import IntegrityError, OperationalError
 from catalog_api.store import format_v3, kept_connections, metadata_checks, namespace_keys
 from catalog_api.store.confinement import Confinement
 from catalog_api.store.inert_properties import refuse_implementations
+from catalog_api.store.metadata_files import MetadataFiles, metadata_file_location
 from catalog_api.store.pointer_cache import Domains, PointerCache, Stamps, stamp_file
 from catalog_api.store.pointer_swaps import PointerSwaps, SwapConflict
 from lakeview import errors
@@ -67,7 +66,6 @@ log = logging.getLogger("lakeview.catalog")
 MAX_NAME = 255
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 TABLE_TYPE = "TABLE"
-SNAPSHOT_JSON_ENTRIES = 20000
 READ_TIMEOUT_MS = 2000  # a pointer read on PostgreSQL, which may run on the event loop
 VIEW_TYPE = "VIEW"
 
@@ -133,30 +131,6 @@ class _StaleGuess(Exception):
     """A commit staged on this process's last pointer lost the compare-and-swap: stage it on the database's."""
 
 
-class MetadataCache:
-    """A small thread-safe LRU: parsed metadata files keyed by location (a metadata file never
-    changes once written), and serialized JSON."""
-
-    def __init__(self, size: int = 512) -> None:
-        self._size = size
-        self._items: OrderedDict[Hashable, Any] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, key: Hashable) -> Any | None:
-        with self._lock:
-            value = self._items.get(key)
-            if value is not None:
-                self._items.move_to_end(key)
-            return value
-
-    def put(self, key: Hashable, value: Any) -> None:
-        with self._lock:
-            self._items[key] = value
-            self._items.move_to_end(key)
-            while len(self._items) > self._size:
-                self._items.popitem(last=False)
-
-
 class CatalogStore:
     """Namespaces, tables and views of one warehouse, with atomic (multi-)pointer swaps."""
 
@@ -181,9 +155,8 @@ class CatalogStore:
         if self.engine.dialect.name == "sqlite":
             event.listen(self.engine, "connect", _sqlite_pragmas)
             self.engine.dispose()  # reconnect so the pragmas apply to every pooled connection
-        self.cache = MetadataCache(size=1024)  # parsed metadata and its JSON, keyed by (immutable) location
-        self._snapshot_json: dict[int, tuple[Any, bytes]] = {}  # a plain dict: one lookup per snapshot per commit
-        self._ios: dict[str, Any] = {}
+        self.files = MetadataFiles(self._catalog.properties, self.remote)
+        self.cache = self.files.cache  # parsed metadata and its JSON, keyed by (immutable) location
         # the pointer this process's last commit of a table set, with the table's stamp just after (pointer_cache.py)
         self._committed: dict[Identifier, tuple[int, str]] = {}
         # SQLite in WAL mode: a pointer read never waits for a lock, so the HTTP layer may run it inline,
@@ -438,11 +411,7 @@ class CatalogStore:
 
     def read_metadata(self, location: str) -> TableMetadata:
         """Parse a table metadata file (cached: metadata files are immutable)."""
-        metadata = self.cache.get(location)
-        if metadata is None:
-            metadata = FromInputFile.table_metadata(self._file_io(location).new_input(location))
-            self.cache.put(location, metadata)
-        return metadata
+        return self.files.read_table(location)
 
     def load_metadata(self, identifier: Identifier) -> tuple[str, TableMetadata]:
         """The table's current metadata location and parsed metadata. Raises NoSuchTableError."""
@@ -515,8 +484,9 @@ class CatalogStore:
                 return metadata_location, metadata
             if self._pointer(identifier, TABLE_TYPE) or self._pointer(identifier, VIEW_TYPE):
                 raise errors.AlreadyExistsError(f"Table or view already exists: {'.'.join(identifier)}")
-            self._write_table_metadata(metadata, metadata_location)
-            with _exists_guard(identifier), self._changing(identifier), self._write() as conn:
+            self.files.write_table(metadata, metadata_location)
+            lost_race = self.files.discarded_on_lost_race([metadata_location])
+            with lost_race, _exists_guard(identifier), self._changing(identifier), self._write() as conn:
                 self._insert_pointer(conn, identifier, metadata_location, TABLE_TYPE)
         return metadata_location, metadata
 
@@ -678,14 +648,17 @@ class CatalogStore:
     def _commit(self, items: list[TableChange], guess: bool) -> list[CommitTableResponse]:
         staged = [self._stage(item, guess) for item in items]
         written = [s for s in staged if s.changed]
+        done: list[str] = []  # the files this commit wrote: deleted again when it loses the race
         with _mapped():
-            for s in written:
-                self._write_table_metadata(s.metadata, s.metadata_location)
             try:
-                if written and self._swaps is not None and all(s.previous_location for s in written):
-                    self._swap_all(written)  # the common case (no table created): plain DBAPI, see pointer_swaps.py
-                else:
-                    self._swap_or_insert(written)
+                with self.files.discarded_on_lost_race(done):
+                    for s in written:
+                        self.files.write_table(s.metadata, s.metadata_location)
+                        done.append(s.metadata_location)
+                    if written and self._swaps is not None and all(s.previous_location for s in written):
+                        self._swap_all(written)  # the common case (no table created): plain DBAPI, pointer_swaps.py
+                    else:
+                        self._swap_or_insert(written)
             except errors.CommitConflictError:
                 if any(s.guessed for s in written):
                     raise _StaleGuess from None
@@ -792,51 +765,6 @@ class CatalogStore:
         self.check_location(new_location)  # write.metadata.path must not point the catalog's writes elsewhere
         return _Staged(identifier, location, new_location, metadata, changed=True, guessed=guessed)
 
-    def _write_table_metadata(self, metadata: TableMetadata, location: str) -> None:
-        """Write a metadata file, serializing once: the same JSON serves loadTable and commit responses."""
-        payload = Compressor.get_compressor(location).bytes_compressor()(self.metadata_json(location, metadata))
-        if self.remote:
-            with self._file_io(location).new_output(location).create(overwrite=False) as stream:
-                stream.write(payload)
-        else:  # a local file: plain os calls cost a fraction of pyarrow's filesystem layer per commit
-            _write_new_file(location, payload)
-        self.cache.put(location, metadata)
-
-    def _file_io(self, location: str) -> Any:
-        """The FileIO for a location's scheme, built once (building one per commit cost ~5% of a commit)."""
-        scheme = location.split("://", 1)[0] if "://" in location else "file"
-        io = self._ios.get(scheme)
-        if io is None:
-            io = self._ios[scheme] = load_file_io(self._catalog.properties, location)
-        return io
-
-    def metadata_json(self, location: str, metadata: TableMetadata) -> bytes:
-        """The metadata's JSON (as in its file), serialized once per metadata location."""
-        key = "json:" + location
-        payload = self.cache.get(key)
-        if payload is None:
-            payload = self._serialize(metadata)
-            self.cache.put(key, payload)
-        return payload
-
-    def _serialize(self, metadata: TableMetadata) -> bytes:
-        """Metadata JSON with each snapshot's JSON reused from the previous version of the table:
-        pyiceberg serializes snapshots in Python, the bulk of a commit's CPU at 100 snapshots.
-        Reuse is keyed by object identity (commits share unchanged snapshot objects), never by id."""
-        if not metadata.snapshots:
-            return format_v3.metadata_json(metadata)
-        parts = []
-        for snapshot in metadata.snapshots:
-            cached = self._snapshot_json.get(id(snapshot))
-            if cached is None or cached[0] is not snapshot:
-                cached = (snapshot, snapshot.model_dump_json().encode())
-                if len(self._snapshot_json) >= SNAPSHOT_JSON_ENTRIES:
-                    self._snapshot_json = {}  # start over rather than track recency on every lookup
-                self._snapshot_json[id(snapshot)] = cached  # holds the object: its id is not reused
-            parts.append(cached[1])
-        head = format_v3.metadata_json(metadata, exclude={"snapshots"})
-        return head[:-1] + b',"snapshots":[' + b",".join(parts) + b"]}"
-
     # ---------------------------------------------------------------- locations
     def check_location(self, location: str) -> str:
         """Table and namespace locations must stay inside the warehouse. Raises BadRequestError."""
@@ -863,34 +791,6 @@ class CatalogStore:
     def default_location(self, identifier: Identifier) -> str:
         with _mapped():
             return self._catalog._get_default_warehouse_location(namespace_keys.encode(identifier[:-1]), identifier[-1])
-
-
-def metadata_file_location(location: str, properties: Properties, version: int) -> str:
-    """Where a table's next metadata file goes (pyiceberg's layout, computed here: the catalog never asks a
-    table-chosen location provider)."""
-    base = (properties.get(TableProperties.WRITE_METADATA_PATH) or f"{location.rstrip('/')}/metadata").rstrip("/")
-    return f"{base}/{version:05d}-{uuid.uuid4()}.metadata.json"
-
-
-def _write_new_file(location: str, payload: bytes) -> None:
-    """Write a local file that must not exist yet (its directory made on first use), with plain os calls: a
-    Python file object around the descriptor and a makedirs per commit cost more than the write itself.
-    Raises CommitConflictError when the file exists."""
-    path = location.removeprefix("file://")
-    try:
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        except FileNotFoundError:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    except FileExistsError:
-        raise errors.CommitConflictError(f"metadata file {location} exists already; reload and retry") from None
-    try:
-        view = memoryview(payload)
-        while view:
-            view = view[os.write(fd, view) :]
-    finally:
-        os.close(fd)
 
 
 def _remove_empty_directories(root: Path) -> None:

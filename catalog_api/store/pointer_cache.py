@@ -17,10 +17,13 @@ metadata location older than one its own commit returned, whichever worker it re
 
 Processes on *other* hosts (sharing a PostgreSQL store) do not share the memory. Every process records
 its memory domain (a random id kept in the shared file) in ``lakeview_catalog_domains`` with a heartbeat;
-the cache is used only while no other domain has been alive in the last :data:`ALIVE_SECONDS`, checked
-at most every :data:`CHECK_SECONDS` before a cached answer. A process that finds another domain alive
-when it starts waits ``2 × CHECK_SECONDS`` before serving, so every other domain has re-checked (and
-stopped caching) before this one can commit anything.
+the cache is used only while no other domain has been alive in the last :data:`ALIVE_SECONDS`, as found by
+a check that *started* less than :data:`CHECK_SECONDS` before the cached answer. A process that finds
+another domain alive when it starts waits ``2 × CHECK_SECONDS`` before serving, so every other domain has
+re-checked (and stopped caching) before this one can commit anything. The checks run on the heartbeat's
+thread every :data:`CHECK_EVERY_SECONDS`, never on the event loop (a database round trip there held every
+request of the worker); a check that comes late (a starved thread, a slow database) only turns the cache off
+until the next one.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ from sqlalchemy.engine import Engine
 SLOTS = 8192  # 64 KiB of stamps: collisions between tables only cost an extra pointer read
 DOMAIN_BYTES = 16
 CHECK_SECONDS = 0.5
+CHECK_EVERY_SECONDS = CHECK_SECONDS / 4  # a check may come up to 3/8 s late before the cache turns off
 HEARTBEAT_SECONDS = 5.0
 ALIVE_SECONDS = 30.0
 _STAMP = struct.Struct("=Q")
@@ -119,19 +123,15 @@ class PointerCache:
         """``domains``: the other hosts' check for a PostgreSQL store; None when no other host can open the store."""
         self.stamps = stamps
         self.domains = domains
-        self._alone = domains.alone if domains is not None else lambda: True
         self._pointers: dict[Identifier, tuple[int, int, str]] = {}  # identifier → (slot, stamp, location)
-        self._alone_until = 0.0
 
     def get(self, identifier: Identifier) -> str | None:
         """The cached location, if no pointer change since it was read can have answered a client."""
         entry = self._pointers.get(identifier)
         if entry is None or self.stamps.read(entry[0]) != entry[1]:
             return None
-        if time.monotonic() >= self._alone_until:
-            if not self._alone():
-                return None
-            self._alone_until = time.monotonic() + CHECK_SECONDS
+        if self.domains is not None and time.monotonic() >= self.domains.alone_until:
+            return None
         return entry[2]
 
     def read_through(self, identifier: Identifier, read: Callable[[], str | None]) -> str | None:
@@ -165,9 +165,12 @@ class Domains:
         _meta.create_all(engine, checkfirst=True)
         self._lock = threading.Lock()
         self._stopped = threading.Event()
-        others = self._beat()
-        if others:  # let every other domain see this one (and stop caching) before it serves anything
+        self.alone_until = 0.0  # monotonic time until which the last check vouches that no other domain serves
+        started = time.monotonic()
+        if self._beat():  # let every other domain see this one (and stop caching) before it serves anything
             time.sleep(2 * CHECK_SECONDS)
+        else:
+            self.alone_until = started + CHECK_SECONDS
         # The thread holds the domain weakly: a store dropped without close() (open_store per call) is collected,
         # its heartbeat ends and its pooled connections close, instead of piling up until PostgreSQL refuses clients.
         thread = threading.Thread(
@@ -203,23 +206,29 @@ class Domains:
         of this domain may still be serving, and other hosts must keep seeing it until its next beat."""
         self._stopped.set()
 
-    def alone(self) -> bool:
-        """No other domain alive (a failed check counts as not alone)."""
+    def check(self, beat: bool = False) -> None:
+        """Check (with ``beat``: and record this domain alive) that no other domain serves the store; while none
+        does, the cache may serve until CHECK_SECONDS after the check started. A failed check vouches nothing."""
+        started = time.monotonic()
         try:
-            with self.engine.connect() as conn:
-                return self._others(conn) == 0
-        except Exception:
-            return False
+            if beat:
+                others = self._beat()
+            else:
+                with self.engine.connect() as conn:
+                    others = self._others(conn)
+        except Exception:  # the store is unreachable: no cached answers until a check succeeds
+            others = 1
+        self.alone_until = max(self.alone_until, started + CHECK_SECONDS) if others == 0 else 0.0
 
 
 def _heartbeat(domain: weakref.ref[Domains], stopped: threading.Event) -> None:
-    while not stopped.wait(HEARTBEAT_SECONDS):
+    next_beat = time.monotonic() + HEARTBEAT_SECONDS
+    while not stopped.wait(CHECK_EVERY_SECONDS):
         domains = domain()
         if domains is None:  # its store was collected
             return
-        try:
-            domains._beat()
-        except Exception:  # the store is unreachable: alone() fails too, so nothing is served from cache
-            pass
-        finally:
-            del domains
+        beat = time.monotonic() >= next_beat
+        if beat:
+            next_beat = time.monotonic() + HEARTBEAT_SECONDS
+        domains.check(beat)
+        del domains

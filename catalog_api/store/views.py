@@ -142,7 +142,8 @@ class ViewCatalog:
         if self.store.table_exists(identifier) or self.view_exists(identifier):
             raise errors.AlreadyExistsError(f"Table or view already exists: {'.'.join(identifier)}")
         metadata_location = self._write(metadata, 0)
-        self.store.insert_pointer(identifier, metadata_location, VIEW_TYPE)
+        with self.store.files.discarded_on_lost_race([metadata_location]):
+            self.store.insert_pointer(identifier, metadata_location, VIEW_TYPE)
         return metadata_location, metadata
 
     def register_view(self, identifier: Identifier, metadata_location: str) -> tuple[str, ViewMetadata]:
@@ -181,7 +182,8 @@ class ViewCatalog:
             return location, current
         version = int(location.rsplit("/", 1)[-1].split("-", 1)[0]) + 1 if "/metadata/" in location else 1
         new_location = self._write(metadata, version)
-        self.store.swap_pointer(identifier, location, new_location, VIEW_TYPE)
+        with self.store.files.discarded_on_lost_race([new_location]):
+            self.store.swap_pointer(identifier, location, new_location, VIEW_TYPE)
         return new_location, metadata
 
     def rename_view(self, source: Identifier, target: Identifier) -> None:
@@ -192,9 +194,7 @@ class ViewCatalog:
 
     def _write(self, metadata: ViewMetadata, version: int) -> str:
         location = self.store.new_metadata_location(metadata.location, version)
-        io = self.store.file_io(location)
-        with io.new_output(location).create(overwrite=False) as stream:
-            stream.write(metadata.model_dump_json(by_alias=True, exclude_none=True).encode())
+        self.store.files.write(location, metadata.model_dump_json(by_alias=True, exclude_none=True).encode())
         self.store.cache.put(location, metadata)
         return location
 

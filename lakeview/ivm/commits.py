@@ -59,6 +59,9 @@ class Change:
     def touched_keys(self) -> pa.Table:
         """Every key this change upserts or deletes (key columns only)."""
         assert self.key is not None
+        if not self.key:  # the empty key: pyarrow concatenates zero-column tables to 0 rows, so count them here
+            deleted = 0 if self.deletes is None else self.deletes.num_rows
+            return pa.table({"_": pa.nulls(self.rows.num_rows + deleted)}).select([])
         upserted = self.rows.select(list(self.key))
         if self.deletes is None or self.deletes.num_rows == 0:
             return upserted

@@ -129,7 +129,9 @@ def _one_source(
             key, state = "none (append-only)", []
         return lines, key, state
     assert isinstance(plan, KeyedAggregatePlan)
-    in_view = plan.view_is_state(append_only=feed is None and images is None and upstream_key is None)
+    append_only = feed is None and images is None and upstream_key is None
+    in_view = plan.view_is_state(append_only=append_only)
+    plan = plan.model_copy(update={"append_only": append_only})  # as the pipeline runs it (extremes_only)
     if plan.keys:
         group_by = ", ".join(
             dict(zip(plan.key_exprs, plan.keys)).get(e, e) if e.startswith("__lv_w") else e for e in plan.key_exprs
@@ -165,7 +167,12 @@ def _one_source(
             )
         state = [f"{ns}.{names[0]} (group state: key, __lv_rows, sums and counts)"]
         state += [
-            f"{ns}.{names[i + 1]} (value multiset of {arg}: key, __lv_v, __lv_n)"
+            f"{ns}.{names[i + 1]} (value multiset of {arg}: key, __lv_v, __lv_n"
+            + (
+                "; only each group's lowest and highest value: append-only input, read by MIN/MAX only)"
+                if plan.extremes_only(i)
+                else ")"
+            )
             for i, arg in enumerate(plan.multisets)
         ]
         if feed:

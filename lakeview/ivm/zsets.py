@@ -111,9 +111,15 @@ def apply_epoch(
     )
     advanced = [
         _advance(
-            writer, epoch, touched, lambda old, d=delta: merge_multiset(plan, d, old), (*keys, VALUE), COUNT, closed
+            writer,
+            epoch,
+            touched,
+            lambda old, d=delta, i=i: (merge_extremes if plan.extremes_only(i) else merge_multiset)(plan, d, old),
+            (*keys, VALUE),
+            COUNT,
+            closed,
         )
-        for writer, delta in zip(stores.multisets, multiset_deltas)
+        for i, (writer, delta) in enumerate(zip(stores.multisets, multiset_deltas))
     ]
     # The view's rows before any table commits: an overflow (AggregateOverflowError) fails the
     # epoch with every table as it was, so a resume after widening the column starts clean.
@@ -218,6 +224,35 @@ def merge_multiset(plan: KeyedAggregatePlan, delta: pa.Table, old: pa.Table) -> 
     items = [f'd."{k}"' for k in key] + [f"COALESCE(o.{COUNT}, 0) + d.{COUNT} AS {COUNT}"]
     sql = f"SELECT {', '.join(items)} FROM d LEFT JOIN o ON {plan.key_match('d', 'o', key)}"
     return _sql(sql, d=delta, o=_or_empty(old, delta)).cast(_state_schema(delta, old))
+
+
+def merge_extremes(plan: KeyedAggregatePlan, delta: pa.Table, old: pa.Table) -> pa.Table:
+    """A multiset that keeps only each group's lowest and highest value (append-only input, read by MIN/MAX
+    only: :meth:`KeyedAggregatePlan.extremes_only`): the touched groups' new extremes that differ from the stored
+    rows, and the stored rows no longer extremes at multiplicity 0 (so they are deleted). Values of the
+    delta that are no extreme are never stored."""
+    key = (*plan.keys, VALUE)
+    merged = merge_multiset(plan, delta, old)
+    stored = _or_empty(old, merged)
+    keys = ", ".join(f'"{k}"' for k in plan.keys)
+    part = f"PARTITION BY {keys}" if keys else ""
+    cols = ", ".join(f'"{c}"' for c in merged.column_names)
+    after = (
+        f"SELECT {cols} FROM m UNION ALL SELECT {cols} FROM o AS o "
+        f"WHERE NOT EXISTS (SELECT 1 FROM m WHERE {plan.key_match('o', 'm', key)})"
+    )
+    extremes = (
+        f"SELECT * FROM (SELECT *, MIN({VALUE}) OVER ({part}) AS lo, MAX({VALUE}) OVER ({part}) AS hi "
+        f"FROM ({after}) WHERE {COUNT} > 0) WHERE {VALUE} = lo OR {VALUE} = hi"
+    )
+    sql = (
+        f"WITH x AS ({extremes}) "
+        f"SELECT {cols} FROM x WHERE NOT EXISTS (SELECT 1 FROM o WHERE {plan.key_match('o', 'x', key)} "
+        f"AND o.{COUNT} = x.{COUNT}) "
+        f"UNION ALL SELECT {', '.join(f'o.{chr(34)}{k}{chr(34)}' for k in key)}, 0 AS {COUNT} FROM o AS o "
+        f"WHERE NOT EXISTS (SELECT 1 FROM x WHERE {plan.key_match('o', 'x', key)})"
+    )
+    return _sql(sql, m=merged, o=stored).select(merged.column_names).cast(merged.schema)
 
 
 def state_change(merged: pa.Table, key: tuple[str, ...], count: str) -> Change:

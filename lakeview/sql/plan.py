@@ -158,6 +158,9 @@ class KeyedAggregatePlan(_Plan):
     # (slot name, its argument's Spark type) of SUM/AVG slots, once the source's schema is known
     # (:meth:`with_sum_types`): weighted sums are then exact and overflow is an error, not a wrap.
     sum_types: tuple[tuple[str, str], ...] = ()
+    # The input never retracts a row (no change feed, images or keyed upstream; set by the pipeline): a
+    # multiset only MIN/MAX read then keeps each group's extremes, not every value (:meth:`extremes_only`).
+    append_only: bool = False
 
     @property
     def is_keyed_aggregate(self) -> bool:
@@ -261,8 +264,29 @@ class KeyedAggregatePlan(_Plan):
             sqlglot.transpile(sql, read="spark", write=dialect)[0], relation, self.window, self.alias, dialect
         )
 
+    def extremes_only(self, index: int) -> bool:
+        """Whether multiset ``index`` keeps only each group's lowest and highest value: over append-only input,
+        when no COUNT(DISTINCT) reads it (MIN/MAX of values that are never retracted need nothing else, so its
+        size follows the groups, not the history)."""
+        readers = {s.function for s in self.slots if s.multiset == index}
+        return self.append_only and readers <= {AggregateFunction.MIN, AggregateFunction.MAX}
+
     def multiset_delta_sql(self, index: int, relation: str, dialect: str = "spark") -> str:
-        """Per touched (group, value): the sum of weights of the non-null values of one argument."""
+        """Per touched (group, value): the sum of weights of the non-null values of one argument (only each
+        group's lowest and highest value when :meth:`extremes_only`)."""
+        sql = self._multiset_values_sql(index, relation, dialect)
+        if not self.extremes_only(index):
+            return sql
+        keys = ", ".join(f"`{k}`" for k in self.keys)
+        part = f"PARTITION BY {keys}" if keys else ""
+        extremes = (
+            f"SELECT {keys + ', ' if keys else ''}{VALUE}, {COUNT} FROM (SELECT *, MIN({VALUE}) OVER ({part}) AS "
+            f"{LOWEST}, MAX({VALUE}) OVER ({part}) AS {HIGHEST} FROM __lv_values) AS __lv_m "
+            f"WHERE {VALUE} = {LOWEST} OR {VALUE} = {HIGHEST}"
+        )
+        return sqlglot.transpile(extremes, read="spark", write=dialect)[0].replace("__lv_values", f"({sql}) AS __lv_d")
+
+    def _multiset_values_sql(self, index: int, relation: str, dialect: str) -> str:
         arg = f"({self.multisets[index]})"
         items = [f"{e} AS `{k}`" for k, e in zip(self.keys, self.key_exprs)] + [
             f"{arg} AS {VALUE}",

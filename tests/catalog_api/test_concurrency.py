@@ -1,6 +1,6 @@
-"""Concurrent committers: exactly one wins each round, the rest get 409, no update is lost —
-with threads over HTTP (both stores), with processes on PostgreSQL, and with two catalog
-server processes sharing one PostgreSQL store."""
+"""Concurrent committers: exactly one wins each round, the rest get 409, no update is lost and
+no loser leaves its metadata file behind — with threads over HTTP (both stores), with processes on
+PostgreSQL, and with two catalog server processes sharing one PostgreSQL store."""
 
 from __future__ import annotations
 
@@ -62,8 +62,14 @@ def create(base: str, namespace: str) -> dict:
 def test_threads_race_one_winner_per_round(any_catalog: CatalogServer, unique_name: str) -> None:
     base = f"{any_catalog.uri}/v1/lakeview"
     location = create(base, unique_name)["metadata"]["location"]
-    url = f"{base}/namespaces/{unique_name}/tables/t"
-    threads, rounds = 6, 4
+    loaded = race_commits(f"{base}/namespaces/{unique_name}/tables/t", location, threads=6, rounds=4)
+    # the losers' metadata files (written before their pointer swap failed) are gone again
+    assert metadata_files(location) == referenced_files(loaded)
+
+
+def race_commits(url: str, location: str, threads: int, rounds: int) -> dict:
+    """``rounds`` of ``threads`` commits racing from one parent: asserts one winner per round, 409 for the others,
+    and main's chain made of the winners. Returns the table's loadTable answer after the last round."""
     winners: list[int] = []
     with httpx.Client(timeout=60) as client:
         for round_ in range(rounds):
@@ -89,7 +95,40 @@ def test_threads_race_one_winner_per_round(any_catalog: CatalogServer, unique_na
                 w.join()
             assert sorted(statuses.values()) == [200] + [409] * (threads - 1), statuses
             winners += [sid for sid, status in statuses.items() if status == 200]
-        assert main_chain(client.get(url).json()["metadata"]) == winners[::-1]
+        loaded = client.get(url).json()
+    assert main_chain(loaded["metadata"]) == winners[::-1]
+    return loaded
+
+
+def test_creates_race_one_winner_no_stray_file(any_catalog: CatalogServer, unique_name: str) -> None:
+    base = f"{any_catalog.uri}/v1/lakeview"
+    assert httpx.post(f"{base}/namespaces", json={"namespace": [unique_name]}).status_code == 200
+    threads, barrier, statuses = 6, threading.Barrier(6), []
+
+    def create_t() -> None:
+        barrier.wait()
+        body = {"name": "t", "schema": SCHEMA_JSON}
+        statuses.append(httpx.post(f"{base}/namespaces/{unique_name}/tables", json=body, timeout=60).status_code)
+
+    workers = [threading.Thread(target=create_t) for _ in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    assert sorted(statuses) == [200] + [409] * (threads - 1)
+    loaded = httpx.get(f"{base}/namespaces/{unique_name}/tables/t").json()
+    assert metadata_files(loaded["metadata"]["location"]) == referenced_files(loaded) == {loaded["metadata-location"]}
+
+
+def metadata_files(table_location: str) -> set[str]:
+    """The metadata JSON files in a (local) table's metadata directory."""
+    return {str(p) for p in Path(table_location.removeprefix("file://"), "metadata").glob("*.metadata.json")}
+
+
+def referenced_files(loaded: dict) -> set[str]:
+    """The metadata files a loadTable answer references: the current one and its metadata log."""
+    log = {entry["metadata-file"] for entry in loaded["metadata"].get("metadata-log", [])}
+    return {path.removeprefix("file://") for path in {loaded["metadata-location"], *log}}
 
 
 def _append_with_retries(url: str, warehouse: str, namespace: str, worker: int, count: int, queue) -> None:
@@ -196,3 +235,33 @@ def test_two_server_processes_on_one_postgres_are_one_catalog(
     finally:
         for server in servers:
             server.communicate("", timeout=30)
+
+
+def test_view_commits_race_no_stray_file(any_catalog: CatalogServer, unique_name: str) -> None:
+    base = f"{any_catalog.uri}/v1/lakeview/namespaces/{unique_name}/views"
+    assert httpx.post(f"{any_catalog.uri}/v1/lakeview/namespaces", json={"namespace": [unique_name]}).is_success
+    version = {"version-id": 1, "schema-id": 0, "timestamp-ms": 1700000000000, "summary": {"engine-name": "lakeview"},
+               "representations": [{"type": "sql", "sql": "SELECT 1 AS id", "dialect": "spark"}],
+               "default-namespace": [unique_name]}  # fmt: skip
+    created = httpx.post(base, json={"name": "v", "schema": SCHEMA_JSON, "view-version": version}).json()["metadata"]
+    requirement = [{"type": "assert-view-uuid", "uuid": created["view-uuid"]}]
+    threads, rounds, statuses = 6, 3, []
+    for round_ in range(rounds):
+        barrier = threading.Barrier(threads)
+
+        def commit(i: int, round_=round_, barrier=barrier) -> None:
+            body = {
+                "requirements": requirement,
+                "updates": [{"action": "set-properties", "updates": {"k": f"{round_}.{i}"}}],
+            }
+            barrier.wait()
+            statuses.append(httpx.post(f"{base}/v", json=body, timeout=60).status_code)
+
+        workers = [threading.Thread(target=commit, args=(i,)) for i in range(threads)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+    assert set(statuses) <= {200, 409} and 409 in statuses, statuses
+    # one file per winning commit and the create's; the losers' are gone again
+    assert len(metadata_files(created["location"])) == 1 + statuses.count(200)

@@ -1,5 +1,6 @@
 """Credential vending on a SeaweedFS ``s3://`` warehouse: pyiceberg and DuckDB with no keys of their own
-read (and write) a table through credentials limited to its prefix, which cannot reach another table."""
+read (and write) a table through credentials limited to its prefix, which cannot reach another table; and on
+that warehouse, commits that lose a race leave no metadata object behind."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from catalog_api.server import CatalogServer
 from catalog_api.store.catalog import CatalogStore
 from lakeview.config.storage import S3Config
 from lakeview.sql.duck import connect
+from tests.catalog_api.test_concurrency import create, race_commits, referenced_files
 from tests.s3_server import ACCESS_KEY, SECRET_KEY
 
 BUCKET = "vended-lake"
@@ -139,3 +141,13 @@ def test_a_local_warehouse_vends_nothing(rest_catalog, catalog_server: CatalogSe
     url = f"{catalog_server.uri}/v1/lakeview/namespaces/{unique_name}/tables"
     assert httpx.get(f"{url}/t/credentials").json() == {"storage-credentials": []}
     assert httpx.get(f"{url}/missing/credentials").status_code == 404
+
+
+def test_lost_races_leave_no_metadata_object(vending, s3_server, unique_name: str) -> None:
+    base = f"{vending[0].uri}/v1/lakeview"
+    location = create(base, unique_name)["metadata"]["location"]
+    loaded = race_commits(f"{base}/namespaces/{unique_name}/tables/t", location, threads=4, rounds=3)
+    prefix = location.removeprefix(f"s3://{BUCKET}/") + "/metadata/"
+    listed = s3_server.client().list_objects_v2(Bucket=BUCKET, Prefix=prefix).get("Contents", [])
+    stored = {f"s3://{BUCKET}/{o['Key']}" for o in listed if o["Key"].endswith(".metadata.json")}
+    assert stored == referenced_files(loaded)

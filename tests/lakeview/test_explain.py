@@ -56,3 +56,25 @@ def test_projection_over_a_change_feed_must_keep_the_key(tmp_path: Path) -> None
     assert "views.orders_copy.sql" in str(result.exception) and "must select its key column(s) order_id" in str(
         result.exception
     )
+
+
+def test_min_max_over_append_only_input_keep_each_groups_extremes(tmp_path: Path) -> None:
+    """Over an append-only source a value multiset read only by MIN/MAX keeps each group's lowest and
+    highest value; one a COUNT(DISTINCT) reads keeps every value; over a change feed every value is kept."""
+    project = """
+[sources.orders]
+format = "parquet"
+path = "landing"
+schema = "order_id BIGINT, product_id BIGINT, quantity INT"
+
+[views.stats]
+sql = "SELECT product_id, AVG(quantity) AS q, MIN(order_id) AS first, COUNT(DISTINCT quantity) AS sizes FROM orders GROUP BY product_id"
+namespace = "shop"
+"""
+    (tmp_path / "lakeview.toml").write_text(project)
+    out = CliRunner().invoke(app, ["explain", "stats", "-p", str(tmp_path)]).output
+    extremes = "only each group's lowest and highest value: append-only input, read by MIN/MAX only"
+    assert f"shop.__lv_state_stats_1 (value multiset of order_id: key, __lv_v, __lv_n; {extremes})" in out
+    assert "shop.__lv_state_stats_2 (value multiset of quantity: key, __lv_v, __lv_n)" in out
+    (tmp_path / "lakeview.toml").write_text(PROJECT)
+    assert "lowest and highest" not in CliRunner().invoke(app, ["explain", "sales", "-p", str(tmp_path)]).output

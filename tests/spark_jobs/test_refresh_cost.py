@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from bench.history import land_parquet
 from catalog_api.server import CatalogServer
+from lakeview.config.models import SparkConfig
 from lakeview.ivm import oracle
+from lakeview.sql.duck import connect_catalog
 from tests.spark_jobs.test_pipeline import read_view, start
 
 SCHEMA = "order_id BIGINT, product_id BIGINT, quantity INT, ts TIMESTAMP"
@@ -42,3 +44,40 @@ def test_parquet_views_equal_recompute_and_record_rows_in(
     finally:
         for _, query in started:
             query.stop()
+
+
+def test_min_max_over_append_only_input_keep_each_groups_extremes(
+    spark, catalog_server: CatalogServer, make_project, unique_name: str
+) -> None:
+    """MIN/MAX over an append-only source: their value multiset holds each group's lowest and highest
+    value only (its size follows the groups, not the history), while a COUNT(DISTINCT) keeps every value;
+    the view equals the recompute after the first batch (computed by Spark on the executors) and after
+    each later one (DuckDB on the driver)."""
+    sql = (
+        "SELECT product_id, AVG(quantity) AS avg_q, MIN(order_id) AS first_order, MAX(order_id) AS last_order, "
+        "COUNT(DISTINCT quantity) AS sizes FROM orders GROUP BY product_id"
+    )
+    sources = {"orders": {"format": "parquet", "path": "landing/orders", "schema": SCHEMA}}
+    project = make_project(
+        views={unique_name: {"sql": sql, "cadence": "1s", "namespace": "cost_tests"}}, sources=sources
+    )
+    project = project.model_copy(update={"spark": SparkConfig(driver_rows_max=1_000)})  # the first batch: executors
+    landing = project.source_path("orders")
+    pipeline, query = start(spark, project, unique_name, catalog_server)
+    try:
+        for i, rows in enumerate([3_000, 500, 1_200]):
+            land_parquet(landing, f"o{i}.parquet", rows, first_id=i * 10_000, products=300)
+            query.processAllAvailable()
+            comparison = oracle.compare(
+                read_view(catalog_server, "cost_tests", unique_name), oracle.recompute(project, unique_name)
+            )
+            assert comparison.equal, comparison.describe()
+    finally:
+        query.stop()
+    con = connect_catalog(catalog_server.uri, "lakeview")
+    per_group = con.sql(
+        f"SELECT product_id, COUNT(*) AS n FROM lake.cost_tests.__lv_state_{unique_name}_1 GROUP BY product_id"
+    ).fetchall()
+    assert len(per_group) == 300 and max(n for _, n in per_group) == 2  # order ids: the first and the last
+    distinct = con.sql(f"SELECT COUNT(*) FROM lake.cost_tests.__lv_state_{unique_name}_2").fetchone()[0]
+    assert distinct > 2 * 300  # quantities 1..5 per product: every value kept for COUNT(DISTINCT)

@@ -16,6 +16,7 @@ from catalog_api.server import CatalogServer
 from lakeview.graph import WEIGHT, compile_view, step
 from lakeview.ivm.commits import Epoch
 from lakeview.sql.duck import arrow_sql
+from writers import graph_state
 from writers.graph_state import TableStateStore, commit_key, state_table_name, warm_up
 from writers.iceberg.group import IcebergGroupWriter
 from writers.iceberg.writer import IcebergWriter
@@ -37,8 +38,9 @@ def net(table: pa.Table) -> set[tuple]:
     return {tuple(r.values()) for r in rows.to_pylist()}
 
 
-def table_graph(sql: str, catalog: RestCatalog, view: str):
-    """The graph with its state in Iceberg tables (created if new) and the group committing them."""
+def table_graph(sql: str, catalog: RestCatalog, view: str, append_log: bool = False):
+    """The graph with its state in Iceberg tables (created if new) and the group committing them
+    (``append_log``: each epoch's delta appended, see TableStateStore)."""
     graph = compile_view(sql, SCHEMAS)
     _, schemas = warm_up(graph)
     writers = {}
@@ -46,7 +48,7 @@ def table_graph(sql: str, catalog: RestCatalog, view: str):
         writer = IcebergWriter(catalog, "graph_state_tests", state_table_name(view, table))
         writer.ensure_table(schemas[table.name], commit_key(table, schemas[table.name]), {"lakeview.state-of": view})
         writers[table.name] = writer
-    store = TableStateStore({t.name: t.key for t in graph.state_tables()}, writers, schemas)
+    store = TableStateStore({t.name: t.key for t in graph.state_tables()}, writers, schemas, append_log=append_log)
     graph.use_store(store)
     group = IcebergGroupWriter(catalog, view, {w.table_name: w for w in writers.values()})
     return graph, store, group
@@ -67,20 +69,28 @@ def delta(rng: random.Random, rows: dict[str, list[tuple]], name: str) -> pa.Tab
     return pa.table({n: [c[i] for c in changes] for i, n in enumerate(names)})
 
 
+@pytest.mark.parametrize("tables", ["keyed", "log", "log_folded"])
 @pytest.mark.parametrize("shape", list(VIEWS))
-def test_table_state_gives_the_memory_state_deltas_across_a_restart(catalog_server: CatalogServer, shape: str) -> None:
+def test_table_state_gives_the_memory_state_deltas_across_a_restart(
+    catalog_server: CatalogServer, shape: str, tables: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Every commit declared (``committed``), so lookups are served from the memory copy; epoch 2 is first
-    computed and abandoned (a commit whose outcome is unknown), so its retry reads the tables again."""
-    unique_name = f"graph_state_{shape}_{uuid.uuid4().hex[:8]}"
+    computed and abandoned (a commit whose outcome is unknown), so its retry reads the tables again. The
+    tables keyed (one row per distinct row), or append logs of the epochs' deltas (``log_folded``: folded
+    into their netted rows whenever they outgrow them, so the restart reads folded and appended rows)."""
+    if tables == "log_folded":
+        monkeypatch.setattr(graph_state, "FOLD_SLACK", 2)
+    unique_name = f"graph_state_{shape}_{tables}_{uuid.uuid4().hex[:8]}"
     catalog = RestCatalog("t", uri=catalog_server.uri, warehouse="lakeview")
     sql = VIEWS[shape]
     memory = compile_view(sql, SCHEMAS)
-    graph, store, group = table_graph(sql, catalog, unique_name)
+    append_log = tables != "keyed"
+    graph, store, group = table_graph(sql, catalog, unique_name, append_log)
     rng = random.Random(17)
     rows: dict[str, list[tuple]] = {"a": [], "b": []}
     for number in range(8):
         if number == 4:  # a restart: a new graph over the same tables, past its first epoch
-            graph, store, group = table_graph(sql, catalog, unique_name)
+            graph, store, group = table_graph(sql, catalog, unique_name, append_log)
             graph.runtime.epoch = 1
         deltas = {name: delta(rng, rows, name) for name in SCHEMAS if rng.random() < 0.8}
         expected = step(memory, deltas)

@@ -112,6 +112,18 @@ def test_empty_key_replaces_the_one_row_and_stamps_read_back(lake, unique_name: 
     assert lake.commits(writer) == 2
 
 
+def test_empty_key_change_with_rows_and_deletes_replaces_the_row(lake, unique_name: str) -> None:
+    """An empty-key change that both deletes the table's row and writes a new one leaves only the new row
+    (pyarrow concatenates zero-column tables to 0 rows, so the touched keys were empty and the old row stayed)."""
+    schema = pa.schema([("n", pa.int64())])
+    writer = lake.writer(unique_name)
+    writer.ensure_table(schema, (), {})
+    writer.commit(Epoch(unique_name, 0, {}), Change(pa.table({"n": [1]}), ()))
+    writer.commit(Epoch(unique_name, 1, {}), Change(pa.table({"n": [2]}), (), deletes=pa.table({"n": [1]}).select([])))
+    assert lake.read(writer).to_pylist() == [{"n": 2}]
+    assert lake.read_duckdb(writer) == [(2,)]
+
+
 def test_keys_of_two_columns_upsert_and_delete(lake, unique_name: str) -> None:
     """A key of two columns (a multi-column GROUP BY, or a value multiset keyed by (group, value)
     as MIN/MAX/COUNT DISTINCT keep it): upserts and deletes match on both, null-safe."""

@@ -12,17 +12,20 @@ from __future__ import annotations
 
 import json
 import logging
+import uuid
 from dataclasses import replace
 
 from pyiceberg.catalog.rest import RestCatalog
-from pyiceberg.table import CommitTableRequest, Table, TableIdentifier
+from pyiceberg.io.pyarrow import _dataframe_to_data_files
+from pyiceberg.table import CommitTableRequest, Table, TableIdentifier, Transaction
 from pyiceberg.table.update import AddSnapshotUpdate, TableUpdate
 
 from lakeview.errors import CommitConflictError, WriterError
 from lakeview.ivm.commits import Change, CommitRecord, Epoch
 from lakeview.ops.retrying import retry_transient
 from writers.base import WriterCapabilities
-from writers.iceberg.writer import IcebergWriter, last_commit_of
+from writers.graph_state import Replacement
+from writers.iceberg.writer import IcebergWriter, _replacing, last_commit_of
 from writers.staged_files import WrittenFile, stage_iceberg_files
 
 log = logging.getLogger("lakeview.writers.group")
@@ -50,6 +53,10 @@ class IcebergGroupWriter:
         self.group = group
         self.members = members
         self.owners = owners or {}
+        # Each member as this writer's last transaction left it: the catalog applied exactly the staged updates
+        # to exactly these tables (their requirements held), so the next epoch stages on them without loading
+        # every member again; a failed or refused attempt forgets them (a retry loads the tables).
+        self._after_commit: dict[str, Table] = {}
 
     def last_epoch(self) -> int | None:
         """The newest epoch every member has committed (members move together, so they agree)."""
@@ -74,13 +81,15 @@ class IcebergGroupWriter:
 
         def attempt() -> dict[str, CommitRecord] | None:
             number = next(attempts)
-            tables = {view: writer.table() for view, writer in self.members.items()}  # one load each per attempt
+            known, self._after_commit = self._after_commit, {}
+            tables = {view: known.get(view) or writer.table() for view, writer in self.members.items()}
             done = _last_epoch(list(tables.values()))
             if done is not None and epoch.number <= done:
                 log.info("group %s: epoch %s already committed; skipping", self.group, epoch.number)
                 return None
             staged: list[CommitTableRequest] = []
             records: dict[str, CommitRecord] = {}
+            after: dict[str, Table] = {}
             for view, writer in self.members.items():
                 table = tables[view]
                 member_epoch = (epochs or {}).get(view) or replace(epoch, view=self.owners.get(view, view))
@@ -91,6 +100,8 @@ class IcebergGroupWriter:
                 change = changes.get(view)
                 if isinstance(change, list) and change:
                     txn, properties = stage_iceberg_files(table, member_epoch, change)
+                elif isinstance(change, Replacement):
+                    txn, properties = _stage_replacement(table, member_epoch, change)
                 else:
                     empty = Change(table.schema().as_arrow().empty_table())
                     txn, properties = writer.stage(table, member_epoch, change if isinstance(change, Change) else empty)
@@ -105,8 +116,10 @@ class IcebergGroupWriter:
                     )
                 )
                 records[view] = CommitRecord.from_properties(properties, _new_snapshot_id(txn._updates))  # type: ignore[assignment]
+                after[view] = Table(table.name(), txn.table_metadata, table.metadata_location, table.io, table.catalog)
             status = self._post(staged)
             if status == 204:
+                self._after_commit = after
                 return records
             log.warning(
                 "group %s: transaction for epoch %s answered %s (attempt %s)", self.group, epoch.number, status, number
@@ -147,6 +160,22 @@ def _new_snapshot_id(updates: tuple[TableUpdate, ...]) -> int | None:
     catalog accepted it, with no load to ask)."""
     added = [u.snapshot.snapshot_id for u in updates if isinstance(u, AddSnapshotUpdate)]
     return added[-1] if added else None
+
+
+def _stage_replacement(table: Table, epoch: Epoch, change: Replacement) -> tuple[Transaction, dict[str, str]]:
+    """ONE snapshot holding exactly ``change.rows``: every live data file removed (no row read), one file of
+    the rows added. Position deletes of the removed files (a table written keyed before) dangle harmlessly."""
+    schema = table.schema().as_arrow()
+    rows = change.rows.select(schema.names).cast(schema)
+    commit_uuid = uuid.uuid4()
+    live = [task.file for task in table.scan().plan_files()] if table.current_snapshot() is not None else []
+    files = (
+        list(_dataframe_to_data_files(table_metadata=table.metadata, df=rows, io=table.io, write_uuid=commit_uuid))
+        if rows.num_rows
+        else []
+    )
+    properties = CommitRecord.properties(epoch, inserted=rows.num_rows, deleted=sum(f.record_count for f in live))
+    return _replacing(table, properties, live, files, commit_uuid), properties
 
 
 def _is_empty(change: Change | list[WrittenFile]) -> bool:

@@ -143,6 +143,9 @@ class LiveFiles:
         self._index: KeyIndex | None = None  # the current snapshot's keys, when the table's key allows one
         self._pending: _Pending | None = None  # what the writer's staged commit does to the index
         self.index_builds = 0  # times the key index was built from the table's rows (once, unless others commit)
+        # (key, schema id) found stored more than once (e.g. a lookup by a prefix of the table's key): probed
+        # from then on, without building an index for it again nor dropping the index of the table's key
+        self._not_unique: set[tuple[tuple[str, ...], int]] = set()
 
     def live(self, table: Table, snapshot_id: int | None = None) -> LiveTable:
         """The live files of one snapshot of ``table`` (default: the current one), manifests
@@ -346,8 +349,11 @@ class LiveFiles:
         or built from the live rows. None when the key cannot be indexed (see key_index)."""
         if live.snapshot_id is None or not self.use_index or not indexable(table.schema().as_arrow(), keys, key):
             return None  # (an empty table has nothing to index; its first commit is an append)
-        index, pending, self._pending = self._index, self._pending, None
+        if (key, live.schema_id) in self._not_unique:
+            return None
+        index, pending = self._index, self._pending
         if index is not None and (index.key, index.schema_id) == (key, live.schema_id):
+            self._pending = None
             if index.snapshot_id == live.snapshot_id:
                 return index
             snapshot = table.current_snapshot()
@@ -375,8 +381,14 @@ class LiveFiles:
                 live.snapshot_id,
                 index.snapshot_id,
             )
-        self._index = self._build_index(table, live, key)
-        return self._index
+        built = self._build_index(table, live, key)
+        if built is None:  # keys stored more than once: the index of another key (and its pending move) stays
+            self._not_unique.add((key, live.schema_id))
+            if index is not None and index.key == key:
+                self._index, self._pending = None, None
+            return None
+        self._index, self._pending = built, None
+        return built
 
     def _build_index(self, table: Table, live: LiveTable, key: tuple[str, ...]) -> KeyIndex | None:
         self.index_builds += 1
