@@ -250,7 +250,10 @@ def test_a_downstream_rebuilt_after_its_table_is_dropped_starts_from_the_upstrea
 
     lines, sales, big, views = chain("rebuilt")
     top = "rebuilt_top"
-    views[top] = {"sql": f"SELECT product_id, revenue FROM {sales} ORDER BY revenue DESC LIMIT 2", "namespace": "dag_tests"}
+    views[top] = {
+        "sql": f"SELECT product_id, revenue FROM {sales} ORDER BY revenue DESC LIMIT 2",
+        "namespace": "dag_tests",
+    }
     for view in views.values():
         view["cadence"] = "manual"
     data = {
