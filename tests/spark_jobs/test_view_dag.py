@@ -108,7 +108,7 @@ def test_three_level_chain_equals_recompute_after_every_batch(
     names = chain(unique_name[:40])
     lines, sales, big, views = names[0], names[1], names[2], names[3]
     for view in views.values():
-        view["cadence"] = "1s"
+        view["cadence"] = "200ms"
     sources = {"orders": {"format": "json", "path": "landing/orders", "schema": SCHEMA, "changes": FEED}}
     project = make_project(views={big: views[big], sales: views[sales], lines: views[lines]}, sources=sources)
     landing = project.source_path("orders")
@@ -211,12 +211,12 @@ def test_views_over_an_append_only_view(spark, catalog_server, make_project, uni
         filtered: {
             "sql": "SELECT order_id, product_id, quantity, ts FROM orders WHERE quantity > 2",
             "namespace": "dag_tests",
-            "cadence": "1s",
+            "cadence": "200ms",
         },
         totals: {
             "sql": f"SELECT product_id, COUNT(*) AS n, SUM(quantity) AS total FROM {filtered} GROUP BY product_id",
             "namespace": "dag_tests",
-            "cadence": "1s",
+            "cadence": "200ms",
         },
     }
     project = make_project(views=views)
