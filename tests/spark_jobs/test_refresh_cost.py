@@ -27,7 +27,9 @@ def test_parquet_views_equal_recompute_and_record_rows_in(
     spark, catalog_server: CatalogServer, make_project, unique_name: str
 ) -> None:
     sources = {"orders": {"format": "parquet", "path": "landing/orders", "schema": SCHEMA}}
-    views = {f"{unique_name}_{v}": {"sql": sql, "cadence": "200ms", "namespace": "cost_tests"} for v, sql in VIEWS.items()}
+    views = {
+        f"{unique_name}_{v}": {"sql": sql, "cadence": "200ms", "namespace": "cost_tests"} for v, sql in VIEWS.items()
+    }
     project = make_project(views=views, sources=sources)
     landing = project.source_path("orders")
     started = [start(spark, project, view, catalog_server) for view in views]

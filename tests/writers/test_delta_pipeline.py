@@ -21,7 +21,9 @@ def test_spark_pipeline_keeps_a_delta_view_equal_to_the_recompute(
     spark, catalog_server, make_project, unique_name: str, capsys
 ) -> None:
     view = unique_name
-    project = make_project(views={view: {"sql": SQL, "cadence": "200ms", "format": "delta", "namespace": "delta_tests"}})
+    project = make_project(
+        views={view: {"sql": SQL, "cadence": "200ms", "format": "delta", "namespace": "delta_tests"}}
+    )
     landing = project.source_path("orders")
     writer = make_writer(project, view, catalog_server.uri)
     assert isinstance(writer, DeltaWriter) and writer.location == project.table_location(view)
