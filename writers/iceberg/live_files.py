@@ -281,7 +281,9 @@ class LiveFiles:
         )
         at = pa.table(
             {
-                "file_path": pa.array([path for path, hit in hits for _ in range(hit.num_rows)], pa.string()),
+                "file_path": pa.chunked_array(
+                    [pa.repeat(pa.scalar(path, pa.string()), hit.num_rows) for path, hit in hits], pa.string()
+                ),
                 "pos": pa.concat_arrays([hit.column(POS).combine_chunks().cast(pa.int64()) for _, hit in hits])
                 if hits
                 else pa.array([], pa.int64()),
