@@ -129,3 +129,18 @@ def tree_cpu() -> float:
             continue
         total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
     return total
+
+
+def catalog_requests() -> int:
+    """Requests the in-process REST catalog has answered so far (every route and status): an epoch's
+    difference is its catalog round trips (loads, commits), a count no load on the machine changes."""
+    from catalog_api.ops.metrics import CATALOG_REQUEST_SECONDS  # the embedded stack's catalog runs in this process
+
+    return int(
+        sum(
+            sample.value
+            for metric in CATALOG_REQUEST_SECONDS.collect()
+            for sample in metric.samples
+            if sample.name.endswith("_count")
+        )
+    )

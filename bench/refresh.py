@@ -21,7 +21,11 @@ commit's cost follows the delta or the view.
 Views: ``sales`` (SUM, COUNT(*): merged into the view's own rows) and ``stats`` (AVG, MIN,
 MAX, COUNT(DISTINCT): kept in Lakeview state tables, as any view over a change feed is).
 
-    .venv/bin/python bench/refresh.py [--history 1000000,10000000,50000000,100000000] [--batch 10000] [--repeats 3] [--scaling] [--driver-keys-max 0]
+Each epoch's phases include ``cpu_s`` (this process and Spark's JVM) and ``catalog_requests`` (the
+round trips it made to the REST catalog): both hold better than wall time on a loaded machine.
+``--duckdb-baseline-only`` skips the Spark baselines (minutes each at 50M orders).
+
+    .venv/bin/python bench/refresh.py [--history 1000000,10000000,50000000,100000000] [--batch 10000] [--repeats 3] [--scaling] [--driver-keys-max 0] [--duckdb-baseline-only]
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ import sqlglot
 from rich.console import Console
 from rich.table import Table
 
-from bench._common import tree_cpu
+from bench._common import catalog_requests, tree_cpu
 from bench.history import SCHEMA, generate_history, land_parquet
 from lakeview.project import parse_project
 from lakeview.sql.duck import connect
@@ -68,6 +72,11 @@ def main() -> None:
         "--scaling", action="store_true", help="also: incremental cost vs batch size, 100k- and 1M-row views"
     )
     parser.add_argument("--no-baselines", action="store_true", help="incremental only")
+    parser.add_argument(
+        "--duckdb-baseline-only",
+        action="store_true",
+        help="of the baselines, only DuckDB's recompute (large histories)",
+    )
     parser.add_argument(
         "--driver-keys-max",
         type=int,
@@ -152,10 +161,11 @@ def timed_batches(
         first = BATCH_IDS + (abs(hash((tag, i))) % 1_000_000) * 1_000_000
         before = len(COMMITTED)
         land_parquet(landing, f"b-{tag}-{i:06d}.parquet", size, first_id=first, products=products)
-        started, cpu = time.perf_counter(), tree_cpu()
+        started, cpu, requests = time.perf_counter(), tree_cpu(), catalog_requests()
         query.processAllAvailable()
         ended = COMMITTED[-1] if len(COMMITTED) > before else time.perf_counter()
-        out.append((ended - started, {**epoch_phases(stack, view), "cpu_s": tree_cpu() - cpu}))
+        phases = {**epoch_phases(stack, view), "cpu_s": tree_cpu() - cpu}
+        out.append((ended - started, {**phases, "catalog_requests": catalog_requests() - requests}))
     return out
 
 
@@ -204,7 +214,7 @@ def run_one(
         spark = stack.spark
         assert spark is not None
         merge_times, spark_times = [], []
-        if not args.no_baselines:
+        if not args.no_baselines and not args.duckdb_baseline_only:
             merge_times = hand_written_merge(spark, view, landing, args) if view == "sales" else []
             spark.sql(
                 f"CREATE OR REPLACE TABLE lakeview.bench.{view}_recompute USING iceberg AS SELECT * FROM lakeview.bench.{view} LIMIT 0"

@@ -24,7 +24,7 @@ from lakeview.config.evolution import record_added, with_evolved_sources
 from lakeview.config.models import NewColumns, ProjectConfig
 from lakeview.config.schema import parse_ddl
 from lakeview.ivm.changefeed import OP, images_sql, latest_sql, mirror_table_name, operation_sql
-from lakeview.ivm.commits import CommitRecord, Epoch
+from lakeview.ivm.commits import CommitRecord, Epoch, Pending
 from lakeview.ivm.maintain import ViewMaintainer
 from lakeview.ivm.zsets import state_table_names
 from lakeview.ops.source_log import batch_files
@@ -60,6 +60,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from spark_jobs.executors.bootstrap import Bootstrap
+    from writers.iceberg.group import IcebergGroupWriter
 
 log = logging.getLogger("lakeview.pipeline")
 T = TypeVar("T")
@@ -105,6 +106,8 @@ class ViewPipeline(EpochLoop):
         self.source_config = project.sources[self.plan.sources[0]]
         self.feed = self.source_config.changes
         made = state_writer or self._iceberg_state_writer
+        self.group: IcebergGroupWriter | None = None  # the view's tables committed in one transaction (Iceberg)
+        self._state_beside = state_writer is None  # state tables in the view's catalog (not a group's, not Delta)
         # every table the view keeps: past [spark] driver_keys_max rows, read only by the executors
         self._state_writer = lambda name: on_executors(made(name), spark, project)
         self.images = self.source_config.images
@@ -198,12 +201,41 @@ class ViewPipeline(EpochLoop):
             m.mirror.ensure_table(source_schema, tuple(self.feed.key), owned)
             m.source_columns = source_schema.names
         self._add_source_columns()  # a restart after the source evolved
+        self._commit_together()
         if self.watermark is not None:  # resume the rule where the last commit left it
             wm = self.watermark
             self.watermark = Watermark.recover(wm.delay_us, wm.column, [w.last_commit() for w in m.tables()])
 
+    def _commit_together(self) -> None:
+        """An Iceberg view with state tables or a mirror: commit an epoch's change of every one of its tables in
+        ONE catalog transaction (:class:`~writers.iceberg.group.IcebergGroupWriter`), so a crash never leaves
+        them at different epochs, and a replay is skipped whole (``_done``)."""
+        m = self.maintainer
+        if not (self._state_beside and len(m.tables()) > 1 and self.writer.capabilities.multi_table_transactions):
+            return
+        from writers.iceberg.group import IcebergGroupWriter  # lazy: Iceberg's group loads only where used
+
+        members = {w.table_name: w for w in m.tables()}
+        group = IcebergGroupWriter(self.writer.catalog, self.view, members, dict.fromkeys(members, self.view))  # type: ignore[attr-defined, arg-type]
+
+        def commit_all(epoch: Epoch, pending: Pending) -> list[CommitRecord | None]:
+            records = group.commit(epoch, {writer.table_name: change for writer, change in pending})
+            m.tables_through = epoch.number  # committed now or before: no table can hold a later epoch
+            return [None if records is None else records.get(writer.table_name) for writer, _ in pending]
+
+        post = group._post
+
+        def post_after_fault_point(staged: list) -> int:  # crash tests: every table staged, nothing committed
+            faults.point("before_view_commit", faults.current_epoch)
+            return post(staged)
+
+        group._post = post_after_fault_point  # type: ignore[method-assign]
+        self.group, m.commit_all = group, commit_all
+
     def reconcile_checkpoint(self) -> None:
         self._last_epoch = reconcile_checkpoint(self.view, self.checkpoint, self.maintainer, self.writer)
+        if self.group is not None:  # every table has the epochs up to the oldest any of them has
+            self._last_epoch = self.group.last_epoch()
 
     def source_stream(self) -> DataFrame:
         """The source as a stream, each row with its file (a view group's one query reads it for all members)."""
@@ -213,8 +245,9 @@ class ViewPipeline(EpochLoop):
     committed_in = "table"
 
     def _done(self, epoch_id: int) -> bool:
-        # Views kept in one table skip a replayed epoch here; views with state tables let
-        # each table skip it (a crash may have left some of them committed).
+        # Views kept in one table, or whose tables commit in one transaction, skip a replayed epoch
+        # here; views with state tables committed one by one let each table skip it (a crash may
+        # have left some of them committed).
         return self._last_epoch is not None and epoch_id <= self._last_epoch
 
     def _release(self) -> None:
@@ -226,7 +259,7 @@ class ViewPipeline(EpochLoop):
         self.publish_changes()
 
     def _committed(self, epoch_id: int) -> None:
-        if self.maintainer.view_is_state:
+        if self.maintainer.view_is_state or self.group is not None:
             self._last_epoch = epoch_id
 
     def release_reread(self) -> None:

@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from lakeview.config.models import ChangeFeedConfig
 from lakeview.ivm.changefeed import normalize
-from lakeview.ivm.commits import CommitRecord, Epoch
+from lakeview.ivm.commits import CommitAll, CommitRecord, Epoch, Pending, commit_each
 from lakeview.ivm.zsets import ViewStores, apply_epoch, change_for, keyed_append_change, summed
 from lakeview.sql.plan import WEIGHT, AppendPlan, KeyedAggregatePlan
 from lakeview.sql.watermark import apply_to_changes, closed_windows
@@ -42,6 +42,10 @@ class ViewMaintainer:
     closed_before_us: int | None = None  # the watermark applied to the current epoch (lakeview.watermark)
     watermark: Watermark | None = None  # over a change feed: late images are left out here (lakeview.watermark)
     set_aside: Callable[[int, pa.Table, str], None] | None = None  # where late images go: (epoch, images, reason)
+    # How an epoch's changes of the view's tables are committed: each on its own (state first, the view,
+    # the mirror last: a replay repairs a crash between them), or all in ONE catalog transaction.
+    commit_all: CommitAll = commit_each
+    tables_through: int | None = None  # one transaction: no table holds an epoch after this one (None: unknown)
 
     def __post_init__(self) -> None:
         if self.feed is not None and self.feed_key is None:
@@ -61,10 +65,15 @@ class ViewMaintainer:
             return self.feed_key
         return self.plan.key
 
-    def apply_weighted_rows(self, epoch: Epoch, weighted: pa.Table) -> CommitRecord | None:
+    def apply_weighted_rows(self, epoch: Epoch, weighted: pa.Table, also: Pending = ()) -> CommitRecord | None:
         """A projection over a change feed: its weighted rows upsert/delete by the feed key."""
         assert isinstance(self.plan, AppendPlan) and self.feed_key is not None
-        return self.view.commit(epoch, keyed_append_change(self.plan, self.feed_key, weighted))
+        return self.commit_all(epoch, [(self.view, keyed_append_change(self.plan, self.feed_key, weighted)), *also])[0]
+
+    def fresh(self, epoch: Epoch) -> bool:
+        """Whether no table can hold ``epoch`` yet: they moved together through an earlier one (so
+        none is asked)."""
+        return self.tables_through is not None and epoch.number > self.tables_through
 
     def tables(self) -> list[SnapshotWriter]:
         return [self.view, *self.state, *([self.mirror] if self.mirror else [])]
@@ -80,19 +89,29 @@ class ViewMaintainer:
         return self.view.commit(epoch, change_for(self.plan, delta, self.view))
 
     def apply_state_deltas(
-        self, epoch: Epoch, group_delta: pa.Table, multiset_deltas: list[pa.Table], closed_before_us: int | None = None
+        self,
+        epoch: Epoch,
+        group_delta: pa.Table,
+        multiset_deltas: list[pa.Table],
+        closed_before_us: int | None = None,
+        also: Pending = (),
     ) -> CommitRecord | None:
         """``closed_before_us`` (default: this epoch's, set by the pipeline): the watermark applied to
-        this epoch; state of windows ended by it is dropped."""
+        this epoch; state of windows ended by it is dropped. ``also``: the mirror's change, committed last."""
         assert isinstance(self.plan, KeyedAggregatePlan)
 
         closed_before_us = self.closed_before_us if closed_before_us is None else closed_before_us
 
-        stores = ViewStores(view=self.view, groups=self.state[0], multisets=self.state[1:])
-        deltas = [self._cast(i + 1, d) for i, d in enumerate(multiset_deltas)]
-        return apply_epoch(
-            self.plan, epoch, self._cast(0, group_delta), deltas, stores, closed_windows(self.plan, closed_before_us)
+        stores = ViewStores(
+            view=self.view,
+            groups=self.state[0],
+            multisets=self.state[1:],
+            commit=self.commit_all,
+            fresh=self.fresh(epoch),
         )
+        deltas = [self._cast(i + 1, d) for i, d in enumerate(multiset_deltas)]
+        closed = closed_windows(self.plan, closed_before_us)
+        return apply_epoch(self.plan, epoch, self._cast(0, group_delta), deltas, stores, closed, also)
 
     # --- change feeds: the newest change per key, weights applied here ------------------
     def apply_changes(self, epoch: Epoch, latest: pa.Table) -> CommitRecord | None:
@@ -107,15 +126,12 @@ class ViewMaintainer:
             zset, epoch = self._leave_out_late(epoch, empty)
             return self.apply_zset(epoch, zset)
         keys = latest.select(list(self.feed.key))
-        mirror_done = (last := self.mirror.last_commit()) is not None and last.epoch >= epoch.number
-        if mirror_done:
-            return None  # the mirror is committed last: the epoch is complete
+        if not self.fresh(epoch) and (last := self.mirror.last_commit()) is not None and last.epoch >= epoch.number:
+            return None  # the mirror is committed last (or with the others): the epoch is complete
         zset, mirror_change = normalize(latest, self.mirror.lookup(keys), self.feed, self.source_columns)
         if self.watermark is not None:
             zset, epoch = self._leave_out_late(epoch, zset)
-        record = self.apply_zset(epoch, zset)
-        self.mirror.commit(epoch, mirror_change)
-        return record
+        return self.apply_zset(epoch, zset, also=[(self.mirror, mirror_change)])
 
     def apply_images(self, epoch: Epoch, zset: pa.Table) -> CommitRecord | None:
         """A before/after-image feed's batch under the watermark: its Z-set (before image -1, after
@@ -139,13 +155,15 @@ class ViewMaintainer:
             epoch, rows_quarantined=epoch.rows_quarantined + late.num_rows, stamps={**epoch.stamps, **stamps}
         )
 
-    def apply_zset(self, epoch: Epoch, zset: pa.Table, closed_before_us: int | None = None) -> CommitRecord | None:
+    def apply_zset(
+        self, epoch: Epoch, zset: pa.Table, closed_before_us: int | None = None, also: Pending = ()
+    ) -> CommitRecord | None:
         con = duckdb.connect()
         try:
             con.register("z", zset)
             if isinstance(self.plan, AppendPlan):
                 return self.apply_weighted_rows(
-                    epoch, con.execute(self.plan.weighted_sql("z", "duckdb")).to_arrow_table()
+                    epoch, con.execute(self.plan.weighted_sql("z", "duckdb")).to_arrow_table(), also
                 )
             group = con.execute(self.plan.group_delta_sql("z", "duckdb")).to_arrow_table()
             multisets = [
@@ -154,7 +172,7 @@ class ViewMaintainer:
             ]
         finally:
             con.close()
-        return self.apply_state_deltas(epoch, group, multisets, closed_before_us)
+        return self.apply_state_deltas(epoch, group, multisets, closed_before_us, also)
 
     def _cast(self, index: int, table: pa.Table) -> pa.Table:
         if not self.state_schemas:

@@ -28,7 +28,7 @@ import duckdb
 import pyarrow as pa
 
 from lakeview.errors import AggregateOverflowError
-from lakeview.ivm.commits import Change, CommitRecord, Epoch
+from lakeview.ivm.commits import Change, CommitAll, CommitRecord, Epoch, Pending, commit_each
 from lakeview.sql.duck import arrow_sql as _sql
 from lakeview.sql.plan import COUNT, ROWS, VALUE, WEIGHT, AppendPlan, KeyedAggregatePlan, Slot
 
@@ -70,11 +70,14 @@ def state_table_names(view: str, plan: KeyedAggregatePlan) -> list[str]:
 
 @dataclass
 class ViewStores:
-    """The tables one keyed-aggregate view is kept in: the view and its state tables."""
+    """The tables one keyed-aggregate view is kept in: the view and its state tables, and how an
+    epoch's changes of them are committed (:func:`~lakeview.ivm.commits.commit_each` by default)."""
 
     view: SnapshotWriter
     groups: SnapshotWriter
     multisets: list[SnapshotWriter] = field(default_factory=list)
+    commit: CommitAll = commit_each
+    fresh: bool = False  # no table holds the epoch (they moved together through the last one): no per-table check
 
 
 def apply_epoch(
@@ -84,30 +87,42 @@ def apply_epoch(
     multiset_deltas: list[pa.Table],
     stores: ViewStores,
     closed: Callable[[SnapshotWriter], pa.Table] | None = None,
+    also: Pending = (),
 ) -> CommitRecord | None:
     """Fold one epoch's state deltas into the state tables and commit the view's change.
 
     ``group_delta`` is :meth:`KeyedAggregatePlan.group_delta_sql`'s result, ``multiset_deltas``
     one :meth:`~KeyedAggregatePlan.multiset_delta_sql` result per multiset. Idempotent per epoch.
     ``closed``: a state table's rows of windows closed by the watermark, deleted in the same
-    commit (:mod:`lakeview.sql.watermark`).
+    commit (:mod:`lakeview.sql.watermark`). ``also``: more tables' changes of the epoch (a change
+    feed's mirror), committed after the view's (with it, when ``stores.commit`` is one transaction).
     """
     if group_delta.num_rows == 0:
+        pending: Pending = []
         if closed is not None:  # nothing consumed (e.g. every row late): still drop closed windows' state
             for writer, key in zip(
                 [stores.groups, *stores.multisets], [plan.keys] + [(*plan.keys, VALUE)] * len(stores.multisets)
             ):
                 gone = closed(writer)
                 if gone.num_rows:
-                    writer.commit(
-                        epoch, Change(rows=gone.schema.empty_table(), key=key, deletes=gone.select(list(key)))
+                    pending.append(
+                        (writer, Change(rows=gone.schema.empty_table(), key=key, deletes=gone.select(list(key))))
                     )
+        if pending or also:
+            stores.commit(epoch, [*pending, *also])
         return None
     keys = plan.keys
     # a global aggregate (no key) has one group: the key-less table row
     touched = _distinct(group_delta.select(list(keys))) if keys else group_delta.select([]).slice(0, 1)
-    groups, commit_groups = _advance(
-        stores.groups, epoch, touched, lambda old: merge_group_state(plan, group_delta, old), keys, ROWS, closed
+    groups, group_change = _advance(
+        stores.groups,
+        epoch,
+        touched,
+        lambda old: merge_group_state(plan, group_delta, old),
+        keys,
+        ROWS,
+        closed,
+        stores.fresh,
     )
     advanced = [
         _advance(
@@ -118,15 +133,17 @@ def apply_epoch(
             (*keys, VALUE),
             COUNT,
             closed,
+            stores.fresh,
         )
         for i, (writer, delta) in enumerate(zip(stores.multisets, multiset_deltas))
     ]
     # The view's rows before any table commits: an overflow (AggregateOverflowError) fails the
     # epoch with every table as it was, so a resume after widening the column starts clean.
     rows = finalize(plan, groups, [values for values, _ in advanced])
-    for commit in [commit_groups, *(commit for _, commit in advanced)]:
-        commit()
-    return stores.view.commit(epoch, view_change(plan, touched, rows))
+    changes = zip([stores.groups, *stores.multisets], [group_change, *(change for _, change in advanced)])
+    state: Pending = [(writer, change) for writer, change in changes if change is not None]
+    records = stores.commit(epoch, [*state, (stores.view, view_change(plan, touched, rows)), *also])
+    return records[len(state)]
 
 
 def _advance(
@@ -137,16 +154,17 @@ def _advance(
     key: tuple[str, ...],
     count: str,
     closed: Callable[[SnapshotWriter], pa.Table] | None = None,
-) -> tuple[pa.Table, Callable[[], object]]:
-    """One state table's delta (unless the table already has the epoch): the state rows of the
-    touched groups after the epoch, and the commit that applies it (run once nothing can fail)."""
+    fresh: bool = False,
+) -> tuple[pa.Table, Change | None]:
+    """One state table's delta (unless the table already has the epoch; ``fresh``: known not to): the
+    state rows of the touched groups after the epoch, and the change to commit (None: nothing to
+    commit) once nothing can fail."""
     old = writer.lookup(touched)
-    last = writer.last_commit()
-    if last is not None and last.epoch >= epoch.number:
-        return old, lambda: None  # applied before a crash: ``old`` is already the state after the epoch
+    if not fresh and (last := writer.last_commit()) is not None and last.epoch >= epoch.number:
+        return old, None  # applied before a crash: ``old`` is already the state after the epoch
     merged = merge(old)
     if not key:  # a global aggregate's one state row is replaced whole (kept at count 0)
-        return merged, lambda: writer.commit(epoch, Change(rows=merged, key=()))
+        return merged, Change(rows=merged, key=())
     change = state_change(merged, key, count)
     gone = closed(writer) if closed is not None else None
     if gone is not None and gone.num_rows:
@@ -160,7 +178,7 @@ def _advance(
     )
     after = pa.concat_tables([merged, kept.cast(merged.schema)]) if kept.num_rows else merged
     state = _sql(f"SELECT * FROM a WHERE {count} <> 0", a=after).cast(merged.schema)
-    return state, lambda: writer.commit(epoch, change)
+    return state, change
 
 
 def merge_group_state(plan: KeyedAggregatePlan, delta: pa.Table, old: pa.Table) -> pa.Table:

@@ -23,13 +23,13 @@ SQL = "SELECT product_id, SUM(quantity) AS total, MIN(quantity) AS lo, COUNT(*) 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def refresh(project_dir: Path, fault: str | None) -> int:
+def refresh(project_dir: Path, fault: str | None, view: str = "crashy") -> int:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("LAKEVIEW_FAULT", None)
     if fault:
         env["LAKEVIEW_FAULT"] = fault
     proc = subprocess.Popen(
-        [sys.executable, "-m", "lakeview.cli", "refresh", "crashy", "-p", str(project_dir)],
+        [sys.executable, "-m", "lakeview.cli", "refresh", view, "-p", str(project_dir)],
         env=env,
         cwd=ROOT,
         stdout=subprocess.PIPE,
@@ -78,6 +78,54 @@ def test_sigkill_at_each_point_then_restart_equals_recompute(spark, tmp_path: Pa
         epochs.pop(None, None)
         assert set(epochs.values()) == {1}, f"{name}: an epoch committed twice: {epochs}"
         assert set(epochs) == {"0", "1"}, f"{name}: {sorted(epochs)}"
+
+
+STATS_SQL = (
+    "SELECT product_id, AVG(quantity) AS avg_q, MIN(order_id) AS first_order, MAX(quantity) AS hi, "
+    "COUNT(DISTINCT quantity) AS sizes FROM changes GROUP BY product_id"
+)
+STATS_TABLES = ("stats", "__lv_state_stats_0", "__lv_state_stats_1", "__lv_state_stats_2", "__lv_state_stats_src")
+
+
+def test_sigkill_before_the_one_transaction_leaves_every_table_at_the_last_epoch(spark, tmp_path: Path) -> None:
+    """The view, its group state, its value multisets and its change feed's mirror commit an epoch in ONE
+    catalog transaction: killed with every table's files written but before it, none of them holds the
+    epoch (committed one by one, the state tables would be ahead of the view); the restart commits it to
+    all, once, and the view equals the recompute."""
+    data = {
+        "lake": {"warehouse": "lake"},
+        "server": {"port": 0},
+        "sources": {"changes": {"format": "json", "path": "landing", "schema": SCHEMA, "changes": FEED}},
+        "views": {"stats": {"sql": STATS_SQL, "cadence": "manual", "namespace": "crash"}},
+    }
+    project = project_on_disk(tmp_path, data)
+    landing = project.source_path("changes")
+    land(landing, "000.json", EPOCHS[0])
+    from tests.spark_jobs.test_view_dag import refresh_in_process
+
+    refresh_in_process(spark, project, ["stats"])
+    land(landing, "001.json", EPOCHS[1])
+    assert refresh(tmp_path, "before_view_commit:1", view="stats") == -signal.SIGKILL
+
+    store = open_store(project)
+    assert {name: epochs_of(store, name) for name in STATS_TABLES} == dict.fromkeys(STATS_TABLES, Counter({"0": 1}))
+
+    refresh_in_process(spark, project, ["stats"])
+    comparison = oracle.compare(
+        store.load_table(("crash", "stats")).scan().to_arrow(), oracle.recompute(project, "stats")
+    )
+    assert comparison.equal, comparison.describe()
+    assert {name: epochs_of(store, name) for name in STATS_TABLES} == dict.fromkeys(
+        STATS_TABLES, Counter({"0": 1, "1": 1})
+    )
+
+
+def epochs_of(store, name: str) -> Counter:
+    """How many snapshots of the table ``crash.<name>`` stamp each epoch."""
+    table = store.load_table(("crash", name))
+    epochs = Counter(s.summary.additional_properties.get("lakeview.epoch") for s in table.snapshots() if s.summary)
+    epochs.pop(None, None)
+    return epochs
 
 
 def project_on_disk(tmp_path: Path, data: dict) -> ProjectConfig:

@@ -130,7 +130,7 @@ class LiveFiles:
             OrderedDict()
         )  # remote: a commit's (gone, came) by its files
         self._found: tuple[tuple[int | None, int], tuple[str, ...], pa.Table, Found] | None = (
-            None  # remote: the last find ((snapshot, schema), key, keys, found)
+            None  # the last find ((snapshot, schema), key, keys, found)
         )
         # (data file, schema id) -> every row of the file, in file order (row i is position i)
         self._rows: OrderedDict[tuple[str, int], pa.Table] = OrderedDict()
@@ -234,21 +234,28 @@ class LiveFiles:
         return self.remote is not None and live.rows > self.remote.rows_max
 
     def find(self, table: Table, keys: pa.Table, key: tuple[str, ...]) -> Found:
-        """The live rows of ``table`` whose key is one of ``keys`` (null-safe), with positions."""
+        """The live rows of ``table`` whose key is one of ``keys`` (null-safe), with positions.
+
+        A commit's keys just found for its lookup (the same snapshot; the lookup's key the same or a prefix
+        of the commit's, e.g. a value multiset looked up by group) are taken from the lookup's rows: no
+        second Spark job, index probe or scan."""
         live = self.live(table)
-        if self.distributed(live):
-            assert self.remote is not None
+        distributed = self.distributed(live)
+        if distributed:
             self._forget_rows()
-            last = self._found
-            if (
-                last is not None
-                and last[:2] == ((live.snapshot_id, live.schema_id), key)
-                and not rows_without_keys(keys, last[2], key).num_rows
-            ):
-                return _subset(last[3], keys, key)  # a commit's keys, just found for its lookup: no second Spark job
+        last = self._found
+        if last is not None and last[0] == (live.snapshot_id, live.schema_id) and _covered(last[1], last[2], keys, key):
+            return _subset(last[3], keys, key)
+        if distributed:
+            assert self.remote is not None
             found = self.remote.find(table, live, keys, key)
-            self._found = ((live.snapshot_id, live.schema_id), key, keys, found)
-            return found
+        else:
+            found = self._find_here(table, live, keys, key)
+        self._found = ((live.snapshot_id, live.schema_id), key, keys, found)
+        return found
+
+    def _find_here(self, table: Table, live: LiveTable, keys: pa.Table, key: tuple[str, ...]) -> Found:
+        """:meth:`find` from the rows cached here: through the key index, else by probing every live row."""
         schema = table.schema().as_arrow()
         index = self._key_index(table, live, key, keys.schema)
         read = 0
@@ -274,7 +281,9 @@ class LiveFiles:
         )
         at = pa.table(
             {
-                "file_path": pa.array([path for path, hit in hits for _ in range(hit.num_rows)], pa.string()),
+                "file_path": pa.chunked_array(
+                    [pa.repeat(pa.scalar(path, pa.string()), hit.num_rows) for path, hit in hits], pa.string()
+                ),
                 "pos": pa.concat_arrays([hit.column(POS).combine_chunks().cast(pa.int64()) for _, hit in hits])
                 if hits
                 else pa.array([], pa.int64()),
@@ -482,6 +491,14 @@ def _hits(
 def _commit_files(added: list[DataFile], deletes: list[DataFile], removed: list[DataFile]) -> frozenset[str]:
     """What names one commit: the files it added (data and delete files) and removed."""
     return frozenset([*(f"+{f.file_path}" for f in [*added, *deletes]), *(f"-{f.file_path}" for f in removed)])
+
+
+def _covered(asked_key: tuple[str, ...], asked: pa.Table, keys: pa.Table, key: tuple[str, ...]) -> bool:
+    """Whether a find of ``asked`` by ``asked_key`` returned every row whose ``key`` is one of ``keys``:
+    ``asked_key`` is ``key`` or a prefix of it, and each of ``keys`` has its prefix among ``asked``."""
+    if key[: len(asked_key)] != asked_key:
+        return False
+    return not rows_without_keys(keys.select(list(asked_key)), asked, asked_key).num_rows
 
 
 def _subset(found: Found, keys: pa.Table, key: tuple[str, ...]) -> Found:

@@ -277,7 +277,7 @@ class IcebergWriter(SnapshotWriter):
         found = self.live.find(table, change.touched_keys(), change.key)
         properties = CommitRecord.properties(epoch, inserted=change.rows.num_rows, deleted=found.rows.num_rows)
         live = self.live.live(table)
-        touched = frozenset(found.positions.column("file_path").to_pylist())
+        touched = frozenset(pc.unique(found.positions.column("file_path")).to_pylist())
         rewrite, dropped = live.to_rewrite(self.compaction, touched)
         written, named = rows, found  # named: the replaced rows the delete file names (those outside rewritten files)
         rewritten: list[DataFile] = []  # a distributed table's files the executors rewrote
@@ -345,7 +345,7 @@ class IcebergWriter(SnapshotWriter):
         assert change.key is not None and self.live.remote is not None
         found = self.live.find(table, change.touched_keys(), change.key)
         live = self.live.live(table)
-        touched = set(found.positions.column("file_path").to_pylist())
+        touched = set(pc.unique(found.positions.column("file_path")).to_pylist())
         replaced = [f for f in live.data if f.file_path in touched]
         files = self.live.remote.rewrite(table, live, replaced, found.positions) if replaced else []
         files += (
