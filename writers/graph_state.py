@@ -37,9 +37,10 @@ from lakeview.graph.state import state_table_name as state_table_name  # where t
 from lakeview.graph.zset import WEIGHT, Duck
 from lakeview.ivm.commits import Change
 from writers.base import SnapshotWriter
+from writers.graph_log import StateLog
 
-# An append-log state table is folded when it holds more than FOLD_FACTOR x the rows it held when last read
-# or folded + FOLD_SLACK: a fold costs the state's rows, so it is paid at most once per that many appended rows.
+# A state log is folded when it holds more than FOLD_FACTOR x the rows it held when last read or folded +
+# FOLD_SLACK per state it holds: a fold costs the states' rows, so it is paid at most once per that many appended rows.
 FOLD_FACTOR = 2
 FOLD_SLACK = 50_000
 
@@ -129,7 +130,8 @@ class CommittedRows:
 @dataclass
 class TableStateStore:
     """The state tables of one graph view: their key, ``writers`` and ``schemas`` (weight column
-    included) by state table name."""
+    included) by state table name; with ``log``, every state in that one append-log table (Iceberg,
+    :mod:`writers.graph_log`; ``writers`` then names it for every state)."""
 
     keys: dict[str, tuple[str, ...]]
     writers: dict[str, SnapshotWriter]
@@ -138,14 +140,14 @@ class TableStateStore:
     # Delta, an epoch replayed after a crash between its commits: the tables that already hold it are
     # read as they stood before it (their version), and their change is not computed (their commit skips it)
     as_of: dict[str, int] = field(default_factory=dict)
-    # Each epoch's netted delta appended as it is (one data file, nothing looked up, no delete file): a table
-    # then holds rows whose weights sum to the state, folded into one row per distinct row once the log
-    # outgrows the state (:meth:`_due`). Set for Iceberg (its commits are one transaction per epoch); the
-    # as-of lookups of Delta's replay read tables keyed one row per distinct row.
-    append_log: bool = False
-    logged: dict[str, int] = field(default_factory=dict)  # rows each table holds (its log's length)
-    folded: dict[str, int] = field(default_factory=dict)  # its rows when last read or folded (the fold's yardstick)
-    staged_log: dict[str, tuple[int, int]] = field(default_factory=dict)  # this epoch's (logged, folded)
+    # Each epoch's netted deltas appended as they are to ONE table (one data file, nothing looked up, no delete
+    # file): its rows then sum to each state, folded into one row per distinct row once the log outgrows the
+    # state (FOLD_FACTOR). Set for Iceberg (its commits are one transaction per epoch); Delta's tables are
+    # keyed one row per distinct row (the as-of lookups of its replay read them so).
+    log: SnapshotWriter | None = None
+    logged: int = 0  # rows the log holds
+    folded: int = 0  # its rows when last read or folded (the fold's yardstick)
+    staged_log: tuple[int, int] | None = None  # this epoch's (logged, folded)
 
     def __post_init__(self) -> None:
         self.con = duckdb.connect()
@@ -155,17 +157,23 @@ class TableStateStore:
             name: CommittedRows(lambda n=name: self._read(n), self.keys[name], self.schemas[name], duck)
             for name in self.writers
         }
+        self.packing = StateLog(self.schemas)
+        self._unread: dict[str, pa.Table] = {}  # the log as last read, split by state, not yet taken
 
     def _read(self, name: str) -> pa.Table:
         """A state table's rows, whole (a log's rows included: the memory copy nets them)."""
-        rows = self.writers[name].lookup(every_key())
-        self.logged[name] = self.folded[name] = rows.num_rows
-        return rows
+        if self.log is None:
+            return self.writers[name].lookup(every_key())
+        if name not in self._unread:  # one read of the log serves every state of the epoch
+            rows = self.log.lookup(every_key())
+            self.logged = self.folded = rows.num_rows
+            self._unread = self.packing.unpack(rows)
+        return self._unread.pop(name)
 
     def begin(self, as_of: dict[str, int] | None = None) -> None:
         """Start an epoch: forget what an epoch that did not commit held (a retried epoch starts from the
         tables); ``as_of``: state tables to read at a version (see the field)."""
-        self.held, self.staged_log = {}, {}
+        self.held, self.staged_log, self._unread = {}, None, {}
         self.as_of = dict(as_of or {})
         for name, rows in self.memory.items():
             rows.begin()
@@ -176,9 +184,9 @@ class TableStateStore:
         """The epoch's changes (:meth:`changes`) are committed: the memory copy takes them."""
         for rows in self.memory.values():
             rows.committed()
-        for name, (logged, folded) in self.staged_log.items():
-            self.logged[name], self.folded[name] = logged, folded
-        self.staged_log = {}
+        if self.staged_log is not None:
+            self.logged, self.folded = self.staged_log
+        self.staged_log = None
 
     # --- the StateStore protocol --------------------------------------------------------------
     def lookup(self, table: StateTable, keys: pa.Table | None) -> pa.Table | None:
@@ -206,57 +214,62 @@ class TableStateStore:
 
     # --- the epoch's changes -----------------------------------------------------------------
     def changes(self) -> dict[str, Change]:
-        """Each state table's change for the epoch (tables nothing was applied to: none); clears what
-        was held. Each change is also staged for the memory copy (see :meth:`committed`)."""
-        changes = {}
+        """The epoch's change of each table (by table name; tables nothing was applied to: none); clears
+        what was held. Each state's delta is also staged for the memory copy (see :meth:`committed`)."""
+        netted = {}
         for name, deltas in self.held.items():
             if name in self.as_of:  # the table holds this epoch already
                 continue
-            schema = self.schemas[name]
-            key = self._key(name)
-            delta = self._consolidate(deltas, schema)
-            if delta.num_rows == 0:
-                continue
-            rows_in_memory = self.memory[name]
-            if self.append_log:
-                changes[name] = self._logged_change(name, delta)
-                continue
-            if key:
-                touched = self._query(f"SELECT DISTINCT {', '.join(map(_q, key))} FROM d", d=delta)
-                stored = rows_in_memory.lookup(touched.cast(pa.schema([schema.field(k) for k in key])))
-            else:
-                touched = every_key()
-                stored = rows_in_memory.lookup(None)
-            stored = stored.select(schema.names).cast(schema)
-            rows = self._consolidate([stored, delta], schema)
-            rows_in_memory.stage(delta)
-            gone = (
-                self._query(f"SELECT t.* FROM t ANTI JOIN r ON {_match(key, 't', 'r')}", t=touched, r=rows)
-                if key
-                else None
-            )
-            if key:
-                changes[name] = Change(rows=rows, key=key, deletes=gone if gone is not None and gone.num_rows else None)
-            else:  # no operator key: each distinct row is its own key, only rows whose weight changed are written
-                changes[name] = self._row_change(stored, rows, schema)
+            delta = self._consolidate(deltas, self.schemas[name])
+            if delta.num_rows:
+                netted[name] = delta
         self.held = {}
-        return changes
+        if self.log is not None:
+            return self._logged_change(self.log, netted)
+        return {self.writers[name].table_name: self._keyed_change(name, delta) for name, delta in netted.items()}
 
-    def _logged_change(self, name: str, delta: pa.Table) -> Change:
-        """An append-log table's change: the netted delta appended, or, once the log is due to be folded, the
-        whole table replaced by the state it nets to (the memory copy plus the delta). Stages the delta."""
-        memory = self.memory[name]
-        memory._loaded()  # reads the table on first use (and its log's length)
-        logged, folded = self.logged.get(name, 0) + delta.num_rows, self.folded.get(name, 0)
-        if logged <= FOLD_FACTOR * folded + FOLD_SLACK:
-            memory.stage(delta)
-            self.staged_log[name] = (logged, folded)
-            return Change(rows=delta)
-        schema = self.schemas[name]
-        rows = self._consolidate([memory.lookup(None).select(schema.names).cast(schema), delta], schema)
-        memory.stage(delta)
-        self.staged_log[name] = (rows.num_rows, rows.num_rows)
-        return Replacement(rows=rows)
+    def _keyed_change(self, name: str, delta: pa.Table) -> Change:
+        """A keyed table's change: for every key the delta touches, the stored rows replaced by the rows whose
+        weight is still non-zero. Stages the delta."""
+        schema, key, rows_in_memory = self.schemas[name], self._key(name), self.memory[name]
+        if key:
+            touched = self._query(f"SELECT DISTINCT {', '.join(map(_q, key))} FROM d", d=delta)
+            stored = rows_in_memory.lookup(touched.cast(pa.schema([schema.field(k) for k in key])))
+        else:
+            touched = every_key()
+            stored = rows_in_memory.lookup(None)
+        stored = stored.select(schema.names).cast(schema)
+        rows = self._consolidate([stored, delta], schema)
+        rows_in_memory.stage(delta)
+        if not key:  # no operator key: each distinct row is its own key, only rows whose weight changed are written
+            return self._row_change(stored, rows, schema)
+        gone = self._query(f"SELECT t.* FROM t ANTI JOIN r ON {_match(key, 't', 'r')}", t=touched, r=rows)
+        return Change(rows=rows, key=key, deletes=gone if gone.num_rows else None)
+
+    def _logged_change(self, log: SnapshotWriter, netted: dict[str, pa.Table]) -> dict[str, Change]:
+        """The log's change: every state's netted delta appended, or, once the log is due to be folded, the
+        whole log replaced by the states it nets to (the memory copies plus the deltas). Stages the deltas."""
+        if not netted:
+            return {}
+        for rows in self.memory.values():
+            rows._loaded()  # reads the log on first use (and its length)
+        logged = self.logged + sum(delta.num_rows for delta in netted.values())
+        if logged <= FOLD_FACTOR * self.folded + FOLD_SLACK * len(self.memory):
+            change: Change = Change(rows=self.packing.pack(netted))
+            self.staged_log = (logged, self.folded)
+        else:
+            states = {}
+            for name, rows in self.memory.items():
+                schema = self.schemas[name]
+                parts = [rows.lookup(None).select(schema.names).cast(schema)] + (
+                    [netted[name]] if name in netted else []
+                )
+                states[name] = self._consolidate(parts, schema)
+            change = Replacement(rows=self.packing.pack(states))
+            self.staged_log = (change.rows.num_rows, change.rows.num_rows)
+        for name, delta in netted.items():
+            self.memory[name].stage(delta)
+        return {log.table_name: change}
 
     def _row_change(self, stored: pa.Table, rows: pa.Table, schema: pa.Schema) -> Change:
         data = tuple(n for n in schema.names if n != WEIGHT)

@@ -17,6 +17,7 @@ from lakeview.graph import WEIGHT, compile_view, step
 from lakeview.ivm.commits import Epoch
 from lakeview.sql.duck import arrow_sql
 from writers import graph_state
+from writers.graph_log import StateLog, log_table_name
 from writers.graph_state import TableStateStore, commit_key, state_table_name, warm_up
 from writers.iceberg.group import IcebergGroupWriter
 from writers.iceberg.writer import IcebergWriter
@@ -40,17 +41,24 @@ def net(table: pa.Table) -> set[tuple]:
 
 def table_graph(sql: str, catalog: RestCatalog, view: str, append_log: bool = False):
     """The graph with its state in Iceberg tables (created if new) and the group committing them
-    (``append_log``: each epoch's delta appended, see TableStateStore)."""
+    (``append_log``: every state in one table, each epoch's deltas appended, see TableStateStore)."""
     graph = compile_view(sql, SCHEMAS)
     _, schemas = warm_up(graph)
-    writers = {}
-    for table in graph.state_tables():
-        writer = IcebergWriter(catalog, "graph_state_tests", state_table_name(view, table))
-        writer.ensure_table(schemas[table.name], commit_key(table, schemas[table.name]), {"lakeview.state-of": view})
-        writers[table.name] = writer
-    store = TableStateStore({t.name: t.key for t in graph.state_tables()}, writers, schemas, append_log=append_log)
+    keys = {t.name: t.key for t in graph.state_tables()}
+    owned = {"lakeview.state-of": view}
+    if append_log:
+        log = IcebergWriter(catalog, "graph_state_tests", log_table_name(view))
+        log.ensure_table(StateLog(schemas).schema, None, owned)
+        store = TableStateStore(keys, {name: log for name in keys}, schemas, log=log)
+    else:
+        writers = {}
+        for table in graph.state_tables():
+            writer = IcebergWriter(catalog, "graph_state_tests", state_table_name(view, table))
+            writer.ensure_table(schemas[table.name], commit_key(table, schemas[table.name]), owned)
+            writers[table.name] = writer
+        store = TableStateStore(keys, writers, schemas)
     graph.use_store(store)
-    group = IcebergGroupWriter(catalog, view, {w.table_name: w for w in writers.values()})
+    group = IcebergGroupWriter(catalog, view, {w.table_name: w for w in store.writers.values()})
     return graph, store, group
 
 
@@ -88,6 +96,7 @@ def test_table_state_gives_the_memory_state_deltas_across_a_restart(
     graph, store, group = table_graph(sql, catalog, unique_name, append_log)
     rng = random.Random(17)
     rows: dict[str, list[tuple]] = {"a": [], "b": []}
+    folds = 0
     for number in range(8):
         if number == 4:  # a restart: a new graph over the same tables, past its first epoch
             graph, store, group = table_graph(sql, catalog, unique_name, append_log)
@@ -102,7 +111,10 @@ def test_table_state_gives_the_memory_state_deltas_across_a_restart(
         got = step(graph, deltas)
         assert net(got) == net(expected), f"epoch {number}"
         epoch = Epoch(view=unique_name, number=number, frontier={})
-        changes = {store.writers[name].table_name: c for name, c in store.changes().items()}
+        changes = store.changes()
+        folds += sum(isinstance(c, graph_state.Replacement) for c in changes.values())
         group.commit(epoch, changes)  # type: ignore[arg-type]
         store.committed()
         assert group.last_epoch() in (None, number) or not changes
+    assert len(group.members) == (1 if append_log else len(graph.state_tables()))  # the log: one table for all
+    assert (folds > 0) == (tables == "log_folded")
