@@ -56,7 +56,7 @@ from spark_jobs.sources.upstream import with_upstream_source
 from spark_jobs.sources.view_changes import ChangePublisher
 from spark_jobs.sources_pipeline import SourcesPipeline
 from spark_jobs.streams import reconcile_checkpoint
-from writers.graph_log import StateLog, log_table_name
+from writers.graph_log import LAYOUT, StateLog, log_table_name
 from writers.graph_state import (
     CommittedRows,
     TableStateStore,
@@ -148,8 +148,8 @@ class GraphPipeline(SourcesPipeline):
         keys = {table.name: table.key for table in self.graph.state_tables()}
         log = None
         if self.writer.capabilities.multi_table_transactions and keys:  # Iceberg: every state in one log table
-            log = self._state_writer(log_table_name(self.view))
-            log.ensure_table(StateLog(state_schemas).schema, None, owned)
+            log, packing = self._state_writer(log_table_name(self.view)), StateLog(state_schemas)
+            log.ensure_table(packing.schema, None, {**owned, LAYOUT: packing.layout})
             self.state = {log.table_name: log}
         else:
             for table in self.graph.state_tables():
@@ -198,7 +198,8 @@ class GraphPipeline(SourcesPipeline):
         alien = []
         for name, writer in self.state.items():
             never = self.group is not None and writer.last_commit() is None
-            if never or stored_columns(writer) != expected[name]:
+            other = writer is self.store.log and writer.table().properties.get(LAYOUT) != self.store.packing.layout  # type: ignore[attr-defined]
+            if never or other or stored_columns(writer) != expected[name]:
                 alien.append(writer.table_name)
         if alien:
             tables = sorted({*alien, *self._older_state_tables()})

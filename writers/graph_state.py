@@ -47,8 +47,13 @@ FOLD_SLACK = 50_000
 
 @dataclass(frozen=True)
 class Replacement(Change):
-    """A table's whole content: ``rows`` replace every stored row (an append log's fold). Only a writer that
-    knows it commits it (the Iceberg group: one snapshot removing every data file and adding these rows)."""
+    """A table's whole content: ``rows`` replace every stored row (an append log's fold, a small view's
+    epoch). Only a writer that knows it commits it (the Iceberg group: one snapshot removing every data file
+    and adding these rows)."""
+
+    @property
+    def is_empty(self) -> bool:
+        return False  # no rows: every stored row goes
 
 
 def _q(name: str) -> str:
@@ -220,7 +225,8 @@ class TableStateStore:
         for name, deltas in self.held.items():
             if name in self.as_of:  # the table holds this epoch already
                 continue
-            delta = self._consolidate(deltas, self.schemas[name])
+            # a log's rows need not be netted (they are summed when read; the memory copy nets them as it merges)
+            delta = pa.concat_tables(deltas) if self.log is not None else self._consolidate(deltas, self.schemas[name])
             if delta.num_rows:
                 netted[name] = delta
         self.held = {}

@@ -48,7 +48,7 @@ def table_graph(sql: str, catalog: RestCatalog, view: str, append_log: bool = Fa
     owned = {"lakeview.state-of": view}
     if append_log:
         log = IcebergWriter(catalog, "graph_state_tests", log_table_name(view))
-        log.ensure_table(StateLog(schemas).schema, None, owned)
+        log.ensure_table(StateLog(schemas).schema, None, owned)  # (the pipeline also records its layout)
         store = TableStateStore(keys, {name: log for name in keys}, schemas, log=log)
     else:
         writers = {}
