@@ -306,7 +306,7 @@ class GraphPipeline(SourcesPipeline):
         started = time.perf_counter()
         weighted = out.rename_columns([*out.column_names[:-1], WEIGHT])
         changes: dict[str, Change] = {self.writer.table_name: self.view_rows.change(weighted)}
-        changes.update(self.store.changes())
+        changes.update(self.store.table_changes())
         changes.update({self.mirrors[s].table_name: c for s, c in mirrors.items()})
         record = self._commit(epoch, changes)
         self.store.committed()  # the tables hold the epoch: the memory copies take its changes

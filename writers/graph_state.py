@@ -39,8 +39,9 @@ from lakeview.ivm.commits import Change
 from writers.base import SnapshotWriter
 from writers.graph_log import StateLog
 
-# A state log is folded when it holds more than FOLD_FACTOR x the rows it held when last read or folded +
-# FOLD_SLACK per state it holds: a fold costs the states' rows, so it is paid at most once per that many appended rows.
+# An append-log state table is folded when it holds more than FOLD_FACTOR x the rows it held when last read
+# or folded + FOLD_SLACK (per state it holds, for the one log of every state): a fold costs the state's rows, so
+# it is paid at most once per that many appended rows.
 FOLD_FACTOR = 2
 FOLD_SLACK = 50_000
 
@@ -145,14 +146,17 @@ class TableStateStore:
     # Delta, an epoch replayed after a crash between its commits: the tables that already hold it are
     # read as they stood before it (their version), and their change is not computed (their commit skips it)
     as_of: dict[str, int] = field(default_factory=dict)
-    # Each epoch's netted deltas appended as they are to ONE table (one data file, nothing looked up, no delete
-    # file): its rows then sum to each state, folded into one row per distinct row once the log outgrows the
-    # state (FOLD_FACTOR). Set for Iceberg (its commits are one transaction per epoch); Delta's tables are
-    # keyed one row per distinct row (the as-of lookups of its replay read them so).
+    # Each epoch's netted delta appended as it is (one data file, nothing looked up, no delete file): a table
+    # then holds rows whose weights sum to the state, folded into one row per distinct row once the log
+    # outgrows the state (:meth:`_due`). Set for Iceberg (its commits are one transaction per epoch); the
+    # as-of lookups of Delta's replay read tables keyed one row per distinct row.
+    append_log: bool = False
+    logged: dict[str, int] = field(default_factory=dict)  # rows each table holds (its log's length)
+    folded: dict[str, int] = field(default_factory=dict)  # its rows when last read or folded (the fold's yardstick)
+    staged_log: dict[str, tuple[int, int]] = field(default_factory=dict)  # this epoch's (logged, folded)
+    # Every state in ONE append log (Iceberg graph views): each epoch appends every state's delta to this table
+    # (one data file for all), folded as one; its length is kept under its table name in the fields above.
     log: SnapshotWriter | None = None
-    logged: int = 0  # rows the log holds
-    folded: int = 0  # its rows when last read or folded (the fold's yardstick)
-    staged_log: tuple[int, int] | None = None  # this epoch's (logged, folded)
 
     def __post_init__(self) -> None:
         self.con = duckdb.connect()
@@ -167,18 +171,20 @@ class TableStateStore:
 
     def _read(self, name: str) -> pa.Table:
         """A state table's rows, whole (a log's rows included: the memory copy nets them)."""
-        if self.log is None:
-            return self.writers[name].lookup(every_key())
-        if name not in self._unread:  # one read of the log serves every state of the epoch
-            rows = self.log.lookup(every_key())
-            self.logged = self.folded = rows.num_rows
-            self._unread = self.packing.unpack(rows)
-        return self._unread.pop(name)
+        if self.log is not None:
+            if name not in self._unread:  # one read of the log serves every state of the epoch
+                rows = self.log.lookup(every_key())
+                self.logged[self.log.table_name] = self.folded[self.log.table_name] = rows.num_rows
+                self._unread = self.packing.unpack(rows)
+            return self._unread.pop(name)
+        rows = self.writers[name].lookup(every_key())
+        self.logged[name] = self.folded[name] = rows.num_rows
+        return rows
 
     def begin(self, as_of: dict[str, int] | None = None) -> None:
         """Start an epoch: forget what an epoch that did not commit held (a retried epoch starts from the
         tables); ``as_of``: state tables to read at a version (see the field)."""
-        self.held, self.staged_log, self._unread = {}, None, {}
+        self.held, self.staged_log, self._unread = {}, {}, {}
         self.as_of = dict(as_of or {})
         for name, rows in self.memory.items():
             rows.begin()
@@ -189,9 +195,9 @@ class TableStateStore:
         """The epoch's changes (:meth:`changes`) are committed: the memory copy takes them."""
         for rows in self.memory.values():
             rows.committed()
-        if self.staged_log is not None:
-            self.logged, self.folded = self.staged_log
-        self.staged_log = None
+        for name, (logged, folded) in self.staged_log.items():
+            self.logged[name], self.folded[name] = logged, folded
+        self.staged_log = {}
 
     # --- the StateStore protocol --------------------------------------------------------------
     def lookup(self, table: StateTable, keys: pa.Table | None) -> pa.Table | None:
@@ -218,64 +224,99 @@ class TableStateStore:
             self.held.setdefault(table.name, []).append(_conform(delta, schema))
 
     # --- the epoch's changes -----------------------------------------------------------------
+    def table_changes(self) -> dict[str, Change]:
+        """The epoch's change of each table, by the table's name (see :meth:`changes`; with ``log``, the log's)."""
+        if self.log is None:
+            return {self.writers[name].table_name: change for name, change in self.changes().items()}
+        deltas = {}
+        for name, held in self.held.items():  # a log's rows need not be netted: the memory copies net them
+            if name in self.as_of:  # (Delta's replay; a log is Iceberg's) it holds this epoch already
+                continue
+            delta = pa.concat_tables(held)
+            if delta.num_rows:
+                deltas[name] = delta
+        self.held = {}
+        return self._log_change(self.log, deltas)
+
     def changes(self) -> dict[str, Change]:
-        """The epoch's change of each table (by table name; tables nothing was applied to: none); clears
-        what was held. Each state's delta is also staged for the memory copy (see :meth:`committed`)."""
-        netted = {}
+        """Each state table's change for the epoch (tables nothing was applied to: none); clears what
+        was held. Each change is also staged for the memory copy (see :meth:`committed`). Not with ``log``
+        (:meth:`table_changes`)."""
+        if self.log is not None:
+            raise WriterError("every state of this store is in one log: ask table_changes()")
+        changes = {}
         for name, deltas in self.held.items():
             if name in self.as_of:  # the table holds this epoch already
                 continue
-            # a log's rows need not be netted (they are summed when read; the memory copy nets them as it merges)
-            delta = pa.concat_tables(deltas) if self.log is not None else self._consolidate(deltas, self.schemas[name])
-            if delta.num_rows:
-                netted[name] = delta
+            schema = self.schemas[name]
+            key = self._key(name)
+            delta = self._consolidate(deltas, schema)
+            if delta.num_rows == 0:
+                continue
+            rows_in_memory = self.memory[name]
+            if self.append_log:
+                changes[name] = self._logged_change(name, delta)
+                continue
+            if key:
+                touched = self._query(f"SELECT DISTINCT {', '.join(map(_q, key))} FROM d", d=delta)
+                stored = rows_in_memory.lookup(touched.cast(pa.schema([schema.field(k) for k in key])))
+            else:
+                touched = every_key()
+                stored = rows_in_memory.lookup(None)
+            stored = stored.select(schema.names).cast(schema)
+            rows = self._consolidate([stored, delta], schema)
+            rows_in_memory.stage(delta)
+            gone = (
+                self._query(f"SELECT t.* FROM t ANTI JOIN r ON {_match(key, 't', 'r')}", t=touched, r=rows)
+                if key
+                else None
+            )
+            if key:
+                changes[name] = Change(rows=rows, key=key, deletes=gone if gone is not None and gone.num_rows else None)
+            else:  # no operator key: each distinct row is its own key, only rows whose weight changed are written
+                changes[name] = self._row_change(stored, rows, schema)
         self.held = {}
-        if self.log is not None:
-            return self._logged_change(self.log, netted)
-        return {self.writers[name].table_name: self._keyed_change(name, delta) for name, delta in netted.items()}
+        return changes
 
-    def _keyed_change(self, name: str, delta: pa.Table) -> Change:
-        """A keyed table's change: for every key the delta touches, the stored rows replaced by the rows whose
-        weight is still non-zero. Stages the delta."""
-        schema, key, rows_in_memory = self.schemas[name], self._key(name), self.memory[name]
-        if key:
-            touched = self._query(f"SELECT DISTINCT {', '.join(map(_q, key))} FROM d", d=delta)
-            stored = rows_in_memory.lookup(touched.cast(pa.schema([schema.field(k) for k in key])))
-        else:
-            touched = every_key()
-            stored = rows_in_memory.lookup(None)
-        stored = stored.select(schema.names).cast(schema)
-        rows = self._consolidate([stored, delta], schema)
-        rows_in_memory.stage(delta)
-        if not key:  # no operator key: each distinct row is its own key, only rows whose weight changed are written
-            return self._row_change(stored, rows, schema)
-        gone = self._query(f"SELECT t.* FROM t ANTI JOIN r ON {_match(key, 't', 'r')}", t=touched, r=rows)
-        return Change(rows=rows, key=key, deletes=gone if gone.num_rows else None)
+    def _logged_change(self, name: str, delta: pa.Table) -> Change:
+        """An append-log table's change: the netted delta appended, or, once the log is due to be folded, the
+        whole table replaced by the state it nets to (the memory copy plus the delta). Stages the delta."""
+        memory = self.memory[name]
+        memory._loaded()  # reads the table on first use (and its log's length)
+        logged, folded = self.logged.get(name, 0) + delta.num_rows, self.folded.get(name, 0)
+        if logged <= FOLD_FACTOR * folded + FOLD_SLACK:
+            memory.stage(delta)
+            self.staged_log[name] = (logged, folded)
+            return Change(rows=delta)
+        schema = self.schemas[name]
+        rows = self._consolidate([memory.lookup(None).select(schema.names).cast(schema), delta], schema)
+        memory.stage(delta)
+        self.staged_log[name] = (rows.num_rows, rows.num_rows)
+        return Replacement(rows=rows)
 
-    def _logged_change(self, log: SnapshotWriter, netted: dict[str, pa.Table]) -> dict[str, Change]:
-        """The log's change: every state's netted delta appended, or, once the log is due to be folded, the
-        whole log replaced by the states it nets to (the memory copies plus the deltas). Stages the deltas."""
-        if not netted:
+    def _log_change(self, log: SnapshotWriter, deltas: dict[str, pa.Table]) -> dict[str, Change]:
+        """The one log's change: every state's delta appended, or, once the log is due to be folded, the whole
+        log replaced by the states it nets to (the memory copies plus the deltas). Stages the deltas."""
+        if not deltas:
             return {}
         for rows in self.memory.values():
             rows._loaded()  # reads the log on first use (and its length)
-        logged = self.logged + sum(delta.num_rows for delta in netted.values())
-        if logged <= FOLD_FACTOR * self.folded + FOLD_SLACK * len(self.memory):
-            change: Change = Change(rows=self.packing.pack(netted))
-            self.staged_log = (logged, self.folded)
+        name = log.table_name
+        logged, folded = self.logged.get(name, 0) + sum(d.num_rows for d in deltas.values()), self.folded.get(name, 0)
+        if logged <= FOLD_FACTOR * folded + FOLD_SLACK * len(self.memory):
+            change = Change(rows=self.packing.pack(deltas))
+            self.staged_log[name] = (logged, folded)
         else:
             states = {}
-            for name, rows in self.memory.items():
-                schema = self.schemas[name]
-                parts = [rows.lookup(None).select(schema.names).cast(schema)] + (
-                    [netted[name]] if name in netted else []
-                )
-                states[name] = self._consolidate(parts, schema)
+            for state, rows in self.memory.items():
+                schema = self.schemas[state]
+                held = [rows.lookup(None).select(schema.names).cast(schema)]
+                states[state] = self._consolidate(held + ([deltas[state]] if state in deltas else []), schema)
             change = Replacement(rows=self.packing.pack(states))
-            self.staged_log = (change.rows.num_rows, change.rows.num_rows)
-        for name, delta in netted.items():
-            self.memory[name].stage(delta)
-        return {log.table_name: change}
+            self.staged_log[name] = (change.rows.num_rows, change.rows.num_rows)
+        for state, delta in deltas.items():
+            self.memory[state].stage(delta)
+        return {name: change}
 
     def _row_change(self, stored: pa.Table, rows: pa.Table, schema: pa.Schema) -> Change:
         data = tuple(n for n in schema.names if n != WEIGHT)
