@@ -36,7 +36,7 @@ from lakeview.errors import ConfigError, UnsupportedSQLError
 from lakeview.graph import WEIGHT as GRAPH_WEIGHT
 from lakeview.graph import Graph, compile_view, step
 from lakeview.graph import explain as explain_graph
-from lakeview.graph.state import state_table_name
+from lakeview.graph.state import log_table_name, state_table_name
 from lakeview.ivm.changefeed import check_view_over_sources
 from lakeview.ivm.combine import check_combined_view
 from lakeview.ivm.explain import explain
@@ -351,7 +351,11 @@ def explain_view(config: ProjectConfig, view: str) -> str:
     spec = config.views[view]
     graph = view_graph(config, view)
     graph.runtime.store = _Unread()  # type: ignore[assignment]  # no table is read: no row counts
-    tables = [f"  {t.name} -> {spec.namespace}.{state_table_name(view, t)}" for t in graph.state_tables()]
+    if spec.format.value == "iceberg":  # one log table for every state (writers.graph_log)
+        log = f"{spec.namespace}.{log_table_name(view)}"
+        tables = [f"  {t.name} -> {log} (its rows with __lv_op = '{t.name}')" for t in graph.state_tables()]
+    else:
+        tables = [f"  {t.name} -> {spec.namespace}.{state_table_name(view, t)}" for t in graph.state_tables()]
     head = [
         f"view {view} (operator graph) -> {spec.namespace}.{view}, cadence {spec.cadence}, format {spec.format.value}",
         f"sources: {', '.join(graph.schemas)}; the view's table is a multiset keyed by the whole row",

@@ -40,7 +40,7 @@ from lakeview.errors import WriterError
 from lakeview.graph import WEIGHT as GRAPH_WEIGHT
 from lakeview.graph import step
 from lakeview.ivm.changefeed import normalize
-from lakeview.ivm.combine import multiset_change, source_mirror_name
+from lakeview.ivm.combine import source_mirror_name
 from lakeview.ivm.commits import Change, CommitRecord, Epoch
 from lakeview.project import source_schemas, view_graph
 from lakeview.sql.dag import upstreams_of
@@ -56,6 +56,7 @@ from spark_jobs.sources.upstream import with_upstream_source
 from spark_jobs.sources.view_changes import ChangePublisher
 from spark_jobs.sources_pipeline import SourcesPipeline
 from spark_jobs.streams import reconcile_checkpoint
+from writers.graph_log import LAYOUT, StateLog, log_table_name
 from writers.graph_state import (
     CommittedRows,
     TableStateStore,
@@ -65,6 +66,7 @@ from writers.graph_state import (
     state_table_name,
     warm_up,
 )
+from writers.graph_view import ViewRows, small
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -126,6 +128,7 @@ class GraphPipeline(SourcesPipeline):
         self.state: dict[str, SnapshotWriter] = {}
         self.store: TableStateStore | None = None
         self.group: IcebergGroupWriter | None = None
+        self.view_rows: ViewRows | None = None  # the view's table, held in memory while small (see ViewRows)
         self._last_committed: int | None = None  # the last epoch this process committed (Iceberg: no reload)
 
     # --- tables ------------------------------------------------------------------------------
@@ -142,16 +145,23 @@ class GraphPipeline(SourcesPipeline):
         properties.update(sql_properties(self.config.sql, self.config.dialect))
         self.writer.ensure_table(output, tuple(output.names), properties)  # a multiset keyed by the whole row
         owned = {"lakeview.state-of": self.view}
-        keys = {}
-        for table in self.graph.state_tables():
-            writer = self._state_writer(state_table_name(self.view, table))
-            writer.ensure_table(state_schemas[table.name], commit_key(table, state_schemas[table.name]), owned)
-            self.state[table.name], keys[table.name] = writer, table.key
+        keys = {table.name: table.key for table in self.graph.state_tables()}
+        log = None
+        if self.writer.capabilities.multi_table_transactions and keys:  # Iceberg: every state in one log table
+            log, packing = self._state_writer(log_table_name(self.view)), StateLog(state_schemas)
+            log.ensure_table(packing.schema, None, {**owned, LAYOUT: packing.layout})
+            self.state = {log.table_name: log}
+        else:
+            for table in self.graph.state_tables():
+                writer = self._state_writer(state_table_name(self.view, table))
+                writer.ensure_table(state_schemas[table.name], commit_key(table, state_schemas[table.name]), owned)
+                self.state[table.name] = writer
         for source, feed in self.feeds.items():
             self.mirrors[source] = self._state_writer(source_mirror_name(self.view, source))
             self.mirrors[source].ensure_table(self.schemas[source], tuple(feed.key), owned)
             self.mirror_rows[source] = mirror_rows(self.mirrors[source], tuple(feed.key), self.schemas[source])
-        self.store = TableStateStore(keys, self.state, state_schemas)
+        writers = {name: log for name in keys} if log is not None else self.state
+        self.store = TableStateStore(keys, writers, state_schemas, log=log)  # type: ignore[arg-type]
         self.graph.use_store(self.store)
         if self.writer.capabilities.multi_table_transactions:
             from writers.iceberg.group import IcebergGroupWriter  # lazy: Iceberg's group loads only where used
@@ -163,7 +173,9 @@ class GraphPipeline(SourcesPipeline):
                 members,  # type: ignore[arg-type]
                 {name: self.view for name in members},
             )
-            self.store.append_log = True  # each epoch's state delta appended, no lookup (see the store)
+        self.view_rows = ViewRows(
+            self.writer, tuple(self.graph.names), output, self.group is not None and small(self.writer)
+        )
         self._check_same_graph(state_schemas)
         self._last_epoch = reconcile_checkpoint(self.view, self.checkpoint, self, self.writer)
         # a restart: the state exists, so no operator starts it again (a global aggregate's row is in the view)
@@ -172,9 +184,10 @@ class GraphPipeline(SourcesPipeline):
 
     def _check_same_graph(self, state_schemas: dict[str, pa.Schema]) -> None:
         """Refuse state tables another version of the view's operator graph made (other operators, e.g. before
-        eager aggregation, or other column names, e.g. before its own columns took the ``__lv_`` prefix): a state
-        table with other columns, or (Iceberg: its members commit together) a view table with commits beside a
-        state table with none, means the state never saw the earlier epochs."""
+        eager aggregation, or other column names, e.g. before its own columns took the ``__lv_`` prefix, or
+        another layout, e.g. one table per operator before the Iceberg log): a state table with other columns,
+        or (Iceberg: its members commit together) a view table with commits beside a state table with none,
+        means the state never saw the earlier epochs."""
         if self.group is not None and self.writer.last_commit() is None:
             kept = sorted(w.table_name for w in (*self.state.values(), *self.mirrors.values()) if w.last_commit())
             if kept:  # the view's table was dropped (a rebuild) and its state kept: the state is of the old table
@@ -185,17 +198,34 @@ class GraphPipeline(SourcesPipeline):
                 )
         if (self.writer.last_commit() if self.group is not None else self.last_epoch()) is None:
             return
+        assert self.store is not None
+        if self.store.log is not None:
+            expected = {self.store.log.table_name: set(self.store.packing.schema.names)}
+        else:
+            expected = {name: set(state_schemas[name].names) for name in self.state}
         alien = []
         for name, writer in self.state.items():
             never = self.group is not None and writer.last_commit() is None
-            if never or stored_columns(writer) != set(state_schemas[name].names):
+            other = writer is self.store.log and writer.table().properties.get(LAYOUT) != self.store.packing.layout  # type: ignore[attr-defined]
+            if never or other or stored_columns(writer) != expected[name]:
                 alien.append(writer.table_name)
         if alien:
+            tables = sorted({*alien, *self._older_state_tables()})
             raise WriterError(
-                f"{self.view}: its state table(s) {', '.join(sorted(alien))} do not hold the state of the view's "
+                f"{self.view}: its state table(s) {', '.join(tables)} do not hold the state of the view's "
                 "operator graph as this version compiles it (made by another version, or new); drop the view's "
                 "table and its __lv_state_ tables to rebuild it from its sources"
             )
+
+    def _older_state_tables(self) -> list[str]:
+        """Iceberg: the view's per-operator state tables an earlier version kept beside the view (before its
+        state took one log table), which this version never reads."""
+        if self.group is None:
+            return []
+        namespace, _ = self.writer.identifier  # type: ignore[attr-defined]
+        prefix, log = f"__lv_state_{self.view}_g_", log_table_name(self.view)
+        names = [identifier[-1] for identifier in self.writer.catalog.list_tables(namespace)]  # type: ignore[attr-defined]
+        return [name for name in names if name.startswith(prefix) and name != log]
 
     def tables(self) -> list[SnapshotWriter]:
         """The view's table, its state tables and its mirrors."""
@@ -274,21 +304,21 @@ class GraphPipeline(SourcesPipeline):
         self.last_write = {"by": "driver", "rows_collected": sum(t.num_rows for t in inputs.values())}
         started = time.perf_counter()
         before = self._before(epoch_id)
-        assert self.store is not None
+        assert self.store is not None and self.view_rows is not None
         self.store.begin({name: v for name, v in before.items() if name in self.state})
+        self.view_rows.begin()
         deltas, mirrors = self._zsets(inputs, before)
         # a table only an unused CTE names is a source of the view (its SQL names it) but no input of its graph
         out = step(self.graph, {source: delta for source, delta in deltas.items() if source in self.graph.schemas})
         self.timings["graph_step_s"] = time.perf_counter() - started
         started = time.perf_counter()
         weighted = out.rename_columns([*out.column_names[:-1], WEIGHT])
-        changes: dict[str, Change] = {
-            self.writer.table_name: multiset_change(self.writer, weighted, tuple(self.graph.names))
-        }
-        changes.update({self.state[name].table_name: c for name, c in self.store.changes().items()})
+        changes: dict[str, Change] = {self.writer.table_name: self.view_rows.change(weighted)}
+        changes.update(self.store.table_changes())
         changes.update({self.mirrors[s].table_name: c for s, c in mirrors.items()})
         record = self._commit(epoch, changes)
         self.store.committed()  # the tables hold the epoch: the memory copies take its changes
+        self.view_rows.committed()
         self._last_committed = epoch.number
         for rows in self.mirror_rows.values():
             rows.committed()

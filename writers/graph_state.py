@@ -37,17 +37,24 @@ from lakeview.graph.state import state_table_name as state_table_name  # where t
 from lakeview.graph.zset import WEIGHT, Duck
 from lakeview.ivm.commits import Change
 from writers.base import SnapshotWriter
+from writers.graph_log import StateLog
 
 # An append-log state table is folded when it holds more than FOLD_FACTOR x the rows it held when last read
-# or folded + FOLD_SLACK: a fold costs the state's rows, so it is paid at most once per that many appended rows.
+# or folded + FOLD_SLACK (per state it holds, for the one log of every state): a fold costs the state's rows, so
+# it is paid at most once per that many appended rows.
 FOLD_FACTOR = 2
 FOLD_SLACK = 50_000
 
 
 @dataclass(frozen=True)
 class Replacement(Change):
-    """A table's whole content: ``rows`` replace every stored row (an append log's fold). Only a writer that
-    knows it commits it (the Iceberg group: one snapshot removing every data file and adding these rows)."""
+    """A table's whole content: ``rows`` replace every stored row (an append log's fold, a small view's
+    epoch). Only a writer that knows it commits it (the Iceberg group: one snapshot removing every data file
+    and adding these rows)."""
+
+    @property
+    def is_empty(self) -> bool:
+        return False  # no rows: every stored row goes
 
 
 def _q(name: str) -> str:
@@ -129,7 +136,8 @@ class CommittedRows:
 @dataclass
 class TableStateStore:
     """The state tables of one graph view: their key, ``writers`` and ``schemas`` (weight column
-    included) by state table name."""
+    included) by state table name; with ``log``, every state in that one append-log table (Iceberg,
+    :mod:`writers.graph_log`; ``writers`` then names it for every state)."""
 
     keys: dict[str, tuple[str, ...]]
     writers: dict[str, SnapshotWriter]
@@ -146,6 +154,9 @@ class TableStateStore:
     logged: dict[str, int] = field(default_factory=dict)  # rows each table holds (its log's length)
     folded: dict[str, int] = field(default_factory=dict)  # its rows when last read or folded (the fold's yardstick)
     staged_log: dict[str, tuple[int, int]] = field(default_factory=dict)  # this epoch's (logged, folded)
+    # Every state in ONE append log (Iceberg graph views): each epoch appends every state's delta to this table
+    # (one data file for all), folded as one; its length is kept under its table name in the fields above.
+    log: SnapshotWriter | None = None
 
     def __post_init__(self) -> None:
         self.con = duckdb.connect()
@@ -155,9 +166,17 @@ class TableStateStore:
             name: CommittedRows(lambda n=name: self._read(n), self.keys[name], self.schemas[name], duck)
             for name in self.writers
         }
+        self.packing = StateLog(self.schemas)
+        self._unread: dict[str, pa.Table] = {}  # the log as last read, split by state, not yet taken
 
     def _read(self, name: str) -> pa.Table:
         """A state table's rows, whole (a log's rows included: the memory copy nets them)."""
+        if self.log is not None:
+            if name not in self._unread:  # one read of the log serves every state of the epoch
+                rows = self.log.lookup(every_key())
+                self.logged[self.log.table_name] = self.folded[self.log.table_name] = rows.num_rows
+                self._unread = self.packing.unpack(rows)
+            return self._unread.pop(name)
         rows = self.writers[name].lookup(every_key())
         self.logged[name] = self.folded[name] = rows.num_rows
         return rows
@@ -165,7 +184,7 @@ class TableStateStore:
     def begin(self, as_of: dict[str, int] | None = None) -> None:
         """Start an epoch: forget what an epoch that did not commit held (a retried epoch starts from the
         tables); ``as_of``: state tables to read at a version (see the field)."""
-        self.held, self.staged_log = {}, {}
+        self.held, self.staged_log, self._unread = {}, {}, {}
         self.as_of = dict(as_of or {})
         for name, rows in self.memory.items():
             rows.begin()
@@ -205,9 +224,26 @@ class TableStateStore:
             self.held.setdefault(table.name, []).append(_conform(delta, schema))
 
     # --- the epoch's changes -----------------------------------------------------------------
+    def table_changes(self) -> dict[str, Change]:
+        """The epoch's change of each table, by the table's name (see :meth:`changes`; with ``log``, the log's)."""
+        if self.log is None:
+            return {self.writers[name].table_name: change for name, change in self.changes().items()}
+        deltas = {}
+        for name, held in self.held.items():  # a log's rows need not be netted: the memory copies net them
+            if name in self.as_of:  # (Delta's replay; a log is Iceberg's) it holds this epoch already
+                continue
+            delta = pa.concat_tables(held)
+            if delta.num_rows:
+                deltas[name] = delta
+        self.held = {}
+        return self._log_change(self.log, deltas)
+
     def changes(self) -> dict[str, Change]:
         """Each state table's change for the epoch (tables nothing was applied to: none); clears what
-        was held. Each change is also staged for the memory copy (see :meth:`committed`)."""
+        was held. Each change is also staged for the memory copy (see :meth:`committed`). Not with ``log``
+        (:meth:`table_changes`)."""
+        if self.log is not None:
+            raise WriterError("every state of this store is in one log: ask table_changes()")
         changes = {}
         for name, deltas in self.held.items():
             if name in self.as_of:  # the table holds this epoch already
@@ -257,6 +293,30 @@ class TableStateStore:
         memory.stage(delta)
         self.staged_log[name] = (rows.num_rows, rows.num_rows)
         return Replacement(rows=rows)
+
+    def _log_change(self, log: SnapshotWriter, deltas: dict[str, pa.Table]) -> dict[str, Change]:
+        """The one log's change: every state's delta appended, or, once the log is due to be folded, the whole
+        log replaced by the states it nets to (the memory copies plus the deltas). Stages the deltas."""
+        if not deltas:
+            return {}
+        for rows in self.memory.values():
+            rows._loaded()  # reads the log on first use (and its length)
+        name = log.table_name
+        logged, folded = self.logged.get(name, 0) + sum(d.num_rows for d in deltas.values()), self.folded.get(name, 0)
+        if logged <= FOLD_FACTOR * folded + FOLD_SLACK * len(self.memory):
+            change = Change(rows=self.packing.pack(deltas))
+            self.staged_log[name] = (logged, folded)
+        else:
+            states = {}
+            for state, rows in self.memory.items():
+                schema = self.schemas[state]
+                held = [rows.lookup(None).select(schema.names).cast(schema)]
+                states[state] = self._consolidate(held + ([deltas[state]] if state in deltas else []), schema)
+            change = Replacement(rows=self.packing.pack(states))
+            self.staged_log[name] = (change.rows.num_rows, change.rows.num_rows)
+        for state, delta in deltas.items():
+            self.memory[state].stage(delta)
+        return {name: change}
 
     def _row_change(self, stored: pa.Table, rows: pa.Table, schema: pa.Schema) -> Change:
         data = tuple(n for n in schema.names if n != WEIGHT)

@@ -74,6 +74,14 @@ class KeyedRuns:
             self._widen(delta)
             return
         self.runs.append(self._sorted(delta, self._hash(delta)))
+        held = sum(r.rows.num_rows for r in self.runs[:-1])
+        if len(self.runs) > 1 and delta.num_rows * FAN_IN >= held:
+            # a delta as large as a FAN_IN-th of the rows held (state rewritten wholesale each epoch, e.g. an
+            # aggregate whose every group changes): merge everything now, so lookups read one netted run
+            # (cost: the rows held, at most FAN_IN times the delta's)
+            merged = self._merge(self.runs)
+            self.runs = [merged] if merged.rows.num_rows else []
+            return
         while True:  # tiered merging: FAN_IN runs of one size class become one run of the next class
             levels = Counter(level(r) for r in self.runs)
             full = sorted(lv for lv, n in levels.items() if n >= FAN_IN)
@@ -146,10 +154,11 @@ class KeyedRuns:
         found = [(run, part) for run in self.runs if (part := self._found(run, wanted)) is not None]
         if not found:
             return self.schema.empty_table()
-        rows = pa.concat_tables([part for _, part in found])
+        rows = pa.concat_tables([part.rows for _, part in found])
         if not self.arrow_match or len(wanted) != keys.num_rows:
             return self._matched(rows, keys)  # duplicate keys or a hash collision among them: DuckDB matches
-        rows = rows.filter(self._same_key(rows, keys, hashes))
+        found_hashes = pa.chunked_array([part.hashes for _, part in found], pa.uint64())
+        rows = rows.filter(self._same_key(rows, found_hashes, keys, hashes))
         if len(found) == 1 and found[0][0].netted:
             return rows
         return self._net(rows)
@@ -165,9 +174,10 @@ class KeyedRuns:
         named = summed.rename_columns([WEIGHT if n == WEIGHT + "_sum" else n for n in summed.column_names])
         return named.select(self.schema.names).cast(self.schema)
 
-    def _same_key(self, rows: pa.Table, keys: pa.Table, hashes: pa.Array) -> pa.Array:
-        """Which rows have exactly the key of the (single) key row with their hash, NULL equal to NULL."""
-        index = pc.index_in(self._hash(rows), value_set=hashes)
+    def _same_key(self, rows: pa.Table, row_hashes: pa.ChunkedArray, keys: pa.Table, hashes: pa.Array) -> pa.Array:
+        """Which rows (their hashes ``row_hashes``) have exactly the key of the (single) key row with their hash,
+        NULL equal to NULL."""
+        index = pc.index_in(row_hashes, value_set=hashes)
         same = None
         for k in self.key:
             mine, theirs = rows[k], pc.take(keys[k], index)
@@ -178,12 +188,13 @@ class KeyedRuns:
         return same
 
     @staticmethod
-    def _found(run: Run, wanted: pa.Array) -> pa.Table | None:
-        """The rows of ``run`` whose hash is wanted: by binary search per hash, or by probing the whole run
-        when the search would cost more."""
+    def _found(run: Run, wanted: pa.Array) -> Run | None:
+        """The rows of ``run`` whose hash is wanted, with their hashes: by binary search per hash, or by probing
+        the whole run when the search would cost more."""
         if len(wanted) * ROWS_PER_SEARCH >= run.rows.num_rows:
-            part = run.rows.filter(pc.is_in(run.hashes, value_set=wanted))
-            return part if part.num_rows else None
+            hit = pc.is_in(run.hashes, value_set=wanted)
+            part = run.rows.filter(hit)
+            return Run(part, pc.filter(run.hashes, hit)) if part.num_rows else None
         hashes = run.searchable()
         n = len(hashes)
         indices: list[int] = []
@@ -193,7 +204,10 @@ class KeyedRuns:
             while j < n and hashes[j] == h:
                 j += 1
             indices.extend(range(i, j))
-        return run.rows.take(pa.array(indices, pa.int64())) if indices else None
+        if not indices:
+            return None
+        taken = pa.array(indices, pa.int64())
+        return Run(run.rows.take(taken), pc.take(run.hashes, taken))
 
     def _matched(self, rows: pa.Table, keys: pa.Table) -> pa.Table:
         on = " AND ".join(f"s.{q(k)} IS NOT DISTINCT FROM k.{q(k)}" for k in self.key)

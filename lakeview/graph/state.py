@@ -76,3 +76,9 @@ class MemoryStateStore:
 def state_table_name(view: str, table: StateTable) -> str:
     """The Lakeview-owned table holding one state table of ``view``'s graph."""
     return f"__lv_state_{view}_g_{table.name.replace('.', '_')}"
+
+
+def log_table_name(view: str) -> str:
+    """The one table holding every operator's state of ``view`` where its commits are one transaction
+    (Iceberg; :mod:`writers.graph_log`). Its per-operator tables before (still Delta's) share the prefix."""
+    return f"__lv_state_{view}_g_log"

@@ -198,7 +198,8 @@ def test_star_join_aggregate_on_iceberg_commits_every_table_in_one_transaction(
     last = pipeline.writer.last_commit().epoch
     assert last >= len(EPOCHS) - 1
     names = [w.table_name for w in pipeline.tables()]
-    assert len(names) > 8 and any("_g_" in n for n in names)
+    # the view, ONE table for every operator's state (the log) and a mirror per change feed
+    assert len(names) == 5 and f"__lv_state_{unique_name}_g_log" in names
     for name in names:
         snapshots = catalog.load_table((NS, name)).snapshots()
         epochs = Counter(s.summary.additional_properties.get("lakeview.epoch") for s in snapshots if s.summary)
@@ -370,7 +371,7 @@ def test_delta_view_killed_between_its_state_commits_and_its_own_then_replayed(s
     assert comparison.equal, comparison.describe()
     base = Path(project.table_location("crashy")).parent
     tables = [p for p in base.iterdir() if p.name.startswith("__lv_state_crashy")]
-    assert len(tables) > 8
+    assert len(tables) > 8  # Delta: one table per operator state (no log) and the mirrors
     for path in tables:
         epochs = Counter(e.get("lakeview.epoch") for e in DeltaTable(str(path)).history() if "lakeview.epoch" in e)
         assert set(epochs.values()) == {1} and "0" in epochs, f"{path.name}: {epochs}"  # none twice
@@ -405,6 +406,29 @@ def test_state_an_older_version_made_with_the_graphs_old_column_names_is_refused
     with pytest.raises(WriterError) as info:
         again.prepare()
     assert old in str(info.value) and "drop the view's table and its __lv_state_ tables" in str(info.value)
+
+
+def test_iceberg_state_kept_in_one_table_per_operator_by_an_older_version_is_refused_at_start_naming_them(
+    spark, catalog_server: CatalogServer, make_project, unique_name: str
+) -> None:
+    """An earlier version kept each operator's state in its own table (``__lv_state_<view>_g_<operator>``); this
+    one keeps them all in one log table. A view whose table has commits but whose log has none (its state is
+    in the older tables) is refused when it starts, naming the tables to drop, rather than run from no state."""
+    from lakeview.errors import WriterError
+    from writers.graph_log import log_table_name
+
+    project = project_with(make_project, {unique_name: STAR})
+    run(spark, project, unique_name, catalog_server, epochs=EPOCHS[:1])
+    catalog = RestCatalog("t", uri=catalog_server.uri, warehouse="lakeview")
+    older = f"__lv_state_{unique_name}_g_aggregate4_groups"
+    catalog.create_table((NS, older), schema=pa.schema([("g_pid", pa.int64()), ("__lv_w", pa.int64())]))
+    catalog.drop_table((NS, log_table_name(unique_name)))  # as if this version had never run the view
+    again = view_pipeline(spark, project, unique_name, catalog_server.uri)
+    with pytest.raises(WriterError) as info:
+        again.prepare()
+    message = str(info.value)
+    assert older in message and log_table_name(unique_name) in message, message
+    assert "drop the view's table and its __lv_state_ tables" in message
 
 
 def test_a_view_over_parquet_files_only_runs_its_epochs_without_spark_and_replays_exactly_once(

@@ -17,6 +17,7 @@ from lakeview.graph import WEIGHT, compile_view, step
 from lakeview.ivm.commits import Epoch
 from lakeview.sql.duck import arrow_sql
 from writers import graph_state
+from writers.graph_log import StateLog, log_table_name
 from writers.graph_state import TableStateStore, commit_key, state_table_name, warm_up
 from writers.iceberg.group import IcebergGroupWriter
 from writers.iceberg.writer import IcebergWriter
@@ -38,19 +39,27 @@ def net(table: pa.Table) -> set[tuple]:
     return {tuple(r.values()) for r in rows.to_pylist()}
 
 
-def table_graph(sql: str, catalog: RestCatalog, view: str, append_log: bool = False):
-    """The graph with its state in Iceberg tables (created if new) and the group committing them
-    (``append_log``: each epoch's delta appended, see TableStateStore)."""
+def table_graph(sql: str, catalog: RestCatalog, view: str, tables: str):
+    """The graph with its state in Iceberg tables (created if new) and the group committing them: ``keyed``
+    one row per distinct row, ``log`` each table an append log of the epochs' deltas, ``one_log`` every state
+    in one append-log table (see TableStateStore)."""
     graph = compile_view(sql, SCHEMAS)
     _, schemas = warm_up(graph)
-    writers = {}
-    for table in graph.state_tables():
-        writer = IcebergWriter(catalog, "graph_state_tests", state_table_name(view, table))
-        writer.ensure_table(schemas[table.name], commit_key(table, schemas[table.name]), {"lakeview.state-of": view})
-        writers[table.name] = writer
-    store = TableStateStore({t.name: t.key for t in graph.state_tables()}, writers, schemas, append_log=append_log)
+    keys = {t.name: t.key for t in graph.state_tables()}
+    owned = {"lakeview.state-of": view}
+    if tables.startswith("one_log"):
+        log = IcebergWriter(catalog, "graph_state_tests", log_table_name(view))
+        log.ensure_table(StateLog(schemas).schema, None, owned)  # (the pipeline also records its layout)
+        store = TableStateStore(keys, {name: log for name in keys}, schemas, log=log)
+    else:
+        writers = {}
+        for table in graph.state_tables():
+            writer = IcebergWriter(catalog, "graph_state_tests", state_table_name(view, table))
+            writer.ensure_table(schemas[table.name], commit_key(table, schemas[table.name]), owned)
+            writers[table.name] = writer
+        store = TableStateStore(keys, writers, schemas, append_log=tables.startswith("log"))
     graph.use_store(store)
-    group = IcebergGroupWriter(catalog, view, {w.table_name: w for w in writers.values()})
+    group = IcebergGroupWriter(catalog, view, {w.table_name: w for w in store.writers.values()})
     return graph, store, group
 
 
@@ -69,7 +78,7 @@ def delta(rng: random.Random, rows: dict[str, list[tuple]], name: str) -> pa.Tab
     return pa.table({n: [c[i] for c in changes] for i, n in enumerate(names)})
 
 
-@pytest.mark.parametrize("tables", ["keyed", "log", "log_folded"])
+@pytest.mark.parametrize("tables", ["keyed", "log", "log_folded", "one_log", "one_log_folded"])
 @pytest.mark.parametrize("shape", list(VIEWS))
 def test_table_state_gives_the_memory_state_deltas_across_a_restart(
     catalog_server: CatalogServer, shape: str, tables: str, monkeypatch: pytest.MonkeyPatch
@@ -78,31 +87,34 @@ def test_table_state_gives_the_memory_state_deltas_across_a_restart(
     computed and abandoned (a commit whose outcome is unknown), so its retry reads the tables again. The
     tables keyed (one row per distinct row), or append logs of the epochs' deltas (``log_folded``: folded
     into their netted rows whenever they outgrow them, so the restart reads folded and appended rows)."""
-    if tables == "log_folded":
+    if tables.endswith("log_folded"):
         monkeypatch.setattr(graph_state, "FOLD_SLACK", 2)
     unique_name = f"graph_state_{shape}_{tables}_{uuid.uuid4().hex[:8]}"
     catalog = RestCatalog("t", uri=catalog_server.uri, warehouse="lakeview")
     sql = VIEWS[shape]
     memory = compile_view(sql, SCHEMAS)
-    append_log = tables != "keyed"
-    graph, store, group = table_graph(sql, catalog, unique_name, append_log)
+    graph, store, group = table_graph(sql, catalog, unique_name, tables)
     rng = random.Random(17)
     rows: dict[str, list[tuple]] = {"a": [], "b": []}
+    folds = 0
     for number in range(8):
         if number == 4:  # a restart: a new graph over the same tables, past its first epoch
-            graph, store, group = table_graph(sql, catalog, unique_name, append_log)
+            graph, store, group = table_graph(sql, catalog, unique_name, tables)
             graph.runtime.epoch = 1
         deltas = {name: delta(rng, rows, name) for name in SCHEMAS if rng.random() < 0.8}
         expected = step(memory, deltas)
         if number == 2:  # computed, never committed: the retry below must not see this epoch's changes
             store.begin()
             step(graph, deltas)
-            store.changes()
+            store.table_changes()
         store.begin()
         got = step(graph, deltas)
         assert net(got) == net(expected), f"epoch {number}"
         epoch = Epoch(view=unique_name, number=number, frontier={})
-        changes = {store.writers[name].table_name: c for name, c in store.changes().items()}
+        changes = store.table_changes()
+        folds += sum(isinstance(c, graph_state.Replacement) for c in changes.values())
         group.commit(epoch, changes)  # type: ignore[arg-type]
         store.committed()
         assert group.last_epoch() in (None, number) or not changes
+    assert len(group.members) == (1 if tables.startswith("one_log") else len(graph.state_tables()))
+    assert (folds > 0) == tables.endswith("log_folded")

@@ -10,13 +10,13 @@ multi-table transaction.
 
 from __future__ import annotations
 
-import json
 import logging
 import uuid
 from dataclasses import replace
 
 from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.io.pyarrow import _dataframe_to_data_files
+from pyiceberg.manifest import ManifestContent
 from pyiceberg.table import CommitTableRequest, Table, TableIdentifier, Transaction
 from pyiceberg.table.update import AddSnapshotUpdate, TableUpdate
 
@@ -134,10 +134,10 @@ class IcebergGroupWriter:
         return retry_transient(attempt, what=f"group {self.group}: epoch {epoch.number}", attempts=MAX_ATTEMPTS)
 
     def _post(self, staged: list[CommitTableRequest]) -> int:
-        body = {"table-changes": [json.loads(request.model_dump_json()) for request in staged]}
+        body = '{"table-changes": [' + ", ".join(request.model_dump_json() for request in staged) + "]}"
         try:
             response = self.catalog._session.post(  # the RestCatalog's session carries its auth
-                self.catalog.url("transactions/commit", prefixed=True), data=json.dumps(body),
+                self.catalog.url("transactions/commit", prefixed=True), data=body,
                 headers={"Content-Type": "application/json"},
             )  # fmt: skip
         except OSError as exc:  # connection lost: the state is unknown, the epoch check decides
@@ -168,7 +168,14 @@ def _stage_replacement(table: Table, epoch: Epoch, change: Replacement) -> tuple
     schema = table.schema().as_arrow()
     rows = change.rows.select(schema.names).cast(schema)
     commit_uuid = uuid.uuid4()
-    live = [task.file for task in table.scan().plan_files()] if table.current_snapshot() is not None else []
+    snapshot = table.current_snapshot()
+    manifests = snapshot.manifests(table.io) if snapshot is not None else []
+    live = [  # the live data files, from the manifests alone (a scan's planning also indexes the delete files)
+        entry.data_file
+        for manifest in manifests
+        if manifest.content == ManifestContent.DATA
+        for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True)
+    ]
     files = (
         list(_dataframe_to_data_files(table_metadata=table.metadata, df=rows, io=table.io, write_uuid=commit_uuid))
         if rows.num_rows

@@ -1,0 +1,78 @@
+"""A graph view's own table, changed per epoch as a multiset keyed by the whole row.
+
+Most graph views people keep fresh are small (an aggregate: one row per group) while their inputs are large.
+For such a view, patching its table costs more than its rows: the stored copies of each changed row are
+looked up in the table, then found again by position to be deleted (a position-delete file, the live files'
+manifests read back). :class:`ViewRows` keeps the view's rows in memory instead (each distinct row with its
+copies, :class:`~writers.graph_state.CommittedRows`) and, while the view holds at most ``REPLACE_ROWS`` rows,
+commits an epoch as a :class:`~writers.graph_state.Replacement`: one data file of the view's rows after the
+epoch replacing every live file, nothing read. A view past that size is changed as before
+(:func:`lakeview.ivm.combine.multiset_change`: its copies looked up in the table) and not held in memory.
+Iceberg only (its group stages a replacement); Delta's views are always changed by key.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from lakeview.graph.zset import WEIGHT, Duck, cols_sql
+from lakeview.ivm.combine import multiset_change
+from lakeview.ivm.commits import Change
+from writers.base import SnapshotWriter
+from writers.graph_state import CommittedRows, Replacement, every_key
+
+REPLACE_ROWS = 20_000  # a view of at most this many rows is written whole each epoch (one small data file)
+
+
+class ViewRows:
+    """The view's table ``writer`` (columns ``key``, its rows' schema ``schema``) and its change per epoch."""
+
+    def __init__(self, writer: SnapshotWriter, key: tuple[str, ...], schema: pa.Schema, held: bool) -> None:
+        """``held``: whether the view is small enough to be held in memory (see :func:`small`)."""
+        self.writer, self.key, self.duck = writer, key, Duck()
+        weighted = pa.schema([*schema, pa.field(WEIGHT, pa.int64())])
+        self.memory: CommittedRows | None = CommittedRows(self._read, key, weighted, self.duck) if held else None
+
+    def _read(self) -> pa.Table:
+        rows = self.writer.lookup(every_key())
+        return rows.append_column(WEIGHT, pa.array([1] * rows.num_rows, pa.int64()))
+
+    def begin(self) -> None:
+        """Start an epoch (a change staged by an epoch that was not committed voids the memory copy)."""
+        if self.memory is not None:
+            self.memory.begin()
+
+    def change(self, weighted: pa.Table) -> Change:
+        """The table's change for the view's delta ``weighted`` (its columns and ``__lv_w``)."""
+        if self.memory is None:
+            return multiset_change(self.writer, weighted, self.key)
+        cols = cols_sql(list(self.key))
+        net = self.duck.consolidate(f"SELECT {cols}, {WEIGHT} FROM w", list(self.key), w=weighted)
+        if net.num_rows == 0:
+            return Change(rows=weighted.select(list(self.key)).slice(0, 0), key=self.key)
+        held = self.memory.lookup(None)
+        after = self.duck.consolidate(
+            f"SELECT {cols}, {WEIGHT} FROM h UNION ALL SELECT {cols}, {WEIGHT} FROM n", list(self.key), h=held, n=net
+        )
+        copies = self.duck.query(f"SELECT COALESCE(SUM({WEIGHT}), 0) AS n FROM a WHERE {WEIGHT} > 0", a=after)
+        if copies.column(0)[0].as_py() > REPLACE_ROWS:  # grown past memory's share: changed by key from now on
+            self.memory = None
+            return multiset_change(self.writer, weighted, self.key)
+        self.memory.stage(net)
+        rows = self.duck.query(f"SELECT {cols} FROM a, range(CAST(a.{WEIGHT} AS BIGINT)) WHERE a.{WEIGHT} > 0", a=after)
+        return Replacement(rows=rows)
+
+    def committed(self) -> None:
+        """The epoch's change is committed: the memory copy takes it."""
+        if self.memory is not None:
+            self.memory.committed()
+
+
+def small(writer: SnapshotWriter) -> bool:
+    """Whether an Iceberg view's table holds at most ``REPLACE_ROWS`` rows (its snapshot's totals; none: empty)."""
+    snapshot = writer.table().current_snapshot()  # type: ignore[attr-defined]
+    if snapshot is None or snapshot.summary is None:
+        return True
+    totals = snapshot.summary.additional_properties
+    rows = int(totals.get("total-records", 0)) - int(totals.get("total-position-deletes", 0))
+    return rows <= REPLACE_ROWS
