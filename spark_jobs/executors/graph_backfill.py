@@ -50,6 +50,9 @@ def backfills(pipeline: GraphPipeline, batch: DataFrame | None, epoch_id: int) -
     """Whether ``epoch_id`` is a large first batch the executors write (see the module's doc)."""
     if pipeline.config.watermark is not None or pipeline.config.format.value not in ("iceberg", "delta"):
         return False
+    held = pipeline._last_epoch  # the newest epoch any table held at start: a later epoch is no first batch
+    if pipeline._last_committed is not None or (held is not None and held < epoch_id):
+        return False  # (no table is loaded for it: this runs before every epoch)
     if not all((last := w.last_commit()) is None or last.epoch == epoch_id for w in pipeline.tables()):
         return False
     _, _, paths = frontier(pipeline.checkpoint, pipeline.sources, epoch_id, pipeline.upstreams)
