@@ -23,11 +23,13 @@ Left to the driver: a batch at or below the bound, a later batch, a view with a 
 from __future__ import annotations
 
 import logging
+import re
 import time
+from collections import Counter
 from typing import TYPE_CHECKING
 
 from lakeview.graph import WEIGHT as GRAPH_WEIGHT
-from lakeview.graph.backfill_sql import first_batch_sql
+from lakeview.graph.backfill_sql import FirstBatch, first_batch_sql
 from lakeview.ivm.changefeed import DELETE, OP, operation_sql
 from lakeview.ivm.commits import CommitRecord, Epoch
 from lakeview.sql.plan import WEIGHT
@@ -79,8 +81,13 @@ def backfill_on_executors(pipeline: GraphPipeline, batch: DataFrame | None, epoc
     try:
         prefix = f"__lv_bf_{pipeline.view}_"
         first = first_batch_sql(pipeline.graph, zsets, prefix)
+        uses = _uses(first)
         for name, sql in first.relations:
-            spark.sql(sql).createOrReplaceTempView(name)
+            relation = spark.sql(sql)
+            if uses[name] > 1:  # read by several tables' jobs (a state table and the operator above): once
+                relation = relation.persist()
+                held.append(relation)
+            relation.createOrReplaceTempView(name)
         tables: list[tuple[SnapshotWriter, DataFrame]] = [
             (pipeline.state[name], spark.sql(sql)) for name, sql in first.state.items()
         ]
@@ -95,6 +102,14 @@ def backfill_on_executors(pipeline: GraphPipeline, batch: DataFrame | None, epoc
     pipeline.last_write = done.report()
     _after_backfill(pipeline, epoch_id, {name: sum(f.rows for f in files) for name, files in done.files.items()})
     return done.record
+
+
+def _uses(first: FirstBatch) -> Counter[str]:
+    """How many queries (relations, state tables, the view) read each relation of the first batch."""
+    texts = [sql for _, sql in first.relations] + list(first.state.values()) + [first.view]
+    return Counter(
+        {name: sum(len(re.findall(rf"\b{re.escape(name)}\b", t)) for t in texts) for name, _ in first.relations}
+    )
 
 
 def _frames(pipeline: GraphPipeline, batch: DataFrame | None, epoch_id: int) -> SourceFrames:
