@@ -51,20 +51,28 @@ def timed_epochs(
     land: Callable[[int], None],
     repeats: int,
     check: Callable[[EmbeddedStack], None] | None = None,
+    first_batch: dict[str, object] | None = None,
 ) -> tuple[float, Epochs]:
     """Run ``view`` in the embedded stack: its first batch (what has landed), then ``repeats`` + 1 epochs,
     each ``land(i)`` then processed; the first of those warms up. Returns the first batch's seconds and
     each timed epoch's seconds (landing to the view's snapshot committed) and phases, with ``cpu_s``: the
     CPU seconds the epoch took in this process and Spark's JVM (``tree_cpu``). ``check(stack)`` runs after
-    the last epoch, while the catalog still serves the view (e.g. to compare it with a recompute)."""
+    the last epoch, while the catalog still serves the view (e.g. to compare it with a recompute).
+    ``first_batch`` (optional) receives how the first batch went (``by``: driver or executors) and the
+    peak resident MB of this process and of Spark's JVM during it (``driver_mb``, ``jvm_mb``)."""
     committed: list[float] = []
     epochs: Epochs = []
     with EmbeddedStack(project, port=0) as stack:
+        reset_peak_rss()
         started = time.perf_counter()
         stack.start_views(on_commit=lambda record: committed.append(time.perf_counter()))
         query = stack.queries[view]
         query.processAllAvailable()
         first = time.perf_counter() - started
+        if first_batch is not None:
+            driver_mb, jvm_mb = peak_rss_mb()
+            by = dict(getattr(stack.pipelines[view], "last_write", {})).get("by", "?")
+            first_batch.update(by=by, driver_mb=driver_mb, jvm_mb=jvm_mb)
         for i in range(repeats + 1):
             before = len(committed)
             land(i)
@@ -109,9 +117,8 @@ def duckdb_seconds(relations: list[str], sql: str, repeats: int) -> list[float]:
     return seconds
 
 
-def tree_cpu() -> float:
-    """CPU seconds of this process and every descendant (Spark's JVM): a machine shared with other work
-    stretches wall times several-fold, the CPU an epoch costs much less."""
+def descendants() -> list[int]:
+    """The pids of every process this one started, transitively (Spark's JVM)."""
     children: dict[int, list[int]] = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
@@ -119,10 +126,19 @@ def tree_cpu() -> float:
         except OSError:
             continue
         children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    total, todo = time.process_time(), list(children.get(os.getpid(), []))
+    found, todo = [], list(children.get(os.getpid(), []))
     while todo:
         pid = todo.pop()
+        found.append(pid)
         todo += children.get(pid, [])
+    return found
+
+
+def tree_cpu() -> float:
+    """CPU seconds of this process and every descendant (Spark's JVM): a machine shared with other work
+    stretches wall times several-fold, the CPU an epoch costs much less."""
+    total = time.process_time()
+    for pid in descendants():
         try:
             fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
@@ -144,3 +160,39 @@ def catalog_requests() -> int:
             if sample.name.endswith("_count")
         )
     )
+
+
+def reset_peak_rss() -> None:
+    """Start the peak resident memory (VmHWM) of this process and its descendants again from now (Linux)."""
+    for pid in [os.getpid(), *descendants()]:
+        try:
+            Path(f"/proc/{pid}/clear_refs").write_text("5")
+        except OSError:
+            pass
+
+
+def peak_rss_mb() -> tuple[float, float]:
+    """The peak resident memory in MB since :func:`reset_peak_rss` of this process (the Python driver, where
+    the graph's state is held) and of its largest descendant (Spark's JVM)."""
+
+    def hwm(pid: int) -> float:
+        try:
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+        except OSError:
+            pass
+        return 0.0
+
+    return hwm(os.getpid()), max((hwm(pid) for pid in descendants()), default=0.0)
+
+
+def spark_settings(args) -> dict[str, int]:  # type: ignore[no-untyped-def]
+    """The ``[spark]`` bounds a bench's ``--driver-rows-max`` / ``--driver-keys-max`` set (unset: the defaults)."""
+    names = ("driver_rows_max", "driver_keys_max")
+    return {n: getattr(args, n) for n in names if getattr(args, n, None) is not None}
+
+
+def rss(first_batch: dict[str, object]) -> str:
+    """The first batch's peak resident MB, this process (the driver) / Spark's JVM."""
+    return f"{first_batch['driver_mb']:,.0f} / {first_batch['jvm_mb']:,.0f}"

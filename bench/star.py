@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from rich.console import Console
 from rich.table import Table
 
-from bench._common import ChangeFeeds, current_rows, duckdb_seconds, median_phases, timed_epochs
+from bench._common import ChangeFeeds, current_rows, duckdb_seconds, median_phases, rss, spark_settings, timed_epochs
 from lakeview.project import parse_project
 from lakeview.sql.duck import connect
 
@@ -96,7 +96,7 @@ def land_history(directory: Path, size: int, cache: Path | None) -> None:
     os.link(kept, directory / "history.parquet")
 
 
-def run(size: int, args: argparse.Namespace) -> tuple[float, float, tuple[float, float], float, dict]:
+def run(size: int, args: argparse.Namespace) -> tuple[float, float, tuple[float, float], float, dict, dict]:
     root = Path(tempfile.mkdtemp(prefix="lakeview-bench-star-"))
     landing = root / "landing"
     rng = random.Random(7)
@@ -111,6 +111,7 @@ def run(size: int, args: argparse.Namespace) -> tuple[float, float, tuple[float,
     project = parse_project(
         {
             "server": {"port": 0},
+            "spark": spark_settings(args),
             "sources": sources,
             "views": {"star": {"sql": SQL, "cadence": "100ms", "namespace": "bench"}},
         },
@@ -123,7 +124,8 @@ def run(size: int, args: argparse.Namespace) -> tuple[float, float, tuple[float,
             feeds.land(name, [("u", 1 + rng.randrange(rows)) for _ in range(args.updates)])
 
     try:
-        first, epochs = timed_epochs(project, "star", land, args.repeats)
+        backfill: dict[str, object] = {}
+        first, epochs = timed_epochs(project, "star", land, args.repeats, first_batch=backfill)
         relations = [f"CREATE TEMP VIEW orders AS SELECT * FROM read_parquet('{landing}/orders/*.parquet')"]
         reader = "read_parquet" if parquet else "read_json_auto"
         relations += [current_rows(name, f"{reader}('{landing}/{name}/*.{args.feeds}')") for name in DIMENSIONS]
@@ -132,7 +134,7 @@ def run(size: int, args: argparse.Namespace) -> tuple[float, float, tuple[float,
         shutil.rmtree(root, ignore_errors=True)
     phases = median_phases(epochs)
     cpu = statistics.median(p["cpu_s"] for _, p in epochs), statistics.mean(p["cpu_s"] for _, p in epochs)
-    return first, statistics.median(s for s, _ in epochs), cpu, statistics.median(duck), phases
+    return first, statistics.median(s for s, _ in epochs), cpu, statistics.median(duck), phases, backfill
 
 
 def main() -> None:
@@ -146,26 +148,32 @@ def main() -> None:
         "--feeds", choices=["json", "parquet"], default="parquet",
         help="the dimensions' change-feed files (parquet: every source is read by the driver, no Spark job)",
     )  # fmt: skip
+    parser.add_argument(
+        "--driver-rows-max", type=int, default=None,
+        help="[spark] driver_rows_max: a larger first batch is computed by Spark and written by the executors "
+        "(default: the config's; 10**12: stepped in the driver)",
+    )  # fmt: skip
     args = parser.parse_args()
     console = Console(width=200)
     load_start = os.getloadavg()
     rows = []
     for size in args.orders:
-        first, epoch, cpu, recompute, phases = run(size, args)
+        first, epoch, cpu, recompute, phases, backfill = run(size, args)
         console.print(f"{size:,} orders: phases (median): {phases}")
-        rows.append((size, first, epoch, cpu, recompute))
+        rows.append((size, first, epoch, cpu, recompute, backfill))
     table = Table(
         title=f"orders ⋈ products ⋈ customers ⋈ regions GROUP BY region, category (operator graph): one epoch of "
         f"{args.batch:,} orders + {args.updates} updates per dimension ({args.feeds} change feeds); "
         f"median of {args.repeats}; "
         f"load {load_start[0]:.1f} -> {os.getloadavg()[0]:.1f}"
     )
-    columns = ("orders", "first batch s", "epoch s", "epoch CPU s", "mean CPU s", "DuckDB recompute s", "DuckDB/epoch")
+    columns = ("orders", "first batch s", "first batch by", "peak RSS MB driver / JVM", "epoch s", "epoch CPU s",
+               "mean CPU s", "DuckDB recompute s", "DuckDB/epoch")  # fmt: skip
     for col in columns:
         table.add_column(col, justify="right")
-    for size, first, epoch, (cpu, mean_cpu), recompute in rows:
+    for size, first, epoch, (cpu, mean_cpu), recompute, backfill in rows:
         table.add_row(
-            f"{size:,}", f"{first:.1f}", f"{epoch:.3f}", f"{cpu:.3f}", f"{mean_cpu:.3f}", f"{recompute:.3f}",
+            f"{size:,}", f"{first:.1f}", str(backfill["by"]), rss(backfill), f"{epoch:.3f}", f"{cpu:.3f}", f"{mean_cpu:.3f}", f"{recompute:.3f}",
             f"{recompute / epoch:.2f}×",
         )  # fmt: skip
     console.print(table)

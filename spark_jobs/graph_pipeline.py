@@ -51,6 +51,7 @@ from lakeview.sql.planner import view_plan
 from spark_jobs import faults
 from spark_jobs.driver_stream import DriverStream
 from spark_jobs.epoch_guard import guarded
+from spark_jobs.executors.graph_backfill import backfill_on_executors, backfills, bound_memory
 from spark_jobs.source_frames import collect_sources, direct_sources, frontier
 from spark_jobs.sources.upstream import with_upstream_source
 from spark_jobs.sources.view_changes import ChangePublisher
@@ -177,6 +178,7 @@ class GraphPipeline(SourcesPipeline):
             self.writer, tuple(self.graph.names), output, self.group is not None and small(self.writer)
         )
         self._check_same_graph(state_schemas)
+        bound_memory(self)  # tables past [spark] driver_keys_max rows: looked up by key, never held
         self._last_epoch = reconcile_checkpoint(self.view, self.checkpoint, self, self.writer)
         # a restart: the state exists, so no operator starts it again (a global aggregate's row is in the view)
         self.graph.runtime.epoch = 0 if self.last_epoch() is None else 1
@@ -294,6 +296,8 @@ class GraphPipeline(SourcesPipeline):
         self.publish_changes()
 
     def _process_batch(self, batch: DataFrame, epoch_id: int) -> CommitRecord | None:
+        if backfills(self, batch, epoch_id):  # a large first batch: computed by Spark, written by the executors
+            return backfill_on_executors(self, batch, epoch_id)
         started = time.perf_counter()
         reached, newest_ms, self._batch_paths = frontier(self.checkpoint, self.sources, epoch_id, self.upstreams)
         direct = {s: (self._batch_paths.get(s, []), self._file_schema(s)) for s in self.direct}

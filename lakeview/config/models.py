@@ -334,8 +334,9 @@ class SparkConfig(_Strict):
     driver_rows_max: int = Field(
         500_000,
         ge=0,
-        description="append views: a batch with more input rows has its data files written by the executors; keyed views: "
-        "a first batch (a backfill into empty tables) with more input rows is computed by Spark and written by the executors",
+        description="append views: a batch with more input rows has its data files written by the executors; keyed views "
+        "and operator-graph views: a first batch (a backfill into empty tables) with more input rows is computed by Spark "
+        "and written by the executors",
     )
     driver_keys_max: int = Field(
         2_000_000,

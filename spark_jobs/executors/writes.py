@@ -112,6 +112,15 @@ def append_on_executors(
     last = writer.last_commit()
     if last is not None and epoch.number <= last.epoch:
         return None, []
+    files = files_on_executors(writer, rows, epoch, project)
+    return writer.commit_files(epoch, files), files  # type: ignore[attr-defined]
+
+
+def files_on_executors(
+    writer: SnapshotWriter, rows: DataFrame, epoch: Epoch, project: ProjectConfig
+) -> list[WrittenFile]:
+    """Write ``rows`` as data files of the writer's table from the Spark tasks, committing nothing (the
+    caller commits them, e.g. several tables' in one transaction); only the files' metadata returns."""
     capabilities = writer.capabilities
     if not capabilities.executor_writes or capabilities.format not in ("iceberg", "delta"):
         raise WriterError(f"{epoch.view}: {type(writer).__name__} cannot commit files written by executors")
@@ -124,7 +133,7 @@ def append_on_executors(
         target = delta_target(format_writer.location, schema, file_io_properties(project), epoch.number)
     files = write_on_executors(rows, target)
     faults.point("files_written", epoch.number)
-    return format_writer.commit_files(epoch, files), files
+    return files
 
 
 def _map_in_arrow(df: DataFrame, func: Any, ddl: Any = RESULT_DDL) -> DataFrame:

@@ -1,0 +1,222 @@
+"""A graph view's first large batch (a backfill), computed by Spark and written by its executors.
+
+:class:`~spark_jobs.graph_pipeline.GraphPipeline` steps every epoch through the view's operator graph in the
+driver. Its first batch is the whole history; stepped in the driver, every source's history would be
+collected and every state table read into memory. Past ``[spark] driver_rows_max`` input rows, with every
+table the view keeps still empty (or holding this very epoch: a Delta replay), the batch is never
+collected: each source's Z-set is a Spark relation (a change feed's newest non-delete image per key at +1,
+its mirror's rows; an image feed's or an upstream view's weighted rows; an append stream's rows at +1), and
+:func:`lakeview.graph.backfill_sql.first_batch_sql` gives, from the graph, every operator's output, each
+state table's rows and the view's rows as Spark SQL over them. The executors write each table's data files
+(:func:`spark_jobs.executors.writes.files_on_executors`); the driver holds their metadata only.
+
+Commit. Iceberg: every table's files in ONE catalog transaction (the view's group writer), so a crash
+leaves all of them at the epoch or none (a replay writes them again; the files of the lost attempt are
+orphans ``lakeview maintain`` removes). Delta: the state tables and mirrors first, the view's table last,
+as the driver's path commits them; a replay writes only the tables that lack the epoch.
+
+Afterwards the tables past ``[spark] driver_keys_max`` live rows are never read whole into the driver:
+their lookups go to the table by key (:class:`writers.graph_table_rows.TableRows`), on a restart too.
+Left to the driver: a batch at or below the bound, a later batch, a view with a watermark.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections import Counter
+from typing import TYPE_CHECKING
+
+from lakeview.graph import WEIGHT as GRAPH_WEIGHT
+from lakeview.graph.backfill_sql import FirstBatch, first_batch_sql
+from lakeview.ivm.changefeed import DELETE, OP, operation_sql
+from lakeview.ivm.commits import CommitRecord, Epoch
+from lakeview.sql.plan import WEIGHT
+from spark_jobs.executors.bootstrap import Bootstrap
+from spark_jobs.executors.writes import files_on_executors
+from spark_jobs.source_frames import SourceFrames, _input_frame, frontier, source_frames
+from writers.graph_table_rows import TableRows, live_rows
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+    from spark_jobs.graph_pipeline import GraphPipeline
+    from writers.base import SnapshotWriter
+    from writers.staged_files import WrittenFile
+
+log = logging.getLogger("lakeview.pipeline")
+
+
+def backfills(pipeline: GraphPipeline, batch: DataFrame | None, epoch_id: int) -> bool:
+    """Whether ``epoch_id`` is a large first batch the executors write (see the module's doc)."""
+    if pipeline.config.watermark is not None or pipeline.config.format.value not in ("iceberg", "delta"):
+        return False
+    held = pipeline._last_epoch  # the newest epoch any table held at start: a later epoch is no first batch
+    if pipeline._last_committed is not None or (held is not None and held < epoch_id):
+        return False  # (no table is loaded for it: this runs before every epoch)
+    if not all((last := w.last_commit()) is None or last.epoch == epoch_id for w in pipeline.tables()):
+        return False
+    _, _, paths = frontier(pipeline.checkpoint, pipeline.sources, epoch_id, pipeline.upstreams)
+    rows = 0
+    for source in pipeline.sources:
+        counted = pipeline.quarantines[source].footer_count(paths.get(source, []))
+        if counted is None:  # not Parquet: the batch's rows, counted by Spark (a first batch only)
+            return batch is not None and batch.count() > pipeline.project.spark.driver_rows_max
+        rows += counted
+    return rows > pipeline.project.spark.driver_rows_max
+
+
+def backfill_on_executors(pipeline: GraphPipeline, batch: DataFrame | None, epoch_id: int) -> CommitRecord | None:
+    """Compute the first batch with Spark and commit every table's executor-written files for ``epoch_id``;
+    the view's commit record (None: the epoch was committed already)."""
+    started = time.perf_counter()
+    reached, newest_ms, pipeline._batch_paths = frontier(
+        pipeline.checkpoint, pipeline.sources, epoch_id, pipeline.upstreams
+    )
+    split = _frames(pipeline, batch, epoch_id)
+    epoch = pipeline._epoch_of(epoch_id, reached, newest_ms, split.rows_in, split.quarantined)
+    spark = pipeline.spark if batch is None else batch.sparkSession  # a foreachBatch's temp views live in its session
+    zsets, mirrors, held = _zsets(pipeline, split.frames)
+    try:
+        prefix = f"__lv_bf_{pipeline.view}_"
+        first = first_batch_sql(pipeline.graph, zsets, prefix)
+        uses = _uses(first)
+        for name, sql in first.relations:
+            relation = spark.sql(sql)
+            if uses[name] > 1:  # read by several tables' jobs (a state table and the operator above): once
+                relation = relation.persist()
+                held.append(relation)
+            relation.createOrReplaceTempView(name)
+        tables: list[tuple[SnapshotWriter, DataFrame]] = [
+            (pipeline.state[name], spark.sql(sql)) for name, sql in first.state.items()
+        ]
+        tables += [(pipeline.mirrors[source], rows) for source, rows in mirrors.items()]
+        tables.append((pipeline.writer, spark.sql(first.view)))  # last: see the module's doc
+        read_s = time.perf_counter() - started
+        done = _write_and_commit(pipeline, epoch, tables)
+    finally:
+        for df in held:
+            df.unpersist()
+    pipeline.timings = {"spark_read_quarantine_s": read_s, "backfill_s": time.perf_counter() - started}
+    pipeline.last_write = done.report()
+    _after_backfill(pipeline, epoch_id, {name: sum(f.rows for f in files) for name, files in done.files.items()})
+    return done.record
+
+
+def _uses(first: FirstBatch) -> Counter[str]:
+    """How many queries (relations, state tables, the view) read each relation of the first batch."""
+    texts = [sql for _, sql in first.relations] + list(first.state.values()) + [first.view]
+    return Counter(
+        {name: sum(len(re.findall(rf"\b{re.escape(name)}\b", t)) for t in texts) for name, _ in first.relations}
+    )
+
+
+def _frames(pipeline: GraphPipeline, batch: DataFrame | None, epoch_id: int) -> SourceFrames:
+    """Each source's input frame: split from Spark's batch, or (the driver stream: Parquet sources only)
+    read by Spark from the epoch's files."""
+    paths = pipeline._batch_paths
+    if batch is not None:
+        args = (pipeline.view, pipeline.sources, pipeline.configs, pipeline.quarantines, epoch_id, paths)
+        return source_frames(batch, *args, pipeline.upstreams)
+    spark, out = pipeline.spark, SourceFrames()
+    for source in pipeline.sources:
+        config, files = pipeline.configs[source], [str(p) for p in paths.get(source, [])]
+        reader = spark.read.schema(config.schema_)
+        part = reader.parquet(*files) if files else spark.createDataFrame([], config.schema_)
+        operation = None
+        if config.changes is not None:
+            part, operation = part.selectExpr("*", f"{operation_sql(config.changes)} AS {OP}"), OP
+        split = pipeline.quarantines[source].split(part, epoch_id, operation=operation, files=paths.get(source))
+        out.rows_in, out.quarantined = out.rows_in + split.rows_in, out.quarantined + split.quarantined
+        out.frames[source] = _input_frame(split.good, pipeline.view, source, config, source in pipeline.upstreams)
+    return out
+
+
+def _zsets(pipeline: GraphPipeline, frames: dict[str, DataFrame]) -> tuple[dict[str, str], dict[str, DataFrame], list]:
+    """Each graph input's Z-set as a temp view (its columns and the graph's weight), each change feed's mirror
+    rows, and the DataFrames persisted for them (a feed's newest images feed its Z-set and its mirror)."""
+    zsets: dict[str, str] = {}
+    mirrors: dict[str, DataFrame] = {}
+    held = []
+    for source, frame in frames.items():
+        columns = pipeline.schemas[source].names
+        cols = ", ".join(f"`{c}`" for c in columns)
+        name = f"__lv_bf_{pipeline.view}_src_{source}"
+        if source in pipeline.feeds:  # no mirror yet: the newest non-delete image per key at +1
+            images = frame.where(f"{OP} <> '{DELETE}'").selectExpr(*[f"`{c}`" for c in columns]).persist()
+            held.append(images)
+            mirrors[source] = images
+            images.selectExpr("*", f"CAST(1 AS BIGINT) AS {GRAPH_WEIGHT}").createOrReplaceTempView(name)
+        else:
+            frame.createOrReplaceTempView(f"{name}_in")
+            frame.sparkSession.sql(
+                f"SELECT {cols}, CAST({WEIGHT} AS BIGINT) AS {GRAPH_WEIGHT} FROM {name}_in"
+            ).createOrReplaceTempView(name)
+        if source in pipeline.graph.schemas:
+            zsets[source] = name
+    return zsets, mirrors, held
+
+
+def _write_and_commit(
+    pipeline: GraphPipeline, epoch: Epoch, tables: list[tuple[SnapshotWriter, DataFrame]]
+) -> Bootstrap:
+    """Each table's files written by the executors, then committed: one transaction (Iceberg) or table by
+    table with the view's last (Delta; a table holding the epoch already is skipped)."""
+    log.info("%s: epoch %s (%s input rows) is a first batch: %s tables written by the executors",
+             epoch.view, epoch.number, epoch.rows_in, len(tables))  # fmt: skip
+    done = Bootstrap(record=None)
+    written: dict[str, list[WrittenFile]] = {}
+    for writer, rows in tables:
+        last = writer.last_commit()
+        if last is not None and last.epoch >= epoch.number:
+            continue  # a replay after a crash between the commits: this table has the epoch
+        written[writer.table_name] = files_on_executors(writer, rows, epoch, pipeline.project)
+    done.files = written
+    if pipeline.group is not None:
+        records = pipeline.group.commit(epoch, dict(written))  # type: ignore[arg-type]
+        done.record = None if records is None else records.get(pipeline.writer.table_name)
+        return done
+    for writer, _ in tables:
+        if writer.table_name in written:
+            record = writer.commit_files(epoch, written[writer.table_name])  # type: ignore[attr-defined]
+            if writer is pipeline.writer:
+                done.record = record
+    return done
+
+
+def _after_backfill(pipeline: GraphPipeline, epoch_id: int, rows: dict[str, int]) -> None:
+    """The graph's state now exists (no operator starts it again) and the driver holds none of it: the
+    memory copies read their table on first use, or by key past the bound."""
+    pipeline.graph.runtime.epoch = 1
+    pipeline._last_committed = epoch_id
+    assert pipeline.store is not None
+    for rows_of in pipeline.store.memory.values():
+        rows_of.forget()
+    for mirror in pipeline.mirror_rows.values():
+        mirror.forget()
+    bound_memory(pipeline, rows)
+
+
+def bound_memory(pipeline: GraphPipeline, rows: dict[str, int] | None = None) -> None:
+    """Serve the lookups of every state table and mirror past ``[spark] driver_keys_max`` live rows from the
+    table by key (:class:`~writers.graph_table_rows.TableRows`), not a memory copy. ``rows``: each table's
+    rows if known (else read from its metadata)."""
+    store, bound = pipeline.store, pipeline.project.spark.driver_keys_max
+    assert store is not None
+    for name, writer in pipeline.state.items():
+        count = _rows(writer, rows)
+        if count > bound:
+            memory = store.memory[name]
+            store.memory[name] = TableRows(writer, memory.key, memory.schema, memory.duck)
+            store.logged[name] = store.folded[name] = count
+    for source, writer in pipeline.mirrors.items():
+        if _rows(writer, rows) > bound:
+            memory = pipeline.mirror_rows[source]
+            pipeline.mirror_rows[source] = TableRows(writer, memory.key, memory.schema, memory.duck, weighted=False)
+
+
+def _rows(writer: SnapshotWriter, rows: dict[str, int] | None) -> int:
+    if rows is not None and writer.table_name in rows:
+        return rows[writer.table_name]
+    return live_rows(writer)
