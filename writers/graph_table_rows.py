@@ -14,6 +14,7 @@ import pyarrow as pa
 
 from lakeview.graph.zset import WEIGHT, Duck
 from writers.base import SnapshotWriter
+from writers.graph_log import OP, StateLog
 from writers.graph_state import CommittedRows, every_key
 
 
@@ -45,7 +46,7 @@ class TableRows(CommittedRows):
     def lookup(self, keys: pa.Table | None) -> pa.Table:
         """The rows whose key equals a row of ``keys`` (NULL matches NULL), netted; every row for None or no key."""
         probe = every_key() if keys is None or not self.key else keys.select(list(self.key))
-        rows = self.writer.lookup(probe) if probe.num_rows else self.schema.empty_table()
+        rows = self._found(probe) if probe.num_rows else self.schema.empty_table()
         if not self.weighted and WEIGHT not in rows.column_names:
             rows = rows.append_column(WEIGHT, pa.array([1] * rows.num_rows, pa.int64()))
         rows = rows.select(self.schema.names).cast(self.schema)
@@ -59,6 +60,27 @@ class TableRows(CommittedRows):
             r=rows,
         )
         return netted.cast(self.schema)
+
+    def _found(self, probe: pa.Table) -> pa.Table:
+        """The table's rows matching ``probe``'s keys, as stored (not netted)."""
+        return self.writer.lookup(probe)
+
+
+class LogRows(TableRows):
+    """One state of a view's state log (Iceberg, :class:`writers.graph_log.StateLog`) past the driver's bound:
+    each lookup reads the state's keys from the log (its rows tagged with the state's name), never held."""
+
+    def __init__(
+        self, log: SnapshotWriter, packing: StateLog, name: str, key: tuple[str, ...], schema: pa.Schema, duck: Duck
+    ) -> None:
+        super().__init__(log, key, schema, duck)
+        self.packing, self.name = packing, name
+
+    def _found(self, probe: pa.Table) -> pa.Table:
+        slots = self.packing.slots[self.name]
+        tagged = probe.rename_columns([slots[c] for c in probe.column_names])
+        tagged = tagged.append_column(OP, pa.repeat(pa.scalar(self.name, pa.string()), probe.num_rows))
+        return self.packing.unpack(self.writer.lookup(tagged))[self.name]
 
 
 def live_rows(writer: SnapshotWriter) -> int:

@@ -36,7 +36,9 @@ from lakeview.sql.plan import WEIGHT
 from spark_jobs.executors.bootstrap import Bootstrap
 from spark_jobs.executors.writes import files_on_executors
 from spark_jobs.source_frames import SourceFrames, _input_frame, frontier, source_frames
-from writers.graph_table_rows import TableRows, live_rows
+from writers.graph_log import OP as LOG_OP
+from writers.graph_log import StateLog
+from writers.graph_table_rows import LogRows, TableRows, live_rows
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -88,9 +90,12 @@ def backfill_on_executors(pipeline: GraphPipeline, batch: DataFrame | None, epoc
                 relation = relation.persist()
                 held.append(relation)
             relation.createOrReplaceTempView(name)
-        tables: list[tuple[SnapshotWriter, DataFrame]] = [
-            (pipeline.state[name], spark.sql(sql)) for name, sql in first.state.items()
-        ]
+        assert pipeline.store is not None
+        tables: list[tuple[SnapshotWriter, DataFrame]]
+        if pipeline.store.log is not None:  # Iceberg: every state in the one log table
+            tables = [(pipeline.store.log, _packed_log(spark, pipeline.store.packing, first.state))]
+        else:
+            tables = [(pipeline.state[name], spark.sql(sql)) for name, sql in first.state.items()]
         tables += [(pipeline.mirrors[source], rows) for source, rows in mirrors.items()]
         tables.append((pipeline.writer, spark.sql(first.view)))  # last: see the module's doc
         read_s = time.perf_counter() - started
@@ -102,6 +107,26 @@ def backfill_on_executors(pipeline: GraphPipeline, batch: DataFrame | None, epoc
     pipeline.last_write = done.report()
     _after_backfill(pipeline, epoch_id, {name: sum(f.rows for f in files) for name, files in done.files.items()})
     return done.record
+
+
+def _packed_log(spark, packing: StateLog, states: dict[str, str]) -> DataFrame:  # type: ignore[no-untyped-def]
+    """Every state's first-batch rows as rows of the view's one state log (:class:`writers.graph_log.StateLog`:
+    the state's name in ``__lv_op``, its columns in the log's columns shared by type, the others NULL)."""
+    from pyspark.sql.pandas.types import from_arrow_type  # lazy: Spark loads only where views run
+
+    types = {f.name: from_arrow_type(f.type).simpleString() for f in packing.schema}
+    parts = []
+    for name, sql in states.items():
+        mine = {slot: column for column, slot in packing.slots[name].items()}
+        literal = name.replace("\\", "\\\\").replace("'", "\\'")
+        columns = [f"'{literal}' AS `{LOG_OP}`"]
+        for f in packing.schema:
+            if f.name not in (LOG_OP, GRAPH_WEIGHT):
+                value = f"`{mine[f.name]}`" if f.name in mine else "NULL"
+                columns.append(f"CAST({value} AS {types[f.name]}) AS `{f.name}`")
+        columns.append(f"CAST(`{GRAPH_WEIGHT}` AS BIGINT) AS `{GRAPH_WEIGHT}`")
+        parts.append(f"SELECT {', '.join(columns)} FROM ({sql})")
+    return spark.sql(" UNION ALL ".join(parts))
 
 
 def _uses(first: FirstBatch) -> Counter[str]:
@@ -204,7 +229,13 @@ def bound_memory(pipeline: GraphPipeline, rows: dict[str, int] | None = None) ->
     rows if known (else read from its metadata)."""
     store, bound = pipeline.store, pipeline.project.spark.driver_keys_max
     assert store is not None
-    for name, writer in pipeline.state.items():
+    if store.log is not None:  # Iceberg: every state in the one log, each looked up in it by key past the bound
+        count = _rows(store.log, rows)
+        if count > bound:
+            for name, memory in list(store.memory.items()):
+                store.memory[name] = LogRows(store.log, store.packing, name, memory.key, memory.schema, memory.duck)
+            store.logged[store.log.table_name] = store.folded[store.log.table_name] = count
+    for name, writer in pipeline.state.items() if store.log is None else ():
         count = _rows(writer, rows)
         if count > bound:
             memory = store.memory[name]
