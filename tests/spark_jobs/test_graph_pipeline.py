@@ -252,7 +252,8 @@ def test_bad_rows_of_every_source_are_set_aside_and_counted_on_the_epoch(
         for s in catalog.load_table((NS, unique_name)).snapshots()
         if s.summary
     }
-    assert stamped == {"0": "1", "1": "1"}
+    # (a trigger may list one source's file before the other lands: an epoch of the rest, with nothing set aside)
+    assert {epoch: count for epoch, count in stamped.items() if count is not None} == {"0": "1", "1": "1"}
 
 
 def test_a_parquet_fact_table_is_read_by_the_driver_and_the_view_matches_the_recompute(

@@ -94,7 +94,7 @@ def test_stream_stream_left_join_projection(
     }
     sql = "SELECT o.order_id, o.amount, s.carrier FROM orders o LEFT JOIN shipments s ON o.order_id = s.order_id WHERE o.amount > 1"
     project = make_project(
-        views={unique_name: {"sql": sql, "cadence": "200ms", "namespace": "join_tests"}}, sources=sources
+        views={unique_name: {"sql": sql, "cadence": "1s", "namespace": "join_tests"}}, sources=sources
     )
     batches = [
         {
