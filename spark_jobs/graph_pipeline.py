@@ -56,15 +56,8 @@ from spark_jobs.sources.upstream import with_upstream_source
 from spark_jobs.sources.view_changes import ChangePublisher
 from spark_jobs.sources_pipeline import SourcesPipeline
 from spark_jobs.streams import reconcile_checkpoint
-from writers.graph_state import (
-    CommittedRows,
-    TableStateStore,
-    commit_key,
-    lookup_as_of,
-    mirror_rows,
-    state_table_name,
-    warm_up,
-)
+from writers.graph_mirrors import SourceMirrors, mirror_schema
+from writers.graph_state import TableStateStore, commit_key, state_table_name, warm_up
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -122,7 +115,7 @@ class GraphPipeline(SourcesPipeline):
         self.direct = direct_sources(self.configs, self.quarantines)  # read by the driver, not Spark
         self.graph: Graph = view_graph(project, view)
         self.mirrors: dict[str, SnapshotWriter] = {}
-        self.mirror_rows: dict[str, CommittedRows] = {}  # each mirror's rows, served from memory (see the store)
+        self.mirror_store: SourceMirrors | None = None  # the mirrors' rows, served from memory (see the store)
         self.state: dict[str, SnapshotWriter] = {}
         self.store: TableStateStore | None = None
         self.group: IcebergGroupWriter | None = None
@@ -149,8 +142,7 @@ class GraphPipeline(SourcesPipeline):
             self.state[table.name], keys[table.name] = writer, table.key
         for source, feed in self.feeds.items():
             self.mirrors[source] = self._state_writer(source_mirror_name(self.view, source))
-            self.mirrors[source].ensure_table(self.schemas[source], tuple(feed.key), owned)
-            self.mirror_rows[source] = mirror_rows(self.mirrors[source], tuple(feed.key), self.schemas[source])
+            self.mirrors[source].ensure_table(mirror_schema(self.schemas[source]), tuple(feed.key), owned)
         self.store = TableStateStore(keys, self.state, state_schemas)
         self.graph.use_store(self.store)
         if self.writer.capabilities.multi_table_transactions:
@@ -164,6 +156,8 @@ class GraphPipeline(SourcesPipeline):
                 {name: self.view for name in members},
             )
             self.store.append_log = True  # each epoch's state delta appended, no lookup (see the store)
+        mirror_keys = {source: tuple(feed.key) for source, feed in self.feeds.items()}
+        self.mirror_store = SourceMirrors(self.mirrors, mirror_keys, self.schemas, append_log=self.group is not None)
         self._check_same_graph(state_schemas)
         self._last_epoch = reconcile_checkpoint(self.view, self.checkpoint, self, self.writer)
         # a restart: the state exists, so no operator starts it again (a global aggregate's row is in the view)
@@ -174,7 +168,8 @@ class GraphPipeline(SourcesPipeline):
         """Refuse state tables another version of the view's operator graph made (other operators, e.g. before
         eager aggregation, or other column names, e.g. before its own columns took the ``__lv_`` prefix): a state
         table with other columns, or (Iceberg: its members commit together) a view table with commits beside a
-        state table with none, means the state never saw the earlier epochs."""
+        state table with none, means the state never saw the earlier epochs. A change feed's mirror without the
+        weight column was kept one row per key (before mirrors became Z-set state like the operators')."""
         if (self.writer.last_commit() if self.group is not None else self.last_epoch()) is None:
             return
         alien = []
@@ -182,6 +177,7 @@ class GraphPipeline(SourcesPipeline):
             never = self.group is not None and writer.last_commit() is None
             if never or stored_columns(writer) != set(state_schemas[name].names):
                 alien.append(writer.table_name)
+        alien += [w.table_name for w in self.mirrors.values() if GRAPH_WEIGHT not in stored_columns(w)]
         if alien:
             raise WriterError(
                 f"{self.view}: its state table(s) {', '.join(sorted(alien))} do not hold the state of the view's "
@@ -268,7 +264,7 @@ class GraphPipeline(SourcesPipeline):
         before = self._before(epoch_id)
         assert self.store is not None
         self.store.begin({name: v for name, v in before.items() if name in self.state})
-        deltas, mirrors = self._zsets(inputs, before)
+        deltas = self._zsets(inputs, before)
         # a table only an unused CTE names is a source of the view (its SQL names it) but no input of its graph
         out = step(self.graph, {source: delta for source, delta in deltas.items() if source in self.graph.schemas})
         self.timings["graph_step_s"] = time.perf_counter() - started
@@ -278,12 +274,11 @@ class GraphPipeline(SourcesPipeline):
             self.writer.table_name: multiset_change(self.writer, weighted, tuple(self.graph.names))
         }
         changes.update({self.state[name].table_name: c for name, c in self.store.changes().items()})
-        changes.update({self.mirrors[s].table_name: c for s, c in mirrors.items()})
+        changes.update(self.mirror_store.changes())
         record = self._commit(epoch, changes)
         self.store.committed()  # the tables hold the epoch: the memory copies take its changes
+        self.mirror_store.committed()
         self._last_committed = epoch.number
-        for rows in self.mirror_rows.values():
-            rows.committed()
         self.timings["commit_s"] = time.perf_counter() - started
         return record
 
@@ -293,30 +288,23 @@ class GraphPipeline(SourcesPipeline):
             return self.schemas[source].append(pa.field(WEIGHT, pa.int32()))
         return self.schemas[source]
 
-    def _zsets(
-        self, inputs: dict[str, pa.Table], before: dict[str, int]
-    ) -> tuple[dict[str, pa.Table], dict[str, Change]]:
-        """Each source's epoch as a Z-set with the graph's weight column, and each mirror's change
-        (``before``: mirrors holding the epoch already, read at that version)."""
+    def _zsets(self, inputs: dict[str, pa.Table], before: dict[str, int]) -> dict[str, pa.Table]:
+        """Each source's epoch as a Z-set with the graph's weight column; a change feed's against its mirror,
+        which takes the Z-set (``before``: mirrors holding the epoch already, read at that version)."""
+        assert self.mirror_store is not None
+        self.mirror_store.begin({s: v for s, v in before.items() if s in self.mirrors})
         deltas: dict[str, pa.Table] = {}
-        mirrors: dict[str, Change] = {}
         for source, batch in inputs.items():
             columns = self.schemas[source].names
             if source in self.feeds:
                 feed = self.feeds[source]
-                rows, version = self.mirror_rows[source], before.get(source)
-                rows.begin()
-                if version is not None:  # it holds this epoch already: read it as it stood before
-                    rows.forget()
-                    old = lookup_as_of(self.mirrors[source], batch.select(list(feed.key)), version)
-                else:
-                    old = rows.lookup(batch.select(list(feed.key))) if batch.num_rows else pa.table({})
-                batch, mirrors[source] = normalize(batch, old, feed, columns)
+                old = self.mirror_store.old(source, batch.select(list(feed.key)))
+                batch, _ = normalize(batch, old, feed, columns)
             weight = batch.column(WEIGHT).cast(pa.int64())
             deltas[source] = batch.select(columns).append_column(GRAPH_WEIGHT, weight)
-            if source in self.feeds and before.get(source) is None:
-                self.mirror_rows[source].stage(deltas[source])  # the mirror's Z-set: old images -1, new +1
-        return deltas, mirrors
+            if source in self.feeds:
+                self.mirror_store.apply(source, deltas[source])  # the mirror's Z-set: old images -1, new +1
+        return deltas
 
     def _commit(self, epoch: Epoch, changes: dict[str, Change]) -> CommitRecord | None:
         """Every table's change for the epoch: one catalog transaction (Iceberg), or the state tables and

@@ -318,17 +318,6 @@ class TableStateStore:
                 self.con.unregister(name)
 
 
-def mirror_rows(writer: SnapshotWriter, key: tuple[str, ...], schema: pa.Schema) -> CommittedRows:
-    """A change feed's mirror (the current row per key, no weight column) served from memory: each row
-    with weight 1; an epoch stages its Z-set (old images -1, new +1)."""
-
-    def read() -> pa.Table:
-        rows = writer.lookup(every_key())
-        return rows.append_column(WEIGHT, pa.array([1] * rows.num_rows, pa.int64()))
-
-    return CommittedRows(read, key, schema.append(pa.field(WEIGHT, pa.int64())), Duck())
-
-
 def lookup_as_of(writer: SnapshotWriter, keys: pa.Table, version: int | None) -> pa.Table:
     """``writer.lookup(keys)``, in the table as it stood at ``version`` (None: now; a Delta table's)."""
     if version is None:
