@@ -14,6 +14,7 @@ the same files (each feed replayed to its current rows), which is also timed. Pr
 times stretch several-fold) and the load average.
 
     .venv/bin/python bench/topk.py [--orders 200000 2000000] [--batch 10000] [--changes 100] [--updates 20] [--repeats 3]
+        [--feeds json|parquet] [--history-cache DIR]
 """
 
 from __future__ import annotations
@@ -36,7 +37,15 @@ from pyiceberg.catalog.rest import RestCatalog
 from rich.console import Console
 from rich.table import Table
 
-from bench._common import ChangeFeeds, current_rows, duckdb_seconds, median_phases, timed_epochs
+from bench._common import (
+    ChangeFeeds,
+    current_rows,
+    duckdb_seconds,
+    land_history,
+    median_phases,
+    timed_epochs,
+    write_whole,
+)
 from lakeview.project import parse_project
 from lakeview.sql.duck import connect
 from lakeview.stack.embedded import EmbeddedStack
@@ -53,17 +62,12 @@ SQL = (
 BATCH_IDS = 10_000_000_000  # new orders' ids and every epoch's sequence numbers start past the history's
 
 
-def land_history(directory: Path, count: int) -> None:
-    """``count`` inserted orders (ids 0..count-1, ``seq`` = id + 1) over every product, one Parquet file."""
-    directory.mkdir(parents=True, exist_ok=True)
-    tmp = directory / ".history.parquet.tmp"
-    con = connect()
-    con.execute(
-        f"COPY (SELECT i AS id, 1 + (i * 7919) % {PRODUCT_COUNT} AS pid, CAST(1 + hash(i) % 100 AS BIGINT) AS amount, 'c' AS op, "
-        f"i + 1 AS seq FROM range(0, {count}) t(i)) TO '{tmp}' (FORMAT parquet)"
+def history_sql(count: int) -> str:
+    """``count`` inserted orders (ids 0..count-1, ``seq`` = id + 1) over every product."""
+    return (
+        f"SELECT i AS id, 1 + (i * 7919) % {PRODUCT_COUNT} AS pid, CAST(1 + hash(i) % 100 AS BIGINT) AS amount, "
+        f"'c' AS op, i + 1 AS seq FROM range(0, {count}) t(i)"
     )
-    con.close()
-    tmp.rename(directory / "history.parquet")
 
 
 class Orders:
@@ -107,8 +111,8 @@ class Orders:
 class Products:
     """The products change feed: every product inserted, then products moved to another category."""
 
-    def __init__(self, directory: Path, rng: random.Random) -> None:
-        self.directory, self.rng, self.feeds = directory, rng, ChangeFeeds()
+    def __init__(self, directory: Path, rng: random.Random, parquet: bool) -> None:
+        self.directory, self.rng, self.feeds = directory, rng, ChangeFeeds(parquet)
         self.feeds.land(directory, "p", [self._row("c", p) for p in range(1, PRODUCT_COUNT + 1)])
 
     def _row(self, op: str, product: int) -> dict:
@@ -124,8 +128,8 @@ def run(size: int, args: argparse.Namespace) -> tuple[float, float, float, float
     root = Path(tempfile.mkdtemp(prefix="lakeview-bench-topk-"))
     orders_dir, products_dir = root / "landing" / "orders", root / "landing" / "products"
     rng = random.Random(7)
-    land_history(orders_dir, size)
-    orders, products = Orders(orders_dir, size, rng), Products(products_dir, rng)
+    land_history(orders_dir, "topk-orders", size, lambda path: write_whole(path, history_sql(size)), args.history_cache)
+    orders, products = Orders(orders_dir, size, rng), Products(products_dir, rng, args.feeds == "parquet")
     project = parse_project(
         {
             "server": {"port": 0},
@@ -134,7 +138,7 @@ def run(size: int, args: argparse.Namespace) -> tuple[float, float, float, float
             "spark": {"conf": {"spark.driver.memory": args.driver_memory}, **_keys_max(args)},
             "sources": {
                 "orders": {"format": "parquet", "path": str(orders_dir), "schema": ORDERS, "changes": FEED},
-                "products": {"format": "json", "path": str(products_dir), "schema": PRODUCTS, "changes": FEED},
+                "products": {"format": args.feeds, "path": str(products_dir), "schema": PRODUCTS, "changes": FEED},
             },
             "views": {"topk": {"sql": SQL, "cadence": "100ms", "namespace": "bench"}},
         },
@@ -142,7 +146,7 @@ def run(size: int, args: argparse.Namespace) -> tuple[float, float, float, float
     )
     relations = [
         current_rows("orders", f"read_parquet('{orders_dir}/*.parquet')"),
-        current_rows("products", f"read_json('{products_dir}/*.json', columns = {{{_columns(PRODUCTS)}}})"),
+        current_rows("products", products_scan(products_dir, args.feeds)),
     ]
     verdict: list[str] = []
 
@@ -178,6 +182,13 @@ def _keys_max(args: argparse.Namespace) -> dict[str, int]:
     return {} if args.driver_keys_max is None else {"driver_keys_max": args.driver_keys_max}
 
 
+def products_scan(directory: Path, feeds: str) -> str:
+    """DuckDB's scan of the products feed's files."""
+    if feeds == "parquet":
+        return f"read_parquet('{directory}/*.parquet')"
+    return f"read_json('{directory}/*.json', columns = {{{_columns(PRODUCTS)}}})"
+
+
 def _columns(ddl: str) -> str:
     """A Spark DDL column list as DuckDB's ``columns = {…}`` entries."""
     types = {"BIGINT": "BIGINT", "STRING": "VARCHAR"}
@@ -197,6 +208,11 @@ def main() -> None:
         default=None,
         help="[spark] driver_keys_max (past it, the orders mirror's commits find rows with Spark jobs)",
     )
+    parser.add_argument("--history-cache", type=Path, help="keep each size's history file here and reuse it")
+    parser.add_argument(
+        "--feeds", choices=["json", "parquet"], default="json",
+        help="the products change feed's files (parquet: every source is read by the driver, no Spark job)",
+    )  # fmt: skip
     parser.add_argument(
         "--driver-memory", default="4g", help="spark.driver.memory (the first batch goes through Spark)"
     )
