@@ -1,7 +1,9 @@
 """A top-k view kept as an operator graph through the real pipeline, epoch vs history vs DuckDB's recompute.
 
 The top 10 products of each category by revenue: ``orders`` (a change feed of ``--orders`` rows of
-history, Parquet) JOIN ``products`` (a JSON change feed, 10,000 products in 50 categories), ranked with
+history, Parquet) JOIN ``products`` (a change feed of 10,000 products in 50 categories: Parquet files, so
+the driver reads every source and no Spark job runs (:mod:`spark_jobs.driver_stream`), or with ``--feeds
+json`` JSON files, read by one Spark query per epoch), ranked with
 ``ROW_NUMBER() OVER (PARTITION BY category ORDER BY revenue DESC, pid)``: a view the per-shape planner
 refuses, kept by the embedded stack through :class:`spark_jobs.graph_pipeline.GraphPipeline` (Iceberg
 tables for the view, every operator's state and the mirrors, one catalog transaction per epoch). After
@@ -11,7 +13,8 @@ landing to the view's snapshot committed; median of ``--repeats`` after one warm
 the view read back through the catalog (pyiceberg) must equal DuckDB's recompute of the same SQL over
 the same files (each feed replayed to its current rows), which is also timed. Prints one table row per
 ``--orders`` size with the epoch's CPU seconds (this process and Spark's JVM: on a shared machine wall
-times stretch several-fold) and the load average.
+times stretch several-fold) and the load average. ``--history-cache DIR`` keeps each size's history file
+there and reuses it (:func:`bench._common.land_history`).
 
     .venv/bin/python bench/topk.py [--orders 200000 2000000] [--batch 10000] [--changes 100] [--updates 20] [--repeats 3]
         [--feeds json|parquet] [--history-cache DIR]
@@ -210,7 +213,7 @@ def main() -> None:
     )
     parser.add_argument("--history-cache", type=Path, help="keep each size's history file here and reuse it")
     parser.add_argument(
-        "--feeds", choices=["json", "parquet"], default="json",
+        "--feeds", choices=["json", "parquet"], default="parquet",
         help="the products change feed's files (parquet: every source is read by the driver, no Spark job)",
     )  # fmt: skip
     parser.add_argument(
@@ -227,7 +230,7 @@ def main() -> None:
     table = Table(
         title=f"top {K} products per category by revenue, orders (change feed) ⋈ products (change feed), operator "
         f"graph: one epoch of {args.batch:,} new orders, {args.changes} updated, {args.changes} deleted, "
-        f"{args.updates} products moved; median of {args.repeats}; load {load_start[0]:.1f} -> {os.getloadavg()[0]:.1f}"
+        f"{args.updates} products moved ({args.feeds} products feed); median of {args.repeats}; load {load_start[0]:.1f} -> {os.getloadavg()[0]:.1f}"
     )
     for col in ("orders", "first batch s", "epoch s", "epoch CPU s", "DuckDB recompute s", "DuckDB/epoch", "view"):
         table.add_column(col, justify="right")
