@@ -248,9 +248,10 @@ class TableStateStore:
         memory = self.memory[name]
         memory._loaded()  # reads the table on first use (and its log's length)
         logged, folded = self.logged.get(name, 0) + delta.num_rows, self.folded.get(name, 0)
-        if logged <= FOLD_FACTOR * folded + FOLD_SLACK:
+        empty = not self.logged.get(name)  # the netted delta is the whole state (a first batch): nothing to fold
+        if empty or logged <= FOLD_FACTOR * folded + FOLD_SLACK:
             memory.stage(delta)
-            self.staged_log[name] = (logged, folded)
+            self.staged_log[name] = (logged, logged if empty else folded)
             return Change(rows=delta)
         schema = self.schemas[name]
         rows = self._consolidate([memory.lookup(None).select(schema.names).cast(schema), delta], schema)
