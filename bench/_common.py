@@ -45,6 +45,29 @@ class ChangeFeeds:
         self.files += 1
 
 
+def land_history(directory: Path, kind: str, size: int, write: Callable[[Path], None], cache: Path | None) -> None:
+    """``size`` rows of history as ``directory/history.parquet``, made by ``write(path)``; with ``cache``, written
+    once there (as ``{kind}-{size}.parquet``) and hard-linked (50M rows take minutes to write on a loaded machine)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    if cache is None:
+        write(directory / "history.parquet")
+        return
+    kept = cache / f"{kind}-{size}.parquet"
+    if not kept.exists():
+        cache.mkdir(parents=True, exist_ok=True)
+        write(kept)
+    os.link(kept, directory / "history.parquet")
+
+
+def write_whole(path: Path, sql: str) -> None:
+    """DuckDB's rows of ``sql`` as the Parquet file ``path``: written beside it, then renamed (appear whole)."""
+    tmp = path.parent / f".{path.name}.tmp"
+    con = connect()
+    con.execute(f"COPY ({sql}) TO '{tmp}' (FORMAT parquet)")
+    con.close()
+    tmp.rename(path)
+
+
 def timed_epochs(
     project: ProjectConfig,
     view: str,

@@ -31,9 +31,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from rich.console import Console
 from rich.table import Table
 
-from bench._common import ChangeFeeds, current_rows, duckdb_seconds, median_phases, rss, spark_settings, timed_epochs
+from bench._common import (
+    ChangeFeeds,
+    current_rows,
+    duckdb_seconds,
+    land_history,
+    median_phases,
+    rss,
+    spark_settings,
+    timed_epochs,
+    write_whole,
+)
 from lakeview.project import parse_project
-from lakeview.sql.duck import connect
 
 ORDERS = "id BIGINT, pid BIGINT, cid BIGINT, qty INT"
 FEED = {"operation": "op", "key": ["id"], "sequence": "seq", "insert": ["c"], "update": ["u"], "delete": ["d"]}
@@ -69,38 +78,21 @@ class Feeds:
         self.feeds.land(self.landing / name, "f", rows_)
 
 
-def land_orders(directory: Path, name: str, count: int, first_id: int) -> None:
-    """``count`` orders over every product and customer (Parquet, written whole then renamed)."""
-    directory.mkdir(parents=True, exist_ok=True)
+def land_orders(path: Path, count: int, first_id: int) -> None:
+    """``count`` orders over every product and customer as the Parquet file ``path`` (written whole)."""
     products, customers = DIMENSIONS["products"][1], DIMENSIONS["customers"][1]
-    con = connect()
-    tmp = directory / f".{name}.tmp"
-    con.execute(
-        f"COPY (SELECT i AS id, 1 + (i * 7919) % {products} AS pid, 1 + (i * 104729) % {customers} AS cid, "
-        f"CAST(1 + i % 5 AS INT) AS qty FROM range({first_id}, {first_id + count}) t(i)) TO '{tmp}' (FORMAT parquet)"
+    write_whole(
+        path,
+        f"SELECT i AS id, 1 + (i * 7919) % {products} AS pid, 1 + (i * 104729) % {customers} AS cid, "
+        f"CAST(1 + i % 5 AS INT) AS qty FROM range({first_id}, {first_id + count}) t(i)",
     )
-    con.close()
-    tmp.rename(directory / name)
-
-
-def land_history(directory: Path, size: int, cache: Path | None) -> None:
-    """``size`` orders of history as ``directory/history.parquet``; with ``cache``, generated once there and
-    hard-linked (50M rows take minutes to write on a loaded machine)."""
-    if cache is None:
-        land_orders(directory, "history.parquet", size, 0)
-        return
-    kept = cache / f"orders-{size}.parquet"
-    if not kept.exists():
-        land_orders(cache, kept.name, size, 0)
-    directory.mkdir(parents=True, exist_ok=True)
-    os.link(kept, directory / "history.parquet")
 
 
 def run(size: int, args: argparse.Namespace) -> tuple[float, float, tuple[float, float], float, dict, dict]:
     root = Path(tempfile.mkdtemp(prefix="lakeview-bench-star-"))
     landing = root / "landing"
     rng = random.Random(7)
-    land_history(landing / "orders", size, args.history_cache)
+    land_history(landing / "orders", "orders", size, lambda path: land_orders(path, size, 0), args.history_cache)
     parquet = args.feeds == "parquet"
     feeds = Feeds(landing, rng, parquet)
     for name, (_, rows) in DIMENSIONS.items():
@@ -119,7 +111,7 @@ def run(size: int, args: argparse.Namespace) -> tuple[float, float, tuple[float,
     )
 
     def land(i: int) -> None:
-        land_orders(landing / "orders", f"b-{i:06d}.parquet", args.batch, BATCH_IDS + i * args.batch)
+        land_orders(landing / "orders" / f"b-{i:06d}.parquet", args.batch, BATCH_IDS + i * args.batch)
         for name, (_, rows) in DIMENSIONS.items():
             feeds.land(name, [("u", 1 + rng.randrange(rows)) for _ in range(args.updates)])
 

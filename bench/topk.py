@@ -1,7 +1,9 @@
 """A top-k view kept as an operator graph through the real pipeline, epoch vs history vs DuckDB's recompute.
 
 The top 10 products of each category by revenue: ``orders`` (a change feed of ``--orders`` rows of
-history, Parquet) JOIN ``products`` (a JSON change feed, 10,000 products in 50 categories), ranked with
+history, Parquet) JOIN ``products`` (a change feed of 10,000 products in 50 categories: Parquet files, so
+the driver reads every source and no Spark job runs (:mod:`spark_jobs.driver_stream`), or with ``--feeds
+json`` JSON files, read by one Spark query per epoch), ranked with
 ``ROW_NUMBER() OVER (PARTITION BY category ORDER BY revenue DESC, pid)``: a view the per-shape planner
 refuses, kept by the embedded stack through :class:`spark_jobs.graph_pipeline.GraphPipeline` (Iceberg
 tables for the view, every operator's state and the mirrors, one catalog transaction per epoch). After
@@ -11,9 +13,11 @@ landing to the view's snapshot committed; median of ``--repeats`` after one warm
 the view read back through the catalog (pyiceberg) must equal DuckDB's recompute of the same SQL over
 the same files (each feed replayed to its current rows), which is also timed. Prints one table row per
 ``--orders`` size with the epoch's CPU seconds (this process and Spark's JVM: on a shared machine wall
-times stretch several-fold) and the load average.
+times stretch several-fold) and the load average. ``--history-cache DIR`` keeps each size's history file
+there and reuses it (:func:`bench._common.land_history`).
 
     .venv/bin/python bench/topk.py [--orders 200000 2000000] [--batch 10000] [--changes 100] [--updates 20] [--repeats 3]
+        [--feeds json|parquet] [--history-cache DIR]
 """
 
 from __future__ import annotations
@@ -36,7 +40,17 @@ from pyiceberg.catalog.rest import RestCatalog
 from rich.console import Console
 from rich.table import Table
 
-from bench._common import ChangeFeeds, current_rows, duckdb_seconds, median_phases, rss, spark_settings, timed_epochs
+from bench._common import (
+    ChangeFeeds,
+    current_rows,
+    duckdb_seconds,
+    land_history,
+    median_phases,
+    rss,
+    spark_settings,
+    timed_epochs,
+    write_whole,
+)
 from lakeview.project import parse_project
 from lakeview.sql.duck import connect
 from lakeview.stack.embedded import EmbeddedStack
@@ -53,17 +67,12 @@ SQL = (
 BATCH_IDS = 10_000_000_000  # new orders' ids and every epoch's sequence numbers start past the history's
 
 
-def land_history(directory: Path, count: int) -> None:
-    """``count`` inserted orders (ids 0..count-1, ``seq`` = id + 1) over every product, one Parquet file."""
-    directory.mkdir(parents=True, exist_ok=True)
-    tmp = directory / ".history.parquet.tmp"
-    con = connect()
-    con.execute(
-        f"COPY (SELECT i AS id, 1 + (i * 7919) % {PRODUCT_COUNT} AS pid, CAST(1 + hash(i) % 100 AS BIGINT) AS amount, 'c' AS op, "
-        f"i + 1 AS seq FROM range(0, {count}) t(i)) TO '{tmp}' (FORMAT parquet)"
+def history_sql(count: int) -> str:
+    """``count`` inserted orders (ids 0..count-1, ``seq`` = id + 1) over every product."""
+    return (
+        f"SELECT i AS id, 1 + (i * 7919) % {PRODUCT_COUNT} AS pid, CAST(1 + hash(i) % 100 AS BIGINT) AS amount, "
+        f"'c' AS op, i + 1 AS seq FROM range(0, {count}) t(i)"
     )
-    con.close()
-    tmp.rename(directory / "history.parquet")
 
 
 class Orders:
@@ -107,8 +116,8 @@ class Orders:
 class Products:
     """The products change feed: every product inserted, then products moved to another category."""
 
-    def __init__(self, directory: Path, rng: random.Random) -> None:
-        self.directory, self.rng, self.feeds = directory, rng, ChangeFeeds()
+    def __init__(self, directory: Path, rng: random.Random, parquet: bool) -> None:
+        self.directory, self.rng, self.feeds = directory, rng, ChangeFeeds(parquet)
         self.feeds.land(directory, "p", [self._row("c", p) for p in range(1, PRODUCT_COUNT + 1)])
 
     def _row(self, op: str, product: int) -> dict:
@@ -124,8 +133,8 @@ def run(size: int, args: argparse.Namespace) -> tuple[float, float, float, float
     root = Path(tempfile.mkdtemp(prefix="lakeview-bench-topk-"))
     orders_dir, products_dir = root / "landing" / "orders", root / "landing" / "products"
     rng = random.Random(7)
-    land_history(orders_dir, size)
-    orders, products = Orders(orders_dir, size, rng), Products(products_dir, rng)
+    land_history(orders_dir, "topk-orders", size, lambda path: write_whole(path, history_sql(size)), args.history_cache)
+    orders, products = Orders(orders_dir, size, rng), Products(products_dir, rng, args.feeds == "parquet")
     project = parse_project(
         {
             "server": {"port": 0},
@@ -134,7 +143,7 @@ def run(size: int, args: argparse.Namespace) -> tuple[float, float, float, float
             "spark": {"conf": {"spark.driver.memory": args.driver_memory}, **spark_settings(args)},
             "sources": {
                 "orders": {"format": "parquet", "path": str(orders_dir), "schema": ORDERS, "changes": FEED},
-                "products": {"format": "json", "path": str(products_dir), "schema": PRODUCTS, "changes": FEED},
+                "products": {"format": args.feeds, "path": str(products_dir), "schema": PRODUCTS, "changes": FEED},
             },
             "views": {"topk": {"sql": SQL, "cadence": "100ms", "namespace": "bench"}},
         },
@@ -142,7 +151,7 @@ def run(size: int, args: argparse.Namespace) -> tuple[float, float, float, float
     )
     relations = [
         current_rows("orders", f"read_parquet('{orders_dir}/*.parquet')"),
-        current_rows("products", f"read_json('{products_dir}/*.json', columns = {{{_columns(PRODUCTS)}}})"),
+        current_rows("products", products_scan(products_dir, args.feeds)),
     ]
     verdict: list[str] = []
 
@@ -175,6 +184,13 @@ def run(size: int, args: argparse.Namespace) -> tuple[float, float, float, float
     return first, wall, cpu, statistics.median(duck), median_phases(epochs), verdict[0], backfill
 
 
+def products_scan(directory: Path, feeds: str) -> str:
+    """DuckDB's scan of the products feed's files."""
+    if feeds == "parquet":
+        return f"read_parquet('{directory}/*.parquet')"
+    return f"read_json('{directory}/*.json', columns = {{{_columns(PRODUCTS)}}})"
+
+
 def _columns(ddl: str) -> str:
     """A Spark DDL column list as DuckDB's ``columns = {…}`` entries."""
     types = {"BIGINT": "BIGINT", "STRING": "VARCHAR"}
@@ -194,6 +210,11 @@ def main() -> None:
         default=None,
         help="[spark] driver_keys_max (past it, the orders mirror's commits find rows with Spark jobs)",
     )
+    parser.add_argument("--history-cache", type=Path, help="keep each size's history file here and reuse it")
+    parser.add_argument(
+        "--feeds", choices=["json", "parquet"], default="parquet",
+        help="the products change feed's files (parquet: every source is read by the driver, no Spark job)",
+    )  # fmt: skip
     parser.add_argument(
         "--driver-memory", default="4g", help="spark.driver.memory (the first batch goes through Spark)"
     )
@@ -213,7 +234,7 @@ def main() -> None:
     table = Table(
         title=f"top {K} products per category by revenue, orders (change feed) ⋈ products (change feed), operator "
         f"graph: one epoch of {args.batch:,} new orders, {args.changes} updated, {args.changes} deleted, "
-        f"{args.updates} products moved; median of {args.repeats}; load {load_start[0]:.1f} -> {os.getloadavg()[0]:.1f}"
+        f"{args.updates} products moved ({args.feeds} products feed); median of {args.repeats}; load {load_start[0]:.1f} -> {os.getloadavg()[0]:.1f}"
     )
     for col in (
         "orders",

@@ -58,15 +58,8 @@ from spark_jobs.sources.view_changes import ChangePublisher
 from spark_jobs.sources_pipeline import SourcesPipeline
 from spark_jobs.streams import reconcile_checkpoint
 from writers.graph_log import LAYOUT, StateLog, log_table_name
-from writers.graph_state import (
-    CommittedRows,
-    TableStateStore,
-    commit_key,
-    lookup_as_of,
-    mirror_rows,
-    state_table_name,
-    warm_up,
-)
+from writers.graph_mirrors import SourceMirrors, mirror_schema
+from writers.graph_state import TableStateStore, commit_key, state_table_name, warm_up
 from writers.graph_view import ViewRows, small
 
 if TYPE_CHECKING:
@@ -125,7 +118,7 @@ class GraphPipeline(SourcesPipeline):
         self.direct = direct_sources(self.configs, self.quarantines)  # read by the driver, not Spark
         self.graph: Graph = view_graph(project, view)
         self.mirrors: dict[str, SnapshotWriter] = {}
-        self.mirror_rows: dict[str, CommittedRows] = {}  # each mirror's rows, served from memory (see the store)
+        self.mirror_store: SourceMirrors | None = None  # the mirrors' rows, served from memory (see the store)
         self.state: dict[str, SnapshotWriter] = {}
         self.store: TableStateStore | None = None
         self.group: IcebergGroupWriter | None = None
@@ -159,8 +152,7 @@ class GraphPipeline(SourcesPipeline):
                 self.state[table.name] = writer
         for source, feed in self.feeds.items():
             self.mirrors[source] = self._state_writer(source_mirror_name(self.view, source))
-            self.mirrors[source].ensure_table(self.schemas[source], tuple(feed.key), owned)
-            self.mirror_rows[source] = mirror_rows(self.mirrors[source], tuple(feed.key), self.schemas[source])
+            self.mirrors[source].ensure_table(mirror_schema(self.schemas[source]), tuple(feed.key), owned)
         writers = {name: log for name in keys} if log is not None else self.state
         self.store = TableStateStore(keys, writers, state_schemas, log=log)  # type: ignore[arg-type]
         self.graph.use_store(self.store)
@@ -177,6 +169,8 @@ class GraphPipeline(SourcesPipeline):
         self.view_rows = ViewRows(
             self.writer, tuple(self.graph.names), output, self.group is not None and small(self.writer)
         )
+        mirror_keys = {source: tuple(feed.key) for source, feed in self.feeds.items()}
+        self.mirror_store = SourceMirrors(self.mirrors, mirror_keys, self.schemas, append_log=self.group is not None)
         self._check_same_graph(state_schemas)
         bound_memory(self)  # tables past [spark] driver_keys_max rows: looked up by key, never held
         self._last_epoch = reconcile_checkpoint(self.view, self.checkpoint, self, self.writer)
@@ -189,7 +183,8 @@ class GraphPipeline(SourcesPipeline):
         eager aggregation, or other column names, e.g. before its own columns took the ``__lv_`` prefix, or
         another layout, e.g. one table per operator before the Iceberg log): a state table with other columns,
         or (Iceberg: its members commit together) a view table with commits beside a state table with none,
-        means the state never saw the earlier epochs."""
+        means the state never saw the earlier epochs. A change feed's mirror without the weight column was kept
+        one row per key (before mirrors became Z-set state like the operators')."""
         if self.group is not None and self.writer.last_commit() is None:
             kept = sorted(w.table_name for w in (*self.state.values(), *self.mirrors.values()) if w.last_commit())
             if kept:  # the view's table was dropped (a rebuild) and its state kept: the state is of the old table
@@ -211,6 +206,7 @@ class GraphPipeline(SourcesPipeline):
             other = writer is self.store.log and writer.table().properties.get(LAYOUT) != self.store.packing.layout  # type: ignore[attr-defined]
             if never or other or stored_columns(writer) != expected[name]:
                 alien.append(writer.table_name)
+        alien += [w.table_name for w in self.mirrors.values() if GRAPH_WEIGHT not in stored_columns(w)]
         if alien:
             tables = sorted({*alien, *self._older_state_tables()})
             raise WriterError(
@@ -311,7 +307,7 @@ class GraphPipeline(SourcesPipeline):
         assert self.store is not None and self.view_rows is not None
         self.store.begin({name: v for name, v in before.items() if name in self.state})
         self.view_rows.begin()
-        deltas, mirrors = self._zsets(inputs, before)
+        deltas = self._zsets(inputs, before)
         # a table only an unused CTE names is a source of the view (its SQL names it) but no input of its graph
         out = step(self.graph, {source: delta for source, delta in deltas.items() if source in self.graph.schemas})
         self.timings["graph_step_s"] = time.perf_counter() - started
@@ -319,13 +315,12 @@ class GraphPipeline(SourcesPipeline):
         weighted = out.rename_columns([*out.column_names[:-1], WEIGHT])
         changes: dict[str, Change] = {self.writer.table_name: self.view_rows.change(weighted)}
         changes.update(self.store.table_changes())
-        changes.update({self.mirrors[s].table_name: c for s, c in mirrors.items()})
+        changes.update(self.mirror_store.changes())
         record = self._commit(epoch, changes)
         self.store.committed()  # the tables hold the epoch: the memory copies take its changes
         self.view_rows.committed()
+        self.mirror_store.committed()
         self._last_committed = epoch.number
-        for rows in self.mirror_rows.values():
-            rows.committed()
         self.timings["commit_s"] = time.perf_counter() - started
         return record
 
@@ -335,30 +330,23 @@ class GraphPipeline(SourcesPipeline):
             return self.schemas[source].append(pa.field(WEIGHT, pa.int32()))
         return self.schemas[source]
 
-    def _zsets(
-        self, inputs: dict[str, pa.Table], before: dict[str, int]
-    ) -> tuple[dict[str, pa.Table], dict[str, Change]]:
-        """Each source's epoch as a Z-set with the graph's weight column, and each mirror's change
-        (``before``: mirrors holding the epoch already, read at that version)."""
+    def _zsets(self, inputs: dict[str, pa.Table], before: dict[str, int]) -> dict[str, pa.Table]:
+        """Each source's epoch as a Z-set with the graph's weight column; a change feed's against its mirror,
+        which takes the Z-set (``before``: mirrors holding the epoch already, read at that version)."""
+        assert self.mirror_store is not None
+        self.mirror_store.begin({s: v for s, v in before.items() if s in self.mirrors})
         deltas: dict[str, pa.Table] = {}
-        mirrors: dict[str, Change] = {}
         for source, batch in inputs.items():
             columns = self.schemas[source].names
             if source in self.feeds:
                 feed = self.feeds[source]
-                rows, version = self.mirror_rows[source], before.get(source)
-                rows.begin()
-                if version is not None:  # it holds this epoch already: read it as it stood before
-                    rows.forget()
-                    old = lookup_as_of(self.mirrors[source], batch.select(list(feed.key)), version)
-                else:
-                    old = rows.lookup(batch.select(list(feed.key))) if batch.num_rows else pa.table({})
-                batch, mirrors[source] = normalize(batch, old, feed, columns)
+                old = self.mirror_store.old(source, batch.select(list(feed.key)))
+                batch, _ = normalize(batch, old, feed, columns)
             weight = batch.column(WEIGHT).cast(pa.int64())
             deltas[source] = batch.select(columns).append_column(GRAPH_WEIGHT, weight)
-            if source in self.feeds and before.get(source) is None:
-                self.mirror_rows[source].stage(deltas[source])  # the mirror's Z-set: old images -1, new +1
-        return deltas, mirrors
+            if source in self.feeds:
+                self.mirror_store.apply(source, deltas[source])  # the mirror's Z-set: old images -1, new +1
+        return deltas
 
     def _commit(self, epoch: Epoch, changes: dict[str, Change]) -> CommitRecord | None:
         """Every table's change for the epoch: one catalog transaction (Iceberg), or the state tables and

@@ -284,9 +284,10 @@ class TableStateStore:
         memory = self.memory[name]
         memory._loaded()  # reads the table on first use (and its log's length)
         logged, folded = self.logged.get(name, 0) + delta.num_rows, self.folded.get(name, 0)
-        if logged <= FOLD_FACTOR * folded + FOLD_SLACK:
+        empty = not self.logged.get(name)  # the netted delta is the whole state (a first batch): nothing to fold
+        if empty or logged <= FOLD_FACTOR * folded + FOLD_SLACK:
             memory.stage(delta)
-            self.staged_log[name] = (logged, folded)
+            self.staged_log[name] = (logged, logged if empty else folded)
             return Change(rows=delta)
         schema = self.schemas[name]
         rows = self._consolidate([memory.lookup(None).select(schema.names).cast(schema), delta], schema)
@@ -376,17 +377,6 @@ class TableStateStore:
         finally:
             for name in tables:
                 self.con.unregister(name)
-
-
-def mirror_rows(writer: SnapshotWriter, key: tuple[str, ...], schema: pa.Schema) -> CommittedRows:
-    """A change feed's mirror (the current row per key, no weight column) served from memory: each row
-    with weight 1; an epoch stages its Z-set (old images -1, new +1)."""
-
-    def read() -> pa.Table:
-        rows = writer.lookup(every_key())
-        return rows.append_column(WEIGHT, pa.array([1] * rows.num_rows, pa.int64()))
-
-    return CommittedRows(read, key, schema.append(pa.field(WEIGHT, pa.int64())), Duck())
 
 
 def lookup_as_of(writer: SnapshotWriter, keys: pa.Table, version: int | None) -> pa.Table:

@@ -4,8 +4,9 @@
 becomes the same query over ``(SELECT o.product_id, SUM(o.amount) AS lv_p0, ... FROM orders o GROUP BY
 o.product_id) o``: the joins then keep one row per product instead of one per order, so a product's change
 costs per product, not per order. It applies when every aggregate reads only that input and decomposes
-(SUM, COUNT, COUNT(*), AVG, MIN, MAX, each with a FILTER; not DISTINCT), every join is INNER, and no window
-or subquery predicate is involved. The input's columns used anywhere else become the pre-aggregate's keys.
+(SUM, COUNT, COUNT(*), AVG, MIN, MAX, each with a FILTER; not DISTINCT), every join is INNER, and no subquery
+predicate is involved; a window only as a ranking (ROW_NUMBER, RANK, DENSE_RANK) of the groups, as a top-k
+per group has (its PARTITION BY and ORDER BY read the group keys and aggregates, which keep their meaning). The input's columns used anywhere else become the pre-aggregate's keys.
 With more than one join, each further join but the last is folded into the pre-aggregate in turn (``_fold``,
 largest dimension first), so a star's chain re-aggregates after every join: orders by (product, customer)
 → ⋈ customers by (product, region) → ⋈ products by (category, region) → ⋈ regions, then the view's GROUP BY.
@@ -31,13 +32,24 @@ def eager_aggregation(tree: exp.Expr, sizes: dict[str, int], mode: bool | None) 
 
 def _units(select: exp.Select) -> list[exp.Expr]:
     found = []
-    roots = select.expressions + [select.args[k] for k in ("having", "order") if select.args.get(k)]
+    roots = select.expressions + [select.args[k] for k in ("having", "order", "qualify") if select.args.get(k)]
     for root in roots:
         for node in root.walk():
+            if isinstance(node.parent, exp.Window) and node is node.parent.this:
+                continue  # the window's own function (RANK() is an AggFunc to sqlglot), not the GROUP BY's
             unit = isinstance(node, exp.Filter) and isinstance(node.this, exp.AggFunc)
             if unit or (isinstance(node, exp.AggFunc) and not isinstance(node.parent, exp.Filter)):
                 found.append(node)
     return found
+
+
+def _ranks_groups(select: exp.Select) -> bool:
+    """Whether every window of ``select`` ranks its groups (ROW_NUMBER / RANK / DENSE_RANK over a GROUP BY):
+    computed after the aggregates, it reads the same group keys and aggregate values however they are
+    computed. (An aggregate over a window, ``SUM(x) OVER (…)``, would be taken for the GROUP BY's.)"""
+    windows = list(select.find_all(exp.Window))
+    ranks = (exp.RowNumber, exp.Rank, exp.DenseRank)
+    return not windows or (select.args.get("group") is not None and all(isinstance(w.this, ranks) for w in windows))
 
 
 def _rewrite(select: exp.Select, sizes: dict[str, int], mode: bool | None) -> None:
@@ -49,7 +61,7 @@ def _rewrite(select: exp.Select, sizes: dict[str, int], mode: bool | None) -> No
         or any((j.side or "") or (j.args.get("kind") or "").upper() not in ("", "INNER") for j in joins)
     ):
         return
-    if select.args.get("qualify") or any(select.find_all(exp.Window)) or select.args.get("limit"):
+    if select.args.get("limit") or not _ranks_groups(select):
         return
     if select.args.get("group") is None and not _units(select):
         return
@@ -91,7 +103,7 @@ def _rewrite(select: exp.Select, sizes: dict[str, int], mode: bool | None) -> No
         [select.args.get("where") and exp.and_(*outer_where) if outer_where else None, select.args.get("group")]
         + select.expressions
         + [j.args.get("on") for j in joins]
-        + [select.args.get("having"), select.args.get("order")]
+        + [select.args.get("having"), select.args.get("order"), select.args.get("qualify")]
     )
     for root in rest:
         if root is None:
@@ -162,7 +174,12 @@ def _decompose(
     ``split``: a SUM's factors from other inputs than the fact stay above (:func:`_split`)."""
     partials: list[exp.Expr] = []
     replacements: dict[int, exp.Expr] = {}
+    first: dict[str, exp.Expr] = {}  # equal aggregates (a window's ORDER BY SUM(x) repeated in QUALIFY) stay equal
     for i, u in enumerate(units):
+        if u.sql() in first:
+            replacements[id(u)] = replacements[id(first[u.sql()])].copy()
+            continue
+        first[u.sql()] = u
         above = _split(u, {fact_alias}) if split else None
         if above is not None and above[1] is not None:
             filt = u.expression if isinstance(u, exp.Filter) else None
@@ -233,7 +250,7 @@ def _fold(select: exp.Select, fact_alias: str, sizes: dict[str, int]) -> bool:
         [outer, select.args.get("group")]
         + select.expressions
         + [j.args.get("on") for j in joins if j is not dim]
-        + [select.args.get("having"), select.args.get("order")]
+        + [select.args.get("having"), select.args.get("order"), select.args.get("qualify")]
     )
     used: dict[tuple[str, str], exp.Column] = {}
     for root in rest:

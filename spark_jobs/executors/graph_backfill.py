@@ -171,7 +171,7 @@ def _zsets(pipeline: GraphPipeline, frames: dict[str, DataFrame]) -> tuple[dict[
         if source in pipeline.feeds:  # no mirror yet: the newest non-delete image per key at +1
             images = frame.where(f"{OP} <> '{DELETE}'").selectExpr(*[f"`{c}`" for c in columns]).persist()
             held.append(images)
-            mirrors[source] = images
+            mirrors[source] = images.selectExpr("*", f"CAST(1 AS BIGINT) AS {GRAPH_WEIGHT}")  # a Z-set, as state
             images.selectExpr("*", f"CAST(1 AS BIGINT) AS {GRAPH_WEIGHT}").createOrReplaceTempView(name)
         else:
             frame.createOrReplaceTempView(f"{name}_in")
@@ -218,7 +218,8 @@ def _after_backfill(pipeline: GraphPipeline, epoch_id: int, rows: dict[str, int]
     assert pipeline.store is not None
     for rows_of in pipeline.store.memory.values():
         rows_of.forget()
-    for mirror in pipeline.mirror_rows.values():
+    assert pipeline.mirror_store is not None
+    for mirror in pipeline.mirror_store.store.memory.values():
         mirror.forget()
     bound_memory(pipeline, rows)
 
@@ -243,8 +244,10 @@ def bound_memory(pipeline: GraphPipeline, rows: dict[str, int] | None = None) ->
             store.logged[name] = store.folded[name] = count
     for source, writer in pipeline.mirrors.items():
         if _rows(writer, rows) > bound:
-            memory = pipeline.mirror_rows[source]
-            pipeline.mirror_rows[source] = TableRows(writer, memory.key, memory.schema, memory.duck, weighted=False)
+            mirrors = pipeline.mirror_store.store  # type: ignore[union-attr]  # (prepare made it)
+            memory = mirrors.memory[source]
+            mirrors.memory[source] = TableRows(writer, memory.key, memory.schema, memory.duck)
+            mirrors.logged[source] = mirrors.folded[source] = _rows(writer, rows)
 
 
 def _rows(writer: SnapshotWriter, rows: dict[str, int] | None) -> int:

@@ -19,10 +19,12 @@ from typer.testing import CliRunner
 
 from catalog_api.server import CatalogServer
 from lakeview.cli.main import app
+from lakeview.config.models import SparkConfig
+from lakeview.graph import WEIGHT as GRAPH_WEIGHT
 from lakeview.graph import explain
 from lakeview.ivm import oracle
 from lakeview.project import is_graph_view
-from lakeview.sql.duck import connect
+from lakeview.sql.duck import arrow_sql, connect
 from spark_jobs.driver_stream import DriverStream
 from spark_jobs.graph_pipeline import GraphPipeline
 from spark_jobs.sources.quarantine import quarantined_rows
@@ -30,6 +32,7 @@ from tests.pipelines import land_parquet, view_pipeline
 from tests.spark_jobs.test_changes import land
 from tests.spark_jobs.test_crash import project_on_disk
 from tests.spark_jobs.test_pipeline import read_view
+from writers import graph_state
 
 NS = "graph_tests"
 FEED = {"operation": "op", "key": ["id"], "sequence": "seq", "insert": ["c"], "update": ["u"], "delete": ["d"]}
@@ -466,3 +469,38 @@ def test_a_view_over_parquet_files_only_runs_its_epochs_without_spark_and_replay
     epochs_done.pop(None, None)
     # a trigger may take an epoch's files in two (landing is file by file), never one file twice
     assert set(epochs_done.values()) == {1} and int(max(epochs_done, key=int)) == newest >= len(epochs) - 1
+
+
+def test_change_feed_mirrors_past_driver_keys_max_are_folded_logs_that_restarts_read_back(
+    spark, catalog_server: CatalogServer, make_project, unique_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every table past ``[spark] driver_keys_max`` (0): the change feeds' mirrors are still served from the
+    driver's memory copy, and on Iceberg each epoch appends its netted change to them, folded whenever the
+    log outgrows the mirror (here: every epoch; tests/writers/test_graph_mirrors.py reads a log of folded and
+    appended rows). A new pipeline every epoch reads them back: the view equals the recompute after every
+    epoch, and each mirror nets to the feed's current rows."""
+    monkeypatch.setattr(graph_state, "FOLD_FACTOR", 1)  # a log longer than when read is folded: every epoch
+    monkeypatch.setattr(graph_state, "FOLD_SLACK", 0)
+    project = project_with(make_project, {unique_name: TOPK})
+    project = project.model_copy(update={"spark": SparkConfig(driver_keys_max=0)})
+    pipeline = run(spark, project, unique_name, catalog_server, restart=True)
+    catalog = RestCatalog("t", uri=catalog_server.uri, warehouse="lakeview")
+    current: dict[str, dict[int, dict]] = {"products": {}, "customers": {}, "regions": {}}
+    for batch in EPOCHS:
+        for source, lines in batch.items():
+            for row in map(json.loads, lines) if source in current else []:
+                if row["op"] == "d":
+                    current[source].pop(row["id"], None)
+                else:
+                    current[source][row["id"]] = row
+    folded = 0
+    for source, writer in pipeline.mirrors.items():
+        table = catalog.load_table((NS, writer.table_name))
+        folded += sum(int(s.summary.get("deleted-data-files") or 0) > 0 for s in table.snapshots() if s.summary)
+        stored = table.scan().to_arrow()
+        columns = ", ".join(c for c in stored.column_names if c != GRAPH_WEIGHT)
+        netted = arrow_sql(f"SELECT {columns} FROM t GROUP BY ALL HAVING SUM({GRAPH_WEIGHT}) <> 0", t=stored)
+        assert sorted(netted.to_pylist(), key=lambda r: r["id"]) == [
+            current[source][k] for k in sorted(current[source])
+        ]
+    assert folded > 0

@@ -155,6 +155,43 @@ def test_eager_aggregation_keeps_one_row_per_join_key_instead_of_one_per_fact_ro
     assert explain(eager).count("Aggregate GROUP BY") == 2  # one below the join, one above
 
 
+@pytest.mark.parametrize("form", ["subquery", "qualify"])
+def test_a_top_k_of_groups_over_a_join_is_eagerly_aggregated_so_its_join_keeps_one_row_per_product(form: str):
+    """The top 2 products per category by revenue: the ranking reads the groups, so the orders are summed per
+    product below the join (a product moving category costs its one row, not its orders), and the view's
+    change equals the lazily compiled graph's after every epoch."""
+    ranked = (
+        "SELECT p.category, o.product_id AS pid, SUM(o.amount) AS revenue, ROW_NUMBER() OVER (PARTITION BY "
+        "p.category ORDER BY SUM(o.amount) DESC, o.product_id) AS rn FROM orders o JOIN products p "
+        "ON o.product_id = p.product_id GROUP BY p.category, o.product_id"
+    )
+    sql = f"SELECT category, pid, revenue FROM ({ranked}) t WHERE rn <= 2"
+    if form == "qualify":
+        sql = ranked.replace(", ROW_NUMBER()", ", RANK()") + " QUALIFY rn <= 2"
+    eager, lazy = compile_view(sql, STAR, eager=True), compile_view(sql, STAR, eager=False)
+
+    def z(name: str, *rows: tuple) -> pa.Table:
+        schema = STAR[name].append(pa.field(WEIGHT, pa.int64()))
+        return pa.Table.from_pylist([dict(zip(schema.names, r, strict=True)) for r in rows], schema=schema)
+
+    epochs = [
+        {
+            "orders": z("orders", *[(i, 100 + i % 4, 1, 1 + i, 1) for i in range(12)]),
+            "products": z("products", (100, "tea", 1), (101, "tea", 1), (102, "tea", 1), (103, "cake", 1)),
+        },
+        {"products": z("products", (102, "tea", -1), (102, "cake", 1))},
+        {"orders": z("orders", (3, 103, 1, 4, -1), (20, 100, 1, 50, 1))},
+    ]
+    for number, deltas in enumerate(epochs):
+        got, expected = step(eager, deltas), step(lazy, deltas)
+        assert sorted(map(str, got.to_pylist())) == sorted(map(str, expected.to_pylist())), f"epoch {number}"
+        assert got.num_rows > 0
+
+    lines = explain(eager).splitlines()
+    order_side = next(line for line in lines if ": Join" not in line and "key (o_product_id" in line)
+    assert "4 rows" in order_side  # one per product (the lazy graph holds the 13 orders)
+
+
 def test_step_names_an_unknown_input_and_a_delta_missing_columns():
     graph = compile_view("SELECT id FROM a", SCHEMAS)
     with pytest.raises(UnsupportedSQLError, match=r"no input named \['c'\]"):

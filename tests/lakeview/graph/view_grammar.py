@@ -197,7 +197,8 @@ class Query:
             right = self.simple(r.randint(1, 2))
             body = f"{left} {r.choice(['UNION', 'UNION ALL'])} {right}"
         else:
-            frm = self.from_clause(n)
+            eager_topk = shape == "agg_topk" and r.random() < 0.5  # inner joins, one input's SUM: eager applies
+            frm = self.from_clause(max(n, 2), inner_only=True) if eager_topk else self.from_clause(n)
             where = self.where()
             if shape in ("project", "distinct"):
                 cols = ", ".join(f"{self.scalar()} AS e{i}" for i in range(r.randint(1, 3)))
@@ -249,11 +250,16 @@ class Query:
             elif shape == "agg_topk":
                 g1, g2 = self.col("g"), self.col("k")
                 func = r.choice(["ROW_NUMBER", "RANK"])
-                order = f"SUM({self.col('v')}) DESC" + (f", {g2}" if func == "ROW_NUMBER" else "")
-                body = (
-                    f"SELECT {g1} AS grp, {g2} AS kk, COUNT(*) AS c, {func}() OVER (PARTITION BY {g1} "
-                    f"ORDER BY {order}) AS r {frm}{where} GROUP BY {g1}, {g2} QUALIFY r <= {r.randint(1, 2)}"
+                order = f"SUM({'a0.v' if eager_topk else self.col('v')}) DESC" + (
+                    f", {g2}" if func == "ROW_NUMBER" else ""
                 )
+                ranked = (
+                    f"SELECT {g1} AS grp, {g2} AS kk, COUNT(*) AS c, {func}() OVER (PARTITION BY {g1} "
+                    f"ORDER BY {order}) AS r {frm}{where} GROUP BY {g1}, {g2}"
+                )
+                k = r.randint(1, 2)
+                body = f"SELECT s.grp, s.kk, s.c FROM ({ranked}) s WHERE s.r <= {k}" if eager_topk else ""
+                body = body or f"{ranked} QUALIFY r <= {k}"
             elif r.random() < 0.4:  # ORDER BY an aggregate, LIMIT
                 key = self.col("kg")
                 body = (
