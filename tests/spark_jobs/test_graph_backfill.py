@@ -64,12 +64,14 @@ def test_graph_views_backfill_on_the_executors_then_later_epochs_equal_the_recom
     parquet = fmt == "delta"  # Delta: Parquet sources, read without Spark after the backfill
     sources = {s: {**c, "format": "parquet"} for s, c in SOURCES.items()} if parquet else SOURCES
     names = {f"{unique_name[:40]}_{v}": sql for v, sql in VIEWS.items()}
-    views = {n: {"sql": sql, "cadence": "1s", "namespace": NS, "format": fmt} for n, sql in names.items()}
+    views = {n: {"sql": sql, "cadence": "200ms", "namespace": NS, "format": fmt} for n, sql in names.items()}
     project = make_project(views=views, sources=sources).model_copy(update={"spark": SparkConfig(**BOUNDS)})
+    land_epoch(project, 0, parquet)  # the history, whole before the views start: their first batch
     started = {name: start(spark, project, name, catalog_server) for name in names}
     try:
         for number in range(3):  # the backfill, then inserts, updates and deletes on every source
-            land_epoch(project, number, parquet)
+            if number:
+                land_epoch(project, number, parquet)
             for name, (pipeline, query) in started.items():
                 query.processAllAvailable()
                 if number == 0:
