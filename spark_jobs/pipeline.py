@@ -282,6 +282,8 @@ class ViewPipeline(EpochLoop):
             source_schema = self._schema_of(lambda rel: f"SELECT * FROM {rel}")
             m.mirror.add_columns(source_schema)
             m.source_columns = source_schema.names
+        if self.group is not None:  # its tables as its last transaction left them lack the new columns: load them
+            self.group._after_commit = {}
 
     def _stream_lacks_columns(self, batch: DataFrame) -> bool:
         """Whether the stream's schema (fixed when the query started) lacks source columns: the
