@@ -188,10 +188,9 @@ def test_sigkill_union_of_delta_views(spark, tmp_path: Path) -> None:
 def test_sigkill_watermarked_window_over_a_change_feed(spark, tmp_path: Path) -> None:
     """A tumbling window with a 10-minute watermark over a change feed (updates, deletes, late
     images). Killed just before the one catalog transaction of its view, state tables and mirror
-    (epoch 1); the restart
-    replays epoch 1 under the watermark it had, then applies epoch 2. (A kill after the commits,
-    before Spark's checkpoint, takes the same path as for the views of test_crash.py: the
-    mirror, committed last, has the epoch, so the replay changes nothing.)"""
+    (epoch 1); the restart replays epoch 1 under the watermark it had, then applies epoch 2. (A kill
+    after the commit, before Spark's checkpoint, takes the same path as for the views of
+    test_crash.py: every table has the epoch, so the replay changes nothing.)"""
     view = "windowed"
     sources = {"order_changes": {"format": "json", "path": "landing", "schema": CHANGES_SCHEMA, "changes": FEED}}
     project = write_project(tmp_path, sources, {view: {"sql": WINDOW_OVER_CHANGES, "watermark": "10 minutes"}})
