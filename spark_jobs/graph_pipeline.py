@@ -170,6 +170,14 @@ class GraphPipeline(SourcesPipeline):
         table with other columns, or (Iceberg: its members commit together) a view table with commits beside a
         state table with none, means the state never saw the earlier epochs. A change feed's mirror without the
         weight column was kept one row per key (before mirrors became Z-set state like the operators')."""
+        if self.group is not None and self.writer.last_commit() is None:
+            kept = sorted(w.table_name for w in (*self.state.values(), *self.mirrors.values()) if w.last_commit())
+            if kept:  # the view's table was dropped (a rebuild) and its state kept: the state is of the old table
+                raise WriterError(
+                    f"{self.view}: its table has no commits but its state table(s) {', '.join(kept)} hold the state "
+                    "of earlier epochs (the view's table was dropped?); drop them too to rebuild the view from its "
+                    "sources"
+                )
         if (self.writer.last_commit() if self.group is not None else self.last_epoch()) is None:
             return
         alien = []

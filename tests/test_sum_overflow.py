@@ -58,7 +58,7 @@ def run(spark, catalog_server, lake_dir: Path, tmp_path_factory):
             "t": {"format": "parquet", "path": str(root / "t"), "schema": schema, "changes": feed},
             "a": {"format": "parquet", "path": str(root / "a"), "schema": "k BIGINT, i64 BIGINT"},
         },
-        "views": {name: {"sql": sql, "cadence": "1s", "namespace": "overflow"} for name, sql in VIEWS.items()},
+        "views": {name: {"sql": sql, "cadence": "200ms", "namespace": "overflow"} for name, sql in VIEWS.items()},
     }
     project = parse_project(data, file=str(root / "lakeview.toml"), root=root)
     s = [0]

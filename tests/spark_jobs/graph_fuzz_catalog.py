@@ -35,6 +35,7 @@ NS = "graph_fuzz"
 SCHEMA = "id BIGINT, k BIGINT, g STRING, v BIGINT, x DOUBLE, op STRING, seq BIGINT"
 FEED = {"operation": "op", "key": ["id"], "sequence": "seq", "insert": ["c"], "update": ["u"], "delete": ["d"]}
 OPS = {"insert": "c", "update": "u", "delete": "d"}
+CADENCE = "200ms"  # short: every epoch waits for the next trigger (twice) before it reads the view back
 
 
 def is_graph_query(seed: int) -> bool:
@@ -78,7 +79,7 @@ def fuzz_project(root: Path, lake_dir: Path, port: int, view: str, sql: str, fmt
         "sources": {
             t: {"format": "json", "path": str(root / "landing" / t), "schema": SCHEMA, "changes": FEED} for t in TABLES
         },
-        "views": {view: {"sql": sql, "dialect": "duckdb", "cadence": "1s", "namespace": NS, "format": fmt}},
+        "views": {view: {"sql": sql, "dialect": "duckdb", "cadence": CADENCE, "namespace": NS, "format": fmt}},
     }
     return parse_project(data, file=str(root / "lakeview.toml"), root=root)
 

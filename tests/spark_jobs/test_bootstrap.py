@@ -63,7 +63,7 @@ def test_chain_over_a_change_feed_backfills_on_the_executors(
     # the projection's change files), a filter view over that (10 products: a large first batch too).
     lines, sales, big, views = chain(unique_name[:36])
     for view in views.values():
-        view["cadence"] = "1s"
+        view["cadence"] = "200ms"
     sources = {"orders": {"format": "json", "path": "landing/orders", "schema": SCHEMA, "changes": FEED}}
     project = make_project(views=views, sources=sources).model_copy(
         update={"spark": SparkConfig(driver_rows_max=ROWS_MAX)}
@@ -99,7 +99,7 @@ def test_aggregates_and_projections_backfill_on_the_executors(
         f"{p}_total": "SELECT COUNT(*) AS n, SUM(quantity) AS q FROM orders",  # a global aggregate: one state row
         f"{p}_proj": "SELECT order_id, product_id, quantity * price AS amount FROM orders WHERE quantity > 1",
     }
-    config = {name: {"sql": sql, "cadence": "1s", "namespace": NAMESPACE} for name, sql in views.items()}
+    config = {name: {"sql": sql, "cadence": "200ms", "namespace": NAMESPACE} for name, sql in views.items()}
     sources = {"orders": {"format": "json", "path": "landing/orders", "schema": SCHEMA, "changes": FEED}}
     project = make_project(views=config, sources=sources).model_copy(
         update={"spark": SparkConfig(driver_rows_max=ROWS_MAX)}
@@ -150,7 +150,7 @@ def test_append_source_aggregates_backfill_on_the_executors(
         f"{p}_hourly": "SELECT window(ts, '1 hour').start AS hour, product_id, COUNT(*) AS n, MIN(quantity) AS lo "
         "FROM orders GROUP BY window(ts, '1 hour'), product_id",
     }
-    config = {name: {"sql": sql, "cadence": "1s", "namespace": NAMESPACE} for name, sql in views.items()}
+    config = {name: {"sql": sql, "cadence": "200ms", "namespace": NAMESPACE} for name, sql in views.items()}
     project = make_project(views=config).model_copy(update={"spark": SparkConfig(driver_rows_max=ROWS_MAX)})
     stack = EmbeddedStack(project, catalog_uri=catalog_server.uri)
     stack.start_views(spark=spark)
@@ -268,7 +268,7 @@ def test_image_feed_backfill_and_a_retraction_of_a_row_never_held(
         for s in ("clean", "mid")
     }
     views = {
-        f"{unique_name[:40]}_{s}": {"sql": sql.format(s), "cadence": "1s", "namespace": NAMESPACE} for s in sources
+        f"{unique_name[:40]}_{s}": {"sql": sql.format(s), "cadence": "200ms", "namespace": NAMESPACE} for s in sources
     }
     project = make_project(views=views, sources=sources).model_copy(
         update={"spark": SparkConfig(driver_rows_max=ROWS_MAX)}

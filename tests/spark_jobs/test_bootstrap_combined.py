@@ -77,7 +77,7 @@ def views_of(prefix: str) -> dict[str, dict]:
         f"{prefix}_both": "SELECT order_id AS id, product_id, quantity * price AS amount FROM orders "
         "UNION ALL SELECT refund_id, product_id, amount FROM refunds",
     }
-    return {name: {"sql": sql, "namespace": "bootstrap_combined", "cadence": "1s"} for name, sql in views.items()}
+    return {name: {"sql": sql, "namespace": "bootstrap_combined", "cadence": "200ms"} for name, sql in views.items()}
 
 
 def test_join_and_union_views_backfill_on_the_executors(spark, catalog_server, make_project, unique_name: str) -> None:

@@ -70,7 +70,7 @@ def test_change_feed_aggregate_equals_recompute_every_epoch(
         }
     }
     project = make_project(
-        views={unique_name: {"sql": AGG_SQL, "cadence": "1s", "namespace": "cdc_tests"}}, sources=sources
+        views={unique_name: {"sql": AGG_SQL, "cadence": "200ms", "namespace": "cdc_tests"}}, sources=sources
     )
     landing = project.source_path("changes")
     pipeline, query = start(spark, project, unique_name, catalog_server)
@@ -113,7 +113,7 @@ def test_projection_over_a_change_feed_is_keyed_by_the_feed_key(
     sources = {"changes": {"format": "json", "path": "landing/changes", "schema": SCHEMA, "changes": FEED}}
     sql = "SELECT order_id, product_id, quantity * 10 AS big FROM changes WHERE quantity > 2"
     project = make_project(
-        views={unique_name: {"sql": sql, "cadence": "1s", "namespace": "cdc_tests"}}, sources=sources
+        views={unique_name: {"sql": sql, "cadence": "200ms", "namespace": "cdc_tests"}}, sources=sources
     )
     landing = project.source_path("changes")
     _, query = start(spark, project, unique_name, catalog_server)
@@ -143,7 +143,7 @@ def test_csv_rows_that_do_not_fit_are_quarantined(
     }
     sql = "SELECT product_id, SUM(quantity) AS total FROM sales GROUP BY product_id"
     project = make_project(
-        views={unique_name: {"sql": sql, "cadence": "1s", "namespace": "cdc_tests"}}, sources=sources
+        views={unique_name: {"sql": sql, "cadence": "200ms", "namespace": "cdc_tests"}}, sources=sources
     )
     landing = project.source_path("sales")
     _, query = start(spark, project, unique_name, catalog_server)
@@ -178,7 +178,7 @@ def test_before_after_image_feed_equals_recompute(
     views = {
         f"{unique_name}_agg": {
             "sql": "SELECT product_id, SUM(quantity) AS total, MAX(quantity) AS hi FROM images GROUP BY product_id",
-            "cadence": "1s",
+            "cadence": "200ms",
             "namespace": "cdc_tests",
         },
     }

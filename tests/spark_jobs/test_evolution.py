@@ -46,8 +46,8 @@ def test_new_input_columns_evolve_star_views_in_both_formats(
     project = make_project(
         sources={source: {"format": "json", "path": f"landing/{source}", "schema": SCHEMA, "new_columns": "evolve"}},
         views={
-            ice: {"sql": sql, "cadence": "1s", "namespace": "evolution_tests"},
-            delta: {"sql": sql, "cadence": "1s", "namespace": "evolution_tests", "format": "delta"},
+            ice: {"sql": sql, "cadence": "200ms", "namespace": "evolution_tests"},
+            delta: {"sql": sql, "cadence": "200ms", "namespace": "evolution_tests", "format": "delta"},
         },
     )
     landing = project.source_path(source)
@@ -114,7 +114,7 @@ def test_new_columns_are_ignored_by_default(
     source = f"ig_{unique_name}"[:50]
     project = make_project(
         sources={source: {"format": "json", "path": f"landing/{source}", "schema": SCHEMA}},
-        views={unique_name: {"sql": f"SELECT * FROM {source}", "cadence": "1s", "namespace": "evolution_tests"}},
+        views={unique_name: {"sql": f"SELECT * FROM {source}", "cadence": "200ms", "namespace": "evolution_tests"}},
     )
     landing = project.source_path(source)
     _, query = start(spark, project, unique_name, catalog_server)
@@ -137,8 +137,8 @@ AGG_SQL = (
 def feed_views(source: str) -> dict[str, dict]:
     """A ``SELECT *`` projection (keyed by the feed key) and an aggregate over ``source``."""
     return {
-        f"{source}_all": {"sql": f"SELECT * FROM {source}", "cadence": "1s", "namespace": "evolution_tests"},
-        f"{source}_agg": {"sql": AGG_SQL.format(source=source), "cadence": "1s", "namespace": "evolution_tests"},
+        f"{source}_all": {"sql": f"SELECT * FROM {source}", "cadence": "200ms", "namespace": "evolution_tests"},
+        f"{source}_agg": {"sql": AGG_SQL.format(source=source), "cadence": "200ms", "namespace": "evolution_tests"},
     }
 
 

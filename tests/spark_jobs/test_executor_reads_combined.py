@@ -79,7 +79,7 @@ def views_of(prefix: str) -> tuple[tuple[str, str, str], dict]:
         cats: {"sql": f"SELECT category, SUM(n) AS orders, SUM(revenue) AS revenue FROM {named} GROUP BY category"},
     }
     for view in views.values():  # fold at every second delete file
-        view.update(namespace="exec_combined", cadence="1s", format="iceberg", maintenance={"delete_files_max": 2})
+        view.update(namespace="exec_combined", cadence="200ms", format="iceberg", maintenance={"delete_files_max": 2})
     return (named, both, cats), views
 
 

@@ -180,7 +180,7 @@ def run(
 
 def project_with(make_project, views: dict[str, str], **extra):
     return make_project(
-        views={n: {"sql": sql, "cadence": "1s", "namespace": NS, **extra} for n, sql in views.items()},
+        views={n: {"sql": sql, "cadence": "200ms", "namespace": NS, **extra} for n, sql in views.items()},
         sources=SOURCES,
     )
 
@@ -217,7 +217,7 @@ def test_star_join_aggregate_on_delta_then_lakeview_verify_says_equal(
         "lake": {"warehouse": str(lake_dir / "warehouse"), "catalog_store": f"sqlite:///{lake_dir / 'catalog.db'}"},
         "server": {"host": "127.0.0.1", "port": catalog_server.port},
         "sources": SOURCES,
-        "views": {unique_name: {"sql": STAR, "cadence": "1s", "namespace": NS, "format": "delta"}},
+        "views": {unique_name: {"sql": STAR, "cadence": "200ms", "namespace": NS, "format": "delta"}},
     }
     project = project_on_disk(tmp_path, data)
     pipeline = run(spark, project, unique_name, catalog_server)
@@ -254,7 +254,8 @@ def test_bad_rows_of_every_source_are_set_aside_and_counted_on_the_epoch(
         for s in catalog.load_table((NS, unique_name)).snapshots()
         if s.summary
     }
-    assert stamped == {"0": "1", "1": "1"}
+    # (a trigger may list one source's file before the other lands: an epoch of the rest, with nothing set aside)
+    assert {epoch: count for epoch, count in stamped.items() if count is not None} == {"0": "1", "1": "1"}
 
 
 def test_a_parquet_fact_table_is_read_by_the_driver_and_the_view_matches_the_recompute(
@@ -264,7 +265,7 @@ def test_a_parquet_fact_table_is_read_by_the_driver_and_the_view_matches_the_rec
     the driver, not by Spark (a large first batch never passes through the JVM's heap): columns matched by
     name whatever their case and order, a column the file lacks NULL, a column it adds ignored."""
     sources = {**SOURCES, "orders": {**SOURCES["orders"], "format": "parquet"}}
-    project = make_project(views={unique_name: {"sql": STAR, "cadence": "1s", "namespace": NS}}, sources=sources)
+    project = make_project(views={unique_name: {"sql": STAR, "cadence": "200ms", "namespace": NS}}, sources=sources)
     pipeline, query = start(spark, project, unique_name, catalog_server)
     try:
         for number, batch in enumerate(EPOCHS):
@@ -420,7 +421,7 @@ def test_a_view_over_parquet_files_only_runs_its_epochs_without_spark_and_replay
     the tables' commit and the checkpoint's) is replayed and applied once."""
     sources = {name: {**source, "format": "parquet"} for name, source in SOURCES.items()}
     epochs = [EPOCHS[0], {**EPOCHS[1], "products": [*EPOCHS[1]["products"], change("x", 3, price=1.0)]}, *EPOCHS[2:]]
-    project = make_project(views={unique_name: {"sql": STAR, "cadence": "1s", "namespace": NS}}, sources=sources)
+    project = make_project(views={unique_name: {"sql": STAR, "cadence": "200ms", "namespace": NS}}, sources=sources)
     pipeline = run(spark, project, unique_name, catalog_server, epochs=epochs, restart=True)
     assert pipeline.direct == list(SOURCES)
     set_aside = quarantined_rows(project, "products", unique_name)

@@ -35,10 +35,10 @@ STATS_SQL = (
 
 def grouped_project(make_project, name: str, **more: dict):
     views = {
-        f"{name}_sums": {"sql": SALES_SQL, "cadence": "1s", "namespace": NS, "group": name},
-        f"{name}_stats": {"sql": STATS_SQL, "cadence": "1s", "namespace": NS, "group": name},
+        f"{name}_sums": {"sql": SALES_SQL, "cadence": "200ms", "namespace": NS, "group": name},
+        f"{name}_stats": {"sql": STATS_SQL, "cadence": "200ms", "namespace": NS, "group": name},
         **{
-            f"{name}_{suffix}": {"cadence": "1s", "namespace": NS, "group": name, **view}
+            f"{name}_{suffix}": {"cadence": "200ms", "namespace": NS, "group": name, **view}
             for suffix, view in more.items()
         },
     }

@@ -47,7 +47,7 @@ def test_orders_join_a_changing_products_table_with_an_aggregate(
 FROM orders AS o JOIN products AS p ON o.product_id = p.product_id
 GROUP BY p.category"""
     project = make_project(
-        views={unique_name: {"sql": sql, "cadence": "1s", "namespace": "join_tests"}}, sources=sources
+        views={unique_name: {"sql": sql, "cadence": "200ms", "namespace": "join_tests"}}, sources=sources
     )
     batches = [
         {
@@ -135,10 +135,10 @@ def test_union_all_of_two_sources_and_an_aggregate_over_it(
     }
     union = "SELECT order_id AS id, product_id, amount FROM web WHERE amount > 0 UNION ALL SELECT sale_id, product_id, price FROM store"
     views = {
-        f"{unique_name}_all": {"sql": union, "cadence": "1s", "namespace": "join_tests"},
+        f"{unique_name}_all": {"sql": union, "cadence": "200ms", "namespace": "join_tests"},
         f"{unique_name}_agg": {
             "sql": f"SELECT product_id, SUM(amount) AS total, COUNT(*) AS n FROM ({union}) AS u GROUP BY product_id",
-            "cadence": "1s",
+            "cadence": "200ms",
             "namespace": "join_tests",
         },
     }

@@ -39,7 +39,7 @@ def test_files_to_duckdb_exactly_once_across_restarts(
     spark, catalog_server: CatalogServer, make_project, unique_name: str
 ) -> None:
     view = unique_name
-    project = make_project(views={view: {"sql": SALES_SQL, "cadence": "1s", "namespace": "pipeline_tests"}})
+    project = make_project(views={view: {"sql": SALES_SQL, "cadence": "200ms", "namespace": "pipeline_tests"}})
     landing = project.source_path("orders")
     pipeline, query = start(spark, project, view, catalog_server)
     try:
@@ -97,7 +97,7 @@ def test_files_to_duckdb_exactly_once_across_restarts(
 
 def test_append_view_with_filter(spark, catalog_server: CatalogServer, make_project, unique_name: str) -> None:
     sql = "SELECT order_id, product_id, quantity * 10 AS decaquantity FROM orders WHERE quantity >= 3"
-    project = make_project(views={unique_name: {"sql": sql, "cadence": "1s", "namespace": "pipeline_tests"}})
+    project = make_project(views={unique_name: {"sql": sql, "cadence": "200ms", "namespace": "pipeline_tests"}})
     landing = project.source_path("orders")
     _, query = start(spark, project, unique_name, catalog_server)
     try:
@@ -133,7 +133,7 @@ def test_append_only_source_with_state_tables(
         "SELECT product_id, AVG(quantity) AS avg_q, COUNT(DISTINCT quantity) AS sizes, MAX(quantity) - MIN(quantity) AS spread "
         "FROM orders WHERE quantity > 1 GROUP BY product_id HAVING COUNT(*) > 3"
     )
-    project = make_project(views={unique_name: {"sql": sql, "cadence": "1s", "namespace": "pipeline_tests"}})
+    project = make_project(views={unique_name: {"sql": sql, "cadence": "200ms", "namespace": "pipeline_tests"}})
     landing = project.source_path("orders")
     pipeline, query = start(spark, project, unique_name, catalog_server)
     try:

@@ -27,7 +27,9 @@ def test_parquet_views_equal_recompute_and_record_rows_in(
     spark, catalog_server: CatalogServer, make_project, unique_name: str
 ) -> None:
     sources = {"orders": {"format": "parquet", "path": "landing/orders", "schema": SCHEMA}}
-    views = {f"{unique_name}_{v}": {"sql": sql, "cadence": "1s", "namespace": "cost_tests"} for v, sql in VIEWS.items()}
+    views = {
+        f"{unique_name}_{v}": {"sql": sql, "cadence": "200ms", "namespace": "cost_tests"} for v, sql in VIEWS.items()
+    }
     project = make_project(views=views, sources=sources)
     landing = project.source_path("orders")
     started = [start(spark, project, view, catalog_server) for view in views]
@@ -59,7 +61,7 @@ def test_min_max_over_append_only_input_keep_each_groups_extremes(
     )
     sources = {"orders": {"format": "parquet", "path": "landing/orders", "schema": SCHEMA}}
     project = make_project(
-        views={unique_name: {"sql": sql, "cadence": "1s", "namespace": "cost_tests"}}, sources=sources
+        views={unique_name: {"sql": sql, "cadence": "200ms", "namespace": "cost_tests"}}, sources=sources
     )
     project = project.model_copy(update={"spark": SparkConfig(driver_rows_max=1_000)})  # the first batch: executors
     landing = project.source_path("orders")

@@ -25,7 +25,7 @@ def test_a_string_keyed_view_is_right_in_iceberg_and_delta(
     spark, catalog_server, make_project, unique_name: str
 ) -> None:
     views = {
-        f"{unique_name[:40]}_{fmt}": {"sql": SQL, "format": fmt, "cadence": "1s", "namespace": "string_keys"}
+        f"{unique_name[:40]}_{fmt}": {"sql": SQL, "format": fmt, "cadence": "200ms", "namespace": "string_keys"}
         for fmt in ("iceberg", "delta")
     }
     project = make_project(views=views, sources={"events": {"format": "json", "path": "", "schema": SCHEMA}})

@@ -15,10 +15,12 @@ import sys
 from pathlib import Path
 
 import pyarrow as pa
+import pytest
 from typer.testing import CliRunner
 
 from catalog_api.ops import view_tables as tables
 from lakeview.cli.main import app
+from lakeview.errors import WriterError
 from lakeview.ivm import oracle
 from lakeview.ivm.explain import explain
 from lakeview.stack.chain_oracle import expected_rows, over_rows
@@ -106,7 +108,7 @@ def test_three_level_chain_equals_recompute_after_every_batch(
     names = chain(unique_name[:40])
     lines, sales, big, views = names[0], names[1], names[2], names[3]
     for view in views.values():
-        view["cadence"] = "1s"
+        view["cadence"] = "200ms"
     sources = {"orders": {"format": "json", "path": "landing/orders", "schema": SCHEMA, "changes": FEED}}
     project = make_project(views={big: views[big], sales: views[sales], lines: views[lines]}, sources=sources)
     landing = project.source_path("orders")
@@ -209,12 +211,12 @@ def test_views_over_an_append_only_view(spark, catalog_server, make_project, uni
         filtered: {
             "sql": "SELECT order_id, product_id, quantity, ts FROM orders WHERE quantity > 2",
             "namespace": "dag_tests",
-            "cadence": "1s",
+            "cadence": "200ms",
         },
         totals: {
             "sql": f"SELECT product_id, COUNT(*) AS n, SUM(quantity) AS total FROM {filtered} GROUP BY product_id",
             "namespace": "dag_tests",
-            "cadence": "1s",
+            "cadence": "200ms",
         },
     }
     project = make_project(views=views)
@@ -237,3 +239,57 @@ def test_views_over_an_append_only_view(spark, catalog_server, make_project, uni
     finally:
         stack.stop_views()
     assert "append-only, all +1" in explain(project, totals)
+
+
+def test_a_downstream_rebuilt_after_its_table_is_dropped_starts_from_the_upstreams_state(spark, tmp_path: Path) -> None:
+    """The rebuild the error messages advise ("drop the view's table to rebuild it") of views reading a view: after
+    two refreshes the upstream's change files for them are consumed and deleted, yet each rebuilt view starts from
+    the upstream's whole table. A graph view whose table alone was dropped is refused, naming the state tables that
+    hold the old table's state; once they are dropped too it rebuilds."""
+    from catalog_api.store.catalog import open_store
+
+    lines, sales, big, views = chain("rebuilt")
+    top = "rebuilt_top"
+    views[top] = {
+        "sql": f"SELECT product_id, revenue FROM {sales} ORDER BY revenue DESC LIMIT 2",
+        "namespace": "dag_tests",
+    }
+    for view in views.values():
+        view["cadence"] = "manual"
+    data = {
+        "lake": {"warehouse": "lake"},
+        "server": {"port": 0},
+        "sources": {"orders": {"format": "json", "path": "landing", "schema": SCHEMA, "changes": FEED}},
+        "views": views,
+    }
+    project = project_on_disk(tmp_path, data)
+    landing = project.source_path("orders")
+    for number in (0, 1):
+        land(landing, f"{number:03d}.json", BATCHES[number])
+        refresh_in_process(spark, project, [lines, sales, big, top])
+    for reader in (big, top):
+        assert not list(reader_path(project, sales, reader).glob("epoch-000000000000-*")), "epoch 0 was consumed"
+
+    store = open_store(project)
+    for view in (big, top):  # what a user does to rebuild a view
+        store.drop_table(("dag_tests", view), purge=True)
+    owned = [n for _, n in store.list_tables(("dag_tests",)) if n.startswith(f"__lv_state_{top}_")]
+    with pytest.raises(WriterError, match="its table has no commits but its state table") as refused:
+        refresh_in_process(spark, project, [top])  # a graph view's state is of the dropped table: refused
+    assert owned and all(name in str(refused.value) for name in owned), refused.value
+    for name in owned:  # as the error says
+        store.drop_table(("dag_tests", name), purge=True)
+    refresh_in_process(spark, project, [big, top])
+    assert_chain_equals_recompute(project, (lines, sales, big), "after the rebuild")
+    assert_top_equals_recompute(project, sales, top, "after the rebuild")
+
+    land(landing, "002.json", BATCHES[2])
+    refresh_in_process(spark, project, [lines, sales, big, top])
+    assert_chain_equals_recompute(project, (lines, sales, big), "after the next batch")
+    assert_top_equals_recompute(project, sales, top, "after the next batch")
+
+
+def assert_top_equals_recompute(project, sales: str, top: str, when: str) -> None:
+    expected = over_rows(project.views[top].sql, sales, tables.read_rows(project, sales))
+    comparison = oracle.compare(tables.read_rows(project, top), expected)
+    assert comparison.equal, f"{top} {when}: {comparison.describe()}"

@@ -47,7 +47,7 @@ def dag(prefix: str) -> dict[str, str]:
 
 def settle(project, stack: EmbeddedStack, views: list[str]) -> None:
     """Process what has landed in every view, upstreams first, until a pass commits nothing new. One pass is
-    not always enough: a view's 1 s trigger may list its files just before an upstream publishes or a file
+    not always enough: a view's trigger may list its files just before an upstream publishes or a file
     lands, and ``processAllAvailable`` then returns when that trigger ends without having read them."""
     seen = None
     for _ in range(6):
@@ -74,7 +74,9 @@ def test_graph_views_read_views_and_are_read_by_views_equal_the_recompute_after_
     sqls = dag(f"{fmt[:3]}_{unique_name[:20]}")  # names of their own per format: the warehouse is shared
     lines, cats, star, topcat, top2, per, paired, proj = sqls
     declared = dict(reversed(list(sqls.items())))  # downstreams first: the DAG orders them
-    views = {n: {"sql": sql, "cadence": "1s", "namespace": "graph_dag", "format": fmt} for n, sql in declared.items()}
+    views = {
+        n: {"sql": sql, "cadence": "200ms", "namespace": "graph_dag", "format": fmt} for n, sql in declared.items()
+    }
     project = make_project(views=views, sources=SOURCES)
     assert [v for v in sqls if is_graph_view(project, v)] == [star, topcat, top2, proj]
     assert view_key(project, top2) == ("region", "qty"), "a graph view is a multiset keyed by the whole row"

@@ -65,8 +65,8 @@ def test_tumbling_and_hopping_windows_with_a_watermark(
     tumbling, hopping = f"{unique_name[:40]}_t", f"{unique_name[:40]}_h"
     sources = {"events": {"format": "json", "path": "landing/events", "schema": SCHEMA}}
     views = {
-        tumbling: {"sql": TUMBLING, "cadence": "1s", "namespace": "window_tests", "watermark": "10 minutes"},
-        hopping: {"sql": HOPPING, "cadence": "1s", "namespace": "window_tests", "watermark": "5 minutes"},
+        tumbling: {"sql": TUMBLING, "cadence": "200ms", "namespace": "window_tests", "watermark": "10 minutes"},
+        hopping: {"sql": HOPPING, "cadence": "200ms", "namespace": "window_tests", "watermark": "5 minutes"},
     }
     project = make_project(views=views, sources=sources)
     landing = project.source_path("events")
@@ -192,7 +192,7 @@ def test_global_aggregate_under_a_change_feed(
     sources = {"changes": {"format": "json", "path": "landing/changes", "schema": schema, "changes": FEED}}
     sql = "SELECT COUNT(*) AS n, SUM(quantity) AS total, MAX(quantity) AS hi, COUNT(DISTINCT product_id) AS products FROM changes WHERE quantity > 0"
     project = make_project(
-        views={unique_name: {"sql": sql, "cadence": "1s", "namespace": "window_tests"}}, sources=sources
+        views={unique_name: {"sql": sql, "cadence": "200ms", "namespace": "window_tests"}}, sources=sources
     )
     landing = project.source_path("changes")
     epochs = [
@@ -287,7 +287,7 @@ def test_watermarked_tumbling_window_over_a_change_feed(
     views = {
         unique_name: {
             "sql": WINDOW_OVER_CHANGES,
-            "cadence": "1s",
+            "cadence": "200ms",
             "namespace": "window_tests",
             "watermark": "10 minutes",
         }
@@ -369,7 +369,7 @@ def test_watermarked_tumbling_window_over_a_before_after_image_feed(
     views = {
         unique_name: {
             "sql": WINDOW_OVER_IMAGES,
-            "cadence": "1s",
+            "cadence": "200ms",
             "namespace": "window_tests",
             "watermark": "10 minutes",
         }

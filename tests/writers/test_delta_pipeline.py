@@ -21,7 +21,9 @@ def test_spark_pipeline_keeps_a_delta_view_equal_to_the_recompute(
     spark, catalog_server, make_project, unique_name: str, capsys
 ) -> None:
     view = unique_name
-    project = make_project(views={view: {"sql": SQL, "cadence": "1s", "format": "delta", "namespace": "delta_tests"}})
+    project = make_project(
+        views={view: {"sql": SQL, "cadence": "200ms", "format": "delta", "namespace": "delta_tests"}}
+    )
     landing = project.source_path("orders")
     writer = make_writer(project, view, catalog_server.uri)
     assert isinstance(writer, DeltaWriter) and writer.location == project.table_location(view)
@@ -50,7 +52,7 @@ def test_spark_pipeline_keeps_a_delta_view_equal_to_the_recompute(
         commits[0].snapshot_id,
     )
     # Cadence asked for and achieved, and lag, come from the Delta log's commit info.
-    assert status.cadence_asked_ms == 1000 and status.cadence_achieved_ms is not None and status.lag_ms is not None
+    assert status.cadence_asked_ms == 200 and status.cadence_achieved_ms is not None and status.lag_ms is not None
 
     config_file = project.root / "lakeview.toml"
     config_file.write_text(_toml(project, view))

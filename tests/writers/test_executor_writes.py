@@ -102,7 +102,7 @@ def test_large_append_batch_is_written_by_executors_and_reads_back_exactly(
 ) -> None:
     view = unique_name
     project = with_threshold(
-        make_project(views={view: {"sql": SQL, "format": fmt, "namespace": NAMESPACE, "cadence": "1s"}})
+        make_project(views={view: {"sql": SQL, "format": fmt, "namespace": NAMESPACE, "cadence": "200ms"}})
     )
     big, small = run_batches(spark, project, view, catalog_server.uri, [300, 30])
 
@@ -149,7 +149,7 @@ def test_executor_written_files_on_s3(
             },
             "spark": {"driver_rows_max": DRIVER_ROWS_MAX},
             "sources": {"orders": {"format": "json", "path": str(tmp_path / "landing"), "schema": ORDERS_SCHEMA}},
-            "views": {view: {"sql": SQL, "format": fmt, "namespace": NAMESPACE, "cadence": "1s"}},
+            "views": {view: {"sql": SQL, "format": fmt, "namespace": NAMESPACE, "cadence": "200ms"}},
         },
         file=str(tmp_path / "lakeview.toml"),
         root=tmp_path,
