@@ -164,8 +164,8 @@ def refresh_in_process(spark, project, views: list[str]) -> None:
             stack.queries[view].awaitTermination()
 
 
-def test_crash_between_upstream_commit_and_publication(spark, tmp_path: Path) -> None:
-    lines, sales, big, views = chain("crashdag")
+def manual_project(tmp_path: Path, views: dict):  # type: ignore[no-untyped-def]
+    """A project on disk of ``views`` at a manual cadence (`lakeview refresh`) over the orders change feed."""
     for view in views.values():
         view["cadence"] = "manual"
     data = {
@@ -174,7 +174,12 @@ def test_crash_between_upstream_commit_and_publication(spark, tmp_path: Path) ->
         "sources": {"orders": {"format": "json", "path": "landing", "schema": SCHEMA, "changes": FEED}},
         "views": views,
     }
-    project = project_on_disk(tmp_path, data)
+    return project_on_disk(tmp_path, data)
+
+
+def test_crash_between_upstream_commit_and_publication(spark, tmp_path: Path) -> None:
+    lines, sales, big, views = chain("crashdag")
+    project = manual_project(tmp_path, views)
     landing = project.source_path("orders")
     land(landing, "000.json", BATCHES[0])
     refresh_in_process(spark, project, [lines, sales, big])
@@ -254,15 +259,7 @@ def test_a_downstream_rebuilt_after_its_table_is_dropped_starts_from_the_upstrea
         "sql": f"SELECT product_id, revenue FROM {sales} ORDER BY revenue DESC LIMIT 2",
         "namespace": "dag_tests",
     }
-    for view in views.values():
-        view["cadence"] = "manual"
-    data = {
-        "lake": {"warehouse": "lake"},
-        "server": {"port": 0},
-        "sources": {"orders": {"format": "json", "path": "landing", "schema": SCHEMA, "changes": FEED}},
-        "views": views,
-    }
-    project = project_on_disk(tmp_path, data)
+    project = manual_project(tmp_path, views)
     landing = project.source_path("orders")
     for number in (0, 1):
         land(landing, f"{number:03d}.json", BATCHES[number])
