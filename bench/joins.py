@@ -12,6 +12,7 @@ warm-up epoch. In the same run: a DuckDB full recompute of the view's SQL over t
 pipeline's own timings.
 
     .venv/bin/python bench/joins.py [--orders 200000] [--products 10000] [--batch 10000] [--updates 20] [--repeats 3]
+        [--history-cache DIR]
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from rich.console import Console
 from rich.table import Table
 
-from bench._common import ChangeFeeds, current_rows, duckdb_seconds, median_phases, timed_epochs
+from bench._common import ChangeFeeds, current_rows, duckdb_seconds, land_history, median_phases, timed_epochs
 from bench.history import SCHEMA as ORDERS
 from bench.history import land_parquet
 from lakeview.project import parse_project
@@ -66,13 +67,20 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=10_000, help="new orders per epoch")
     parser.add_argument("--updates", type=int, default=20, help="product updates per epoch")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--history-cache", type=Path, help="keep each size's history file here and reuse it")
     args = parser.parse_args()
     console = Console(width=200)
     load_start = os.getloadavg()
     root = Path(tempfile.mkdtemp(prefix="lakeview-bench-joins-"))
     orders_dir, products_dir = root / "landing" / "orders", root / "landing" / "products"
     rng = random.Random(7)
-    land_parquet(orders_dir, "history.parquet", args.orders, first_id=0, products=args.products)
+    land_history(
+        orders_dir,
+        f"joins-orders-p{args.products}",
+        args.orders,
+        lambda path: land_parquet(path.parent, path.name, args.orders, first_id=0, products=args.products),
+        args.history_cache,
+    )
     feed = Feed(products_dir, rng)
     feed.land(
         [("c", p, f"c{rng.randrange(CATEGORIES)}") for p in range(1, args.products + 1)]

@@ -1,12 +1,12 @@
-"""One streaming query for a view kept as an operator graph (:mod:`lakeview.graph`): star and outer
-joins, CTEs, subqueries, top-k, ``ORDER BY … LIMIT`` — every view the per-shape planner refuses but the
-graph compiles.
+"""One streaming query for a view kept as an operator graph (:mod:`lakeview.graph`): every join (two
+inputs or more, inner or outer) and union, CTEs, subqueries, top-k, ``ORDER BY … LIMIT`` — every view
+but a projection or keyed aggregate over one source.
 
-The query reads every source of the view (:mod:`spark_jobs.source_frames`, as for a join view). Per
+The query reads every source of the view (:mod:`spark_jobs.source_frames`). Per
 epoch each source's input becomes a Z-set (a change feed's newest change per key against its mirror:
 the old image −1, the new +1; an image feed's before −1 / after +1; an append stream's rows +1), the
 graph's ``step`` turns them into the view's delta, and the delta is applied to the view's table as a
-multiset keyed by the whole row (:func:`lakeview.ivm.combine.multiset_change`). The operators' state
+multiset keyed by the whole row (:func:`writers.graph_view.multiset_change`). The operators' state
 lives in Lakeview-owned tables (:class:`writers.graph_state.TableStateStore`).
 
 Exactly once. Iceberg: the view's table, every state table and every change-feed mirror are committed
@@ -35,18 +35,18 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
+from sqlglot import exp
 
 from lakeview.errors import WriterError
 from lakeview.graph import WEIGHT as GRAPH_WEIGHT
 from lakeview.graph import step
-from lakeview.ivm.changefeed import normalize
-from lakeview.ivm.combine import source_mirror_name
+from lakeview.ivm.changefeed import normalize, source_mirror_name
 from lakeview.ivm.commits import Change, CommitRecord, Epoch
 from lakeview.project import source_schemas, view_graph
 from lakeview.sql.dag import upstreams_of
 from lakeview.sql.dialects import sql_properties
 from lakeview.sql.graph_plan import GraphPlan
-from lakeview.sql.plan import WEIGHT
+from lakeview.sql.plan import WEIGHT, parse_statement
 from lakeview.sql.planner import view_plan
 from spark_jobs import faults
 from spark_jobs.driver_stream import DriverStream
@@ -82,6 +82,14 @@ def stored_columns(writer: SnapshotWriter) -> set[str]:
     return {f.name for f in table.schema().fields}
 
 
+def _stored(writer: SnapshotWriter) -> set[str] | None:
+    """The stored column names of ``writer``'s table, None when it does not exist."""
+    try:
+        return stored_columns(writer)
+    except WriterError:
+        return None
+
+
 def graph_pipeline(spark: SparkSession, project: ProjectConfig, view: str, *args, **kwargs) -> GraphPipeline | None:  # type: ignore[no-untyped-def]
     """The pipeline of a view kept as an operator graph; None for a view the per-shape planner keeps."""
     if not isinstance(view_plan(project, view), GraphPlan):
@@ -91,8 +99,7 @@ def graph_pipeline(spark: SparkSession, project: ProjectConfig, view: str, *args
 
 class GraphPipeline(SourcesPipeline):
     """Keeps one graph view fresh: ``prepare()`` once, then ``start()`` (the surface of
-    :class:`~spark_jobs.sources_pipeline.SourcesPipeline`, shared with
-    :class:`~spark_jobs.multi_source.CombinedPipeline`)."""
+    :class:`~spark_jobs.sources_pipeline.SourcesPipeline`)."""
 
     view_is_state = False  # reconcile_checkpoint: the epoch check is ours (every table moves together)
     persist_batch = False  # the batch is read by one query (collect_sources)
@@ -134,6 +141,7 @@ class GraphPipeline(SourcesPipeline):
         point the graph's state at the tables."""
         for source in self.sources:
             self.project.source_path(source).mkdir(parents=True, exist_ok=True)
+        self._refuse_per_shape_tables()
         output, state_schemas = warm_up(self.graph)
         properties = {"lakeview.sql": self.config.sql, "lakeview.cadence": str(self.config.cadence)}
         properties.update(sql_properties(self.config.sql, self.config.dialect))
@@ -177,6 +185,31 @@ class GraphPipeline(SourcesPipeline):
         # a restart: the state exists, so no operator starts it again (a global aggregate's row is in the view)
         self.graph.runtime.epoch = 0 if self.last_epoch() is None else 1
         self.publish_changes()  # epochs committed before a crash, not yet published
+
+    def _refuse_per_shape_tables(self) -> None:
+        """Refused at start: a join or UNION ALL view made by a Lakeview before every join and union ran as an
+        operator graph kept its state in tables of its own (the top aggregate's ``__lv_state_<view>_<i>``, each
+        join side's ``__lv_state_<view>_join_<alias>``, a change feed's mirror one row per key, without the
+        weight column), which this version never reads; its view table holds rows the graph's state never saw."""
+        tree = parse_statement(self.plan.sql, self.plan.dialect)
+        aliases = dict.fromkeys(t.alias_or_name for t in tree.find_all(exp.Table))
+        names = [f"__lv_state_{self.view}_join_{alias}" for alias in aliases]
+        found = [name for name in names if _stored(self._state_writer(name)) is not None]
+        aggregate = 0  # the top aggregate's group state, then its value multisets, numbered from 0
+        while _stored(self._state_writer(f"__lv_state_{self.view}_{aggregate}")) is not None:
+            found.append(f"__lv_state_{self.view}_{aggregate}")
+            aggregate += 1
+        for source in self.feeds:
+            mirror = _stored(self._state_writer(source_mirror_name(self.view, source)))
+            if mirror is not None and GRAPH_WEIGHT not in mirror:
+                found.append(source_mirror_name(self.view, source))
+        if found:
+            raise WriterError(
+                f"{self.view}: refused at start: its table and state were made by an older Lakeview, which kept a "
+                f"join or UNION ALL view in per-shape state tables ({', '.join(found)}) that this version never "
+                f"reads (every join and union is an operator graph now); drop the view's table and "
+                f"{', '.join(found)} to rebuild it from its sources"
+            )
 
     def _check_same_graph(self, state_schemas: dict[str, pa.Schema]) -> None:
         """Refuse state tables another version of the view's operator graph made (other operators, e.g. before

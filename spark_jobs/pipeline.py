@@ -41,7 +41,6 @@ from spark_jobs.executors.bootstrap import bootstrap_on_executors, bootstraps
 from spark_jobs.executors.reads import on_executors
 from spark_jobs.executors.writes import append_on_executors
 from spark_jobs.graph_pipeline import graph_pipeline
-from spark_jobs.multi_source import combined_pipeline
 from spark_jobs.sources.quarantine import CORRUPT, FILE, Quarantine
 from spark_jobs.sources.upstream import upstream_key, with_upstream_source
 from spark_jobs.sources.view_changes import ChangePublisher, upstream_position
@@ -70,14 +69,11 @@ class ViewPipeline(EpochLoop):
     """Keeps one view fresh: ``prepare()`` once, then ``start()``."""
 
     def __new__(cls, spark: SparkSession, project: ProjectConfig, view: str, *args, **kwargs):  # type: ignore[no-untyped-def]
-        # A join or UNION ALL view reads several sources: spark_jobs.multi_source keeps it.
+        # Every view but a projection or keyed aggregate over one source (every join and union) is an operator graph.
         if cls is ViewPipeline:
-            graph = graph_pipeline(spark, project, view, *args, **kwargs)  # what the per-shape planner refuses
+            graph = graph_pipeline(spark, project, view, *args, **kwargs)
             if graph is not None:
                 return graph
-            combined = combined_pipeline(spark, project, view, *args, **kwargs)
-            if combined is not None:
-                return combined
         return super().__new__(cls)
 
     def __init__(

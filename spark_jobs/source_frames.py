@@ -1,5 +1,4 @@
-"""Several sources read by one streaming query, shared by every multi-source pipeline (a join or UNION
-ALL view's :class:`~spark_jobs.multi_source.CombinedPipeline`, an operator graph's
+"""Several sources read by one streaming query: an operator graph's (every join and union;
 :class:`~spark_jobs.graph_pipeline.GraphPipeline`).
 
 Spark unions the per-source file streams into one (each source's columns prefixed ``__lv_s<i>_`` plus a

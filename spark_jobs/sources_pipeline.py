@@ -1,6 +1,5 @@
-"""The streaming surface shared by the pipelines of views that read several sources as one tagged stream
-(:class:`~spark_jobs.multi_source.CombinedPipeline`: joins and UNION ALL; :class:`~spark_jobs.graph_pipeline.
-GraphPipeline`: operator graphs): their set-up, the tagged stream, and the epoch's frontier and per-source
+"""The streaming surface of a view that reads its sources as one tagged stream
+(:class:`~spark_jobs.graph_pipeline.GraphPipeline`: operator graphs, every join and union): its set-up, the tagged stream, and the epoch's frontier and per-source
 frames. ``start()`` and the per-epoch skeleton are every pipeline's (:class:`spark_jobs.epoch_loop.EpochLoop`);
 each subclass fills in its hooks (``_process_batch``, ``_done``, ``_after_batch``).
 """
@@ -40,7 +39,7 @@ class SourcesPipeline(EpochLoop):
         spark: SparkSession,
         project: ProjectConfig,
         view: str,
-        plan,  # type: ignore[no-untyped-def]  # JoinPlan | UnionPlan | GraphPlan: each subclass narrows it
+        plan,  # type: ignore[no-untyped-def]  # a GraphPlan
         writer: SnapshotWriter,
         on_commit: Callable[[CommitRecord], None] | None = None,
         state_writer: Callable[[str], SnapshotWriter] | None = None,

@@ -7,7 +7,7 @@ manifests read back). :class:`ViewRows` keeps the view's rows in memory instead 
 copies, :class:`~writers.graph_state.CommittedRows`) and, while the view holds at most ``REPLACE_ROWS`` rows,
 commits an epoch as a :class:`~writers.graph_state.Replacement`: one data file of the view's rows after the
 epoch replacing every live file, nothing read. A view past that size is changed as before
-(:func:`lakeview.ivm.combine.multiset_change`: its copies looked up in the table) and not held in memory.
+(:func:`multiset_change`: its copies looked up in the table) and not held in memory.
 Iceberg only (its group stages a replacement); Delta's views are always changed by key.
 """
 
@@ -16,12 +16,13 @@ from __future__ import annotations
 import pyarrow as pa
 
 from lakeview.graph.zset import WEIGHT, Duck, cols_sql
-from lakeview.ivm.combine import multiset_change
 from lakeview.ivm.commits import Change
+from lakeview.sql.duck import arrow_sql
 from writers.base import SnapshotWriter
 from writers.graph_state import CommittedRows, Replacement, every_key
 
 REPLACE_ROWS = 20_000  # a view of at most this many rows is written whole each epoch (one small data file)
+COPIES = "__lv_copies"  # a multiset view's copies of a row after the epoch (internal: the reserved prefix)
 
 
 class ViewRows:
@@ -76,3 +77,24 @@ def small(writer: SnapshotWriter) -> bool:
     totals = snapshot.summary.additional_properties
     rows = int(totals.get("total-records", 0)) - int(totals.get("total-position-deletes", 0))
     return rows <= REPLACE_ROWS
+
+
+def multiset_change(view: SnapshotWriter, weighted: pa.Table, key: tuple[str, ...]) -> Change:
+    """A view kept as a multiset keyed by the whole row: per distinct row touched, its stored copies are
+    replaced by (stored + net weight) copies."""
+    cols = ", ".join(f'"{c}"' for c in key)
+    net = arrow_sql(
+        f"SELECT {cols}, SUM({WEIGHT}) AS {WEIGHT} FROM w GROUP BY ALL HAVING SUM({WEIGHT}) <> 0", w=weighted
+    )
+    if net.num_rows == 0:
+        return Change(rows=weighted.select(list(key)).slice(0, 0), key=key)
+    stored = view.lookup(net.select(list(key)))
+    stored = stored.select(list(key)) if stored.num_rows else net.select(list(key)).slice(0, 0)
+    match = " AND ".join(f'n."{k}" IS NOT DISTINCT FROM s."{k}"' for k in key)
+    keys = ", ".join(f'n."{k}"' for k in key)
+    counted = f"SELECT {keys}, n.{WEIGHT} + (SELECT COUNT(*) FROM s WHERE {match}) AS {COPIES} FROM n"
+    rows = arrow_sql(
+        f"SELECT {cols} FROM ({counted}) AS t, range(CAST(t.{COPIES} AS BIGINT)) WHERE t.{COPIES} > 0", n=net, s=stored
+    )
+    gone = arrow_sql(f"SELECT {cols} FROM ({counted}) AS t WHERE t.{COPIES} <= 0", n=net, s=stored)
+    return Change(rows=rows, key=key, deletes=gone if gone.num_rows else None)

@@ -6,7 +6,7 @@ Z-sets, and each state table holds what the operator would apply to it: a join's
 top-k's, a multiset aggregate's and a DISTINCT's input (each distinct row with its net weight), a linear
 aggregate's one record per group (its count, sums and non-NULL counts, the graph's own ``__lv_`` columns).
 The view is the output operator's Z-set, each distinct row as many times as its positive net weight (what
-:func:`lakeview.ivm.combine.multiset_change` stores over an empty view).
+:func:`writers.graph_view.multiset_change` stores over an empty view).
 
 The operators' expressions are DuckDB SQL; for Spark they are transpiled by sqlglot, and the relational
 skeleton (joins, grouping, the expansion of a row by its weight) is written per dialect. ``duckdb`` is the

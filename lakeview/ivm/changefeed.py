@@ -32,6 +32,11 @@ def mirror_table_name(view: str) -> str:
     return f"__lv_state_{view}_src"
 
 
+def source_mirror_name(view: str, source: str) -> str:
+    """A change-feed source's mirror when the view reads several sources (an operator graph's)."""
+    return f"__lv_state_{view}_src_{source}"
+
+
 def check_view_over_sources(plan: AppendPlan | KeyedAggregatePlan, project: ProjectConfig) -> str | None:
     """What is wrong with a view over its (change-feed) source, or None."""
     source = project.sources.get(plan.sources[0])

@@ -18,9 +18,8 @@ from sqlglot.errors import ParseError
 
 from lakeview.config.models import ProjectConfig
 from lakeview.config.schema import Column, is_nested, parse_ddl
-from lakeview.sql.joins import JoinPlan
-from lakeview.sql.plan import AggregateFunction, AppendPlan, KeyedAggregatePlan
-from lakeview.sql.union import UnionPlan
+from lakeview.sql.graph_plan import GraphPlan
+from lakeview.sql.plan import AggregateFunction, AppendPlan, KeyedAggregatePlan, parse_statement
 
 NESTED_ROLE = "a nested column (ARRAY, MAP, STRUCT) can only be passed through"
 
@@ -34,14 +33,12 @@ _LABELS = {
 }
 
 
-def check_column_roles(
-    plan: AppendPlan | KeyedAggregatePlan | JoinPlan | UnionPlan, project: ProjectConfig
-) -> str | None:
+def check_column_roles(plan: AppendPlan | KeyedAggregatePlan | GraphPlan, project: ProjectConfig) -> str | None:
     """What is wrong with the roles ``plan`` gives its sources' columns, or None (columns of
-    other views and of UNION ALL branches are left to Spark's analysis)."""
-    if isinstance(plan, JoinPlan):
-        return _check_join(plan, project)
-    if isinstance(plan, UnionPlan) or plan.sources[0] not in project.sources:
+    other views, and of a graph view without joins, are left to the graph's compile)."""
+    if isinstance(plan, GraphPlan):
+        return _check_graph(plan, project)
+    if plan.sources[0] not in project.sources:
         return None
     source = plan.sources[0]
     if problem := _check_feed_key(project, source):
@@ -75,23 +72,32 @@ def _check_feed_key(project: ProjectConfig, source: str) -> str | None:
     return None
 
 
-def _check_join(plan: JoinPlan, project: ProjectConfig) -> str | None:
-    """Every column a JOIN reads (the top operator's included) is one of its sides' columns."""
-    for side in plan.sides:
-        if side.source not in project.sources:
-            continue
-        if problem := _check_feed_key(project, side.source):
+def _check_graph(plan: GraphPlan, project: ProjectConfig) -> str | None:
+    """Every change feed's key is a scalar; every source column a JOIN's query reads is one too (each side's
+    rows are kept keyed by all their columns; the ON columns are the keys its sides are looked up by)."""
+    for source in plan.sources:
+        if source in project.sources and (problem := _check_feed_key(project, source)):
             return problem
-        types = {c.name.lower(): c for c in parse_ddl(project.sources[side.source].schema_)}
-        for name in side.columns:
-            column = types.get(name.lower())
+    tree = parse_statement(plan.sql, plan.dialect)
+    if not any(True for _ in tree.find_all(exp.Join)):
+        return None
+    aliases = {t.alias_or_name.lower(): t.name for t in tree.find_all(exp.Table) if t.name in project.sources}
+    schemas = {s: {c.name.lower(): c for c in parse_ddl(project.sources[s].schema_)} for s in set(aliases.values())}
+    keys = {
+        id(c) for join in tree.find_all(exp.Join) if join.args.get("on") for c in join.args["on"].find_all(exp.Column)
+    }
+    for node in tree.find_all(exp.Column):
+        named = aliases.get(node.table.lower()) if node.table else None
+        candidates = [named] if named else sorted(schemas)
+        for source in candidates:
+            column = schemas.get(source, {}).get(node.name.lower())
             if column is not None and is_nested(column.type):
                 role = (
                     "a join key"
-                    if name in side.key
+                    if id(node) in keys
                     else "read through a JOIN (each side's rows are kept keyed by all their columns)"
                 )
-                return _refused(side.source, column, role)
+                return _refused(source, column, role)
     return None
 
 

@@ -12,17 +12,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from lakeview.errors import ConfigError
-from lakeview.sql.joins import JoinPlan
 from lakeview.sql.plan import AppendPlan, KeyedAggregatePlan, parse_statement
 from lakeview.sql.planner import view_plan
-from lakeview.sql.union import UnionPlan
 
 if TYPE_CHECKING:
     from lakeview.config.models import ProjectConfig, SourceConfig
     from lakeview.sql.graph_plan import GraphPlan
 
 
-def _plan(project: ProjectConfig, view: str) -> AppendPlan | KeyedAggregatePlan | JoinPlan | UnionPlan | GraphPlan:
+def _plan(project: ProjectConfig, view: str) -> AppendPlan | KeyedAggregatePlan | GraphPlan:
     return view_plan(project, view)
 
 
@@ -33,14 +31,14 @@ def upstream_of(project: ProjectConfig, view: str) -> str | None:
 
 
 def upstreams_of(project: ProjectConfig, view: str) -> list[str]:
-    """Every view ``view`` reads (a join or UNION ALL may read two), in the order its SQL names them."""
+    """Every view ``view`` reads (a graph view may read several), in the order its SQL names them."""
     return _views_read(project, view)
 
 
 def reads_zsets(project: ProjectConfig, view: str) -> bool:
-    """Whether ``view`` reads its upstream views' changes as weighted inputs of any key and columns (a join, a
-    UNION ALL or an operator graph), rather than keyed by its one upstream's key."""
-    return _plan(project, view).kind in ("join", "union", "graph")
+    """Whether ``view`` reads its upstream views' changes as weighted inputs of any key and columns (an
+    operator graph: every join and union), rather than keyed by its one upstream's key."""
+    return _plan(project, view).kind == "graph"
 
 
 def downstreams_of(project: ProjectConfig, view: str) -> list[str]:
@@ -57,7 +55,7 @@ def chain_of(project: ProjectConfig, view: str) -> list[str]:
 
 
 def topological_order(project: ProjectConfig, names: list[str]) -> list[str]:
-    """``names`` with every upstream (of every branch of a join or union) before the views
+    """``names`` with every upstream (of every input of a graph view) before the views
     reading it (otherwise in the given order)."""
     ordered: list[str] = []
 
@@ -75,13 +73,10 @@ def topological_order(project: ProjectConfig, names: list[str]) -> list[str]:
 def view_key(project: ProjectConfig, view: str) -> tuple[str, ...] | None:
     """The key of a view's rows (None: append-only): a keyed aggregate's GROUP BY names; a
     projection over a change feed, the feed's key; a projection over a keyed view, that key; a
-    join or UNION ALL, its output key (:func:`lakeview.ivm.combine.output_key`: every column when
-    its rows may repeat and be retracted)."""
+    graph view (every join and union), every column: its rows may repeat and be retracted."""
     plan = _plan(project, view)
     if plan.kind == "graph":  # a multiset keyed by the whole row (its rows may repeat and be retracted)
         return tuple(parse_statement(plan.sql, plan.dialect).named_selects)  # type: ignore[union-attr]
-    if plan.kind in ("join", "union"):
-        return output_key(plan, deleting_sources(project, view))  # type: ignore[arg-type]
     if plan.is_keyed_aggregate:
         return plan.key  # type: ignore[return-value]
     source = plan.sources[0]
@@ -91,9 +86,9 @@ def view_key(project: ProjectConfig, view: str) -> tuple[str, ...] | None:
 
 
 def check_dag(project: ProjectConfig) -> None:
-    """Refuse cycles, views over inline views or over join/UNION ALL views, ``SELECT *`` over a
-    view, and projections over a keyed view that drop its key (a join or UNION ALL may read
-    views: a view's published changes are a weighted input like a before/after-image feed).
+    """Refuse cycles, views over inline views, ``SELECT *`` over a view, and projections over a
+    keyed view that drop its key (a graph view may read views: a view's published changes are a
+    weighted input like a before/after-image feed).
     Raises :class:`ConfigError` naming the view and the problem."""
     for name in project.views:
         cycle = _cycle_from(project, name)
@@ -118,12 +113,12 @@ def check_dag(project: ProjectConfig) -> None:
                 raise ConfigError(
                     project.file,
                     f"views.{name}.sql",
-                    f"a projection over the JOIN or UNION ALL view {upstream!r}, whose rows may repeat and be "
+                    f"a projection over the view {upstream!r}, whose rows may repeat and be "
                     "retracted (it has no key but the whole row), is not supported yet; nearest supported form: "
                     f"aggregate it with GROUP BY, or put the projection into {upstream!r}'s SQL",
                 )
         if not upstreams or reads_zsets(project, name):
-            continue  # a join, UNION ALL or graph reads its upstreams' Z-sets as weighted inputs: any key, any columns
+            continue  # a graph view reads its upstreams' Z-sets as weighted inputs: any key, any columns
         upstream = upstreams[0]
         plan = _plan(project, name)
         if plan.is_append and getattr(plan, "star", False):
@@ -153,25 +148,9 @@ def check_dag(project: ProjectConfig) -> None:
                 )
 
 
-def deleting_sources(project: ProjectConfig, view: str) -> set[str]:
-    """The sources of a join or UNION ALL whose rows can be retracted: change feeds, image
-    feeds and upstream views (their published changes carry −1 rows)."""
-    found = set()
-    for source in _plan(project, view).sources:
-        config = project.sources.get(source)
-        if config is None or config.changes is not None or config.images is not None:
-            found.add(source)
-    return found
-
-
 def _is_multiset(project: ProjectConfig, view: str) -> bool:
-    """A join, UNION ALL or graph view kept as a multiset keyed by the whole row (rows may repeat)."""
-    plan = _plan(project, view)
-    if plan.kind == "graph":
-        return True
-    if plan.kind not in ("join", "union"):
-        return False
-    return not (plan.top is not None and plan.top.is_keyed_aggregate) and plan.retracts(deleting_sources(project, view))  # type: ignore[union-attr]
+    """A graph view (every join and union) is kept as a multiset keyed by the whole row (rows may repeat)."""
+    return _plan(project, view).kind == "graph"
 
 
 def _cycle_from(project: ProjectConfig, view: str, path: tuple[str, ...] = ()) -> list[str] | None:
@@ -199,15 +178,3 @@ def feed_key(source: SourceConfig) -> tuple[str, ...] | None:
     if source.images is not None:
         return tuple(source.images.key)
     return None
-
-
-def output_key(plan: JoinPlan | UnionPlan, deleting: set[str]) -> tuple[str, ...] | None:
-    """The view's key: the top aggregate's group key; for a projection whose rows can be
-    retracted, every output column (the view is a multiset upserted by whole row); else none
-    (append-only)."""
-    top = plan.top
-    if top is not None and isinstance(top, KeyedAggregatePlan):
-        return top.keys
-    if not plan.retracts(deleting):
-        return None
-    return tuple(top.columns) if isinstance(top, AppendPlan) else tuple(plan.columns)  # type: ignore[union-attr]

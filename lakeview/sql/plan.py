@@ -367,29 +367,6 @@ class KeyedAggregatePlan(_Plan):
 ViewPlan = Annotated[AppendPlan | KeyedAggregatePlan, Field(discriminator="kind")]
 
 
-class CombinedPlan(BaseModel):
-    """A view over several relations (a join, a UNION ALL): a top operator (a plain plan)
-    over the combined rows, which gives the view its key."""
-
-    model_config = ConfigDict(frozen=True)
-    view: str
-    sql: str  # Spark SQL of the whole view (the oracle recomputes it)
-    sources: tuple[str, ...]
-    top: ViewPlan | None = None
-
-    @property
-    def is_append(self) -> bool:
-        return False
-
-    @property
-    def is_keyed_aggregate(self) -> bool:
-        return False
-
-    @property
-    def key(self) -> tuple[str, ...] | None:
-        return self.top.key if self.top is not None else None
-
-
 DIALECTS = ("spark", "duckdb", "trino")
 
 
@@ -415,15 +392,6 @@ def parse_statement(sql: str, dialect: str = "spark") -> exp.Expression:
     if len(statements) != 1:
         raise UnsupportedSQLError(f"expected exactly one SELECT statement, got {len(statements)}")
     return statements[0]
-
-
-def plan_sql(view: str, sql: str, dialect: str = "spark") -> AppendPlan | KeyedAggregatePlan:
-    """The plan of a SELECT over one source (a join's or a union's top or branch).
-    Raises :class:`UnsupportedSQLError` naming the construct."""
-    tree = parse_statement(sql, dialect)
-    if not isinstance(tree, exp.Select):
-        raise UnsupportedSQLError(f"expected a SELECT statement, got {sql.strip()[:80]!r}; {SUPPORTED}")
-    return plan_select(view, sql, tree, dialect)
 
 
 def plan_select(view: str, sql: str, tree: exp.Select, dialect: str = "spark") -> AppendPlan | KeyedAggregatePlan:

@@ -1,6 +1,6 @@
-"""A view's SQL to its incremental plan: one source, a join, or a UNION ALL (each planned by its
-own module; :mod:`lakeview.sql.plan` holds the plan models and the one-source planner), or else a
-:class:`~lakeview.sql.graph_plan.GraphPlan` for the operator graph.
+"""A view's SQL to its incremental plan: a projection or keyed aggregate over one source (the one-source
+pipeline's shapes, planned by :mod:`lakeview.sql.plan`), or else a :class:`~lakeview.sql.graph_plan.GraphPlan`
+for the operator graph (every join, UNION [ALL], CTE, subquery, top-k).
 
 :func:`view_plan` is the one place a project's view is planned: every caller (load checks, the DAG,
 explain, verify, the pipelines, the console) asks it, and a view's SQL is planned once.
@@ -16,14 +16,12 @@ from sqlglot import exp
 from lakeview.config.schema import RESERVED_PREFIX
 from lakeview.errors import UnsupportedSQLError
 from lakeview.sql.graph_plan import GraphPlan, graph_plan
-from lakeview.sql.joins import JoinPlan, plan_join
 from lakeview.sql.plan import SUPPORTED, AppendPlan, KeyedAggregatePlan, parse_statement, plan_select
-from lakeview.sql.union import UnionPlan, is_union_subquery, plan_union
 
 if TYPE_CHECKING:
     from lakeview.config.models import ProjectConfig
 
-Plan = AppendPlan | KeyedAggregatePlan | JoinPlan | UnionPlan | GraphPlan
+Plan = AppendPlan | KeyedAggregatePlan | GraphPlan
 
 
 def view_plan(project: ProjectConfig, view: str) -> Plan:
@@ -69,26 +67,26 @@ def _planned(view: str, sql: str, dialect: str) -> Plan:
     return plan_for(view, sql, dialect)
 
 
-def plan_view(view: str, sql: str, dialect: str = "spark") -> AppendPlan | KeyedAggregatePlan | JoinPlan | UnionPlan:
-    """Analyse a view's SQL (``dialect``: spark, duckdb or trino; transpiled to Spark SQL).
-    Raises :class:`UnsupportedSQLError` naming the construct, its line and the nearest supported form."""
+def plan_view(view: str, sql: str, dialect: str = "spark") -> AppendPlan | KeyedAggregatePlan:
+    """Analyse a one-source view's SQL (``dialect``: spark, duckdb or trino; transpiled to Spark SQL).
+    Raises :class:`UnsupportedSQLError` naming the construct, its line and the nearest supported form; a
+    query over several inputs (a join, a set operation, a subquery in FROM) is refused here: the operator
+    graph keeps it (:func:`plan_for`)."""
     tree = parse_statement(sql, dialect)
     _check_output_names(tree)
-    if isinstance(tree, exp.SetOperation):  # UNION ALL of projections: lakeview.sql.union
-        return plan_union(view, sql, tree, tree.sql("spark") if dialect != "spark" else sql)
+    if isinstance(tree, exp.SetOperation):
+        raise UnsupportedSQLError(f"{tree.key.upper()} reads several inputs: kept as an operator graph")
     if not isinstance(tree, exp.Select):
         raise UnsupportedSQLError(f"expected a SELECT statement, got {sql.strip()[:80]!r}; {SUPPORTED}")
-    if not (tree.args.get("with_") or tree.args.get("with")):  # joins and unions have their own planners
-        if tree.args.get("joins"):
-            return plan_join(view, sql, tree, tree.sql("spark") if dialect != "spark" else sql)
-        if (union := is_union_subquery(tree)) is not None:
-            return plan_union(view, sql, union, tree.sql("spark") if dialect != "spark" else sql, outer=tree)
+    if tree.args.get("joins"):
+        raise UnsupportedSQLError("a JOIN reads several inputs: kept as an operator graph")
+    from_ = tree.args.get("from_") or tree.args.get("from")
+    if from_ is not None and isinstance(from_.this, exp.Subquery):
+        raise UnsupportedSQLError("a subquery in FROM is a subgraph: kept as an operator graph")
     return plan_select(view, sql, tree, dialect)
 
 
-def plan_for(
-    view: str, sql: str, dialect: str = "spark"
-) -> AppendPlan | KeyedAggregatePlan | JoinPlan | UnionPlan | GraphPlan:
+def plan_for(view: str, sql: str, dialect: str = "spark") -> AppendPlan | KeyedAggregatePlan | GraphPlan:
     """``plan_view``'s plan, or a :class:`~lakeview.sql.graph_plan.GraphPlan` for a query it refuses
     (the operator graph's compile decides at load whether that one can be maintained)."""
     try:

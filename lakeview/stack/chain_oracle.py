@@ -46,7 +46,7 @@ def expected_rows(project: ProjectConfig, view: str, record: CommitRecord) -> tu
 
     plan = view_plan(project, view)
     if reads_zsets(project, view) and upstreams_of(project, view):
-        return _combined_expected(project, view, record)
+        return _graph_expected(project, view, record)
     upstream = upstream_of(project, view)
     if upstream is None:
         source = plan.sources[0]
@@ -60,8 +60,8 @@ def expected_rows(project: ProjectConfig, view: str, record: CommitRecord) -> tu
     return over_rows(plan.sql, upstream, below), f"{how} -> {view}@epoch {record.epoch}"
 
 
-def _combined_expected(project: ProjectConfig, view: str, record: CommitRecord) -> tuple[pa.Table, str]:
-    """A join, UNION ALL or graph reading views: each upstream view recomputed at the snapshot this
+def _graph_expected(project: ProjectConfig, view: str, record: CommitRecord) -> tuple[pa.Table, str]:
+    """A graph view (every join and union) reading views: each upstream view recomputed at the snapshot this
     commit reached, each declared source from the files it had read, then the view's SQL."""
 
     plan = view_plan(project, view)
@@ -80,11 +80,8 @@ def _combined_expected(project: ProjectConfig, view: str, record: CommitRecord) 
             continue
         relations[source], how = expected_rows(project, source, record_at(project, source, int(snapshot)))
         hows.append(how)
-    rows = (
-        over_relations(plan.duckdb_sql(), relations, "duckdb")
-        if isinstance(plan, GraphPlan)
-        else over_relations(plan.sql, relations)
-    )
+    assert isinstance(plan, GraphPlan)
+    rows = over_relations(plan.duckdb_sql(), relations, "duckdb")
     return rows, f"({' + '.join(hows)}) -> {view}@epoch {record.epoch}"
 
 
@@ -95,7 +92,7 @@ def over_rows(spark_sql: str, relation: str, rows: pa.Table) -> pa.Table:
 
 def over_relations(spark_sql: str, relations: dict[str, pa.Table], dialect: str = "spark") -> pa.Table:
     """A view's SQL (in ``dialect``: Spark's by default) run in DuckDB over tables standing in for the relations
-    it reads (a join or UNION ALL reads two)."""
+    it reads (a graph view may read several)."""
 
     con = connect()
     try:

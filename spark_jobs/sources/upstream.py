@@ -16,7 +16,7 @@ from lakeview.config.models import ProjectConfig, SourceConfig
 from lakeview.project import graph_output_schema
 from lakeview.sql.dag import upstream_of, upstreams_of, view_key
 from lakeview.sql.graph_plan import GraphPlan
-from lakeview.sql.plan import WEIGHT, sql_over_sources
+from lakeview.sql.plan import WEIGHT
 from lakeview.sql.planner import view_plan
 from spark_jobs.sources.view_changes import reader_path
 
@@ -54,13 +54,11 @@ def view_schema(spark: SparkSession, project: ProjectConfig, view: str) -> Struc
         graph_project = with_upstream_source(spark, project, view)
         return from_arrow_schema(graph_output_schema(graph_project, view))
     relations = {}
-    for index, source in enumerate(plan.sources):  # a join or UNION ALL reads two
+    for index, source in enumerate(plan.sources):  # one source (a graph view reads several: above)
         if source in project.sources:
             below = spark.createDataFrame([], schema=project.sources[source].schema_).schema
         else:
             below = view_schema(spark, project, source)
         relations[source] = f"__lv_schema_{view}_{index}"
         spark.createDataFrame([], schema=below).createOrReplaceTempView(relations[source])
-    if plan.kind in ("join", "union"):
-        return spark.sql(sql_over_sources(plan.sql, relations)).schema
     return spark.sql(plan.batch_sql(relations)).schema

@@ -1,5 +1,6 @@
 """A graph view's large first batch (a backfill) is computed by Spark and written by the executors, never
-stepped in the driver: a 3-way join with GROUP BY, a top-k over a join and a LEFT JOIN, on Iceberg (sources
+stepped in the driver: a 3-way join with GROUP BY, a top-k over a join, a LEFT JOIN and an aggregate over a
+UNION ALL of an append stream and a change feed, on Iceberg (sources
 read by Spark's stream) and on Delta (Parquet sources, the driver's stream without Spark). After the backfill
 and after every later epoch of inserts, updates and deletes, the view read back equals DuckDB's recompute;
 the state tables past a small ``driver_keys_max`` are looked up by key in the table, never held in memory.
@@ -37,6 +38,8 @@ VIEWS = {
     "WHERE rn <= 3",
     "left": "SELECT o.id, o.qty, p.category, c.rid FROM orders o LEFT JOIN products p ON o.pid = p.id "
     "LEFT JOIN customers c ON o.cid = c.id AND c.rid > 1",
+    "union": "SELECT k, COUNT(*) n, SUM(x) s FROM (SELECT pid AS k, qty AS x FROM orders WHERE qty > 1 "
+    "UNION ALL SELECT rid, 1 FROM customers) u GROUP BY k",
 }
 
 

@@ -1,15 +1,19 @@
-"""Joins and UNION ALL through real Spark: one streaming query reads every source of the view;
-after every batch the view read back through DuckDB equals the recompute at the committed
-frontier of each source (what ``lakeview verify`` runs)."""
+"""Two-input joins and UNION ALL through real Spark, kept as operator graphs: one streaming query reads
+every source of the view; after every batch the view read back through DuckDB equals the recompute at
+the committed frontier of each source (what ``lakeview verify`` runs)."""
 
 from __future__ import annotations
 
 import json
 
+import pyarrow as pa
+import pytest
+
 from catalog_api.server import CatalogServer
 from lakeview.ivm import oracle
-from lakeview.ivm.explain import explain
 from lakeview.ops.runtime import count_pending_files
+from lakeview.project import explain_view
+from spark_jobs.graph_pipeline import GraphPipeline
 from tests.spark_jobs.test_changes import land
 from tests.spark_jobs.test_pipeline import read_view, start
 
@@ -62,6 +66,7 @@ GROUP BY p.category"""
         },  # order 4 finds product 9
     ]
     pipeline, query = start(spark, project, unique_name, catalog_server)
+    assert isinstance(pipeline, GraphPipeline)
     try:
         for number, batch in enumerate(batches):
             for source, lines in batch.items():
@@ -76,11 +81,8 @@ GROUP BY p.category"""
     assert rows == {"games": (16.0, 3), "food": (2.5, 1), "toys": (1.0, 1)}
     frontier = pipeline.writer.last_commit().frontier
     assert {frontier["orders"]["index"], frontier["products"]["index"]} == {0, 1}
-    plan = explain(project, unique_name)
-    assert (
-        "join orders ⋈ products (inner) ON o.product_id = p.product_id" in plan
-        and f"__lv_state_{unique_name}_join_p" in plan
-    )
+    plan = explain_view(project, unique_name)
+    assert "(operator graph)" in plan and f"__lv_state_{unique_name}_g_log" in plan, plan
 
 
 def test_stream_stream_left_join_projection(
@@ -170,8 +172,8 @@ def test_union_all_of_two_sources_and_an_aggregate_over_it(
 
 
 def test_join_view_sigkilled_mid_epoch_then_verify_says_equal(spark, tmp_path) -> None:
-    """`lakeview refresh` of a join view killed before the view's commit (its aggregate and
-    join state committed) and after every commit; each restart finishes the epoch once, and
+    """`lakeview refresh` of a join view killed before the view's commit (its tables' data files
+    written) and after every commit; each restart finishes the epoch once, and
     `lakeview verify` recomputes at both sources' frontier: equal. (A kill while reading
     commits nothing; tests/spark_jobs/test_crash.py covers it.)"""
     import signal
@@ -217,14 +219,44 @@ def test_join_view_sigkilled_mid_epoch_then_verify_says_equal(spark, tmp_path) -
     assert {r["category"]: r["n"] for r in store.load_table(("crash", "crashy")).scan().to_arrow().to_pylist()} == {
         "games": 3
     }
-    for name in (
-        "crashy",
-        "__lv_state_crashy_0",
-        "__lv_state_crashy_join_o",
-        "__lv_state_crashy_join_p",
-        "__lv_state_crashy_src_products",
-    ):
+    for name in ("crashy", "__lv_state_crashy_g_log", "__lv_state_crashy_src_products"):
         table = store.load_table(("crash", name))
         epochs = Counter(s.summary.additional_properties.get("lakeview.epoch") for s in table.snapshots() if s.summary)
         epochs.pop(None, None)
         assert set(epochs.values()) == {1} and set(epochs) == {"0", "1"}, f"{name}: {epochs}"
+
+
+def test_a_join_view_an_older_lakeview_kept_in_per_shape_state_tables_is_refused_at_start_naming_them(
+    spark, catalog_server: CatalogServer, make_project, unique_name: str
+) -> None:
+    """Before every join ran as an operator graph, a join view kept its top aggregate's state
+    (``__lv_state_<view>_0``), one table per join side (``__lv_state_<view>_join_<alias>``) and a change
+    feed's mirror one row per key (no weight column). Such a view is refused when it starts, naming the
+    tables to drop, rather than run from a state that never saw its earlier epochs."""
+    from pyiceberg.catalog.rest import RestCatalog
+
+    from lakeview.errors import WriterError
+    from tests.pipelines import view_pipeline
+
+    sources = {
+        "orders": {"format": "json", "path": "landing/orders", "schema": ORDERS},
+        "products": {"format": "json", "path": "landing/products", "schema": PRODUCTS, "changes": FEED},
+    }
+    sql = "SELECT p.category, COUNT(*) AS n FROM orders o JOIN products p ON o.product_id = p.product_id GROUP BY p.category"
+    project = make_project(views={unique_name: {"sql": sql, "namespace": "join_tests"}}, sources=sources)
+    catalog = RestCatalog("t", uri=catalog_server.uri, warehouse="lakeview")
+    catalog.create_namespace_if_not_exists("join_tests")
+    older = {
+        f"__lv_state_{unique_name}_0": [("category", pa.string()), ("__lv_rows", pa.int64())],
+        f"__lv_state_{unique_name}_join_o": [("product_id", pa.int64()), ("__lv_n", pa.int64())],
+        f"__lv_state_{unique_name}_join_p": [("product_id", pa.int64()), ("category", pa.string())],
+        f"__lv_state_{unique_name}_src_products": [("product_id", pa.int64()), ("category", pa.string())],
+    }
+    for name, columns in older.items():
+        catalog.create_table(("join_tests", name), schema=pa.schema(columns))
+    pipeline = view_pipeline(spark, project, unique_name, catalog_server.uri)
+    with pytest.raises(WriterError) as info:
+        pipeline.prepare()
+    message = str(info.value)
+    assert "refused at start" in message and all(name in message for name in older), message
+    assert "drop the view's table and" in message, message

@@ -1,4 +1,4 @@
-"""A JOIN or UNION ALL reading views, through real Spark and the real catalog: a change feed of
+"""A two-input JOIN or UNION ALL reading views (operator graphs), through real Spark and the real catalog: a change feed of
 orders (inserts, updates, deletes) -> a per-order projection and a per-product aggregate;
 over them, in one project, a LEFT JOIN of the aggregate with a declared source (products), an
 inner JOIN of the two views, a UNION ALL of the two views, and an aggregate over the LEFT JOIN
