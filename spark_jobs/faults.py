@@ -3,7 +3,8 @@ when the pipeline reaches that point of that epoch. Unset (always, outside tests
 
 Points: ``reading`` (the batch is planned, nothing committed), ``before_view_commit`` (state
 tables committed and the view's data files written, before the catalog commit of the view's
-snapshot; Delta: state tables committed, before the view writer's commit), ``files_written`` (a large append's data files written by the executors, before
+snapshot; Delta: state tables committed, before the view writer's commit; an Iceberg operator-graph
+view: before the one catalog transaction of all its tables), ``files_written`` (a large append's data files written by the executors, before
 their commit), ``before_publish`` (every table committed, before the epoch's change is published for
 the views reading this one), ``after_commit`` (every table committed, before Spark records the batch as done).
 

@@ -385,6 +385,7 @@ class GraphPipeline(SourcesPipeline):
         """Every table's change for the epoch: one catalog transaction (Iceberg), or the state tables and
         mirrors first and the view's table last (Delta)."""
         if self.group is not None:
+            faults.point("before_view_commit", epoch.number)  # Iceberg: before the one transaction of every table
             records = self.group.commit(epoch, changes)  # type: ignore[arg-type]
             return None if records is None else records.get(self.writer.table_name)
         view_change = changes.pop(self.writer.table_name)

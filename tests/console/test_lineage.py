@@ -8,9 +8,8 @@ from typing import Any
 
 from catalog_api.ops.console.plan_graph import plan_graph
 from catalog_api.ops.console.routes import lineage, view_card
-from lakeview.ivm.explain import explain
 from lakeview.ops.history import console_state
-from lakeview.project import parse_project
+from lakeview.project import explain_view, parse_project
 
 ORDERS = "order_id BIGINT, product_id BIGINT, amount DOUBLE"
 PRODUCTS = "product_id BIGINT, category STRING"
@@ -100,13 +99,11 @@ def test_console_states_cover_every_status_including_failed_with_its_error() -> 
     assert console_state({"state": "created, no commit yet"}) == "pending"
 
 
-def test_a_join_plan_becomes_an_operator_graph_from_both_inputs_to_the_table(tmp_path: Path) -> None:
+def test_a_join_view_is_drawn_from_both_inputs_to_its_table(tmp_path: Path) -> None:
     config = project(tmp_path)
-    graph = plan_graph(explain(config, "by_category"), ["orders", "products"], "shop.by_category")
-    kinds = [n["kind"] for n in graph["nodes"]]
-    assert kinds[:2] == ["input", "input"] and kinds[-1] == "table"
-    assert "join" in kinds and "aggregate" in kinds and "write" in kinds
-    assert ["in:orders", "step1"] in graph["edges"] and ["in:products", "step1"] in graph["edges"]
-    join = next(n for n in graph["nodes"] if n["kind"] == "join")
-    assert "o.product_id = p.product_id" in join["label"] and join["details"]  # the join state per side
-    assert any(note.startswith("key: category") for note in graph["notes"])
+    text = explain_view(config, "by_category")  # a join: an operator graph
+    graph = plan_graph(text, ["orders", "products"], "shop.by_category")
+    ids = [n["id"] for n in graph["nodes"]]
+    assert ids[:2] == ["in:orders", "in:products"] and ids[-1] == "out", ids
+    assert graph["title"].startswith("view by_category (operator graph) -> shop.by_category"), graph["title"]
+    assert "Join INNER" in text and any("__lv_state_by_category_g_log" in note for note in graph["notes"]), text

@@ -82,3 +82,25 @@ def test_a_view_over_a_join_view_loads(tmp_path) -> None:
     assert view_key(project, "enriched") == ("order_id", "category"), "a graph view: keyed by the whole row"
     assert view_key(project, "per_category") == ("category",)
     assert is_graph_view(project, "named"), "a projection over a join view (rows may repeat): a graph view too"
+
+
+def test_an_event_time_window_over_a_join_is_refused_naming_the_form_that_works(tmp_path) -> None:
+    """The operator graph has no event-time windows: a window over a join is refused at load (not a parse
+    error), and the form it names (the window over a view holding the join) loads."""
+    sources = {
+        "o": {"format": "json", "path": "o", "schema": "id BIGINT, pid BIGINT, ts TIMESTAMP, q INT"},
+        "p": {"format": "json", "path": "p", "schema": "pid BIGINT, cat STRING"},
+    }
+    window = (
+        "SELECT window(ts, '10 minutes').start AS ws, cat, SUM(q) AS s FROM {} GROUP BY window(ts, '10 minutes'), cat"
+    )
+    joined = (
+        "SELECT window(o.ts, '10 minutes').start AS ws, p.cat, SUM(o.q) AS s FROM o JOIN p ON o.pid = p.pid "
+        "GROUP BY window(o.ts, '10 minutes'), p.cat"
+    )
+    with pytest.raises(ConfigError) as info:
+        parse_project({"sources": sources, "views": {"w": {"sql": joined}}}, file="lakeview.toml", root=tmp_path)
+    assert "views.w.sql: an event-time window (window(...) in GROUP BY) over a join" in str(info.value)
+    views = {"j": {"sql": "SELECT o.ts, o.q, p.cat FROM o JOIN p ON o.pid = p.pid"}, "w": {"sql": window.format("j")}}
+    project = parse_project({"sources": sources, "views": views}, file="lakeview.toml", root=tmp_path)
+    assert is_graph_view(project, "j") and not is_graph_view(project, "w")

@@ -172,8 +172,8 @@ def test_union_all_of_two_sources_and_an_aggregate_over_it(
 
 
 def test_join_view_sigkilled_mid_epoch_then_verify_says_equal(spark, tmp_path) -> None:
-    """`lakeview refresh` of a join view killed before the view's commit (its tables' data files
-    written) and after every commit; each restart finishes the epoch once, and
+    """`lakeview refresh` of a join view killed before its epoch's one catalog transaction (every
+    table of the view: nothing committed) and after it; each restart finishes the epoch once, and
     `lakeview verify` recomputes at both sources' frontier: equal. (A kill while reading
     commits nothing; tests/spark_jobs/test_crash.py covers it.)"""
     import signal
