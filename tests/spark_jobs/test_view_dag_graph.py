@@ -38,7 +38,7 @@ def dag(prefix: str) -> dict[str, str]:
         topcat: f"SELECT category, n, top FROM {cats} ORDER BY n DESC, category LIMIT 2",  # graph over a keyed view
         top2: f"SELECT region, qty FROM {star} ORDER BY qty DESC, region LIMIT 2",  # graph over a graph view
         per: f"SELECT region, SUM(qty) AS qty, COUNT(*) AS k FROM {top2} GROUP BY region",  # keyed, over a graph
-        paired: (  # a per-shape join of two graph views
+        paired: (  # a join of two graph views (every join is a graph view)
             f"SELECT t.region, t.qty, s.n FROM {top2} t JOIN {star} s ON t.region = s.region"
         ),
         proj: f"SELECT region, qty FROM {star} WHERE n > 10",  # a projection over a graph view: a graph too
@@ -78,7 +78,7 @@ def test_graph_views_read_views_and_are_read_by_views_equal_the_recompute_after_
         n: {"sql": sql, "cadence": "200ms", "namespace": "graph_dag", "format": fmt} for n, sql in declared.items()
     }
     project = make_project(views=views, sources=SOURCES)
-    assert [v for v in sqls if is_graph_view(project, v)] == [star, topcat, top2, proj]
+    assert [v for v in sqls if is_graph_view(project, v)] == [star, topcat, top2, paired, proj]
     assert view_key(project, top2) == ("region", "qty"), "a graph view is a multiset keyed by the whole row"
     stack = EmbeddedStack(project, catalog_uri=catalog_server.uri)
     stack.start_views(spark=spark)
