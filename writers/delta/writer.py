@@ -90,8 +90,9 @@ class DeltaWriter(SnapshotWriter):
     def ensure_table(self, schema: pa.Schema, key: tuple[str, ...] | None, properties: dict[str, str]) -> None:
         if DeltaTable.is_deltatable(self.location, storage_options=self.storage_options):
             return
-        # Every column nullable: merged values are nullable whatever Spark inferred.
-        nullable = pa.schema([f.with_nullable(True) for f in schema])
+        # Every column nullable: merged values are nullable whatever Spark inferred. Delta stores a timestamp
+        # with a time zone as UTC only: DuckDB's (an operator graph's state) says "Etc/UTC", the same instants.
+        nullable = pa.schema([_utc(f).with_nullable(True) for f in schema])
         # Delta's table configuration only takes keys it can parse; Lakeview's go in the
         # create commit's info.
         meta = dict(properties)
@@ -268,6 +269,13 @@ class DeltaWriter(SnapshotWriter):
                 return CommitRecord.from_properties(props, record.snapshot_id)  # type: ignore[return-value]
         log.info("%s: epoch %s changed no row of %s; nothing committed", self.view, epoch, self.location)
         return None
+
+
+def _utc(field: pa.Field) -> pa.Field:
+    """A timestamp column with a time zone as Delta stores it (UTC); any other column unchanged."""
+    if pa.types.is_timestamp(field.type) and field.type.tz is not None:
+        return field.with_type(pa.timestamp(field.type.unit, "UTC"))
+    return field
 
 
 def _merge_source(rows: pa.Table, change: Change, schema: pa.Schema) -> pa.Table:
