@@ -5,7 +5,9 @@ use: right for the small state eager aggregation leaves, wrong for state that is
 side, a top-k's rows) over a large history. Past ``[spark] driver_keys_max`` live rows (a first batch the
 executors wrote, or a restart over such tables) :class:`TableRows` takes its place: it holds nothing, each
 lookup reads the keys it asks for from the table (the writer's keyed lookup: the driver's key index, or
-Spark's executors past the same bound), netting the rows of an append log to one row per distinct row.
+Spark's executors past the same bound), netting the rows of an append log to one row per distinct row. A change
+feed's mirror on Iceberg (:class:`ClusteredRows`) is read by its row groups' key ranges instead, in the driver:
+a lookup then costs the keys it asks for, not the mirror's rows.
 """
 
 from __future__ import annotations
