@@ -24,7 +24,7 @@ from writers.graph_state import TableStateStore
 
 # An Iceberg mirror's table properties: small Parquet row groups (pyiceberg's writers, the driver's and the
 # executors', honour the limit), so that past the driver's bound a key costs at most one row group of its files
-CLUSTERED = {"write.parquet.row-group-limit": "4096"}
+CLUSTERED = {"write.parquet.row-group-limit": "1024"}
 
 
 def mirror_schema(source: pa.Schema) -> pa.Schema:
