@@ -208,7 +208,7 @@ def main() -> None:
         "--driver-keys-max",
         type=int,
         default=None,
-        help="[spark] driver_keys_max (past it, the orders mirror's commits find rows with Spark jobs)",
+        help="[spark] driver_keys_max (past it, the orders mirror is not held: looked up by its row groups' key ranges)",
     )
     parser.add_argument("--history-cache", type=Path, help="keep each size's history file here and reuse it")
     parser.add_argument(

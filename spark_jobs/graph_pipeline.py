@@ -58,7 +58,7 @@ from spark_jobs.sources.view_changes import ChangePublisher
 from spark_jobs.sources_pipeline import SourcesPipeline
 from spark_jobs.streams import reconcile_checkpoint
 from writers.graph_log import LAYOUT, StateLog, log_table_name
-from writers.graph_mirrors import SourceMirrors, mirror_schema
+from writers.graph_mirrors import CLUSTERED, SourceMirrors, mirror_schema
 from writers.graph_state import TableStateStore, commit_key, state_table_name, warm_up
 from writers.graph_view import ViewRows, small
 
@@ -158,9 +158,11 @@ class GraphPipeline(SourcesPipeline):
                 writer = self._state_writer(state_table_name(self.view, table))
                 writer.ensure_table(state_schemas[table.name], commit_key(table, state_schemas[table.name]), owned)
                 self.state[table.name] = writer
+        iceberg = self.writer.capabilities.format == "iceberg"  # mirrors in small row groups, looked up by range
+        mirrored = {**owned, **(CLUSTERED if iceberg else {})}
         for source, feed in self.feeds.items():
             self.mirrors[source] = self._state_writer(source_mirror_name(self.view, source))
-            self.mirrors[source].ensure_table(mirror_schema(self.schemas[source]), tuple(feed.key), owned)
+            self.mirrors[source].ensure_table(mirror_schema(self.schemas[source]), tuple(feed.key), mirrored)
         writers = {name: log for name in keys} if log is not None else self.state
         self.store = TableStateStore(keys, writers, state_schemas, log=log)  # type: ignore[arg-type]
         self.graph.use_store(self.store)

@@ -12,6 +12,8 @@ column, always 1) and reads it as of a version when an epoch is replayed after a
 
 from __future__ import annotations
 
+import dataclasses
+
 import pyarrow as pa
 
 from lakeview.graph.state import StateTable
@@ -20,10 +22,23 @@ from lakeview.ivm.commits import Change
 from writers.base import SnapshotWriter
 from writers.graph_state import TableStateStore
 
+# An Iceberg mirror's table properties: small Parquet row groups (pyiceberg's writers, the driver's and the
+# executors', honour the limit), so that past the driver's bound a key costs at most one row group of its files
+CLUSTERED = {"write.parquet.row-group-limit": "1024"}
+
 
 def mirror_schema(source: pa.Schema) -> pa.Schema:
     """A mirror table's columns: the source's, then the weight."""
     return source.append(pa.field(WEIGHT, pa.int64()))
+
+
+def clustered(change: Change, key: tuple[str, ...]) -> Change:
+    """``change`` with its rows sorted by ``key``: each file of a mirror's log is then sorted by the key and, in
+    the mirror table's small row groups, looked up by their key ranges past the driver's bound
+    (:class:`writers.graph_table_rows.ClusteredRows`)."""
+    if not key or change.rows.num_rows < 2:
+        return change
+    return dataclasses.replace(change, rows=change.rows.sort_by([(k, "ascending") for k in key]))
 
 
 class SourceMirrors:
@@ -58,8 +73,12 @@ class SourceMirrors:
         self.store.apply(self.tables[source], zset)
 
     def changes(self) -> dict[str, Change]:
-        """Each mirror's change for the epoch, by its table's name (mirrors holding the epoch: none)."""
-        return {self.writers[s].table_name: change for s, change in self.store.changes().items()}
+        """Each mirror's change for the epoch, by its table's name (mirrors holding the epoch: none); its rows
+        sorted by the key (:func:`clustered`), an appended file's and a fold's alike."""
+        return {
+            self.writers[s].table_name: clustered(change, self.store.keys[s])
+            for s, change in self.store.changes().items()
+        }
 
     def committed(self) -> None:
         """The epoch's changes are committed: the memory copies take them."""

@@ -5,7 +5,9 @@ use: right for the small state eager aggregation leaves, wrong for state that is
 side, a top-k's rows) over a large history. Past ``[spark] driver_keys_max`` live rows (a first batch the
 executors wrote, or a restart over such tables) :class:`TableRows` takes its place: it holds nothing, each
 lookup reads the keys it asks for from the table (the writer's keyed lookup: the driver's key index, or
-Spark's executors past the same bound), netting the rows of an append log to one row per distinct row.
+Spark's executors past the same bound), netting the rows of an append log to one row per distinct row. A change
+feed's mirror on Iceberg (:class:`ClusteredRows`) is read by its row groups' key ranges instead, in the driver:
+a lookup then costs the keys it asks for, not the mirror's rows.
 """
 
 from __future__ import annotations
@@ -64,6 +66,33 @@ class TableRows(CommittedRows):
     def _found(self, probe: pa.Table) -> pa.Table:
         """The table's rows matching ``probe``'s keys, as stored (not netted)."""
         return self.writer.lookup(probe)
+
+
+class ClusteredRows(TableRows):
+    """A change feed's mirror past the driver's bound on Iceberg, whose log files are each sorted by the key in
+    small row groups (:func:`writers.graph_mirrors.clustered`): a lookup reads, in the driver, only the row
+    groups whose key range can hold an asked key (:class:`~writers.iceberg.key_ranges.KeyRanges`), so it costs
+    the keys asked for, not the mirror's rows; the writer's keyed lookup where the row groups cannot tell."""
+
+    def __init__(self, writer: SnapshotWriter, key: tuple[str, ...], schema: pa.Schema, duck: Duck) -> None:
+        from writers.iceberg.key_ranges import KeyRanges  # lazy: Iceberg's modules load only where used
+
+        super().__init__(writer, key, schema, duck)
+        self.ranges = KeyRanges()
+
+    def _found(self, probe: pa.Table) -> pa.Table:
+        found = None
+        if probe.num_columns:  # (every row: the writer's scan)
+            found = self.ranges.find(self.writer.table(), self.writer.live, probe, self.key)  # type: ignore[attr-defined]
+        return self.writer.lookup(probe) if found is None else found
+
+
+def mirror_rows(writer: SnapshotWriter, key: tuple[str, ...], schema: pa.Schema, duck: Duck) -> TableRows:
+    """A change feed's mirror past the driver's bound, looked up by key in its table: from its row groups' key
+    ranges on Iceberg (:class:`ClusteredRows`), else the writer's keyed lookup."""
+    if writer.capabilities.format == "iceberg":
+        return ClusteredRows(writer, key, schema, duck)
+    return TableRows(writer, key, schema, duck)
 
 
 class LogRows(TableRows):

@@ -38,7 +38,7 @@ from spark_jobs.executors.writes import files_on_executors
 from spark_jobs.source_frames import SourceFrames, _input_frame, frontier, source_frames
 from writers.graph_log import OP as LOG_OP
 from writers.graph_log import StateLog
-from writers.graph_table_rows import LogRows, TableRows, live_rows
+from writers.graph_table_rows import LogRows, TableRows, live_rows, mirror_rows
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -171,7 +171,9 @@ def _zsets(pipeline: GraphPipeline, frames: dict[str, DataFrame]) -> tuple[dict[
         if source in pipeline.feeds:  # no mirror yet: the newest non-delete image per key at +1
             images = frame.where(f"{OP} <> '{DELETE}'").selectExpr(*[f"`{c}`" for c in columns]).persist()
             held.append(images)
-            mirrors[source] = images.selectExpr("*", f"CAST(1 AS BIGINT) AS {GRAPH_WEIGHT}")  # a Z-set, as state
+            mirror = images.selectExpr("*", f"CAST(1 AS BIGINT) AS {GRAPH_WEIGHT}")  # a Z-set, as state
+            # sorted by the key (files of disjoint key ranges): looked up by its row groups past the bound
+            mirrors[source] = mirror.orderBy(*[f"`{k}`" for k in pipeline.feeds[source].key])
             images.selectExpr("*", f"CAST(1 AS BIGINT) AS {GRAPH_WEIGHT}").createOrReplaceTempView(name)
         else:
             frame.createOrReplaceTempView(f"{name}_in")
@@ -226,7 +228,8 @@ def _after_backfill(pipeline: GraphPipeline, epoch_id: int, rows: dict[str, int]
 
 def bound_memory(pipeline: GraphPipeline, rows: dict[str, int] | None = None) -> None:
     """Serve the lookups of every state table and mirror past ``[spark] driver_keys_max`` live rows from the
-    table by key (:class:`~writers.graph_table_rows.TableRows`), not a memory copy. ``rows``: each table's
+    table by key (:class:`~writers.graph_table_rows.TableRows`; a mirror on Iceberg by its row groups' key ranges,
+    :func:`~writers.graph_table_rows.mirror_rows`), not a memory copy. ``rows``: each table's
     rows if known (else read from its metadata)."""
     store, bound = pipeline.store, pipeline.project.spark.driver_keys_max
     assert store is not None
@@ -246,7 +249,7 @@ def bound_memory(pipeline: GraphPipeline, rows: dict[str, int] | None = None) ->
         if _rows(writer, rows) > bound:
             mirrors = pipeline.mirror_store.store  # type: ignore[union-attr]  # (prepare made it)
             memory = mirrors.memory[source]
-            mirrors.memory[source] = TableRows(writer, memory.key, memory.schema, memory.duck)
+            mirrors.memory[source] = mirror_rows(writer, memory.key, memory.schema, memory.duck)
             mirrors.logged[source] = mirrors.folded[source] = _rows(writer, rows)
 
 

@@ -10,6 +10,7 @@ import random
 import uuid
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from pyiceberg.catalog.rest import RestCatalog
 
@@ -22,6 +23,7 @@ from lakeview.sql.duck import arrow_sql
 from writers import graph_state
 from writers.graph_mirrors import SourceMirrors, mirror_schema
 from writers.graph_state import Replacement
+from writers.graph_table_rows import ClusteredRows, mirror_rows
 from writers.iceberg.group import IcebergGroupWriter
 from writers.iceberg.writer import IcebergWriter
 
@@ -29,10 +31,21 @@ SCHEMA = pa.schema([("id", pa.int64()), ("pid", pa.int64()), ("amount", pa.int64
 FEED = ChangeFeedConfig(operation="op", key=["id"], sequence="seq")
 
 
-def mirrors_over(catalog: RestCatalog, name: str, append_log: bool) -> tuple[SourceMirrors, IcebergGroupWriter]:
+def mirrors_over(
+    catalog: RestCatalog, name: str, append_log: bool, row_group: int | None = None
+) -> tuple[SourceMirrors, IcebergGroupWriter]:
+    """The mirror of ``orders`` in table ``name``; with ``row_group``, in row groups of that many rows and past
+    the driver's bound: looked up by its row groups' key ranges, nothing held (what a restart past
+    ``[spark] driver_keys_max`` makes of it, spark_jobs.executors.graph_backfill.bound_memory)."""
     writer = IcebergWriter(catalog, "graph_mirror_tests", name)
-    writer.ensure_table(mirror_schema(SCHEMA), ("id",), {"lakeview.state-of": name})
+    properties = {"lakeview.state-of": name}
+    if row_group is not None:
+        properties["write.parquet.row-group-limit"] = str(row_group)
+    writer.ensure_table(mirror_schema(SCHEMA), ("id",), properties)
     mirrors = SourceMirrors({"orders": writer}, {"orders": ("id",)}, {"orders": SCHEMA}, append_log=append_log)
+    if row_group is not None:
+        memory = mirrors.store.memory["orders"]
+        mirrors.store.memory["orders"] = mirror_rows(writer, memory.key, memory.schema, memory.duck)
     return mirrors, IcebergGroupWriter(catalog, name, {writer.table_name: writer})
 
 
@@ -93,3 +106,55 @@ def test_a_mirror_gives_the_current_rows_across_folds_a_lost_epoch_and_a_restart
     netted = arrow_sql(f"SELECT id, pid, amount FROM t GROUP BY ALL HAVING SUM({WEIGHT}) <> 0", t=stored)
     assert as_set(netted) == {(k, *v) for k, v in current.items()}
     assert (folds > 0) == append_log
+
+
+def test_a_mirror_past_the_bound_reads_only_the_row_groups_that_can_hold_the_keys(
+    catalog_server: CatalogServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past the driver's bound a mirror's log is never held: each lookup reads the row groups (3 rows each here)
+    whose key range can hold an asked key, every file of the log sorted by the key (folds too). Across epochs of
+    inserts, updates and deletes, a lost epoch and a restart, the mirror gives the current rows, and one key
+    costs at most one row group per file, not the log."""
+    monkeypatch.setattr(graph_state, "FOLD_SLACK", 40)  # a fold every few epochs
+    catalog = RestCatalog("t", uri=catalog_server.uri, warehouse="lakeview")
+    name = f"mirror_ranges_{uuid.uuid4().hex[:8]}"
+    mirrors, group = mirrors_over(catalog, name, True, row_group=3)
+    rng = random.Random(11)
+    current: dict[int, tuple[int, int]] = {}
+    folds = 0
+    for number in range(10):
+        if number == 6:
+            mirrors, group = mirrors_over(catalog, name, True, row_group=3)
+        before = dict(current)
+        latest = batch(rng, current, 12)
+        if number == 3:  # computed, never committed
+            mirrors.begin({})
+            zset, _ = normalize(latest, mirrors.old("orders", latest.select(["id"])), FEED, SCHEMA.names)
+            mirrors.apply("orders", zset.cast(mirror_schema(SCHEMA)))
+            mirrors.changes()
+        mirrors.begin({})
+        old = mirrors.old("orders", latest.select(["id"]))
+        assert as_set(old) == {(k, *before[k]) for k in latest.column("id").to_pylist() if k in before}
+        zset, _ = normalize(latest, old, FEED, SCHEMA.names)
+        mirrors.apply("orders", zset.cast(mirror_schema(SCHEMA)))
+        changes = mirrors.changes()
+        folds += sum(isinstance(c, Replacement) for c in changes.values())
+        group.commit(Epoch(view=name, number=number, frontier={}), changes)  # type: ignore[arg-type]
+        mirrors.committed()
+        rows = mirrors.store.memory["orders"]
+        assert isinstance(rows, ClusteredRows) and rows.runs is None, "past the bound nothing is held"
+        everything = mirrors.old("orders", pa.table({"id": pa.array(range(60), pa.int64())}))
+        assert as_set(everything) == {(k, *v) for k, v in current.items()}, f"epoch {number}"
+        some = sorted(current)[len(current) // 2]
+        one = mirrors.old("orders", pa.table({"id": pa.array([some, 1000, None], pa.int64())}))
+        assert as_set(one) == {(some, *current[some])}
+        table = catalog.load_table(("graph_mirror_tests", name))
+        files = list(table.scan().plan_files())
+        groups = sum(len(rows.ranges.footers[f.file.file_path].ranges) for f in files)
+        # (a key's old and new image may straddle two row groups)
+        assert rows.ranges.row_groups_read <= 2 * len(files) < groups, (rows.ranges.row_groups_read, len(files), groups)
+        for f in files:  # every file of the log sorted by the key
+            with table.io.new_input(f.file.file_path).open() as stream:
+                ids = pq.read_table(stream, columns=["id"]).column("id").to_pylist()
+            assert ids == sorted(ids)
+    assert folds > 0
