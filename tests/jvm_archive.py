@@ -44,6 +44,8 @@ class ArchiveBuild:
         self.proc: subprocess.Popen[bytes] | None = None
         if target.exists():
             return
+        for stale in target.parent.glob("spark-driver-*"):  # another JDK, other jars or options (126 MB each)
+            stale.unlink()
         partial = target.with_suffix(".partial")
         env = {**os.environ, "PYSPARK_SUBMIT_ARGS": submit_args(f"{java_options} -XX:ArchiveClassesAtExit={partial}")}
         env.pop("LAKEVIEW_FAULT", None)
