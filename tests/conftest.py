@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -36,9 +35,9 @@ SALES_SQL = "SELECT product_id, SUM(quantity) AS total_sold, COUNT(*) AS orders 
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Start building the JVMs' class archive in the background when some test runs Spark."""
     global _archive
-    if OWN_SUBMIT_ARGS and any("spark" in getattr(item, "fixturenames", ()) for item in session.items):
-        cache = session.config.cache.mkdir("jvm-archive") if session.config.cache else Path(tempfile.mkdtemp())
-        _archive = ArchiveBuild(archive_file(cache, JAVA_OPTIONS), JAVA_OPTIONS)
+    cache = getattr(session.config, "cache", None)  # none under -p no:cacheprovider: no archive (126 MB) then
+    if cache and OWN_SUBMIT_ARGS and any("spark" in getattr(item, "fixturenames", ()) for item in session.items):
+        _archive = ArchiveBuild(archive_file(cache.mkdir("jvm-archive"), JAVA_OPTIONS), JAVA_OPTIONS)
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
