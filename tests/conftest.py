@@ -36,7 +36,12 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     """Start building the JVMs' class archive in the background when some test runs Spark."""
     global _archive
     cache = getattr(session.config, "cache", None)  # none under -p no:cacheprovider: no archive (126 MB) then
-    if cache and OWN_SUBMIT_ARGS and any("spark" in getattr(item, "fixturenames", ()) for item in session.items):
+    if (
+        cache
+        and OWN_SUBMIT_ARGS
+        and not session.config.option.collectonly
+        and any("spark" in getattr(item, "fixturenames", ()) for item in session.items)
+    ):
         _archive = ArchiveBuild(archive_file(cache.mkdir("jvm-archive"), JAVA_OPTIONS), JAVA_OPTIONS)
 
 
