@@ -52,7 +52,7 @@ class ArchiveBuild:
         self.log = target.with_suffix(".log")
         with open(self.log, "wb") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "tests.jvm_archive", str(partial)],
+                [sys.executable, "-m", "tests.jvm_archive", str(target)],
                 cwd=ROOT,
                 env=env,
                 stdout=log,
@@ -75,16 +75,14 @@ class ArchiveBuild:
                 self.proc.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
                 return None
-            if self.proc.returncode == 0 and self.target.with_suffix(".partial").exists():
-                os.replace(self.target.with_suffix(".partial"), self.target)
             self.proc = None
         return self.target if self.target.exists() else None
 
 
 def build(target: Path) -> None:
     """Refresh a small change-feed aggregate and a star join (an operator graph) in one JVM started with
-    ``-XX:ArchiveClassesAtExit=target`` (from ``PYSPARK_SUBMIT_ARGS``), then end that JVM and wait while it
-    writes the archive."""
+    ``-XX:ArchiveClassesAtExit=<target>.partial`` (from ``PYSPARK_SUBMIT_ARGS``), end that JVM, wait while it
+    writes the archive, then move it to ``target``."""
     from pyspark import SparkContext
 
     from lakeview.stack.embedded import EmbeddedStack
@@ -116,10 +114,13 @@ def build(target: Path) -> None:
     gateway = SparkContext._gateway
     assert gateway is not None and gateway.proc is not None
     gateway.proc.stdin.close()  # the JVM exits at the end of its input, writing the archive as it does
-    gateway.proc.wait(timeout=600)
-    if not target.exists():
-        raise SystemExit(f"the JVM exited without writing {target}")
+    partial = target.with_suffix(".partial")
+    if gateway.proc.wait(timeout=600) != 0 or not partial.exists():
+        raise SystemExit(f"the JVM exited with status {gateway.proc.returncode} without writing {partial}")
+    os.replace(partial, target)
 
 
 if __name__ == "__main__":
     build(Path(sys.argv[1]))
+    sys.stdout.flush()
+    os._exit(0)  # the archive is in place: no interpreter teardown (seen to abort in a native library's thread)
