@@ -13,6 +13,7 @@ from catalog_api.server import CatalogServer
 from catalog_api.store.catalog import CatalogStore
 from lakeview.config.models import ProjectConfig
 from lakeview.project import parse_project
+from tests.jvm_archive import QUIET, ArchiveBuild, archive_file, submit_args
 
 # Every JVM a test starts (the shared session, and `lakeview` run in another process, which inherits the
 # environment) compiles with C1 only and the serial collector: the tests' queries are small and short-lived,
@@ -20,17 +21,54 @@ from lakeview.project import parse_project
 # 160.6 s -> 113.6 s on a quiet machine). Without tiered compilation the JVM reserves only 48 MB of code
 # cache, which Spark's generated code for a whole run fills ("Out of space in CodeCache for adapters" killed
 # the shared session two thirds of the way through): 512 MB, as with C2. Production JVMs keep Spark's defaults.
+# They also map one archive of the Spark driver's classes once it is built (tests/jvm_archive.py), unless
+# the environment names its own PYSPARK_SUBMIT_ARGS.
 JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:ReservedCodeCacheSize=512m"
-os.environ.setdefault("PYSPARK_SUBMIT_ARGS", f"--driver-java-options '{JAVA_OPTIONS}' pyspark-shell")
+OWN_SUBMIT_ARGS = "PYSPARK_SUBMIT_ARGS" not in os.environ
+os.environ.setdefault("PYSPARK_SUBMIT_ARGS", submit_args(JAVA_OPTIONS))
+_archive: ArchiveBuild | None = None
 
 ORDERS_SCHEMA = "order_id BIGINT, product_id BIGINT, quantity INT, ts TIMESTAMP"
 SALES_SQL = "SELECT product_id, SUM(quantity) AS total_sold, COUNT(*) AS orders FROM orders GROUP BY product_id"
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Start building the JVMs' class archive in the background when some test runs Spark."""
+    global _archive
+    cache = getattr(session.config, "cache", None)  # none under -p no:cacheprovider: no archive (126 MB) then
+    if (
+        cache
+        and OWN_SUBMIT_ARGS
+        and not session.config.option.collectonly
+        and any("spark" in getattr(item, "fixturenames", ()) for item in session.items)
+    ):
+        _archive = ArchiveBuild(archive_file(cache.mkdir("jvm-archive"), JAVA_OPTIONS), JAVA_OPTIONS)
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    use_jvm_archive(timeout=0)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    if _archive is not None:
+        _archive.cancel()  # a run shorter than the build: no JVM left behind
+
+
+def use_jvm_archive(timeout: float | None) -> None:
+    """From now on, the JVMs this process starts (and the processes it starts, through the environment) map
+    the archive, once it is built (waiting up to ``timeout`` seconds for it; None: to the end)."""
+    global _archive
+    if _archive is None or (archive := _archive.ready(timeout)) is None:
+        return
+    _archive = None
+    os.environ["PYSPARK_SUBMIT_ARGS"] = submit_args(f"{JAVA_OPTIONS} -XX:SharedArchiveFile={archive} {QUIET}")
 
 
 @pytest.fixture(scope="session")
 def spark():
     from spark_jobs.session import build_session
 
+    use_jvm_archive(timeout=None)  # the shared session maps it too
     session = build_session("lakeview-tests")
     yield session
     session.stop()
