@@ -231,6 +231,12 @@ class ViewPipeline(EpochLoop):
 
         group._post = post_after_fault_point  # type: ignore[method-assign]
         self.group, m.commit_all = group, commit_all
+        # The epoch's lookups read each table as the group's last transaction left it (no catalog round trip):
+        # only this view changes its tables' rows (maintenance moves none), a transaction staged on a table that
+        # moved anyway is refused (409) and staged again on the tables loaded afresh, and a failed attempt
+        # forgets them, so the next epoch loads them.
+        for name, writer in members.items():
+            writer.committed_table = lambda name=name: group._after_commit.get(name)  # type: ignore[attr-defined]
 
     def reconcile_checkpoint(self) -> None:
         self._last_epoch = reconcile_checkpoint(self.view, self.checkpoint, self.maintainer, self.writer)
