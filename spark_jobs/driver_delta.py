@@ -76,19 +76,12 @@ def maintain_small_batch(
     try:
         con.register("batch_rows", rows)
         con.execute(f"CREATE OR REPLACE TEMP VIEW batch AS SELECT *, CAST(1 AS INTEGER) AS {WEIGHT} FROM batch_rows")
+        sqls = batch_sqls(pipeline, plan)
         if m.view_is_state:
-            delta = _cast(
-                con.execute(plan.batch_sql({pipeline.source: "batch"}, "duckdb")).to_arrow_table(),
-                output_schema(pipeline),
-            )
+            delta = _cast(con.execute(sqls[0]).to_arrow_table(), output_schema(pipeline))
         else:
-            group = m._cast(
-                0, con.execute(plan.group_delta_sql("batch", "duckdb")).to_arrow_table()
-            )  # Spark's state types
-            values = [
-                m._cast(i + 1, con.execute(plan.multiset_delta_sql(i, "batch", "duckdb")).to_arrow_table())
-                for i in range(len(plan.multisets))
-            ]
+            group = m._cast(0, con.execute(sqls[0]).to_arrow_table())  # Spark's state types
+            values = [m._cast(i, con.execute(sql).to_arrow_table()) for i, sql in enumerate(sqls[1:], start=1)]
     except (duckdb.Error, pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
         # SQL DuckDB runs differently, or a result that does not fit Spark's types: nothing is
         # committed yet, so Spark computes this epoch as it would without this path.
@@ -131,6 +124,21 @@ def _connection() -> duckdb.DuckDBPyConnection:
     if con is None:
         con = _local.con = duckdb.connect()
     return con
+
+
+def batch_sqls(pipeline: ViewPipeline, plan: KeyedAggregatePlan) -> list[str]:
+    """DuckDB SQL over the relation ``batch``: the view's SQL (a view that is its own state), else the group
+    delta's and each multiset delta's. Made once per plan (each is a sqlglot transpile: ~4 per epoch)."""
+    cached = getattr(pipeline, "_driver_batch_sqls", None)
+    if cached is None or cached[0] is not plan:
+        if pipeline.maintainer.view_is_state:
+            sqls = [plan.batch_sql({pipeline.source: "batch"}, "duckdb")]
+        else:
+            sqls = [plan.group_delta_sql("batch", "duckdb")]
+            sqls += [plan.multiset_delta_sql(i, "batch", "duckdb") for i in range(len(plan.multisets))]
+        cached = (plan, sqls)
+        pipeline._driver_batch_sqls = cached  # type: ignore[attr-defined]
+    return cached[1]
 
 
 def output_schema(pipeline: ViewPipeline) -> pa.Schema:

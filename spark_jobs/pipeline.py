@@ -260,6 +260,8 @@ class ViewPipeline(EpochLoop):
         self.release_reread()
 
     def _after_batch(self, epoch_id: int) -> None:
+        if (cpu := getattr(self, "_thread_cpu", None)) is not None:  # the epoch's CPU in this (the driver's) thread
+            self.timings["thread_cpu_s"] = time.thread_time() - cpu
         log.info("%s: epoch %s timings %s", self.view, epoch_id, {k: round(v, 3) for k, v in self.timings.items()})
         faults.point("before_publish", epoch_id)
         self.publish_changes()
@@ -333,7 +335,7 @@ class ViewPipeline(EpochLoop):
 
     def _process_batch(self, batch: DataFrame, epoch_id: int) -> CommitRecord | None:
         spark = batch.sparkSession
-        started = time.perf_counter()
+        started, self._thread_cpu = time.perf_counter(), time.thread_time()
         self.last_write = {}  # set by the paths that say how the rows went
         frontier, newest_ms = self._frontier(epoch_id)  # first: it names the batch's files
         if self.source_config.new_columns is NewColumns.EVOLVE:
@@ -498,9 +500,11 @@ class ViewPipeline(EpochLoop):
 
     def _maintain_part(self, step: Callable[[], T]) -> T:
         """State lookups, the DuckDB merge and the commits (``maintain_s``)."""
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.thread_time()
         result = step()
         self.timings["maintain_s"] = time.perf_counter() - started
+        # this thread's CPU seconds: on a shared machine the wall time stretches with the load, this much less
+        self.timings["maintain_cpu_s"] = time.thread_time() - cpu
         return result
 
     def _frontier(self, epoch_id: int) -> tuple[dict[str, object], int | None]:
