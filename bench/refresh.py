@@ -25,12 +25,18 @@ Each epoch's phases include ``cpu_s`` (this process and Spark's JVM) and ``catal
 round trips it made to the REST catalog): both hold better than wall time on a loaded machine.
 ``--duckdb-baseline-only`` skips the Spark baselines (minutes each at 50M orders).
 
-    .venv/bin/python bench/refresh.py [--history 1000000,10000000,50000000,100000000] [--batch 10000] [--repeats 3] [--scaling] [--driver-keys-max 0] [--duckdb-baseline-only]
+``--history-cache DIR`` keeps each size's history file there (written once: :func:`bench._common.land_history`)
+and, per view and size, the lake as its backfill left it (the catalog, the tables and Spark's checkpoint, at a
+fixed path under DIR): a later run restores that copy and restarts the view from it, so a 50M-order backfill
+(25 minutes on a loaded machine) runs once. The table then shows the backfill's seconds from the run that made it.
+
+    .venv/bin/python bench/refresh.py [--history 1000000,10000000,50000000,100000000] [--batch 10000] [--repeats 3] [--scaling] [--driver-keys-max 0] [--duckdb-baseline-only] [--history-cache DIR]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import statistics
@@ -45,7 +51,7 @@ import sqlglot
 from rich.console import Console
 from rich.table import Table
 
-from bench._common import catalog_requests, tree_cpu
+from bench._common import catalog_requests, land_history, tree_cpu
 from bench.history import SCHEMA, generate_history, land_parquet
 from lakeview.project import parse_project
 from lakeview.sql.duck import connect
@@ -83,19 +89,24 @@ def main() -> None:
         default=None,
         help="[spark] driver_keys_max (0: every table read on Spark's executors, no driver index)",
     )
+    parser.add_argument(
+        "--history-cache",
+        type=Path,
+        help="keep each size's history and each view's backfilled lake here; later runs restore them",
+    )
     args = parser.parse_args()
     console = Console(width=220)
     console.print(f"load average at start: {os.getloadavg()}")
     results = []
     for history in (int(h) for h in args.history.split(",")):
-        landing = Path(tempfile.mkdtemp(prefix="lakeview-bench-landing-"))
         started = time.perf_counter()
-        generate_history(landing, history, products=args.products)
-        console.print(f"history {history:,}: generated in {time.perf_counter() - started:.1f} s ({landing})")
+        landing = history_landing(history, args)
+        console.print(f"history {history:,}: ready in {time.perf_counter() - started:.1f} s ({landing})")
         for view in args.views.split(","):
             results.append((view, *run_one(view, landing, history, args, console)))
             console.print(results[-1])
-        shutil.rmtree(landing, ignore_errors=True)
+        if args.history_cache is None:
+            shutil.rmtree(landing, ignore_errors=True)
     table = Table(
         title=f"incremental refresh of a {args.batch:,}-order batch vs full recompute (median of {args.repeats}; "
         f"{args.products:,} products; load average {os.getloadavg()[1]:.1f}; CPU: this process and Spark's JVM)"
@@ -132,6 +143,56 @@ def main() -> None:
     if args.scaling:
         scaling(args, console)
     console.print(f"load average at end: {os.getloadavg()}")
+
+
+def history_landing(history: int, args: argparse.Namespace) -> Path:
+    """The directory the ``orders`` source reads, holding ``history`` orders: generated in a temporary
+    directory, or (``--history-cache``) a fixed one under the cache (a cached lake's checkpoint names its
+    files) holding the cached history file; batches left by an interrupted run are removed."""
+    if args.history_cache is None:
+        landing = Path(tempfile.mkdtemp(prefix="lakeview-bench-landing-"))
+        generate_history(landing, history, products=args.products)
+        return landing
+    cache = args.history_cache.resolve()
+    landing = cache / f"landing-{history}-p{args.products}"
+    for stale in landing.glob("b-*.parquet"):
+        stale.unlink()
+    if not (landing / "history.parquet").exists():
+        land_history(
+            landing,
+            f"orders-p{args.products}",
+            history,
+            lambda path: land_parquet(path.parent, path.name, history, first_id=0, products=args.products),
+            cache,
+        )
+    return landing
+
+
+def cached_lake(
+    view: str, landing: Path, history: int, args: argparse.Namespace, console: Console
+) -> tuple[Path, float]:
+    """``--history-cache``: (the lake's root, restored from the cache's copy of ``view`` after its backfill over
+    ``landing``, and that backfill's seconds). The first run backfills (in a stack of its own, stopped before the
+    copy is taken) and keeps the copy; the lake's root is one fixed path, since its metadata names its files."""
+    name = f"{view}-{history}-p{args.products}-k{args.driver_keys_max}"
+    kept, root = args.history_cache.resolve() / "lakes" / name, args.history_cache.resolve() / "run" / name
+    shutil.rmtree(root, ignore_errors=True)
+    if not (kept / "backfill.json").exists():
+        with EmbeddedStack(project_for(view, landing, root, args.driver_keys_max), port=0) as stack:
+            started = time.perf_counter()
+            stack.start_views()
+            stack.queries[view].processAllAvailable()
+            backfill = time.perf_counter() - started
+            stack.stop_views()
+            assert stack.spark is not None
+            stack.spark.stop()
+        shutil.rmtree(kept, ignore_errors=True)
+        shutil.copytree(root, kept / "root", symlinks=True)
+        (kept / "backfill.json").write_text(json.dumps({"backfill_s": backfill}))
+        console.print(f"{view} @ {history:,}: backfilled in {backfill:.1f} s; lake kept in {kept}")
+    else:
+        shutil.copytree(kept / "root", root, symlinks=True)
+    return root, json.loads((kept / "backfill.json").read_text())["backfill_s"]
 
 
 def project_for(view: str, landing: Path, root: Path, driver_keys_max: int | None = None):
@@ -194,13 +255,18 @@ def epoch_phases(stack: EmbeddedStack, view: str) -> dict[str, float]:
 def run_one(
     view: str, landing: Path, history: int, args: argparse.Namespace, console: Console
 ) -> tuple[int, float, float, float, float, float, float]:
-    root = Path(tempfile.mkdtemp(prefix="lakeview-bench-"))
+    cached = args.history_cache is not None
+    root, backfill = (
+        cached_lake(view, landing, history, args, console)
+        if cached
+        else (Path(tempfile.mkdtemp(prefix="lakeview-bench-")), 0.0)
+    )
     sql = VIEWS[view]
     with EmbeddedStack(project_for(view, landing, root, args.driver_keys_max), port=0) as stack:
         started = time.perf_counter()
         stack.start_views(on_commit=lambda record: COMMITTED.append(time.perf_counter()))
-        stack.queries[view].processAllAvailable()  # the backfill
-        backfill = time.perf_counter() - started
+        stack.queries[view].processAllAvailable()  # the backfill (a cached lake: nothing new, a restart)
+        backfill = backfill if cached else time.perf_counter() - started
         timed_batches(
             stack, view, landing, [args.batch], args.products, f"{view}-warm"
         )  # first epoch after the backfill warms up

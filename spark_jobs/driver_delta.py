@@ -19,6 +19,7 @@ images, windows or upstream views); anything else keeps the Spark path unchanged
 from __future__ import annotations
 
 import logging
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -71,30 +72,24 @@ def maintain_small_batch(
     m = pipeline.maintainer
     rows = pipeline._spark_part(lambda: batch_rows(pipeline, good, files))
     pipeline.timings["driver_delta_rows"] = rows.num_rows  # in logs and bench/: this epoch took the DuckDB path
-    con = duckdb.connect()
+    con = _connection()
     try:
         con.register("batch_rows", rows)
-        con.execute(f"CREATE TEMP VIEW batch AS SELECT *, CAST(1 AS INTEGER) AS {WEIGHT} FROM batch_rows")
+        con.execute(f"CREATE OR REPLACE TEMP VIEW batch AS SELECT *, CAST(1 AS INTEGER) AS {WEIGHT} FROM batch_rows")
+        sqls = batch_sqls(pipeline, plan)
         if m.view_is_state:
-            delta = _cast(
-                con.execute(plan.batch_sql({pipeline.source: "batch"}, "duckdb")).to_arrow_table(),
-                output_schema(pipeline),
-            )
+            delta = _cast(con.execute(sqls[0]).to_arrow_table(), output_schema(pipeline))
         else:
-            group = m._cast(
-                0, con.execute(plan.group_delta_sql("batch", "duckdb")).to_arrow_table()
-            )  # Spark's state types
-            values = [
-                m._cast(i + 1, con.execute(plan.multiset_delta_sql(i, "batch", "duckdb")).to_arrow_table())
-                for i in range(len(plan.multisets))
-            ]
+            group = m._cast(0, con.execute(sqls[0]).to_arrow_table())  # Spark's state types
+            values = [m._cast(i, con.execute(sql).to_arrow_table()) for i, sql in enumerate(sqls[1:], start=1)]
     except (duckdb.Error, pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
         # SQL DuckDB runs differently, or a result that does not fit Spark's types: nothing is
         # committed yet, so Spark computes this epoch as it would without this path.
         log.warning("%s: epoch %s computed by Spark instead of DuckDB: %s", pipeline.view, epoch.number, exc)
         return None
     finally:
-        con.close()
+        con.execute("DROP VIEW IF EXISTS batch")
+        con.unregister("batch_rows")
     if m.view_is_state:
         return DriverResult(pipeline._maintain_part(lambda: m.apply_view_delta(epoch, delta)))
     return DriverResult(pipeline._maintain_part(lambda: m.apply_state_deltas(epoch, group, values)))
@@ -108,14 +103,42 @@ def batch_rows(pipeline: ViewPipeline, good: DataFrame, files: list[Path] | None
         columns = parse_ddl(source.schema_)
         select = ", ".join(f'CAST("{c.name}" AS {c.type_sql("duckdb")}) AS "{c.name}"' for c in columns)
         listed = ", ".join("'" + str(f).replace("'", "''") + "'" for f in files)
-        con = duckdb.connect()
         try:
-            return con.execute(f"SELECT {select} FROM read_parquet([{listed}], union_by_name = true)").to_arrow_table()
+            return (
+                _connection()
+                .execute(f"SELECT {select} FROM read_parquet([{listed}], union_by_name = true)")
+                .to_arrow_table()
+            )
         except duckdb.Error:
             pass  # a file DuckDB reads differently from Spark (a missing column, a type): ask Spark
-        finally:
-            con.close()
     return collect_arrow(good)
+
+
+_local = threading.local()
+
+
+def _connection() -> duckdb.DuckDBPyConnection:
+    """This thread's DuckDB connection, made once: opening a database per epoch (twice) cost more than the
+    batch's queries on a loaded machine (pyinstrument, bench/refresh.py --views stats)."""
+    con = getattr(_local, "con", None)
+    if con is None:
+        con = _local.con = duckdb.connect()
+    return con
+
+
+def batch_sqls(pipeline: ViewPipeline, plan: KeyedAggregatePlan) -> list[str]:
+    """DuckDB SQL over the relation ``batch``: the view's SQL (a view that is its own state), else the group
+    delta's and each multiset delta's. Made once per plan (each is a sqlglot transpile: ~4 per epoch)."""
+    cached = getattr(pipeline, "_driver_batch_sqls", None)
+    if cached is None or cached[0] is not plan:
+        if pipeline.maintainer.view_is_state:
+            sqls = [plan.batch_sql({pipeline.source: "batch"}, "duckdb")]
+        else:
+            sqls = [plan.group_delta_sql("batch", "duckdb")]
+            sqls += [plan.multiset_delta_sql(i, "batch", "duckdb") for i in range(len(plan.multisets))]
+        cached = (plan, sqls)
+        pipeline._driver_batch_sqls = cached  # type: ignore[attr-defined]
+    return cached[1]
 
 
 def output_schema(pipeline: ViewPipeline) -> pa.Schema:

@@ -227,6 +227,12 @@ class ViewPipeline(EpochLoop):
 
         group._post = post_after_fault_point  # type: ignore[method-assign]
         self.group, m.commit_all = group, commit_all
+        # The epoch's lookups read each table as the group's last transaction left it (no catalog round trip):
+        # only this view changes its tables' rows (maintenance moves none), a transaction staged on a table that
+        # moved anyway is refused (409) and staged again on the tables loaded afresh, and a failed attempt
+        # forgets them, so the next epoch loads them.
+        for name, writer in members.items():
+            writer.committed_table = lambda name=name: group._after_commit.get(name)  # type: ignore[attr-defined]
 
     def reconcile_checkpoint(self) -> None:
         self._last_epoch = reconcile_checkpoint(self.view, self.checkpoint, self.maintainer, self.writer)
@@ -250,6 +256,8 @@ class ViewPipeline(EpochLoop):
         self.release_reread()
 
     def _after_batch(self, epoch_id: int) -> None:
+        if (cpu := getattr(self, "_thread_cpu", None)) is not None:  # the epoch's CPU in this (the driver's) thread
+            self.timings["thread_cpu_s"] = time.thread_time() - cpu
         log.info("%s: epoch %s timings %s", self.view, epoch_id, {k: round(v, 3) for k, v in self.timings.items()})
         faults.point("before_publish", epoch_id)
         self.publish_changes()
@@ -323,7 +331,7 @@ class ViewPipeline(EpochLoop):
 
     def _process_batch(self, batch: DataFrame, epoch_id: int) -> CommitRecord | None:
         spark = batch.sparkSession
-        started = time.perf_counter()
+        started, self._thread_cpu = time.perf_counter(), time.thread_time()
         self.last_write = {}  # set by the paths that say how the rows went
         frontier, newest_ms = self._frontier(epoch_id)  # first: it names the batch's files
         if self.source_config.new_columns is NewColumns.EVOLVE:
@@ -488,9 +496,11 @@ class ViewPipeline(EpochLoop):
 
     def _maintain_part(self, step: Callable[[], T]) -> T:
         """State lookups, the DuckDB merge and the commits (``maintain_s``)."""
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.thread_time()
         result = step()
         self.timings["maintain_s"] = time.perf_counter() - started
+        # this thread's CPU seconds: on a shared machine the wall time stretches with the load, this much less
+        self.timings["maintain_cpu_s"] = time.thread_time() - cpu
         return result
 
     def _frontier(self, epoch_id: int) -> tuple[dict[str, object], int | None]:

@@ -77,13 +77,12 @@ class KeyIndex:
 
     def find(self, keys: list[Hashable]) -> dict[str, list[int]]:
         """Positions by data file of the given keys that are live (each key once)."""
-        found: dict[str, list[int]] = {}
+        found: dict[int, list[int]] = {}
         mask = (1 << _POS_BITS) - 1
-        for value in dict.fromkeys(keys):
-            at = self.where.get(value)
+        for at in map(self.where.get, dict.fromkeys(keys)):
             if at is not None:
-                found.setdefault(self.files[at >> _POS_BITS], []).append(at & mask)
-        return found
+                found.setdefault(at >> _POS_BITS, []).append(at & mask)
+        return {self.files[number]: positions for number, positions in found.items()}
 
     def advance(
         self,
@@ -96,8 +95,9 @@ class KeyIndex:
         rows it replaced or deleted; ``removed``, the data files it rewrote (their live rows
         are among ``written``); ``written``, each new data file with its rows' keys in file
         order. False when that leaves a key in two places (the caller rebuilds instead)."""
+        pop = self.where.pop
         for value in gone:
-            self.where.pop(value, None)
+            pop(value, None)
         dropped = {self.numbers.pop(path) for path in removed if path in self.numbers}
         for number in dropped:
             self.files[number] = ""  # numbers are not reused: a stale entry can never point at a new file
@@ -106,6 +106,12 @@ class KeyIndex:
             if number == len(self.files):
                 self.files.append(path)
             base = number << _POS_BITS
+            if self.where.keys().isdisjoint(keys):  # the usual case: one bulk insert
+                before = len(self.where)
+                self.where.update(zip(keys, range(base, base + len(keys))))
+                if len(self.where) == before + len(keys):
+                    continue
+                return False  # a key twice in the file
             for pos, value in enumerate(keys):
                 at = self.where.get(value)
                 if at is not None and (at >> _POS_BITS) not in dropped:

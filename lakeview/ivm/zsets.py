@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from lakeview.errors import AggregateOverflowError
 from lakeview.ivm.commits import Change, CommitAll, CommitRecord, Epoch, Pending, commit_each
@@ -172,13 +173,17 @@ def _advance(
         drop = gone.select(list(key)).cast(pa.schema([merged.schema.field(k) for k in key]))
         deletes = drop if change.deletes is None else pa.concat_tables([change.deletes.cast(drop.schema), drop])
         change = Change(rows=change.rows, key=key, deletes=deletes)
+    if key == tuple(touched.column_names) or not old.num_rows:
+        # every stored row looked up is merged (a group table: each touched group has its merged row)
+        return change.rows, change
     match = " AND ".join(f'o."{k}" IS NOT DISTINCT FROM m."{k}"' for k in key)
+    cols = ", ".join(f'"{c}"' for c in merged.column_names)
     kept = _sql(
-        f"SELECT o.* FROM o WHERE NOT EXISTS (SELECT 1 FROM m WHERE {match})", o=_or_empty(old, merged), m=merged
+        f"SELECT {cols} FROM o WHERE {count} <> 0 AND NOT EXISTS (SELECT 1 FROM m WHERE {match})",
+        o=_or_empty(old, merged),
+        m=merged,
     )
-    after = pa.concat_tables([merged, kept.cast(merged.schema)]) if kept.num_rows else merged
-    state = _sql(f"SELECT * FROM a WHERE {count} <> 0", a=after).cast(merged.schema)
-    return state, change
+    return (pa.concat_tables([change.rows, kept.cast(merged.schema)]) if kept.num_rows else change.rows), change
 
 
 def merge_group_state(plan: KeyedAggregatePlan, delta: pa.Table, old: pa.Table) -> pa.Table:
@@ -231,7 +236,7 @@ def _check_batch_sums(plan: KeyedAggregatePlan, delta: pa.Table) -> None:
         s, c = f"{slot.name}_s", f"{slot.name}_c"
         if (
             s in delta.column_names
-            and _sql(f"SELECT 1 FROM d WHERE {s} IS NULL AND {c} <> 0 LIMIT 1", d=delta).num_rows
+            and pc.any(pc.and_(pc.is_null(delta.column(s)), pc.not_equal(delta.column(c), 0))).as_py()
         ):
             raise overflow_error(plan, slot, ValueError("its sum over the epoch's rows is out of range"))
 
@@ -275,8 +280,9 @@ def merge_extremes(plan: KeyedAggregatePlan, delta: pa.Table, old: pa.Table) -> 
 
 def state_change(merged: pa.Table, key: tuple[str, ...], count: str) -> Change:
     """Upsert state rows with a non-zero count; delete the ones that reached zero."""
-    live = _sql(f"SELECT * FROM m WHERE {count} <> 0", m=merged).cast(merged.schema)
-    gone = _sql(f"SELECT {', '.join(chr(34) + k + chr(34) for k in key)} FROM m WHERE {count} = 0", m=merged)
+    zero = pc.equal(merged.column(count), 0)  # a count is never NULL (merged with COALESCE)
+    live = merged.filter(pc.invert(zero))
+    gone = merged.filter(zero).select(list(key))
     return Change(rows=live, key=key, deletes=gone if gone.num_rows else None)
 
 
@@ -300,10 +306,7 @@ def view_change(plan: KeyedAggregatePlan, touched: pa.Table, rows: pa.Table) -> 
     """Upsert the touched groups' rows; delete the touched groups that have none any more."""
     if not plan.keys:  # a global aggregate: its one row replaces the table's
         return Change(rows=rows, key=())
-    names = ", ".join(f't."{k}"' for k in plan.keys)
-    gone = _sql(
-        f"SELECT {names} FROM t WHERE NOT EXISTS (SELECT 1 FROM r WHERE {plan.key_match('t', 'r')})", t=touched, r=rows
-    )
+    gone = _without(touched, rows, plan.keys)
     return Change(rows=rows, key=plan.keys, deletes=gone if gone.num_rows else None)
 
 
@@ -326,7 +329,27 @@ def keyed_append_change(plan: AppendPlan, key: tuple[str, ...], weighted: pa.Tab
     return Change(rows=rows, key=key, deletes=gone if gone.num_rows else None)
 
 
+def _without(keys: pa.Table, rows: pa.Table, key: tuple[str, ...]) -> pa.Table:
+    """The ``key`` columns of ``keys``' rows whose key no row of ``rows`` has (NULLs equal)."""
+    one = key[0] if len(key) == 1 else None
+    if one is not None and keys.schema.field(one).type == rows.schema.field(one).type and _plain(keys.field(one).type):
+        # one integer or string column: Arrow's membership test, no DuckDB round trip
+        member = pc.is_in(keys.column(one), value_set=rows.column(one), skip_nulls=False)
+        return keys.select([one]).filter(pc.invert(member))
+    names = ", ".join(f't."{k}"' for k in key)
+    match = " AND ".join(f't."{k}" IS NOT DISTINCT FROM r."{k}"' for k in key)
+    return _sql(f"SELECT {names} FROM t WHERE NOT EXISTS (SELECT 1 FROM r WHERE {match})", t=keys, r=rows)
+
+
+def _plain(t: pa.DataType) -> bool:
+    return pa.types.is_integer(t) or pa.types.is_string(t) or pa.types.is_large_string(t)
+
+
 def _distinct(table: pa.Table) -> pa.Table:
+    # one integer or string column already distinct (a group delta is grouped by it): no DuckDB round trip
+    one = table.num_columns == 1 and _plain(table.schema.field(0).type)
+    if one and pc.count_distinct(table.column(0), mode="all").as_py() == table.num_rows:
+        return table
     return _sql("SELECT DISTINCT * FROM t", t=table).cast(table.schema)
 
 

@@ -134,6 +134,9 @@ class LiveFiles:
         )
         # (data file, schema id) -> every row of the file, in file order (row i is position i)
         self._rows: OrderedDict[tuple[str, int], pa.Table] = OrderedDict()
+        # (data file, schema id) -> (the delete files applied, the file's rows, the rows they leave with POS): a
+        # file gains one delete file per commit, so an epoch filters out only the positions new since the last
+        self._alive_rows: dict[tuple[str, int], tuple[frozenset[str], pa.Table, pa.Table]] = {}
         self._removed: dict[str, pa.Table] = {}  # delete file this writer committed -> the rows it deleted
         self._sizes: dict[tuple[str, int], int] = {}  # bytes of each cached entry
         self._bytes = 0
@@ -194,6 +197,7 @@ class LiveFiles:
             for cached in [k for k in self._rows if k[0] not in live_paths or k[1] != schema_id]:
                 del self._rows[cached]
                 self._bytes -= self._sizes.pop(cached, 0)
+            self._alive_rows = {k: v for k, v in self._alive_rows.items() if k in self._rows}
             self._live = live
         return live
 
@@ -350,6 +354,7 @@ class LiveFiles:
             )
         self._index, self._pending = None, None
         self._rows.clear()
+        self._alive_rows.clear()
         self._sizes.clear()
         self._bytes = 0
 
@@ -436,11 +441,17 @@ class LiveFiles:
         """(the rows of ``data_file`` that ``deletes`` leave, with POS; 1 if the file was read
         from storage)."""
         every, read = self._every(table, schema_id, data_file)
-        rows = with_positions(every, POS)
-        if deletes:
-            parts = list(deletes.values())
+        cache_key, applied = (data_file.file_path, schema_id), frozenset(deletes)
+        kept = self._alive_rows.get(cache_key)
+        if kept is not None and kept[1] is every and kept[0] <= applied:
+            # the rows some of these delete files left (an earlier epoch's): only the newer ones are applied
+            rows, parts = kept[2], [deletes[path] for path in applied - kept[0]]
+        else:
+            rows, parts = with_positions(every, POS), list(deletes.values())
+        if parts:
             positions = pa.concat_arrays(parts) if len(parts) > 1 else parts[0]
             rows = rows.filter(pc.invert(pc.is_in(rows.column(POS), value_set=positions.cast(pa.int64()))))
+        self._alive_rows[cache_key] = (applied, every, rows)
         return rows, read
 
     def _store(self, cache_key: tuple[str, int], rows: pa.Table) -> None:
@@ -452,6 +463,7 @@ class LiveFiles:
         while self._bytes > self.budget_bytes and len(self._rows) > 1:
             dropped, _ = self._rows.popitem(last=False)
             self._bytes -= self._sizes.pop(dropped)
+            self._alive_rows.pop(dropped, None)
 
 
 @dataclass(frozen=True)

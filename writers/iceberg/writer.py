@@ -98,6 +98,9 @@ class IcebergWriter(SnapshotWriter):
         # merge-on-read: when a commit also compacts (the view's [maintenance] thresholds)
         self.compaction = compaction or MaintenancePolicy()
         self.timings: dict[str, float] = {}  # the last lookup's and commit's phases (seconds), for logs and bench/
+        # The table as this process's last commit left it (a group's member: IcebergGroupWriter), for lookups
+        # without a catalog round trip; None (or it returns None): load the table.
+        self.committed_table: Callable[[], Table | None] | None = None
 
     @property
     def table_name(self) -> str:
@@ -146,7 +149,7 @@ class IcebergWriter(SnapshotWriter):
 
     def lookup(self, keys: pa.Table) -> pa.Table:
         started = time.perf_counter()
-        table = self.table()
+        table = (self.committed_table() if self.committed_table is not None else None) or self.table()
         key = tuple(keys.column_names)
         if merge_on_read(table) or self._distributed(table):
             found = self.live.find(table, keys, key)
