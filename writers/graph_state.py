@@ -44,6 +44,9 @@ from writers.graph_log import StateLog
 # it is paid at most once per that many appended rows.
 FOLD_FACTOR = 2
 FOLD_SLACK = 50_000
+# The one log of every state (Iceberg) is also folded whenever its states hold no more rows than the epoch appends
+# (see TableStateStore._log_change).
+FOLD_WHEN_SMALLER = True
 
 
 @dataclass(frozen=True)
@@ -96,15 +99,16 @@ class CommittedRows:
         self.read, self.key, self.schema, self.duck = read, key, schema, duck
         self.runs: KeyedRuns | None = None
         self.staged: list[pa.Table] = []
+        self.whole: pa.Table | None = None  # staged: the table's whole netted Z-set (see stage)
 
     def begin(self) -> None:
         """Start an epoch: a delta staged by an epoch that was not declared committed voids the memory copy."""
-        if self.staged:
+        if self.staged or self.whole is not None:
             self.forget()
 
     def forget(self) -> None:
         """Read the table again on next use (e.g. it was committed by a path that bypassed :meth:`stage`)."""
-        self.runs, self.staged = None, []
+        self.runs, self.staged, self.whole = None, [], None
 
     def lookup(self, keys: pa.Table | None) -> pa.Table:
         """The rows whose key equals a row of ``keys`` (NULL matches NULL); every row for None or no key."""
@@ -113,17 +117,27 @@ class CommittedRows:
             return runs.all()
         return runs.lookup(keys)
 
-    def stage(self, delta: pa.Table) -> None:
-        """Hold the epoch's delta (the table's Z-set change) until :meth:`committed`."""
-        if delta.num_rows:
+    def stage(self, delta: pa.Table, whole: bool = False) -> None:
+        """Hold the epoch's delta (the table's Z-set change) until :meth:`committed`; ``whole``: ``delta`` is the
+        table's whole netted Z-set after the epoch (it replaces the memory copy)."""
+        if whole:
+            self.staged, self.whole = [], delta
+        elif delta.num_rows:
             self.staged.append(delta)
 
     def committed(self) -> None:
         """The epoch's commit succeeded: its staged deltas join the memory copy."""
+        if self.whole is not None:
+            self.runs = KeyedRuns(self.key, self.schema, self.duck)
+            self.runs.replace(self.whole)
         if self.runs is not None:
             for delta in self.staged:
                 self.runs.apply(delta)
-        self.staged = []
+        self.staged, self.whole = [], None
+
+    def held(self) -> int:
+        """Rows held in memory (runs not yet merged count each of their rows: at least the table's distinct rows)."""
+        return self._loaded().held()
 
     def _loaded(self) -> KeyedRuns:
         if self.runs is None:
@@ -296,27 +310,38 @@ class TableStateStore:
         return Replacement(rows=rows)
 
     def _log_change(self, log: SnapshotWriter, deltas: dict[str, pa.Table]) -> dict[str, Change]:
-        """The one log's change: every state's delta appended, or, once the log is due to be folded, the whole
-        log replaced by the states it nets to (the memory copies plus the deltas). Stages the deltas."""
+        """The one log's change: every state's delta appended, or the whole log replaced by the states it nets to
+        (the memory copies plus the deltas) once it is due to be folded, or when the states hold no more rows than
+        the epoch would append (an epoch that rewrites most of its state, e.g. an aggregate whose every group
+        changes, appends each changed row twice, old and new: writing the states whole is then the smaller file,
+        and the log stays one file). Stages the deltas."""
         if not deltas:
             return {}
         for rows in self.memory.values():
             rows._loaded()  # reads the log on first use (and its length)
         name = log.table_name
-        logged, folded = self.logged.get(name, 0) + sum(d.num_rows for d in deltas.values()), self.folded.get(name, 0)
-        if logged <= FOLD_FACTOR * folded + FOLD_SLACK * len(self.memory):
+        appended = sum(d.num_rows for d in deltas.values())
+        logged, folded = self.logged.get(name, 0) + appended, self.folded.get(name, 0)
+        held = sum(rows.held() for rows in self.memory.values())
+        cheaper = (
+            FOLD_WHEN_SMALLER and 0 < held <= appended
+        )  # (an empty log, a first batch: its delta is the state, appended as it is)
+        if not cheaper and logged <= FOLD_FACTOR * folded + FOLD_SLACK * len(self.memory):
             change = Change(rows=self.packing.pack(deltas))
             self.staged_log[name] = (logged, folded)
-        else:
-            states = {}
-            for state, rows in self.memory.items():
-                schema = self.schemas[state]
-                held = [rows.lookup(None).select(schema.names).cast(schema)]
-                states[state] = self._consolidate(held + ([deltas[state]] if state in deltas else []), schema)
-            change = Replacement(rows=self.packing.pack(states))
-            self.staged_log[name] = (change.rows.num_rows, change.rows.num_rows)
-        for state, delta in deltas.items():
-            self.memory[state].stage(delta)
+            for state, delta in deltas.items():
+                self.memory[state].stage(delta)
+            return {name: change}
+        states = {}
+        for state, rows in self.memory.items():
+            schema = self.schemas[state]
+            netted = rows.lookup(None).select(schema.names).cast(schema)
+            if state in deltas:
+                netted = self._consolidate([netted, deltas[state]], schema)
+                rows.stage(netted, whole=True)  # the memory copy takes the netted state, not the delta to merge
+            states[state] = netted
+        change = Replacement(rows=self.packing.pack(states))
+        self.staged_log[name] = (change.rows.num_rows, change.rows.num_rows)
         return {name: change}
 
     def _row_change(self, stored: pa.Table, rows: pa.Table, schema: pa.Schema) -> Change:

@@ -90,6 +90,15 @@ class KeyedRuns:
             merged = self._merge([r for r in self.runs if level(r) == full[0]])
             self.runs = [r for r in self.runs if level(r) != full[0]] + ([merged] if merged.rows.num_rows else [])
 
+    def replace(self, rows: pa.Table) -> None:
+        """Hold exactly ``rows``, a netted Z-set (each distinct row once, no zero weight): one run, no merge."""
+        rows = rows.select(self.schema.names).cast(self.schema)
+        self.runs = [self._sorted(rows, self._hash(rows), True)] if rows.num_rows else []
+
+    def held(self) -> int:
+        """Rows in the runs (a row in several runs counts in each)."""
+        return sum(r.rows.num_rows for r in self.runs)
+
     def _widen(self, delta: pa.Table) -> None:
         """A delta whose types differ from the held rows': DuckDB unifies both, and the table is rebuilt."""
         held = self.all()
