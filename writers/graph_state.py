@@ -143,6 +143,7 @@ class CommittedRows:
         if self.runs is None:
             runs = KeyedRuns(self.key, self.schema, self.duck)
             runs.apply(_conform(self.read(), self.schema))
+            runs.all()  # netted once (a log's rows sum to the state), not on every lookup that finds them
             self.runs = runs
         return self.runs
 
