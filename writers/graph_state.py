@@ -99,7 +99,7 @@ class CommittedRows:
         self.read, self.key, self.schema, self.duck = read, key, schema, duck
         self.runs: KeyedRuns | None = None
         self.staged: list[pa.Table] = []
-        self.whole: pa.Table | None = None  # staged: the table's whole netted Z-set (see stage)
+        self.whole: KeyedRuns | None = None  # staged: the table's whole Z-set after the epoch (stage_whole)
 
     def begin(self) -> None:
         """Start an epoch: a delta staged by an epoch that was not declared committed voids the memory copy."""
@@ -117,19 +117,24 @@ class CommittedRows:
             return runs.all()
         return runs.lookup(keys)
 
-    def stage(self, delta: pa.Table, whole: bool = False) -> None:
-        """Hold the epoch's delta (the table's Z-set change) until :meth:`committed`; ``whole``: ``delta`` is the
-        table's whole netted Z-set after the epoch (it replaces the memory copy)."""
-        if whole:
-            self.staged, self.whole = [], delta
-        elif delta.num_rows:
+    def stage(self, delta: pa.Table) -> None:
+        """Hold the epoch's delta (the table's Z-set change) until :meth:`committed`."""
+        if delta.num_rows:
             self.staged.append(delta)
+
+    def stage_whole(self, delta: pa.Table) -> pa.Table:
+        """The table's whole Z-set after ``delta``, netted (what a fold writes); held as the memory copy's next
+        state until :meth:`committed` (then taken as it is, not merged again)."""
+        after = self._loaded().copy()
+        after.apply(delta)
+        rows = after.all()
+        self.staged, self.whole = [], after
+        return rows
 
     def committed(self) -> None:
         """The epoch's commit succeeded: its staged deltas join the memory copy."""
         if self.whole is not None:
-            self.runs = KeyedRuns(self.key, self.schema, self.duck)
-            self.runs.replace(self.whole)
+            self.runs = self.whole
         if self.runs is not None:
             for delta in self.staged:
                 self.runs.apply(delta)
@@ -336,11 +341,8 @@ class TableStateStore:
         states = {}
         for state, rows in self.memory.items():
             schema = self.schemas[state]
-            netted = rows.lookup(None).select(schema.names).cast(schema)
-            if state in deltas:
-                netted = self._consolidate([netted, deltas[state]], schema)
-                rows.stage(netted, whole=True)  # the memory copy takes the netted state, not the delta to merge
-            states[state] = netted
+            netted = rows.stage_whole(deltas[state]) if state in deltas else rows.lookup(None)
+            states[state] = netted.select(schema.names).cast(schema)
         change = Replacement(rows=self.packing.pack(states))
         self.staged_log[name] = (change.rows.num_rows, change.rows.num_rows)
         return {name: change}

@@ -90,10 +90,11 @@ class KeyedRuns:
             merged = self._merge([r for r in self.runs if level(r) == full[0]])
             self.runs = [r for r in self.runs if level(r) != full[0]] + ([merged] if merged.rows.num_rows else [])
 
-    def replace(self, rows: pa.Table) -> None:
-        """Hold exactly ``rows``, a netted Z-set (each distinct row once, no zero weight): one run, no merge."""
-        rows = rows.select(self.schema.names).cast(self.schema)
-        self.runs = [self._sorted(rows, self._hash(rows), True)] if rows.num_rows else []
+    def copy(self) -> KeyedRuns:
+        """Another table holding the same rows (the runs' arrow tables are shared: a run is never changed)."""
+        other = KeyedRuns(self.key, self.schema, self.duck)
+        other.runs = list(self.runs)
+        return other
 
     def held(self) -> int:
         """Rows in the runs (a row in several runs counts in each)."""
