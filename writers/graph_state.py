@@ -140,9 +140,11 @@ class CommittedRows:
                 self.runs.apply(delta)
         self.staged, self.whole = [], None
 
-    def held(self) -> int:
-        """Rows held in memory (runs not yet merged count each of their rows: at least the table's distinct rows)."""
-        return self._loaded().held()
+    def held(self) -> int | None:
+        """Rows held in memory (a row in several runs not yet merged counts in each: at least the table's distinct
+        rows); None when the rows are not held (a subclass that reads its table per lookup)."""
+        runs = self._loaded()
+        return None if runs is None else runs.held()
 
     def _loaded(self) -> KeyedRuns:
         if self.runs is None:
@@ -328,10 +330,9 @@ class TableStateStore:
         name = log.table_name
         appended = sum(d.num_rows for d in deltas.values())
         logged, folded = self.logged.get(name, 0) + appended, self.folded.get(name, 0)
-        held = sum(rows.held() for rows in self.memory.values())
-        cheaper = (
-            FOLD_WHEN_SMALLER and 0 < held <= appended
-        )  # (an empty log, a first batch: its delta is the state, appended as it is)
+        held = [rows.held() for rows in self.memory.values()]
+        # (an empty log, a first batch: its delta is the state, appended as it is; a state not held: never)
+        cheaper = FOLD_WHEN_SMALLER and None not in held and 0 < sum(held) <= appended  # type: ignore[arg-type]
         if not cheaper and logged <= FOLD_FACTOR * folded + FOLD_SLACK * len(self.memory):
             change = Change(rows=self.packing.pack(deltas))
             self.staged_log[name] = (logged, folded)
@@ -341,7 +342,13 @@ class TableStateStore:
         states = {}
         for state, rows in self.memory.items():
             schema = self.schemas[state]
-            netted = rows.stage_whole(deltas[state]) if state in deltas else rows.lookup(None)
+            if state not in deltas:
+                netted = rows.lookup(None)
+            elif rows.held() is None:  # not held (read from the table per lookup)
+                netted = self._consolidate([rows.lookup(None).select(schema.names).cast(schema), deltas[state]], schema)
+                rows.stage(deltas[state])
+            else:
+                netted = rows.stage_whole(deltas[state])
             states[state] = netted.select(schema.names).cast(schema)
         change = Replacement(rows=self.packing.pack(states))
         self.staged_log[name] = (change.rows.num_rows, change.rows.num_rows)
