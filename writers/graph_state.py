@@ -44,6 +44,9 @@ from writers.graph_log import StateLog
 # it is paid at most once per that many appended rows.
 FOLD_FACTOR = 2
 FOLD_SLACK = 50_000
+# The one log of every state (Iceberg) is also folded whenever its states hold no more rows than the epoch appends
+# (see TableStateStore._log_change).
+FOLD_WHEN_SMALLER = True
 
 
 @dataclass(frozen=True)
@@ -96,15 +99,16 @@ class CommittedRows:
         self.read, self.key, self.schema, self.duck = read, key, schema, duck
         self.runs: KeyedRuns | None = None
         self.staged: list[pa.Table] = []
+        self.whole: KeyedRuns | None = None  # staged: the table's whole Z-set after the epoch (stage_whole)
 
     def begin(self) -> None:
         """Start an epoch: a delta staged by an epoch that was not declared committed voids the memory copy."""
-        if self.staged:
+        if self.staged or self.whole is not None:
             self.forget()
 
     def forget(self) -> None:
         """Read the table again on next use (e.g. it was committed by a path that bypassed :meth:`stage`)."""
-        self.runs, self.staged = None, []
+        self.runs, self.staged, self.whole = None, [], None
 
     def lookup(self, keys: pa.Table | None) -> pa.Table:
         """The rows whose key equals a row of ``keys`` (NULL matches NULL); every row for None or no key."""
@@ -118,17 +122,35 @@ class CommittedRows:
         if delta.num_rows:
             self.staged.append(delta)
 
+    def stage_whole(self, delta: pa.Table) -> pa.Table:
+        """The table's whole Z-set after ``delta``, netted (what a fold writes); held as the memory copy's next
+        state until :meth:`committed` (then taken as it is, not merged again)."""
+        after = self._loaded().copy()
+        after.apply(delta)
+        rows = after.all()
+        self.staged, self.whole = [], after
+        return rows
+
     def committed(self) -> None:
         """The epoch's commit succeeded: its staged deltas join the memory copy."""
+        if self.whole is not None:
+            self.runs = self.whole
         if self.runs is not None:
             for delta in self.staged:
                 self.runs.apply(delta)
-        self.staged = []
+        self.staged, self.whole = [], None
+
+    def held(self) -> int | None:
+        """Rows held in memory (a row in several runs not yet merged counts in each: at least the table's distinct
+        rows); None when the rows are not held (a subclass that reads its table per lookup)."""
+        runs = self._loaded()
+        return None if runs is None else runs.held()
 
     def _loaded(self) -> KeyedRuns:
         if self.runs is None:
             runs = KeyedRuns(self.key, self.schema, self.duck)
             runs.apply(_conform(self.read(), self.schema))
+            runs.all()  # netted once (a log's rows sum to the state), not on every lookup that finds them
             self.runs = runs
         return self.runs
 
@@ -296,27 +318,40 @@ class TableStateStore:
         return Replacement(rows=rows)
 
     def _log_change(self, log: SnapshotWriter, deltas: dict[str, pa.Table]) -> dict[str, Change]:
-        """The one log's change: every state's delta appended, or, once the log is due to be folded, the whole
-        log replaced by the states it nets to (the memory copies plus the deltas). Stages the deltas."""
+        """The one log's change: every state's delta appended, or the whole log replaced by the states it nets to
+        (the memory copies plus the deltas) once it is due to be folded, or when the states hold no more rows than
+        the epoch would append (an epoch that rewrites most of its state, e.g. an aggregate whose every group
+        changes, appends each changed row twice, old and new: writing the states whole is then the smaller file,
+        and the log stays one file). Stages the deltas."""
         if not deltas:
             return {}
         for rows in self.memory.values():
             rows._loaded()  # reads the log on first use (and its length)
         name = log.table_name
-        logged, folded = self.logged.get(name, 0) + sum(d.num_rows for d in deltas.values()), self.folded.get(name, 0)
-        if logged <= FOLD_FACTOR * folded + FOLD_SLACK * len(self.memory):
+        appended = sum(d.num_rows for d in deltas.values())
+        logged, folded = self.logged.get(name, 0) + appended, self.folded.get(name, 0)
+        held = [rows.held() for rows in self.memory.values()]
+        # (an empty log, a first batch: its delta is the state, appended as it is; a state not held: never)
+        cheaper = FOLD_WHEN_SMALLER and None not in held and 0 < sum(held) <= appended  # type: ignore[arg-type]
+        if not cheaper and logged <= FOLD_FACTOR * folded + FOLD_SLACK * len(self.memory):
             change = Change(rows=self.packing.pack(deltas))
             self.staged_log[name] = (logged, folded)
-        else:
-            states = {}
-            for state, rows in self.memory.items():
-                schema = self.schemas[state]
-                held = [rows.lookup(None).select(schema.names).cast(schema)]
-                states[state] = self._consolidate(held + ([deltas[state]] if state in deltas else []), schema)
-            change = Replacement(rows=self.packing.pack(states))
-            self.staged_log[name] = (change.rows.num_rows, change.rows.num_rows)
-        for state, delta in deltas.items():
-            self.memory[state].stage(delta)
+            for state, delta in deltas.items():
+                self.memory[state].stage(delta)
+            return {name: change}
+        states = {}
+        for state, rows in self.memory.items():
+            schema = self.schemas[state]
+            if state not in deltas:
+                netted = rows.lookup(None)
+            elif rows.held() is None:  # not held (read from the table per lookup)
+                netted = self._consolidate([rows.lookup(None).select(schema.names).cast(schema), deltas[state]], schema)
+                rows.stage(deltas[state])
+            else:
+                netted = rows.stage_whole(deltas[state])
+            states[state] = netted.select(schema.names).cast(schema)
+        change = Replacement(rows=self.packing.pack(states))
+        self.staged_log[name] = (change.rows.num_rows, change.rows.num_rows)
         return {name: change}
 
     def _row_change(self, stored: pa.Table, rows: pa.Table, schema: pa.Schema) -> Change:

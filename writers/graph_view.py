@@ -14,6 +14,7 @@ Iceberg only (its group stages a replacement); Delta's views are always changed 
 from __future__ import annotations
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from lakeview.graph.zset import WEIGHT, Duck, cols_sql
 from lakeview.ivm.commits import Change
@@ -55,12 +56,16 @@ class ViewRows:
         after = self.duck.consolidate(
             f"SELECT {cols}, {WEIGHT} FROM h UNION ALL SELECT {cols}, {WEIGHT} FROM n", list(self.key), h=held, n=net
         )
-        copies = self.duck.query(f"SELECT COALESCE(SUM({WEIGHT}), 0) AS n FROM a WHERE {WEIGHT} > 0", a=after)
-        if copies.column(0)[0].as_py() > REPLACE_ROWS:  # grown past memory's share: changed by key from now on
+        live = after.filter(pc.greater(after.column(WEIGHT), 0))
+        copies = pc.sum(live.column(WEIGHT)).as_py() or 0
+        if copies > REPLACE_ROWS:  # grown past memory's share: changed by key from now on
             self.memory = None
             return multiset_change(self.writer, weighted, self.key)
         self.memory.stage(net)
-        rows = self.duck.query(f"SELECT {cols} FROM a, range(CAST(a.{WEIGHT} AS BIGINT)) WHERE a.{WEIGHT} > 0", a=after)
+        rows = live.select(list(self.key))
+        if copies != rows.num_rows:  # a row held more than once: its copies
+            weights = live.column(WEIGHT).to_pylist()
+            rows = rows.take(pa.array([i for i, n in enumerate(weights) for _ in range(n)], pa.int64()))
         return Replacement(rows=rows)
 
     def committed(self) -> None:

@@ -23,7 +23,9 @@ SUPPORTED = ("sum", "count", "avg", "min", "max")
 # a linear aggregate's partials per group (its state's columns), under Lakeview's reserved prefix so that a
 # user column or output may take any other name (``__cnt`` too)
 COUNT, SUM, NUM = "__lv_cnt", "__lv_sum", "__lv_num"  # rows; per aggregate i: the sum, the non-NULL rows
-PRIOR, PART = "__lv_prior_", "__lv_part"  # _linear's one query: a partial's new value, which result a row is
+PART = "__lv_part"  # _linear's one query: which result a row is
+# _linear's one query: a group's partials before the epoch, its aggregates' values after and before
+OLD, NEW_VALUE, OLD_VALUE = "__lv_old_", "__lv_new_v", "__lv_old_v"
 
 
 @dataclass(frozen=True)
@@ -119,13 +121,15 @@ class Aggregate(Operator):
             exprs.append(f"SUM({WEIGHT}) FILTER (WHERE {cond}) AS {NUM}{i}")
         return exprs
 
-    def _value(self, i: int, a: AggSpec, t: str) -> str:
-        n = f"COALESCE({t}.{NUM}{i}, 0)"
+    def _value(self, i: int, a: AggSpec, t: str = "", prefix: str = "") -> str:
+        """Aggregate ``i``'s value from its partials: columns ``{t}.{prefix}{partial}`` (no alias ``t``: unqualified)."""
+        t = f"{t}.{prefix}" if t else prefix
+        n = f"COALESCE({t}{NUM}{i}, 0)"
         if a.func == "count":
             return f"CAST({n} AS BIGINT)"
         if a.func == "sum":
-            return f"CASE WHEN {n} > 0 THEN {t}.{SUM}{i} END"
-        return f"CASE WHEN {n} > 0 THEN CAST({t}.{SUM}{i} AS DOUBLE) / {n} END"
+            return f"CASE WHEN {n} > 0 THEN {t}{SUM}{i} END"
+        return f"CASE WHEN {n} > 0 THEN CAST({t}{SUM}{i} AS DOUBLE) / {n} END"
 
     def _linear(self, rt: Runtime, delta: pa.Table, first: bool) -> pa.Table:
         partial_cols = [COUNT] + [
@@ -139,33 +143,44 @@ class Aggregate(Operator):
         if first:
             rt.store.apply(self.records, rt.duck.query(f"SELECT *, 1 AS {WEIGHT} FROM g LIMIT 0", g=dagg))
         old = rt.store.lookup(self.records, dagg.select(self.group) if self.group else None)  # dagg: one row a group
+        # one query for both results (DuckDB's cost per query dwarfs these few rows): the view's change (part 0:
+        # a group's old values -1 and new values +1 where they differ) and the records' change (part 1: the old
+        # partials -1, the new +1), split below. The FULL JOIN pairs each group's old record (at most one: the
+        # records hold one per group) with its delta, so old and new values are compared in place, not netted by
+        # a GROUP BY over every column.
         on = " AND ".join(f"o.{q(g)} IS NOT DISTINCT FROM g.{q(g)}" for g in self.group) or "TRUE"
-        merged = ", ".join(
+        paired = ", ".join(
             [f"COALESCE(g.{q(c)}, o.{q(c)}) AS {q(c)}" for c in self.group]
             + [f"COALESCE(o.{c}, 0) + COALESCE(g.{c}, 0) AS {c}" for c in partial_cols]
+            + [f"o.{c} AS {OLD}{c}" for c in partial_cols]
         )
-        values = ", ".join(f"{self._value(i, a, 't')} AS {q(a.out)}" for i, a in enumerate(self.aggs))
-        gl = f"{cols_sql(self.group, 't.')}, " if self.group else ""
-        live = f"t.{COUNT} <> 0" if self.group else "TRUE"
-        outs = [f"SELECT {gl}{values}, 1 AS {WEIGHT} FROM new t WHERE {live}"]
-        if not (first and not self.group):
-            outs.append(f"SELECT {gl}{values}, -1 AS {WEIGHT} FROM o t WHERE {live}")
-        # one query for both results (DuckDB's cost per query dwarfs these few rows): the view's change
-        # (part 0: values, netted) and the records' change (part 1: partials), split below
-        vals, nulls = cols_sql([a.out for a in self.aggs]), ", ".join("NULL" for _ in self.aggs)
-        recs = ", ".join(f"t.{q(c)} AS {q(PRIOR + c)}" for c in partial_cols)
-        no_recs = ", ".join(f"NULL AS {q(PRIOR + c)}" for c in partial_cols)
+        valued = ", ".join(
+            f"{self._value(i, a)} AS {NEW_VALUE}{i}, {self._value(i, a, prefix=OLD)} AS {OLD_VALUE}{i}"
+            for i, a in enumerate(self.aggs)
+        )
+        differ = " OR ".join(f"{NEW_VALUE}{i} IS DISTINCT FROM {OLD_VALUE}{i}" for i in range(len(self.aggs)))
+        differ = f"({differ})" if self.aggs else "FALSE"
+        was = "FALSE" if first and not self.group else f"{OLD}{COUNT} IS NOT NULL"  # the group had a record
+        was_live, is_live = (f"{was} AND {OLD}{COUNT} <> 0", f"{COUNT} <> 0") if self.group else (was, "TRUE")
+        gl = f"{cols_sql(self.group)}, " if self.group else ""
+        nulls = ", ".join("NULL" for _ in self.aggs)
+        news = ", ".join(f"{NEW_VALUE}{i}" for i in range(len(self.aggs)))
+        olds = ", ".join(f"{OLD_VALUE}{i}" for i in range(len(self.aggs)))
+        no_recs = ", ".join(f"NULL AS {c}" for c in partial_cols)
         sql = (
-            f"WITH new AS (SELECT {merged} FROM o FULL JOIN g ON {on}) "
-            f"SELECT 0 AS {PART}, {lead}{vals}, {no_recs}, CAST(SUM({WEIGHT}) AS BIGINT) AS {WEIGHT} "
-            f"FROM ({union_sql(outs)}) GROUP BY ALL HAVING SUM({WEIGHT}) <> 0 "
-            f"UNION ALL SELECT 1, {gl}{nulls}, {recs}, 1 FROM new t WHERE {live} "
-            f"UNION ALL SELECT 1, {gl}{nulls}, {recs}, -1 FROM o t"
+            f"WITH p AS (SELECT {paired} FROM o FULL JOIN g ON {on}), v AS (SELECT *, {valued} FROM p) "
+            f"SELECT 0 AS {PART}, {gl}{news}, {no_recs}, CAST(1 AS BIGINT) AS {WEIGHT} FROM v "
+            f"WHERE {is_live} AND (NOT ({was_live}) OR {differ}) "
+            f"UNION ALL SELECT 0, {gl}{olds}, {no_recs}, -1 FROM v WHERE {was_live} AND (NOT ({is_live}) OR {differ}) "
+            f"UNION ALL SELECT 1, {gl}{nulls}, {cols_sql(partial_cols)}, 1 FROM v WHERE {is_live} "
+            f"UNION ALL SELECT 1, {gl}{nulls}, {', '.join(f'{OLD}{c}' for c in partial_cols)}, -1 FROM v WHERE {was}"
         )
         both = rt.duck.query(sql, o=old, g=dagg)
         part = both.column(PART)
-        out = both.filter(pc.equal(part, 0)).select(self.columns + [WEIGHT])
-        change = both.filter(pc.equal(part, 1)).select(self.group + [PRIOR + c for c in partial_cols] + [WEIGHT])
+        values = [f"{NEW_VALUE}{i}" for i in range(len(self.aggs))]
+        out = both.filter(pc.equal(part, 0)).select(self.group + values + [WEIGHT])
+        out = out.rename_columns(self.columns + [WEIGHT])
+        change = both.filter(pc.equal(part, 1)).select(self.group + partial_cols + [WEIGHT])
         change = change.rename_columns(rec_cols + [WEIGHT])
         rt.store.apply(self.records, change)
         return out

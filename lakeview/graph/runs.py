@@ -90,6 +90,16 @@ class KeyedRuns:
             merged = self._merge([r for r in self.runs if level(r) == full[0]])
             self.runs = [r for r in self.runs if level(r) != full[0]] + ([merged] if merged.rows.num_rows else [])
 
+    def copy(self) -> KeyedRuns:
+        """Another table holding the same rows (the runs' arrow tables are shared: a run is never changed)."""
+        other = KeyedRuns(self.key, self.schema, self.duck)
+        other.runs = list(self.runs)
+        return other
+
+    def held(self) -> int:
+        """Rows in the runs (a row in several runs counts in each)."""
+        return sum(r.rows.num_rows for r in self.runs)
+
     def _widen(self, delta: pa.Table) -> None:
         """A delta whose types differ from the held rows': DuckDB unifies both, and the table is rebuilt."""
         held = self.all()
@@ -122,9 +132,7 @@ class KeyedRuns:
         """One run from several: equal rows' weights summed, rows netting to zero dropped, sorted again."""
         rows = pa.concat_tables([r.rows for r in runs])
         hashes = pa.chunked_array([r.hashes for r in runs], pa.uint64())
-        columns = data_columns(rows)
-        with_hash = rows.append_column(HASH, hashes)
-        netted = self.duck.consolidate("SELECT * FROM t", columns + [HASH], t=with_hash)
+        netted = self._summed(rows.append_column(HASH, hashes))
         return self._sorted(netted.drop_columns([HASH]).cast(self.schema), netted.column(HASH).combine_chunks(), True)
 
     # -- reads ----------------------------------------------------------------------------------------------
@@ -164,15 +172,20 @@ class KeyedRuns:
         return self._net(rows)
 
     def _net(self, rows: pa.Table) -> pa.Table:
-        """Equal rows' weights summed, zero weights dropped: by arrow's hash aggregation where its equality is
-        SQL's (no float or nested column), else by DuckDB."""
+        """Equal rows' weights summed, zero weights dropped."""
+        return self._summed(rows).select(self.schema.names).cast(self.schema)
+
+    def _summed(self, rows: pa.Table) -> pa.Table:
+        """``rows`` (any columns and the weight) with equal rows' weights summed and zero weights dropped: by
+        arrow's hash aggregation where its equality is SQL's (no float or nested column), else by DuckDB."""
         columns = data_columns(rows)
-        if any(pa.types.is_floating(f.type) or pa.types.is_nested(f.type) for f in self.schema if f.name != WEIGHT):
-            return self.duck.consolidate("SELECT * FROM t", columns, t=rows).cast(self.schema)
+        if not columns or any(
+            pa.types.is_floating(f.type) or pa.types.is_nested(f.type) for f in rows.schema if f.name != WEIGHT
+        ):
+            return self.duck.consolidate("SELECT * FROM t", columns, t=rows)
         summed = rows.group_by(columns, use_threads=False).aggregate([(WEIGHT, "sum")])
         summed = summed.filter(pc.not_equal(summed[WEIGHT + "_sum"], 0))
-        named = summed.rename_columns([WEIGHT if n == WEIGHT + "_sum" else n for n in summed.column_names])
-        return named.select(self.schema.names).cast(self.schema)
+        return summed.rename_columns([WEIGHT if n == WEIGHT + "_sum" else n for n in summed.column_names])
 
     def _same_key(self, rows: pa.Table, row_hashes: pa.ChunkedArray, keys: pa.Table, hashes: pa.Array) -> pa.Array:
         """Which rows (their hashes ``row_hashes``) have exactly the key of the (single) key row with their hash,
