@@ -155,15 +155,22 @@ def collect_sources(
         rows = _untagged(collected, index)
         bad = rows.filter(pc.is_valid(rows.column(REASON)))
         if bad.num_rows:
-            names = {FILE: "file", REASON: "reason", RECORD: "record"}
-            quarantines[source].record(
-                epoch_id, bad.select(list(names)).rename_columns(list(names.values())).to_pylist()
-            )
+            quarantines[source].record(epoch_id, _bad_rows(bad))
         good = rows.filter(pc.is_null(rows.column(REASON)))
         out.rows_in, out.quarantined = out.rows_in + good.num_rows, out.quarantined + bad.num_rows
         internal = [c for c in (CORRUPT, FILE, REASON, RECORD) if c in good.column_names]
         out.tables[source] = _input_table(good.drop_columns(internal), configs[source])
     return out
+
+
+def _bad_rows(bad: pa.Table) -> list[dict]:
+    """An epoch's set-aside rows as (``file``, ``reason``, ``record``). A malformed line's raw text is kept
+    as Spark read it, which need not be UTF-8: its invalid bytes become U+FFFD instead of failing the epoch."""
+    records = bad.column(RECORD).cast(pa.binary()).to_pylist()
+    return [
+        {"file": file, "reason": reason, "record": None if raw is None else raw.decode("utf-8", "replace")}
+        for file, reason, raw in zip(bad.column(FILE).to_pylist(), bad.column(REASON).to_pylist(), records)
+    ]
 
 
 def direct_sources(configs: dict[str, SourceConfig], quarantines: dict[str, Quarantine]) -> list[str]:
