@@ -34,7 +34,7 @@ from lakeview.cli.generator import land_json
 from lakeview.config.models import ProjectConfig
 from lakeview.ivm import oracle
 from lakeview.ops.retrying import retry_transient
-from lakeview.sql.planner import plan_view
+from lakeview.sql.planner import view_plan
 from tests.s3_server import SeaweedS3
 from tests.spark_jobs.test_crash import project_on_disk
 from tests.waiting import wait_for
@@ -466,7 +466,7 @@ class ChaosLake:
         assert self.project is not None
         skipped = []
         for gap in self.ledger.gaps(view):
-            sources = plan_view(view, self.project.views[view].sql, "spark").sources
+            sources = view_plan(self.project, view).sources
             upto = [
                 oracle.frontier_files(
                     self.project, view, {s: {"log_offset": b, "index": i} for i, s in enumerate(sources)}
