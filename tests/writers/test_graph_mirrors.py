@@ -69,6 +69,26 @@ def as_set(rows: pa.Table) -> set[tuple]:
     return {(r["id"], r["pid"], r["amount"]) for r in rows.to_pylist()}
 
 
+def one_epoch(mirrors, group, name: str, number: int, latest: pa.Table, before: dict) -> int:
+    """Look up, apply and commit one epoch's changes ``latest`` (epoch 3 is first computed and never committed,
+    its outcome unknown: the retry reads the table again); the old rows found are ``before``'s. Returns the
+    folds the commit made."""
+    if number == 3:
+        mirrors.begin({})
+        zset, _ = normalize(latest, mirrors.old("orders", latest.select(["id"])), FEED, SCHEMA.names)
+        mirrors.apply("orders", zset.cast(mirror_schema(SCHEMA)))
+        mirrors.changes()
+    mirrors.begin({})
+    old = mirrors.old("orders", latest.select(["id"]))
+    assert as_set(old) == {(k, *before[k]) for k in latest.column("id").to_pylist() if k in before}
+    zset, _ = normalize(latest, old, FEED, SCHEMA.names)
+    mirrors.apply("orders", zset.cast(mirror_schema(SCHEMA)))
+    changes = mirrors.changes()
+    group.commit(Epoch(view=name, number=number, frontier={}), changes)  # type: ignore[arg-type]
+    mirrors.committed()
+    return sum(isinstance(c, Replacement) for c in changes.values())
+
+
 @pytest.mark.parametrize("table", ["log_folded", "keyed"])
 def test_a_mirror_gives_the_current_rows_across_folds_a_lost_epoch_and_a_restart(
     catalog_server: CatalogServer, table: str, monkeypatch: pytest.MonkeyPatch
@@ -85,21 +105,7 @@ def test_a_mirror_gives_the_current_rows_across_folds_a_lost_epoch_and_a_restart
         if number == 6:  # a restart: the mirror is read from its table
             mirrors, group = mirrors_over(catalog, name, append_log)
         before = dict(current)
-        latest = batch(rng, current, 12)
-        if number == 3:  # computed, never committed (the outcome unknown): the retry reads the table again
-            mirrors.begin({})
-            zset, _ = normalize(latest, mirrors.old("orders", latest.select(["id"])), FEED, SCHEMA.names)
-            mirrors.apply("orders", zset.cast(mirror_schema(SCHEMA)))
-            mirrors.changes()
-        mirrors.begin({})
-        old = mirrors.old("orders", latest.select(["id"]))
-        assert as_set(old) == {(k, *before[k]) for k in latest.column("id").to_pylist() if k in before}
-        zset, _ = normalize(latest, old, FEED, SCHEMA.names)
-        mirrors.apply("orders", zset.cast(mirror_schema(SCHEMA)))
-        changes = mirrors.changes()
-        folds += sum(isinstance(c, Replacement) for c in changes.values())
-        group.commit(Epoch(view=name, number=number, frontier={}), changes)  # type: ignore[arg-type]
-        mirrors.committed()
+        folds += one_epoch(mirrors, group, name, number, batch(rng, current, 12), before)
         everything = mirrors.old("orders", pa.table({"id": pa.array(range(60), pa.int64())}))
         assert as_set(everything) == {(k, *v) for k, v in current.items()}, f"epoch {number}"
     stored = catalog.load_table(("graph_mirror_tests", name)).scan().to_arrow()
@@ -126,21 +132,7 @@ def test_a_mirror_past_the_bound_reads_only_the_row_groups_that_can_hold_the_key
         if number == 6:
             mirrors, group = mirrors_over(catalog, name, True, row_group=3)
         before = dict(current)
-        latest = batch(rng, current, 12)
-        if number == 3:  # computed, never committed
-            mirrors.begin({})
-            zset, _ = normalize(latest, mirrors.old("orders", latest.select(["id"])), FEED, SCHEMA.names)
-            mirrors.apply("orders", zset.cast(mirror_schema(SCHEMA)))
-            mirrors.changes()
-        mirrors.begin({})
-        old = mirrors.old("orders", latest.select(["id"]))
-        assert as_set(old) == {(k, *before[k]) for k in latest.column("id").to_pylist() if k in before}
-        zset, _ = normalize(latest, old, FEED, SCHEMA.names)
-        mirrors.apply("orders", zset.cast(mirror_schema(SCHEMA)))
-        changes = mirrors.changes()
-        folds += sum(isinstance(c, Replacement) for c in changes.values())
-        group.commit(Epoch(view=name, number=number, frontier={}), changes)  # type: ignore[arg-type]
-        mirrors.committed()
+        folds += one_epoch(mirrors, group, name, number, batch(rng, current, 12), before)
         rows = mirrors.store.memory["orders"]
         assert isinstance(rows, ClusteredRows) and rows.runs is None, "past the bound nothing is held"
         everything = mirrors.old("orders", pa.table({"id": pa.array(range(60), pa.int64())}))
