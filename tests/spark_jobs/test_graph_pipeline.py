@@ -474,8 +474,9 @@ def test_a_view_over_parquet_files_only_runs_its_epochs_without_spark_and_replay
 def test_change_feed_mirrors_past_driver_keys_max_are_folded_logs_that_restarts_read_back(
     spark, catalog_server: CatalogServer, make_project, unique_name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Every table past ``[spark] driver_keys_max`` (0): the change feeds' mirrors are still served from the
-    driver's memory copy, and on Iceberg each epoch appends its netted change to them, folded whenever the
+    """Every table past ``[spark] driver_keys_max`` (0): the change feeds' mirrors are looked up by key in their
+    tables (on Iceberg by the row groups whose key range can hold the keys: writers/iceberg/key_ranges), and
+    on Iceberg each epoch appends its netted change to them, folded whenever the
     log outgrows the mirror (here: every epoch; tests/writers/test_graph_mirrors.py reads a log of folded and
     appended rows). A new pipeline every epoch reads them back: the view equals the recompute after every
     epoch, and each mirror nets to the feed's current rows."""
