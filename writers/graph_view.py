@@ -97,9 +97,9 @@ def multiset_change(view: SnapshotWriter, weighted: pa.Table, key: tuple[str, ..
     stored = stored.select(list(key)) if stored.num_rows else net.select(list(key)).slice(0, 0)
     match = " AND ".join(f'n."{k}" IS NOT DISTINCT FROM s."{k}"' for k in key)
     keys = ", ".join(f'n."{k}"' for k in key)
-    counted = f"SELECT {keys}, n.{WEIGHT} + (SELECT COUNT(*) FROM s WHERE {match}) AS {COPIES} FROM n"
-    rows = arrow_sql(
-        f"SELECT {cols} FROM ({counted}) AS t, range(CAST(t.{COPIES} AS BIGINT)) WHERE t.{COPIES} > 0", n=net, s=stored
-    )
-    gone = arrow_sql(f"SELECT {cols} FROM ({counted}) AS t WHERE t.{COPIES} <= 0", n=net, s=stored)
+    counted = arrow_sql(
+        f"SELECT {keys}, n.{WEIGHT} + (SELECT COUNT(*) FROM s WHERE {match}) AS {COPIES} FROM n", n=net, s=stored
+    )  # each touched row's copies after the epoch, counted once
+    rows = arrow_sql(f"SELECT {cols} FROM t, range(CAST(t.{COPIES} AS BIGINT)) WHERE t.{COPIES} > 0", t=counted)
+    gone = counted.filter(pc.less_equal(counted.column(COPIES), 0)).select(list(key))
     return Change(rows=rows, key=key, deletes=gone if gone.num_rows else None)
