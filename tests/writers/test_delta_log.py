@@ -73,3 +73,31 @@ def test_a_keyed_epoch_that_changes_no_row_commits_nothing_and_the_next_epoch_co
     assert third is not None and third.epoch == 3 and third.snapshot_id == first.snapshot_id + 1
     assert writer.table().to_pyarrow_table().to_pylist() == [{"id": 1, "n": 30}]
     assert [r.epoch for r in history_of(DeltaTable(writer.location))] == [3, 1]
+
+
+def test_timestamps_with_a_zone_are_stored_in_utc_also_inside_structs_lists_and_maps(tmp_path: Path) -> None:
+    """DuckDB (an operator graph's state) names UTC "Etc/UTC", which delta-rs refuses: the table is created with
+    UTC at every depth, and rows in the other name commit and read back as the same instants."""
+    stamp = pa.timestamp("us", "Etc/UTC")
+    kinds = {
+        "t": stamp,
+        "s": pa.struct([("at", stamp), ("n", pa.int64())]),
+        "l": pa.list_(stamp),
+        "m": pa.map_(pa.string(), stamp),
+    }
+    writer = DeltaWriter(str(tmp_path / "v"), "v")
+    writer.ensure_table(pa.schema(list(kinds.items())), None, {})
+    instant = 1_700_000_000_000_000
+    rows = pa.table(
+        {
+            "t": pa.array([instant], stamp),
+            "s": pa.array([{"at": instant, "n": 1}], kinds["s"]),
+            "l": pa.array([[instant, None]], kinds["l"]),
+            "m": pa.array([[("a", instant)]], kinds["m"]),
+        }
+    )
+    writer.commit(Epoch("v", 0, {"n": 0}), Change(rows))
+
+    stored = writer.table().to_pyarrow_table()
+    assert stored.schema.field("s").type.field("at").type == pa.timestamp("us", "UTC")
+    assert stored.cast(rows.schema).to_pylist() == rows.to_pylist()

@@ -272,10 +272,23 @@ class DeltaWriter(SnapshotWriter):
 
 
 def _utc(field: pa.Field) -> pa.Field:
-    """A timestamp column with a time zone as Delta stores it (UTC); any other column unchanged."""
-    if pa.types.is_timestamp(field.type) and field.type.tz is not None:
-        return field.with_type(pa.timestamp(field.type.unit, "UTC"))
-    return field
+    """A column as Delta stores it: a timestamp with a time zone in UTC (also inside a struct, list or map;
+    delta-rs refuses any other zone name, "Etc/UTC" too); any other type unchanged."""
+    return field.with_type(_utc_type(field.type))
+
+
+def _utc_type(kind: pa.DataType) -> pa.DataType:
+    if pa.types.is_timestamp(kind) and kind.tz is not None:
+        return pa.timestamp(kind.unit, "UTC")
+    if pa.types.is_struct(kind):
+        return pa.struct([_utc(kind.field(i)) for i in range(kind.num_fields)])
+    if pa.types.is_map(kind):
+        return pa.map_(_utc(kind.key_field), _utc(kind.item_field), kind.keys_sorted)
+    if pa.types.is_large_list(kind):
+        return pa.large_list(_utc(kind.value_field))
+    if pa.types.is_list(kind):
+        return pa.list_(_utc(kind.value_field))
+    return kind
 
 
 def _merge_source(rows: pa.Table, change: Change, schema: pa.Schema) -> pa.Table:
