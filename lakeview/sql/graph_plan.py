@@ -44,10 +44,12 @@ class GraphPlan:
 def graph_sql(sql: str, dialect: str) -> str:
     """``sql`` transpiled from ``dialect`` to DuckDB's, Spark's event-time windows computed in place
     (:func:`lakeview.sql.windows.inline`). Raises UnsupportedSQLError for a window Lakeview does not keep."""
-    if dialect == "duckdb":
-        return sql
     if dialect != "spark":
-        return sqlglot.transpile(sql, read=dialect, write="duckdb")[0]
+        if windows.mark_windows(sql) != sql:
+            raise UnsupportedSQLError(
+                f'event-time window() is Spark SQL, not {dialect}\'s: declare the view with dialect = "spark"'
+            )
+        return sql if dialect == "duckdb" else sqlglot.transpile(sql, read=dialect, write="duckdb")[0]
     tree = parse_statement(sql, dialect)
 
     def at(node: exp.Expression, problem: str, nearest: str) -> str:

@@ -247,3 +247,8 @@ def test_constant_rows_as_the_last_cross_join_multiply_each_change() -> None:
     assert sorted(out.to_pylist(), key=str) == sorted(
         [{"id": 1, "k": 1, "tag": "x", WEIGHT: 2}, {"id": 1, "k": -2, "tag": None, WEIGHT: 2}], key=str
     )
+
+
+def test_a_window_in_another_dialect_is_refused_naming_spark() -> None:
+    with pytest.raises(UnsupportedSQLError, match='dialect = "spark"'):
+        graph_sql("SELECT COUNT(*) AS n FROM orders GROUP BY window(ts, '5 minutes')", "duckdb")
