@@ -8,6 +8,9 @@ of ``--repeats`` epochs is printed next to DuckDB's full recompute of the same S
 inputs, and the maintained view is checked equal to the recompute. Pure Python + DuckDB: no Spark, no catalog.
 
     .venv/bin/python bench/graph_windows.py [--orders 200000 1000000] [--batch 10000] [--updates 20] [--repeats 3]
+
+Measured (one run, defaults, load average 7.2 -> 6.1 on 2 shared cores): at 1M orders an epoch takes 0.038 s
+(no window), 0.088 s (tumbling) and 0.157 s (hopping) against DuckDB recomputes of 0.074, 0.262 and 3.19 s.
 """
 
 from __future__ import annotations
