@@ -11,7 +11,6 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 from pydantic import BaseModel, ValidationError
-from sqlglot import exp
 
 from lakeview.config.auth import AuthClientConfig, AuthConfig
 from lakeview.config.console import ConsoleConfig
@@ -45,12 +44,9 @@ from lakeview.sql.dag import check_dag
 from lakeview.sql.dialects import check_inline_view
 from lakeview.sql.graph_plan import GraphPlan, graph_plan, graph_sql
 from lakeview.sql.groups import check_groups
-from lakeview.sql.plan import WEIGHT, parse_statement
+from lakeview.sql.plan import WEIGHT
 from lakeview.sql.planner import view_plan
 from lakeview.sql.watermark import check as check_watermark
-from lakeview.sql.windows import FUNCTION as WINDOW_CALL
-
-WINDOWS = (WINDOW_CALL, "session_window")  # Spark's event-time window functions (lakeview.sql.windows)
 
 
 def load_project(path: str | Path = PROJECT_FILE) -> ProjectConfig:
@@ -199,15 +195,6 @@ def _check_graph_view(config: ProjectConfig, name: str, plan: GraphPlan) -> None
             )
     if problem := check_column_roles(plan, config):
         raise ConfigError(config.file, key, problem)
-    if any(str(f.this).lower() in WINDOWS for f in parse_statement(plan.sql, plan.dialect).find_all(exp.Anonymous)):
-        raise ConfigError(
-            config.file,
-            key,
-            "an event-time window (window(...) in GROUP BY) over a join, a union or a subquery is not supported by "
-            "the operator graph yet; nearest supported form: the window over one source or one view "
-            "(SELECT window(ts, '10 minutes').start AS window_start, k, SUM(x) AS s FROM a_view GROUP BY window(ts, "
-            "'10 minutes'), k), with the join in the view it reads",
-        )
     try:
         graph = view_graph(config, name)
     except UnsupportedSQLError as exc:

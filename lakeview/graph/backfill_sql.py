@@ -19,10 +19,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import sqlglot
+from sqlglot import exp
 
 from lakeview.errors import UnsupportedSQLError
 from lakeview.graph.aggregate import COUNT, NUM, SUM, Aggregate
 from lakeview.graph.driver import Graph
+from lakeview.graph.expand import Expand
 from lakeview.graph.join import Join, SemiJoin
 from lakeview.graph.operators import Distinct, Filter, Project, Source, UnionAll
 from lakeview.graph.topk import TopK
@@ -87,7 +89,8 @@ class _Writer:
         """A DuckDB expression (or ``expr AS alias``) in this dialect."""
         if self.dialect == "duckdb":
             return duck
-        return sqlglot.parse_one(duck, read="duckdb").sql(dialect="spark")
+        tree = sqlglot.parse_one(duck, read="duckdb")
+        return tree.transform(_spark_micros).transform(_spark_time).sql(dialect="spark")
 
     def order(self, items: list[str]) -> str:
         """DuckDB ORDER BY items in this dialect."""
@@ -123,6 +126,27 @@ class _Writer:
         )
 
 
+def _spark_micros(node: exp.Expr) -> exp.Expr:
+    """DuckDB's ``epoch_us(t)`` (an event-time window's bounds), which sqlglot reads as a call it does not
+    know, is Spark's ``unix_micros(t)``."""
+    if isinstance(node, exp.Anonymous) and str(node.this).lower() == "epoch_us" and len(node.expressions) == 1:
+        return exp.UnixMicros(this=node.expressions[0])
+    return node
+
+
+def _spark_time(node: exp.Expr) -> exp.Expr:
+    """DuckDB's ``t + INTERVAL (n) MICROSECOND`` with a computed ``n`` (an event-time window's bounds) is Spark's
+    ``timestampadd`` (Spark's interval literals take constants only), which keeps the timestamp's type."""
+    interval = node.expression if isinstance(node, exp.Add) else None
+    if (
+        isinstance(interval, exp.Interval)
+        and str(interval.unit.this if interval.unit else "").upper() == "MICROSECOND"
+        and not isinstance(interval.this, exp.Literal)
+    ):
+        return exp.TimestampAdd(this=node.this, expression=interval.this, unit=exp.var("MICROSECOND"))
+    return node
+
+
 Relation = Callable[[str], str]
 
 
@@ -148,6 +172,14 @@ def _union_all(sql: _Writer, op: UnionAll, inputs: list[str], sources, relation:
         items = ", ".join(f"{sql.q(s)} AS {sql.q(d)}" for s, d in zip(child.columns, op.columns, strict=True))
         parts.append(f"SELECT {items}, {WEIGHT} FROM {rel}")
     return relation(" UNION ALL ".join(parts))
+
+
+def _expand(sql: _Writer, op: Expand, inputs: list[str], sources, relation: Relation, state) -> str:  # type: ignore[no-untyped-def]
+    values = ", ".join("(" + ", ".join(sql.expr(v) for v in row) + ")" for row in op.rows)
+    return relation(
+        f"SELECT {sql.cols(op.inputs[0].columns, 'd.')}, {sql.cols(op.added, 'c.')}, d.{WEIGHT} FROM {inputs[0]} d "
+        f"CROSS JOIN (VALUES {values}) AS c({sql.cols(op.added)})"
+    )
 
 
 def _distinct(sql: _Writer, op: Distinct, inputs: list[str], sources, relation: Relation, state) -> str:  # type: ignore[no-untyped-def]
@@ -229,6 +261,7 @@ _RULES: dict[type, Callable[..., str]] = {
     Project: _project,
     UnionAll: _union_all,
     Distinct: _distinct,
+    Expand: _expand,
     Join: _join,
     SemiJoin: _semi_join,
     Aggregate: _aggregate,

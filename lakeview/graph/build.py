@@ -14,6 +14,7 @@ import pyarrow as pa
 from sqlglot import exp
 
 from lakeview.graph.aggregate import SUPPORTED, Aggregate, AggSpec
+from lakeview.graph.expand import Expand
 from lakeview.graph.join import Join, SemiJoin
 from lakeview.graph.operators import Distinct, Filter, Operator, Project, Source, UnionAll
 from lakeview.graph.passes import conjuncts, int_literal, refused
@@ -186,7 +187,12 @@ class Builder:
         if from_ is None:
             raise refused("SELECT without FROM", "a view reads at least one input")
         joins = sel.args.get("joins") or []
+        constant = joins[-1] if joins and isinstance(joins[-1].this, exp.Values) else None
+        if constant is not None:  # rows times constant rows (a hopping window's offsets): an Expand after the joins
+            joins = joins[:-1]
         pushed, plain, subs = self.split_where(sel, from_, joins)
+        if constant is not None:
+            plain = pushed.pop(constant.this.alias_or_name, []) + plain
         rel: Rel | None = self.pushed(self.table(from_.this, hints), from_.this, pushed)
         run: list[tuple[Rel, list[exp.Expr]]] = []
         if self.sizes and not any((j.side or "") for j in joins):  # all inner: any input may start the chain
@@ -206,6 +212,8 @@ class Builder:
             else:
                 run.append((right, conjuncts(j.args.get("on"))))
         rel = self.inner_run(rel, run)
+        if constant is not None:
+            rel = self.expand(rel, constant)
         if plain:
             render = Render(rel.scope)
             pred = " AND ".join(f"({render.sql(c)})" for c in plain)
@@ -213,6 +221,27 @@ class Builder:
         for c in subs:
             rel = self.semi(rel, c)
         return rel
+
+    def expand(self, rel: Rel, join: exp.Join) -> Rel:
+        """``rel`` CROSS JOIN (VALUES ...) AS alias(columns): an Expand (each row once per constant row)."""
+        values = join.this
+        what = values.sql(dialect="duckdb")[:80]
+        if join.side or (join.args.get("kind") or "CROSS").upper() != "CROSS" or join.args.get("on"):
+            raise refused(what, "constant rows (VALUES) are maintained only as the last CROSS JOIN of a FROM")
+        alias = values.args.get("alias")
+        names = [c.name for c in alias.columns] if alias is not None else []
+        rows = [list(t.expressions) if isinstance(t, exp.Tuple) else [t] for t in values.expressions]
+        if not names or any(len(r) != len(names) for r in rows):
+            raise refused(what, "constant rows need an alias naming each of their columns: AS t(a, b)")
+        literal = (exp.Literal, exp.Null, exp.Boolean)
+        if any(not isinstance(v.this if isinstance(v, exp.Neg) else v, literal) for r in rows for v in r):
+            raise refused(what, "constant rows (VALUES) hold literals only")
+        table = values.alias_or_name
+        cols = [self.fresh(f"{table}_{n}") for n in names]
+        op = self.add(
+            Expand, [rel.op], rel.op.columns + cols, rows=[[v.sql(dialect="duckdb") for v in r] for r in rows]
+        )
+        return Rel(op, {**rel.scope, **{(table, n): c for n, c in zip(names, cols, strict=True)}}, rel.inputs)
 
     def split_where(
         self, sel: exp.Select, from_: exp.Expr, joins: list[exp.Expr]

@@ -15,7 +15,8 @@ import sqlglot
 from sqlglot import exp
 
 from lakeview.errors import UnsupportedSQLError
-from lakeview.sql.plan import parse_statement
+from lakeview.sql import windows
+from lakeview.sql.plan import line_of, parse_statement
 
 KIND = "graph"
 
@@ -41,10 +42,21 @@ class GraphPlan:
 
 
 def graph_sql(sql: str, dialect: str) -> str:
-    """``sql`` transpiled from ``dialect`` to DuckDB's."""
-    if dialect == "duckdb":
-        return sql
-    return sqlglot.transpile(sql, read=dialect, write="duckdb")[0]
+    """``sql`` transpiled from ``dialect`` to DuckDB's, Spark's event-time windows computed in place
+    (:func:`lakeview.sql.windows.inline`). Raises UnsupportedSQLError for a window Lakeview does not keep."""
+    if dialect != "spark":
+        if windows.mark_windows(sql) != sql:
+            raise UnsupportedSQLError(
+                f'event-time window() is Spark SQL, not {dialect}\'s: declare the view with dialect = "spark"'
+            )
+        return sql if dialect == "duckdb" else sqlglot.transpile(sql, read=dialect, write="duckdb")[0]
+    tree = parse_statement(sql, dialect)
+
+    def at(node: exp.Expression, problem: str, nearest: str) -> str:
+        line = line_of(sql, node)
+        return f"{problem}{f' (line {line})' if line else ''}; nearest supported form: {nearest}"
+
+    return windows.inline(tree, at).sql("duckdb")
 
 
 def graph_plan(view: str, sql: str, dialect: str, refusal: UnsupportedSQLError) -> GraphPlan:

@@ -30,6 +30,7 @@ from lakeview.errors import UnsupportedSQLError
 FUNCTION = "__lv_window"  # how window( is spelled for sqlglot, which parses WINDOW as a keyword
 START = "__lv_ws"
 END = "__lv_we"
+OFFSETS, OFFSET = "__lv_o", "__lv_k"  # a hopping window's offsets in the graph: VALUES (0), ..., (n-1)
 _EXPANDED = "__lv_expanded"  # placeholder relation replaced by the expansion after transpiling
 # quoted text (left alone) or a call of window(
 _CALL = re.compile(r"""('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|`[^`]*`)|(?<![\w.])window\s*\(""", re.IGNORECASE)
@@ -124,6 +125,103 @@ def _is_call(node: exp.Expression) -> bool:
 def rewrite(tree: exp.Select, at: Callable[[exp.Expression, str, str], str]) -> tuple[exp.Select, EventWindow] | None:
     """The view's SELECT over the expanded source (window bounds as columns) and its window,
     or None when the view has no window(). ``at`` formats an error (node, problem, nearest)."""
+    found = _checked(tree, at)
+    if found is None:
+        return None
+    call, window = found
+    tree = tree.copy()
+    for node in _bounds(tree):
+        node.replace(exp.column(START if node.name.lower() == "start" else END))
+    selected = {
+        (i.this if isinstance(i, exp.Alias) else i).name
+        for i in tree.expressions
+        if isinstance(i.this if isinstance(i, exp.Alias) else i, exp.Column)
+    }
+    bounds = [exp.column(c) for c in (START, END) if c in selected]
+    if not bounds:
+        raise UnsupportedSQLError(
+            at(
+                call,
+                f"select the bounds of {_spark(call)}: they are the view's key",
+                f"SELECT {_spark(call)}.start AS window_start, {_spark(call)}.end AS window_end, ...",
+            )
+        )
+    new_group = tree.args["group"]
+    rest = [g for g in new_group.expressions if not _is_call(g)]
+    new_group.set("expressions", bounds + rest)
+    return tree, window
+
+
+def inline(tree: exp.Expression, at: Callable[[exp.Expression, str, str], str]) -> exp.Expression:
+    """``tree`` (a query, changed in place) with each SELECT's event-time window computed where it stands, as
+    the operator graph and DuckDB's recompute read it: the window's bounds become expressions of the event time
+    (``start``: the time less its distance from the last window start, epoch-aligned; ``end``: start + size),
+    the window in GROUP BY becomes those two keys, a row with a NULL event time is filtered out, and a hopping
+    window adds ``CROSS JOIN (VALUES (0), ..., (n-1)) AS __lv_o(__lv_k)`` as the SELECT's last join: each row
+    once per window offset k, kept where the k-th window back still holds it (Spark's Expand and Filter)."""
+    for select in reversed(list(tree.find_all(exp.Select))):  # innermost first: each sees only its own calls
+        found = _checked(select, at)
+        if found is None:
+            continue
+        call, window = found
+        ts = call.expressions[0]
+        # microseconds from the newest window start back to the event time (floor mod: also before 1970)
+        back = _spark_sql(f"((unix_micros(__lv_t) % {window.slide_us}) + {window.slide_us}) % {window.slide_us}", ts)
+        conditions = [_spark_sql("__lv_t IS NOT NULL", ts)]
+        if window.is_hopping:
+            offsets = ", ".join(f"({k})" for k in range(window.windows_per_row))
+            select.append(
+                "joins",
+                sqlglot.parse_one(f"SELECT 1 CROSS JOIN (VALUES {offsets}) AS {OFFSETS}({OFFSET})", read="spark").args[
+                    "joins"
+                ][0],
+            )
+            back = _spark_sql(f"({back.sql('spark')}) + {OFFSETS}.{OFFSET} * {window.slide_us}", ts)
+            conditions.append(_spark_sql(f"{back.sql('spark')} < {window.size_us}", ts))
+        start = _shifted(ts, _spark_sql(f"-({back.sql('spark')})", ts))
+        end = _shifted(ts, _spark_sql(f"{window.size_us} - ({back.sql('spark')})", ts))
+        for node in _bounds(select):
+            node.replace((start if node.name.lower() == "start" else end).copy())
+        group = select.args["group"]
+        group.set(
+            "expressions", [k for g in group.expressions for k in ([start.copy(), end.copy()] if _is_call(g) else [g])]
+        )
+        where = select.args.get("where")
+        select.set("where", exp.Where(this=exp.and_(*([where.this] if where else []), *conditions)))
+    return tree
+
+
+def _spark_sql(template: str, ts: exp.Expression) -> exp.Expression:
+    """``template`` (Spark SQL) parsed, with ``__lv_t`` standing for the event-time column ``ts``."""
+    return sqlglot.parse_one(template, read="spark").transform(
+        lambda n: ts.copy() if isinstance(n, exp.Column) and n.name == "__lv_t" and not n.table else n
+    )
+
+
+def _shifted(ts: exp.Expression, micros: exp.Expression) -> exp.Expression:
+    """``ts`` moved by ``micros`` microseconds, in the event time's own type (TIMESTAMP or TIMESTAMPTZ)."""
+    return exp.TimestampAdd(this=ts.copy(), expression=micros, unit=exp.var("MICROSECOND"))
+
+
+def _bounds(tree: exp.Expression) -> list[exp.Expression]:
+    """The nodes selecting a window's bounds: ``window(...).start`` / ``.end`` and ``window.start`` / ``.end``."""
+    return [
+        node
+        for node in list(tree.walk())
+        if isinstance(node, exp.Dot)
+        and _is_call(node.this)
+        and node.name.lower() in ("start", "end")
+        or isinstance(node, exp.Column)
+        and node.table.lower() == "window"
+        and node.name.lower() in ("start", "end")
+    ]
+
+
+def _checked(
+    tree: exp.Select, at: Callable[[exp.Expression, str, str], str]
+) -> tuple[exp.Anonymous, EventWindow] | None:
+    """The SELECT's window() in GROUP BY and the window it makes, or None when it has none. Raises
+    UnsupportedSQLError for a form Spark would not group by or Lakeview does not keep."""
     for node in [n for item in tree.expressions for n in item.walk()] + list(tree.walk()):  # the SELECT list first
         if isinstance(node, exp.Anonymous) and str(node.this).lower() == "session_window":
             raise UnsupportedSQLError(
@@ -177,35 +275,7 @@ def rewrite(tree: exp.Select, at: Callable[[exp.Expression, str, str], str]) -> 
             raise UnsupportedSQLError(
                 at(node, f"window bounds in {clause.upper()} are not supported", "filter the event-time column")
             )
-    tree = tree.copy()
-    for node in list(tree.walk()):
-        if (
-            isinstance(node, exp.Dot)
-            and _is_call(node.this)
-            and node.name.lower() in ("start", "end")
-            or isinstance(node, exp.Column)
-            and node.table.lower() == "window"
-            and node.name.lower() in ("start", "end")
-        ):
-            node.replace(exp.column(START if node.name.lower() == "start" else END))
-    selected = {
-        (i.this if isinstance(i, exp.Alias) else i).name
-        for i in tree.expressions
-        if isinstance(i.this if isinstance(i, exp.Alias) else i, exp.Column)
-    }
-    bounds = [exp.column(c) for c in (START, END) if c in selected]
-    if not bounds:
-        raise UnsupportedSQLError(
-            at(
-                call,
-                f"select the bounds of {_spark(call)}: they are the view's key",
-                f"SELECT {_spark(call)}.start AS window_start, {_spark(call)}.end AS window_end, ...",
-            )
-        )
-    new_group = tree.args["group"]
-    rest = [g for g in new_group.expressions if not _is_call(g)]
-    new_group.set("expressions", bounds + rest)
-    return tree, window
+    return call, window
 
 
 def _window_of(call: exp.Anonymous, at: Callable[[exp.Expression, str, str], str]) -> EventWindow:
