@@ -12,18 +12,24 @@ rows). Prints one table row per ``--orders`` size; the epoch's phases come from 
 CPU seconds from this process and Spark's JVM (on a shared machine wall times stretch several-fold).
 
     .venv/bin/python bench/star.py [--orders 200000 2000000] [--batch 10000] [--updates 20] [--repeats 3]
-        [--feeds parquet|json] [--history-cache DIR]
+        [--feeds parquet|json] [--history-cache DIR] [--explain] [--profile FILE]
+
+``--explain`` prints the view's operator graph after the last epoch (each operator's state rows and what its
+step took); ``--profile FILE`` writes a pyinstrument profile (text) of every trigger of the driver's stream
+after the first batch (pyinstrument is not a dependency: ``.venv/bin/pip install pyinstrument``).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import random
 import shutil
 import statistics
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -88,6 +94,41 @@ def land_orders(path: Path, count: int, first_id: int) -> None:
     )
 
 
+@contextlib.contextmanager
+def profiled(path: Path | None, size: int) -> Iterator[None]:
+    """With ``path``: every trigger of the driver's stream after the first batch and the warm-up epoch profiled by
+    pyinstrument (the stream runs epochs in its own thread), the text report written to ``path`` (suffixed
+    by ``size``)."""
+    if path is None:
+        yield
+        return
+    from pyinstrument import Profiler
+
+    from spark_jobs.driver_stream import DriverStream
+
+    profiler, original, processed = Profiler(interval=0.0005), DriverStream._trigger, [0]
+
+    def trigger(self: DriverStream) -> bool:
+        if processed[0] < 2:  # the first batch and the warm-up epoch
+            done = original(self)
+            processed[0] += done
+            return done
+        profiler.start()
+        try:
+            return original(self)
+        finally:
+            profiler.stop()
+
+    DriverStream._trigger = trigger  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        DriverStream._trigger = original  # type: ignore[method-assign]
+        if profiler.last_session is not None:
+            out = path.with_name(f"{path.stem}-{size}{path.suffix or '.txt'}")
+            out.write_text(profiler.output_text(unicode=True, show_all=False))
+
+
 def run(size: int, args: argparse.Namespace) -> tuple[float, float, tuple[float, float], float, dict, dict]:
     root = Path(tempfile.mkdtemp(prefix="lakeview-bench-star-"))
     landing = root / "landing"
@@ -115,9 +156,16 @@ def run(size: int, args: argparse.Namespace) -> tuple[float, float, tuple[float,
         for name, (_, rows) in DIMENSIONS.items():
             feeds.land(name, [("u", 1 + rng.randrange(rows)) for _ in range(args.updates)])
 
+    def explain(stack) -> None:  # type: ignore[no-untyped-def]
+        if args.explain:
+            from lakeview.graph import explain as explained
+
+            print(explained(stack.pipelines["star"].graph), file=sys.stderr)
+
     try:
         backfill: dict[str, object] = {}
-        first, epochs = timed_epochs(project, "star", land, args.repeats, first_batch=backfill)
+        with profiled(args.profile, size):
+            first, epochs = timed_epochs(project, "star", land, args.repeats, explain, first_batch=backfill)
         relations = [f"CREATE TEMP VIEW orders AS SELECT * FROM read_parquet('{landing}/orders/*.parquet')"]
         reader = "read_parquet" if parquet else "read_json_auto"
         relations += [current_rows(name, f"{reader}('{landing}/{name}/*.{args.feeds}')") for name in DIMENSIONS]
@@ -145,6 +193,8 @@ def main() -> None:
         help="[spark] driver_rows_max: a larger first batch is computed by Spark and written by the executors "
         "(default: the config's; 10**12: stepped in the driver)",
     )  # fmt: skip
+    parser.add_argument("--explain", action="store_true", help="print the operator graph after the last epoch")
+    parser.add_argument("--profile", type=Path, help="write a pyinstrument profile of the epochs (one file per size)")
     args = parser.parse_args()
     console = Console(width=200)
     load_start = os.getloadavg()

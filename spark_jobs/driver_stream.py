@@ -13,7 +13,10 @@ Exactly once, as with Spark: an epoch's files are logged and its offsets written
 and ``commits/N`` after; an epoch found planned but not committed (a crash) is processed again with the
 same files, and the pipeline skips what its tables already hold. Files are picked up as Spark's file source
 picks them (names starting with ``.`` or ``_`` hidden, oldest first, at most ``max_files_per_trigger`` per
-source and trigger); one trigger per cadence tick.
+source and trigger); at most one epoch per cadence tick. Between ticks an idle stream watches the source
+directories' modification times (a stat each ``POLL_S``, no listing): a file landing wakes the next trigger
+at once, no sooner than one tick after the last epoch began, instead of at the next tick (up to a cadence
+later). A change the times miss (two in one clock tick of the file system) waits for the tick, as before.
 
 The object answers what the stack asks of a ``StreamingQuery`` (``processAllAvailable``, ``stop``,
 ``isActive``, ``exception``, ``status``, ``lastProgress``, ``awaitTermination``).
@@ -38,6 +41,7 @@ from spark_jobs.source_frames import offset_positions
 log = logging.getLogger("lakeview.pipeline")
 COMPACT_INTERVAL = 10  # Spark's spark.sql.streaming.fileSource.log.compactInterval
 RETAIN = 100  # Spark's spark.sql.streaming.minBatchesToRetain: older offsets/commits are removed
+POLL_S = 0.01  # an idle stream stats its source directories this often (a landed file's latency, not a listing)
 
 
 class DriverStream:
@@ -69,6 +73,7 @@ class DriverStream:
         self._seen: list[set[str]] = []  # each source's logged files (local paths)
         self._log_batch: list[int] = []  # each source's newest file-log batch (-1: none)
         self._entries: list[list[str]] = []  # each source's log lines since its last compaction
+        self._listed: set[str] = {os.path.abspath(d) for d in directories}  # the directories the last listing walked
         self._thread = threading.Thread(target=self._run, name=f"lakeview-driver-{name}", daemon=True)
 
     # --- the StreamingQuery surface ----------------------------------------------------------------
@@ -119,11 +124,13 @@ class DriverStream:
     # --- the loop ----------------------------------------------------------------------------------
     def _run(self) -> None:
         try:
+            began = None  # when the last trigger that processed an epoch began
             while not self._stop.is_set():
                 started = time.monotonic()
                 with self._changed:
                     self._started_passes += 1
                     this = self._started_passes
+                stamps = self._stamps()  # before the listing: a file landing during it wakes the next trigger
                 processed = self._trigger()
                 if not processed:
                     with self._changed:
@@ -131,9 +138,15 @@ class DriverStream:
                         self._changed.notify_all()
                     if self.once:
                         return
+                else:
+                    began = started
                 if processed and self.once:
                     continue
-                self._stop.wait(max(0.0, self.interval_s - (time.monotonic() - started)))
+                tick = started + self.interval_s
+                if processed or self.interval_s <= POLL_S:
+                    self._stop.wait(max(0.0, tick - time.monotonic()))
+                else:
+                    self._await_files(stamps, tick, started if began is None else began + self.interval_s)
         except BaseException as exc:  # the epoch's error stops this view's stream only
             self._error = exc
         finally:
@@ -141,6 +154,26 @@ class DriverStream:
             with self._changed:
                 self._finished = True
                 self._changed.notify_all()
+
+    def _await_files(self, stamps: dict[str, int], tick: float, earliest: float) -> None:
+        """Wait for the next ``tick``, or less: until a source directory's modification time differs from
+        ``stamps`` (a file landed, or a hidden one was renamed into place), but not before ``earliest`` (one
+        cadence after the last epoch began)."""
+        while not self._stop.is_set():
+            now = time.monotonic()
+            if now >= tick or (now >= earliest and self._stamps() != stamps):
+                return
+            self._stop.wait(min(POLL_S, tick - now))
+
+    def _stamps(self) -> dict[str, int]:
+        """Each directory the last listing walked (and each source's own), by its modification time in ns."""
+        stamps = {}
+        for directory in self._listed:
+            try:
+                stamps[directory] = os.stat(directory).st_mtime_ns
+            except FileNotFoundError:
+                stamps[directory] = -1
+        return stamps
 
     def _trigger(self) -> bool:
         """Process the next epoch, if any (a planned but uncommitted one first); False: nothing to do."""
@@ -209,6 +242,7 @@ class DriverStream:
         found = []
         for root, dirs, names in os.walk(os.path.abspath(directory)):  # absolute, as the logged paths are read
             dirs[:] = sorted(d for d in dirs if not d.startswith((".", "_")))
+            self._listed.add(root)
             for name in names:
                 path = os.path.join(root, name)
                 if name.startswith((".", "_")) or path in self._seen[index]:

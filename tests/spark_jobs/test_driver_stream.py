@@ -6,6 +6,7 @@ epoch's error stops the stream and is raised to whoever waits on it."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -117,3 +118,29 @@ def test_once_processes_what_has_landed_then_ends(tmp_path: Path) -> None:
         (0, {"a": ["1.parquet"], "b": ["3.parquet"]}),
         (1, {"a": ["2.parquet"], "b": []}),
     ]
+
+
+def test_a_file_landing_between_ticks_is_an_epoch_at_once_still_one_per_cadence(tmp_path: Path) -> None:
+    """An idle stream watches its directories: with a cadence of ten minutes, a file landed (written hidden,
+    then renamed, as the landing does; here in a new subdirectory) is an epoch long before the next tick; a
+    second file landed right after waits for the tick one cadence after that epoch began (not taken here)."""
+    epochs = Epochs(tmp_path / "ck")
+    directories = [tmp_path / "landing" / s for s in SOURCES]
+    for directory in directories:
+        directory.mkdir(parents=True)
+    query = DriverStream("lakeview_t", tmp_path / "ck", directories, epochs, 600.0).start()
+    try:
+        time.sleep(0.5)  # the first trigger finds nothing: the stream waits for the tick 600 s away
+        (tmp_path / "landing" / "b" / "sub").mkdir()
+        hidden = tmp_path / "landing" / "b" / "sub" / ".1.parquet.tmp"
+        hidden.write_text("1")
+        hidden.rename(hidden.with_name("1.parquet"))
+        for _ in range(6000):  # the tick is 600 s away; 300 s at most here
+            if epochs.seen:
+                break
+            time.sleep(0.05)
+        land(tmp_path / "landing" / "a", "2.parquet")
+        time.sleep(0.5)  # fifty times the stream's look at its directories
+    finally:
+        query.stop()
+    assert epochs.seen == [(0, {"a": [], "b": ["1.parquet"]})]

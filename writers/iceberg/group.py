@@ -16,8 +16,9 @@ from dataclasses import replace
 
 from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.io.pyarrow import _dataframe_to_data_files
-from pyiceberg.manifest import ManifestContent
+from pyiceberg.manifest import ManifestContent, ManifestEntry, ManifestEntryStatus, ManifestFile
 from pyiceberg.table import CommitTableRequest, Table, TableIdentifier, Transaction
+from pyiceberg.table.snapshots import Operation
 from pyiceberg.table.update import AddSnapshotUpdate, TableUpdate
 
 from lakeview.errors import CommitConflictError, WriterError
@@ -25,7 +26,8 @@ from lakeview.ivm.commits import Change, CommitRecord, Epoch
 from lakeview.ops.retrying import retry_transient
 from writers.base import WriterCapabilities
 from writers.graph_state import Replacement
-from writers.iceberg.writer import IcebergWriter, _replacing, last_commit_of
+from writers.iceberg.metadata_memo import transaction
+from writers.iceberg.writer import IcebergWriter, _LiveOverwrite, _replacing, last_commit_of
 from writers.staged_files import WrittenFile, stage_iceberg_files
 
 log = logging.getLogger("lakeview.writers.group")
@@ -164,16 +166,17 @@ def _new_snapshot_id(updates: tuple[TableUpdate, ...]) -> int | None:
 
 def _stage_replacement(table: Table, epoch: Epoch, change: Replacement) -> tuple[Transaction, dict[str, str]]:
     """ONE snapshot holding exactly ``change.rows``: every live data file removed (no row read), one file of
-    the rows added. Position deletes of the removed files (a table written keyed before) dangle harmlessly."""
+    the rows added. Position deletes of the removed files (a table written keyed before) dangle harmlessly.
+    Each manifest with live data files is read once (pyiceberg's overwrite would read them twice more)."""
     schema = table.schema().as_arrow()
     rows = change.rows.select(schema.names).cast(schema)
     commit_uuid = uuid.uuid4()
     snapshot = table.current_snapshot()
     manifests = snapshot.manifests(table.io) if snapshot is not None else []
     live = [  # the live data files, from the manifests alone (a scan's planning also indexes the delete files)
-        entry.data_file
+        entry
         for manifest in manifests
-        if manifest.content == ManifestContent.DATA
+        if manifest.content == ManifestContent.DATA and _has_live_files(manifest)
         for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True)
     ]
     files = (
@@ -181,8 +184,51 @@ def _stage_replacement(table: Table, epoch: Epoch, change: Replacement) -> tuple
         if rows.num_rows
         else []
     )
-    properties = CommitRecord.properties(epoch, inserted=rows.num_rows, deleted=sum(f.record_count for f in live))
-    return _replacing(table, properties, live, files, commit_uuid), properties
+    deleted = sum(e.data_file.record_count for e in live)
+    properties = CommitRecord.properties(epoch, inserted=rows.num_rows, deleted=deleted)
+    if not live:
+        return _replacing(table, properties, [], files, commit_uuid), properties
+    txn = transaction(table)
+    producer = txn.update_snapshot(snapshot_properties=properties)
+    replace = _KnownReplace(
+        commit_uuid=commit_uuid, operation=Operation.OVERWRITE, transaction=txn, io=producer._io,
+        branch=producer._branch, snapshot_properties=producer._snapshot_properties,
+    )  # fmt: skip
+    replace.known(manifests, live)
+    with replace:
+        for entry in live:
+            replace.delete_data_file(entry.data_file)
+        for data_file in files:
+            replace.append_data_file(data_file)
+    return txn, properties
+
+
+def _has_live_files(manifest: ManifestFile) -> bool:
+    """Whether a manifest may list live files (its counts in the manifest list; unknown counts: maybe)."""
+    return manifest.has_added_files() or manifest.has_existing_files()
+
+
+class _KnownReplace(_LiveOverwrite):
+    """An overwrite removing every live data file of the table, whose manifests' entries were read already
+    (:func:`_stage_replacement`): the snapshot's deleted entries are those, and the manifests kept are those
+    without a data file (delete files' manifests with live entries), so no manifest is read again."""
+
+    def known(self, manifests: list[ManifestFile], live: list[ManifestEntry]) -> None:
+        self._known_manifests, self._known_live = manifests, live
+
+    def _deleted_entries(self) -> list[ManifestEntry]:
+        deleted = [
+            ManifestEntry.from_args(
+                status=ManifestEntryStatus.DELETED, snapshot_id=self._snapshot_id, sequence_number=e.sequence_number,
+                file_sequence_number=e.file_sequence_number, data_file=e.data_file,
+            )
+            for e in self._known_live
+        ]  # fmt: skip
+        self._validate_required_deletes(deleted)
+        return deleted
+
+    def _existing_manifests(self) -> list[ManifestFile]:
+        return [m for m in self._known_manifests if m.content != ManifestContent.DATA and _has_live_files(m)]
 
 
 def _is_empty(change: Change | list[WrittenFile]) -> bool:
