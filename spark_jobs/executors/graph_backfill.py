@@ -63,11 +63,14 @@ def backfills(pipeline: GraphPipeline, batch: DataFrame | None, epoch_id: int) -
     _, _, paths = frontier(pipeline.checkpoint, pipeline.sources, epoch_id, pipeline.upstreams)
     rows = 0
     for source in pipeline.sources:
-        counted = pipeline.quarantines[source].footer_count(paths.get(source, []))
+        files = paths.get(source, [])
+        counted = pipeline.quarantines[source].footer_count(files)
         if counted is None and source in pipeline.direct:  # JSON lines the driver reads: its lines
-            counted = json_line_count(paths.get(source, []))
+            counted = json_line_count(files)
+        if counted is None and batch is None:  # (compressed) counted by Spark (a first batch only)
+            counted = file_frame(pipeline.spark, pipeline.quarantines[source], files).count()
         if counted is None:  # else the batch's rows, counted by Spark (a first batch only)
-            return batch is not None and batch.count() > pipeline.project.spark.driver_rows_max
+            return batch.count() > pipeline.project.spark.driver_rows_max
         rows += counted
     return rows > pipeline.project.spark.driver_rows_max
 

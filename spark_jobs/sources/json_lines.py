@@ -21,6 +21,7 @@ import pyarrow.json as pj
 # JSON values pyarrow converts as Spark's JSON reader does, or refuses where Spark marks the row corrupt
 ALIKE = (pa.int64(), pa.int32(), pa.float64(), pa.string(), pa.large_string(), pa.bool_())
 _BLANK = b" \t\r\n"
+COMPRESSED = (".gz", ".bz2", ".deflate", ".lz4", ".snappy", ".zst")  # Hadoop's codecs, by suffix
 
 
 def readable(schema: pa.Schema) -> bool:
@@ -57,8 +58,11 @@ def read_json_lines(paths: list[Path], schema: pa.Schema) -> pa.Table | None:
     return pa.concat_tables(tables) if tables else schema.empty_table()
 
 
-def json_line_count(paths: list[Path]) -> int:
-    """The non-blank lines of JSON-lines files: the rows Spark reads from them (malformed ones included)."""
+def json_line_count(paths: list[Path]) -> int | None:
+    """The non-blank lines of JSON-lines files: the rows Spark reads from them (malformed ones included);
+    None for a compressed file (Spark decompresses it by its suffix)."""
+    if any(Path(str(logged)).suffix.lower() in COMPRESSED for logged in paths):
+        return None
     count = 0
     for logged in paths:
         with local_file(logged).open("rb") as f:

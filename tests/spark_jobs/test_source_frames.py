@@ -15,7 +15,7 @@ from lakeview.errors import TerminalError
 from lakeview.ivm.changefeed import OP
 from lakeview.project import parse_project
 from spark_jobs.source_frames import file_frame, read_direct, read_parquet_files
-from spark_jobs.sources.json_lines import read_json_lines
+from spark_jobs.sources.json_lines import json_line_count, read_json_lines
 from spark_jobs.sources.quarantine import Quarantine, quarantined_rows
 
 SCHEMA = pa.schema([("id", pa.int64()), ("qty", pa.int32()), ("note", pa.string())])
@@ -123,3 +123,15 @@ def test_json_lines_read_in_the_driver_are_the_rows_spark_reads(spark, tmp_path:
 def test_a_json_line_spark_would_read_otherwise_leaves_the_file_to_spark(tmp_path: Path, text: str) -> None:
     (tmp_path / "f.json").write_text(text)
     assert read_json_lines([tmp_path / "f.json"], JSON_SCHEMA) is None
+
+
+def test_a_compressed_json_file_is_left_to_spark_and_not_counted_by_its_lines(tmp_path: Path) -> None:
+    """Spark decompresses a file by its suffix: the driver neither reads nor counts it (the first batch's size
+    is then counted by Spark); a plain file's rows are its non-blank lines."""
+    import gzip
+
+    (tmp_path / "f.json.gz").write_bytes(gzip.compress(b'{"id": 1}\n{"id": 2}\n'))
+    (tmp_path / "g.json").write_text('{"id": 1}\n\n{not json\n')
+    assert read_json_lines([tmp_path / "f.json.gz"], JSON_SCHEMA) is None
+    assert json_line_count([tmp_path / "f.json.gz", tmp_path / "g.json"]) is None
+    assert json_line_count([tmp_path / "g.json"]) == 2
