@@ -116,6 +116,11 @@ def median_phases(epochs: Epochs) -> dict[str, float]:
     return {k: round(statistics.median(p.get(k, 0.0) for _, p in epochs), 3) for k in epochs[-1][1]}
 
 
+def cpu_seconds(epochs: Epochs) -> tuple[float, float]:
+    """The timed epochs' CPU seconds (this process and Spark's JVM): median and mean."""
+    return statistics.median(p["cpu_s"] for _, p in epochs), statistics.mean(p["cpu_s"] for _, p in epochs)
+
+
 def current_rows(name: str, scan: str, key: str = "id") -> str:
     """DuckDB's view ``name`` of a change feed's current rows: the files ``scan`` reads (e.g.
     ``read_json_auto('…/*.json')``) replayed, the newest change (by ``seq``) of each ``key`` kept unless a delete."""

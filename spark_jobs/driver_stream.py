@@ -1,7 +1,7 @@
 """A view's epochs run by the driver alone, without a Spark micro-batch.
 
-When the driver reads every source of a view itself (Parquet files: :func:`spark_jobs.source_frames.
-direct_sources`), Spark's streaming query would only list the files and keep the offset log, and that
+When the driver reads every source of a view itself (Parquet files, JSON lines of plain columns:
+:func:`spark_jobs.source_frames.direct_sources`), Spark's streaming query would only list the files and keep the offset log, and that
 costs about a second of JVM time per epoch (planning the unioned file streams, writing its logs) where the
 whole epoch is meant to take half of that. :class:`DriverStream` does both in the driver and writes Spark's
 own checkpoint formats — ``offsets/N`` (one position per source, in source order), each source's file log

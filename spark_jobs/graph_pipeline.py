@@ -20,8 +20,9 @@ the version before their commit of the epoch), so it computes the same change; o
 lack the epoch commit it.
 
 Per epoch: one Spark query reads every source (:func:`spark_jobs.source_frames.collect_sources`), but the
-Parquet sources, which the driver reads from the epoch's files; when the driver reads every source, no Spark
-query runs at all (:class:`~spark_jobs.driver_stream.DriverStream` lists the files and keeps the checkpoint).
+Parquet and JSON-lines sources, which the driver reads from the epoch's files; when the driver reads every
+source, no Spark query runs at all (:class:`~spark_jobs.driver_stream.DriverStream` lists the files and keeps
+the checkpoint; an epoch with a malformed JSON line has Spark read that source's files, to set it aside).
 The state tables' and mirrors' lookups are served from memory copies of what this process committed (read
 from the tables once, on start, or again after an epoch whose commit failed or is unknown); on Iceberg the
 state tables are append logs of the epochs' deltas (:class:`writers.graph_state.TableStateStore`).
@@ -122,7 +123,7 @@ class GraphPipeline(SourcesPipeline):
         self.plan: GraphPlan = plan
         self.feeds = {s: c.changes for s, c in self.configs.items() if c.changes is not None}
         self.schemas = source_schemas(project, plan.sources)
-        self.direct = direct_sources(self.configs, self.quarantines)  # read by the driver, not Spark
+        self.direct = direct_sources(self.configs, self.quarantines, self.schemas)  # read by the driver, not Spark
         self.graph: Graph = view_graph(project, view)
         self.mirrors: dict[str, SnapshotWriter] = {}
         self.mirror_store: SourceMirrors | None = None  # the mirrors' rows, served from memory (see the store)
@@ -332,7 +333,9 @@ class GraphPipeline(SourcesPipeline):
         started = time.perf_counter()
         reached, newest_ms, self._batch_paths = frontier(self.checkpoint, self.sources, epoch_id, self.upstreams)
         direct = {s: (self._batch_paths.get(s, []), self._file_schema(s)) for s in self.direct}
-        split = collect_sources(batch, self.view, self.sources, self.configs, self.quarantines, epoch_id, direct)
+        split = collect_sources(
+            batch, self.view, self.sources, self.configs, self.quarantines, epoch_id, direct, self.spark
+        )
         epoch = self._epoch_of(epoch_id, reached, newest_ms, split.rows_in, split.quarantined)
         inputs = split.tables
         self.timings = {"spark_read_quarantine_s": time.perf_counter() - started}

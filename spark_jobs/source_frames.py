@@ -16,7 +16,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
-from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -28,9 +27,10 @@ from lakeview.ivm.changefeed import DELETE, INSERT, OP, UPDATE, images_sql, late
 from lakeview.ops.source_log import logged_files
 from lakeview.sql.duck import arrow_sql
 from lakeview.sql.plan import WEIGHT
+from spark_jobs.sources.json_lines import local_file, read_json_lines, readable
 from spark_jobs.sources.quarantine import CORRUPT, FILE, REASON, RECORD, Quarantine
 from spark_jobs.sources.view_changes import upstream_position
-from spark_jobs.streams import collect_arrow, file_stream
+from spark_jobs.streams import collect_arrow, file_stream, source_reader
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -45,14 +45,38 @@ def tagged_stream(
     spark: SparkSession, project: ProjectConfig, sources: tuple[str, ...], quarantines: dict[str, Quarantine]
 ) -> DataFrame:
     """Every source's file stream, tagged and prefixed, as one stream."""
+    # max_files_per_trigger bounds each source: a backlog becomes several epochs
+    return _tagged({i: file_stream(spark, project, s, quarantines[s]) for i, s in enumerate(sources)})
+
+
+def tagged_files(
+    spark: SparkSession, sources: tuple[str, ...], quarantines: dict[str, Quarantine], files: dict[str, list[Path]]
+) -> DataFrame:
+    """What :func:`tagged_stream` gives for one epoch, as a batch of Spark reading the sources in ``files``
+    (each with its files of the epoch): the batch of an epoch the driver stream runs, for the sources whose
+    files it leaves to Spark (:func:`collect_sources`)."""
+    return _tagged({i: file_frame(spark, quarantines[s], files[s]) for i, s in enumerate(sources) if s in files})
+
+
+def file_frame(spark: SparkSession, quarantine: Quarantine, files: list[Path]) -> DataFrame:
+    """A source's rows in ``files`` as Spark reads them (its schema, malformed rows kept in the corrupt-record
+    column), each with its file."""
+    if not files:
+        empty = spark.createDataFrame([], quarantine.read_schema())
+        return empty.selectExpr("*", f"CAST(NULL AS STRING) AS {FILE}")
+    frame = source_reader(spark.read, quarantine).load([str(f) for f in files])
+    return frame.selectExpr("*", f"_metadata.file_path AS {FILE}")
+
+
+def _tagged(frames: dict[int, DataFrame]) -> DataFrame:
+    """Each source's frame (by its index in the view's sources) with its columns prefixed ``__lv_s<i>_`` and
+    tagged, as one union."""
     from pyspark.sql import functions as F  # lazy: Spark loads only where views run
 
     streams = []
-    for index, source in enumerate(sources):
-        # max_files_per_trigger bounds each source: a backlog becomes several epochs
-        stream = file_stream(spark, project, source, quarantines[source])
-        columns = [F.col(f"`{c}`").alias(f"__lv_s{index}_{c}") for c in stream.columns]
-        streams.append(stream.select(*columns, F.lit(index).alias(SOURCE_TAG)))
+    for index, frame in frames.items():
+        columns = [F.col(f"`{c}`").alias(f"__lv_s{index}_{c}") for c in frame.columns]
+        streams.append(frame.select(*columns, F.lit(index).alias(SOURCE_TAG)))
     combined = streams[0]
     for stream in streams[1:]:
         combined = combined.unionByName(stream, allowMissingColumns=True)
@@ -101,13 +125,14 @@ class SourceTables:
 
 
 def collect_sources(
-    batch: DataFrame,
+    batch: DataFrame | None,
     view: str,
     sources: tuple[str, ...],
     configs: dict[str, SourceConfig],
     quarantines: dict[str, Quarantine],
     epoch_id: int,
     direct: dict[str, tuple[list[Path], pa.Schema]] | None = None,
+    spark: SparkSession | None = None,
 ) -> SourceTables:
     """What :func:`source_frames` computes (for sources read from files) from ONE Spark query of one stage:
     every source's rows with their quarantine reason, collected as Arrow without a shuffle, the query
@@ -119,20 +144,30 @@ def collect_sources(
 
     ``direct``: sources the driver reads itself from their files of this epoch, with their schema (see
     :func:`direct_sources`): Spark does not read them at all, so a large first batch of a fact table
-    never passes through the JVM's heap."""
+    never passes through the JVM's heap. A JSON source's files the driver cannot vouch for (a malformed
+    line: :func:`spark_jobs.sources.json_lines.read_json_lines`) are left to Spark: read from ``batch``, or
+    without one (the driver stream's epoch) by a Spark batch query of ``spark`` over those files."""
     direct = direct or {}
     out = SourceTables()
+    left: dict[str, list[Path]] = {}  # direct sources whose files Spark reads after all
     for source, (paths, schema) in direct.items():
-        good, bad = read_direct(paths, schema, configs[source], quarantines[source], epoch_id)
+        read = read_direct(paths, schema, configs[source], quarantines[source], epoch_id)
+        if read is None:
+            left[source] = paths
+            continue
+        good, bad = read
         out.rows_in, out.quarantined = out.rows_in + good.num_rows, out.quarantined + bad
         out.tables[source] = _input_table(good, configs[source])
-    if len(direct) == len(sources):
+    if len(out.tables) == len(sources):
         return out
+    if batch is None:
+        assert spark is not None and len(direct) == len(sources), "no batch: every source is read from its files"
+        batch = tagged_files(spark, sources, quarantines, left)
     relation = f"__lv_{view}_batch"
     batch.createOrReplaceTempView(relation)
     branches = []
     for index, source in enumerate(sources):
-        if source in direct:
+        if source in out.tables:
             continue
         config, prefix = configs[source], f"__lv_s{index}_"
         own = [c[len(prefix) :] for c in batch.columns if c.startswith(prefix)]
@@ -150,7 +185,7 @@ def collect_sources(
         selects.append(f"SELECT {listed}, {index} AS {PART} FROM ({tagged})")
     collected = collect_arrow(batch.sparkSession.sql(" UNION ALL ".join(selects)))
     for index, source in enumerate(sources):
-        if source in direct:
+        if source in out.tables:
             continue
         rows = _untagged(collected, index)
         bad = rows.filter(pc.is_valid(rows.column(REASON)))
@@ -173,25 +208,39 @@ def _bad_rows(bad: pa.Table) -> list[dict]:
     ]
 
 
-def direct_sources(configs: dict[str, SourceConfig], quarantines: dict[str, Quarantine]) -> list[str]:
+def direct_sources(
+    configs: dict[str, SourceConfig], quarantines: dict[str, Quarantine], schemas: dict[str, pa.Schema]
+) -> list[str]:
     """The sources whose epoch the driver can read straight from its files (:func:`collect_sources`,
-    :func:`read_direct`): Parquet, append-only or a change feed (not an image feed), with no late-row check."""
+    :func:`read_direct`): Parquet, or JSON lines of columns it reads as Spark does
+    (:func:`spark_jobs.sources.json_lines.readable`); append-only or a change feed (not an image feed), with
+    no late-row check."""
     return [
         source
         for source, config in configs.items()
-        if config.format.reader_format == "parquet" and config.images is None and quarantines[source].late is None
+        if (
+            config.format.reader_format == "parquet"
+            or (config.format.reader_format == "json" and readable(schemas[source]))
+        )
+        and config.images is None
+        and quarantines[source].late is None
     ]
 
 
 def read_direct(
     paths: list[Path], schema: pa.Schema, config: SourceConfig, quarantine: Quarantine, epoch_id: int
-) -> tuple[pa.Table, int]:
-    """A Parquet source's good rows in ``paths`` (a change feed's with its normalised operation ``__lv_op``)
-    and how many were set aside: what :meth:`Quarantine.tag_sql` finds in Spark (a required column NULL, a
-    change feed's unknown operation), recorded in the source's quarantine the same way."""
+) -> tuple[pa.Table, int] | None:
+    """A Parquet or JSON-lines source's good rows in ``paths`` (a change feed's with its normalised operation
+    ``__lv_op``) and how many were set aside: what :meth:`Quarantine.tag_sql` finds in Spark (a required
+    column NULL, a change feed's unknown operation), recorded in the source's quarantine the same way.
+    None (nothing recorded): a JSON file the driver cannot read as Spark would (a malformed line), left to
+    Spark."""
     parts, bad = [], []
+    read = read_json_lines if config.format.reader_format == "json" else read_parquet_files
     for path in paths:
-        rows = read_parquet_files([path], schema)
+        rows = read([path], schema)
+        if rows is None:
+            return None
         if config.changes is not None:
             rows = rows.append_column(OP, _operations(rows.column(config.changes.operation), config.changes))
         reason = _reasons(rows, config)
@@ -240,7 +289,7 @@ def read_parquet_files(paths: list[Path], schema: pa.Schema) -> pa.Table:
     refuses such a file too)."""
     tables = []
     for logged in paths:
-        path = logged if logged.exists() else Path(unquote(str(logged)))  # Spark's file log holds URIs
+        path = local_file(logged)
         found = pq.read_table(path)
         names = {n.lower(): n for n in found.column_names}
         columns = []

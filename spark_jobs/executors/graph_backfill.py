@@ -35,7 +35,8 @@ from lakeview.ivm.commits import CommitRecord, Epoch
 from lakeview.sql.plan import WEIGHT
 from spark_jobs.executors.bootstrap import Bootstrap
 from spark_jobs.executors.writes import files_on_executors
-from spark_jobs.source_frames import SourceFrames, _input_frame, frontier, source_frames
+from spark_jobs.source_frames import SourceFrames, _input_frame, file_frame, frontier, source_frames
+from spark_jobs.sources.json_lines import json_line_count
 from writers.graph_log import OP as LOG_OP
 from writers.graph_log import StateLog
 from writers.graph_table_rows import LogRows, TableRows, live_rows, mirror_rows
@@ -62,9 +63,14 @@ def backfills(pipeline: GraphPipeline, batch: DataFrame | None, epoch_id: int) -
     _, _, paths = frontier(pipeline.checkpoint, pipeline.sources, epoch_id, pipeline.upstreams)
     rows = 0
     for source in pipeline.sources:
-        counted = pipeline.quarantines[source].footer_count(paths.get(source, []))
-        if counted is None:  # not Parquet: the batch's rows, counted by Spark (a first batch only)
-            return batch is not None and batch.count() > pipeline.project.spark.driver_rows_max
+        files = paths.get(source, [])
+        counted = pipeline.quarantines[source].footer_count(files)
+        if counted is None and source in pipeline.direct:  # JSON lines the driver reads: its lines
+            counted = json_line_count(files)
+        if counted is None and batch is None:  # (compressed) counted by Spark (a first batch only)
+            counted = file_frame(pipeline.spark, pipeline.quarantines[source], files).count()
+        if counted is None:  # else the batch's rows, counted by Spark (a first batch only)
+            return batch.count() > pipeline.project.spark.driver_rows_max
         rows += counted
     return rows > pipeline.project.spark.driver_rows_max
 
@@ -138,7 +144,7 @@ def _uses(first: FirstBatch) -> Counter[str]:
 
 
 def _frames(pipeline: GraphPipeline, batch: DataFrame | None, epoch_id: int) -> SourceFrames:
-    """Each source's input frame: split from Spark's batch, or (the driver stream: Parquet sources only)
+    """Each source's input frame: split from Spark's batch, or (the driver stream: sources the driver reads)
     read by Spark from the epoch's files."""
     paths = pipeline._batch_paths
     if batch is not None:
@@ -146,9 +152,8 @@ def _frames(pipeline: GraphPipeline, batch: DataFrame | None, epoch_id: int) -> 
         return source_frames(batch, *args, pipeline.upstreams)
     spark, out = pipeline.spark, SourceFrames()
     for source in pipeline.sources:
-        config, files = pipeline.configs[source], [str(p) for p in paths.get(source, [])]
-        reader = spark.read.schema(config.schema_)
-        part = reader.parquet(*files) if files else spark.createDataFrame([], config.schema_)
+        config = pipeline.configs[source]
+        part = file_frame(spark, pipeline.quarantines[source], paths.get(source, []))
         operation = None
         if config.changes is not None:
             part, operation = part.selectExpr("*", f"{operation_sql(config.changes)} AS {OP}"), OP

@@ -231,15 +231,17 @@ def test_star_join_aggregate_on_delta_then_lakeview_verify_says_equal(
 def test_bad_rows_of_every_source_are_set_aside_and_counted_on_the_epoch(
     spark, catalog_server: CatalogServer, make_project, unique_name: str
 ) -> None:
-    """Every source's epoch is read in one Spark job (good rows, bad rows and counts together): a line that
-    does not parse (orders) and a change with an unknown operation (products) go to their sources'
-    quarantines, the view equals the recompute over the good rows, and each epoch's snapshot counts them."""
+    """JSON sources read by the driver (no Spark query runs), but for an epoch's file with a line that does not
+    parse (orders), which one Spark query reads: that line and a change with an unknown operation (products)
+    go to their sources' quarantines, the view equals the recompute over the good rows, and each epoch's
+    snapshot counts them."""
     epochs = [
         {**EPOCHS[0], "orders": [*EPOCHS[0]["orders"], "{not json"]},
         {**EPOCHS[1], "products": [*EPOCHS[1]["products"], change("x", 3, category="toys", price=1.0)]},
     ]
     project = project_with(make_project, {unique_name: STAR})
-    run(spark, project, unique_name, catalog_server, epochs=epochs)
+    pipeline = run(spark, project, unique_name, catalog_server, epochs=epochs)
+    assert pipeline.direct == list(SOURCES)
     # (a 200 ms trigger may list one source's file before the next lands, so the epoch numbers are not fixed:
     # each bad row carries the epoch that read it, and that epoch's snapshot counts it)
     orders = [(r["reason"], r["record"], r["epoch"]) for r in quarantined_rows(project, "orders", unique_name)]
@@ -265,8 +267,11 @@ def test_a_parquet_fact_table_is_read_by_the_driver_and_the_view_matches_the_rec
 ) -> None:
     """An append-only Parquet source (nothing in it can be set aside) is read from its files of the epoch by
     the driver, not by Spark (a large first batch never passes through the JVM's heap): columns matched by
-    name whatever their case and order, a column the file lacks NULL, a column it adds ignored."""
-    sources = {**SOURCES, "orders": {**SOURCES["orders"], "format": "parquet"}}
+    name whatever their case and order, a column the file lacks NULL, a column it adds ignored. A JSON source
+    with a column the driver does not read as Spark would (SMALLINT) keeps Spark's streaming query, which
+    reads it beside the sources the driver reads."""
+    customers = {**SOURCES["customers"], "schema": "id BIGINT, rid SMALLINT, op STRING, seq BIGINT"}
+    sources = {**SOURCES, "orders": {**SOURCES["orders"], "format": "parquet"}, "customers": customers}
     project = make_project(views={unique_name: {"sql": STAR, "cadence": "200ms", "namespace": NS}}, sources=sources)
     pipeline, query = start(spark, project, unique_name, catalog_server)
     try:
@@ -293,7 +298,7 @@ def test_a_parquet_fact_table_is_read_by_the_driver_and_the_view_matches_the_rec
             assert_recomputed(project, unique_name, pipeline, catalog_server)
     finally:
         query.stop()
-    assert pipeline.direct == ["orders"]
+    assert pipeline.direct == ["orders", "products", "regions"] and not isinstance(query, DriverStream)
     assert pipeline.writer.last_commit().epoch >= 2
 
 
