@@ -22,6 +22,7 @@ from lakeview.config.models import (
     HiveConfig,
     ImagesConfig,
     LakeConfig,
+    NewColumns,
     ProjectConfig,
     RegistrarName,
     ServerConfig,
@@ -47,6 +48,7 @@ from lakeview.sql.graph_plan import GraphPlan, graph_plan, graph_sql
 from lakeview.sql.groups import check_groups
 from lakeview.sql.plan import WEIGHT, parse_statement
 from lakeview.sql.planner import view_plan
+from lakeview.sql.stars import starred_tables
 from lakeview.sql.watermark import check as check_watermark
 from lakeview.sql.windows import FUNCTION as WINDOW_CALL
 
@@ -188,6 +190,8 @@ def _check_graph_view(config: ProjectConfig, name: str, plan: GraphPlan) -> None
                 key,
                 f"source {source!r}: declare either [changes] (an operation column) or [images] (before/after), not both",
             )
+    if problem := _star_over_evolving(config, plan):
+        raise ConfigError(config.file, key, problem)
     for option in ("watermark", "group"):
         if option == "group" and len(plan.sources) > 1:
             continue  # check_groups names it: a group's one query reads one source
@@ -220,6 +224,26 @@ def _check_graph_view(config: ProjectConfig, name: str, plan: GraphPlan) -> None
             f"the view's columns need distinct names, but {', '.join(repr(n) for n in repeated)} names more than one; "
             "nearest supported form: ... AS another_name",
         )
+
+
+def _star_over_evolving(config: ProjectConfig, plan: GraphPlan) -> str | None:
+    """A graph view's ``*`` over a source with ``new_columns = "evolve"``: its columns would follow the
+    source's new columns, which the operator graph does not add to a view, its state or its mirrors yet (its
+    columns are the ones the source declared when the view started). A view naming its columns is unaffected:
+    it reads the source's declared columns, as a one-source view naming its columns does."""
+    evolving = sorted(
+        table
+        for table in starred_tables(parse_statement(plan.sql, plan.dialect))
+        if table in config.sources and config.sources[table].new_columns is NewColumns.EVOLVE
+    )
+    if not evolving:
+        return None
+    return (
+        f"selects * over {', '.join(repr(s) for s in evolving)}, whose new_columns = \"evolve\" adds the input's "
+        "new columns to the source; a view kept as an operator graph (a join, a union, a subquery, top-k) does "
+        "not gain new columns yet; name the columns it selects (nearest supported form: SELECT a.id, a.amount "
+        f"... instead of SELECT *), or set new_columns = \"ignore\" on {', '.join(repr(s) for s in evolving)}"
+    )
 
 
 def is_graph_view(config: ProjectConfig, view: str) -> bool:
