@@ -239,10 +239,10 @@ def _star_over_evolving(config: ProjectConfig, plan: GraphPlan) -> str | None:
     if not evolving:
         return None
     return (
-        f"selects * over {', '.join(repr(s) for s in evolving)}, whose new_columns = \"evolve\" adds the input's "
+        f'selects * over {", ".join(repr(s) for s in evolving)}, whose new_columns = "evolve" adds the input\'s '
         "new columns to the source; a view kept as an operator graph (a join, a union, a subquery, top-k) does "
         "not gain new columns yet; name the columns it selects (nearest supported form: SELECT a.id, a.amount "
-        f"... instead of SELECT *), or set new_columns = \"ignore\" on {', '.join(repr(s) for s in evolving)}"
+        f'... instead of SELECT *), or set new_columns = "ignore" on {", ".join(repr(s) for s in evolving)}'
     )
 
 
