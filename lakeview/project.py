@@ -45,7 +45,7 @@ from lakeview.sql.column_roles import check_column_roles
 from lakeview.sql.dag import check_dag
 from lakeview.sql.dialects import check_inline_view
 from lakeview.sql.graph_plan import GraphPlan, graph_plan, graph_sql
-from lakeview.sql.groups import check_groups
+from lakeview.sql.groups import check_groups, group_lines
 from lakeview.sql.plan import WEIGHT, parse_statement
 from lakeview.sql.planner import view_plan
 from lakeview.sql.stars import starred_tables
@@ -192,9 +192,7 @@ def _check_graph_view(config: ProjectConfig, name: str, plan: GraphPlan) -> None
             )
     if problem := _star_over_evolving(config, plan):
         raise ConfigError(config.file, key, problem)
-    for option in ("watermark", "group"):
-        if option == "group" and len(plan.sources) > 1:
-            continue  # check_groups names it: a group's one query reads one source
+    for option in ("watermark",):  # a group: check_groups (its one query reads one source)
         if getattr(view, option, None):
             raise ConfigError(
                 config.file,
@@ -400,6 +398,7 @@ def explain_view(config: ProjectConfig, view: str) -> str:
         f"view {view} (operator graph) -> {spec.namespace}.{view}, cadence {spec.cadence}, format {spec.format.value}",
         f"sources: {', '.join(graph.schemas)}; the view's table is a multiset keyed by the whole row",
         "one epoch commits the view, its state tables and change-feed mirrors in one catalog transaction (Iceberg)",
+        *group_lines(config, view),
     ]
     return "\n".join([*head, explain_graph(graph), "state tables:", *tables])
 

@@ -45,18 +45,22 @@ def tagged_stream(
     spark: SparkSession, project: ProjectConfig, sources: tuple[str, ...], quarantines: dict[str, Quarantine]
 ) -> DataFrame:
     """Every source's file stream, tagged and prefixed, as one stream."""
-    from pyspark.sql import functions as F  # lazy: Spark loads only where views run
-
     streams = []
     for index, source in enumerate(sources):
         # max_files_per_trigger bounds each source: a backlog becomes several epochs
-        stream = file_stream(spark, project, source, quarantines[source])
-        columns = [F.col(f"`{c}`").alias(f"__lv_s{index}_{c}") for c in stream.columns]
-        streams.append(stream.select(*columns, F.lit(index).alias(SOURCE_TAG)))
+        streams.append(tagged(file_stream(spark, project, source, quarantines[source]), index))
     combined = streams[0]
     for stream in streams[1:]:
         combined = combined.unionByName(stream, allowMissingColumns=True)
     return combined
+
+
+def tagged(frame: DataFrame, index: int) -> DataFrame:
+    """One source's rows (a stream or a batch) as :func:`tagged_stream` has them: columns prefixed, tagged."""
+    from pyspark.sql import functions as F  # lazy: Spark loads only where views run
+
+    columns = [F.col(f"`{c}`").alias(f"__lv_s{index}_{c}") for c in frame.columns]
+    return frame.select(*columns, F.lit(index).alias(SOURCE_TAG))
 
 
 @dataclass
