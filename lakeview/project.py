@@ -21,6 +21,7 @@ from lakeview.config.models import (
     HiveConfig,
     ImagesConfig,
     LakeConfig,
+    NewColumns,
     ProjectConfig,
     RegistrarName,
     ServerConfig,
@@ -43,9 +44,10 @@ from lakeview.sql.column_roles import check_column_roles
 from lakeview.sql.dag import check_dag
 from lakeview.sql.dialects import check_inline_view
 from lakeview.sql.graph_plan import GraphPlan, graph_plan, graph_sql
-from lakeview.sql.groups import check_groups
-from lakeview.sql.plan import WEIGHT
+from lakeview.sql.groups import check_groups, group_lines
+from lakeview.sql.plan import WEIGHT, parse_statement
 from lakeview.sql.planner import view_plan
+from lakeview.sql.stars import starred_tables
 from lakeview.sql.watermark import check as check_watermark
 
 
@@ -184,9 +186,9 @@ def _check_graph_view(config: ProjectConfig, name: str, plan: GraphPlan) -> None
                 key,
                 f"source {source!r}: declare either [changes] (an operation column) or [images] (before/after), not both",
             )
-    for option in ("watermark", "group"):
-        if option == "group" and len(plan.sources) > 1:
-            continue  # check_groups names it: a group's one query reads one source
+    if problem := _star_over_evolving(config, plan):
+        raise ConfigError(config.file, key, problem)
+    for option in ("watermark",):  # a group: check_groups (its one query reads one source)
         if getattr(view, option, None):
             raise ConfigError(
                 config.file,
@@ -207,6 +209,26 @@ def _check_graph_view(config: ProjectConfig, name: str, plan: GraphPlan) -> None
             f"the view's columns need distinct names, but {', '.join(repr(n) for n in repeated)} names more than one; "
             "nearest supported form: ... AS another_name",
         )
+
+
+def _star_over_evolving(config: ProjectConfig, plan: GraphPlan) -> str | None:
+    """A graph view's ``*`` over a source with ``new_columns = "evolve"``: its columns would follow the
+    source's new columns, which the operator graph does not add to a view, its state or its mirrors yet (its
+    columns are the ones the source declared when the view started). A view naming its columns is unaffected:
+    it reads the source's declared columns, as a one-source view naming its columns does."""
+    evolving = sorted(
+        table
+        for table in starred_tables(parse_statement(plan.sql, plan.dialect))
+        if table in config.sources and config.sources[table].new_columns is NewColumns.EVOLVE
+    )
+    if not evolving:
+        return None
+    return (
+        f'selects * over {", ".join(repr(s) for s in evolving)}, whose new_columns = "evolve" adds the input\'s '
+        "new columns to the source; a view kept as an operator graph (a join, a union, a subquery, top-k) does "
+        "not gain new columns yet; name the columns it selects (nearest supported form: SELECT a.id, a.amount "
+        f'... instead of SELECT *), or set new_columns = "ignore" on {", ".join(repr(s) for s in evolving)}'
+    )
 
 
 def is_graph_view(config: ProjectConfig, view: str) -> bool:
@@ -363,6 +385,7 @@ def explain_view(config: ProjectConfig, view: str) -> str:
         f"view {view} (operator graph) -> {spec.namespace}.{view}, cadence {spec.cadence}, format {spec.format.value}",
         f"sources: {', '.join(graph.schemas)}; the view's table is a multiset keyed by the whole row",
         "one epoch commits the view, its state tables and change-feed mirrors in one catalog transaction (Iceberg)",
+        *group_lines(config, view),
     ]
     return "\n".join([*head, explain_graph(graph), "state tables:", *tables])
 

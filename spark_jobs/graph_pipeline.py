@@ -132,6 +132,7 @@ class GraphPipeline(SourcesPipeline):
         self.group: IcebergGroupWriter | None = None
         self.view_rows: ViewRows | None = None  # the view's table, held in memory while small (see ViewRows)
         self._last_committed: int | None = None  # the last epoch this process committed (Iceberg: no reload)
+        self.staged = False  # a view group's member: its commits are held for the group's transaction
 
     # --- tables ------------------------------------------------------------------------------
     def output_schema(self) -> pa.Schema:
@@ -140,10 +141,32 @@ class GraphPipeline(SourcesPipeline):
     def prepare(self) -> None:
         """Create the view's, its state tables' and its mirrors' tables; reconcile Spark's checkpoint;
         point the graph's state at the tables."""
+        self.prepare_tables()
+        group = None
+        if self.writer.capabilities.multi_table_transactions:
+            from writers.iceberg.group import IcebergGroupWriter  # lazy: Iceberg's group loads only where used
+
+            members = {w.table_name: w for w in self.tables()}
+            group = IcebergGroupWriter(
+                self.writer.catalog,  # type: ignore[attr-defined]
+                self.view,
+                members,  # type: ignore[arg-type]
+                {name: self.view for name in members},
+            )
+        self.attach(group)
+        self._last_epoch = reconcile_checkpoint(self.view, self.checkpoint, self, self.writer)
+        # a restart: the state exists, so no operator starts it again (a global aggregate's row is in the view)
+        self.graph.runtime.epoch = 0 if self.last_epoch() is None else 1
+        self.publish_changes()  # epochs committed before a crash, not yet published
+
+    def prepare_tables(self) -> None:
+        """Create the view's, its state tables' and its mirrors' tables and the state store over them (a view
+        group's member: the group then reconciles its one checkpoint and gives it its transaction, ``attach``)."""
         for source in self.sources:
             self.project.source_path(source).mkdir(parents=True, exist_ok=True)
         self._refuse_per_shape_tables()
         output, state_schemas = warm_up(self.graph)
+        self._output, self._state_schemas = output, state_schemas
         properties = {"lakeview.sql": self.config.sql, "lakeview.cadence": str(self.config.cadence)}
         properties.update(sql_properties(self.config.sql, self.config.dialect))
         self.writer.ensure_table(output, tuple(output.names), properties)  # a multiset keyed by the whole row
@@ -167,27 +190,18 @@ class GraphPipeline(SourcesPipeline):
         writers = {name: log for name in keys} if log is not None else self.state
         self.store = TableStateStore(keys, writers, state_schemas, log=log)  # type: ignore[arg-type]
         self.graph.use_store(self.store)
-        if self.writer.capabilities.multi_table_transactions:
-            from writers.iceberg.group import IcebergGroupWriter  # lazy: Iceberg's group loads only where used
 
-            members = {w.table_name: w for w in self.tables()}
-            self.group = IcebergGroupWriter(
-                self.writer.catalog,  # type: ignore[attr-defined]
-                self.view,
-                members,  # type: ignore[arg-type]
-                {name: self.view for name in members},
-            )
+    def attach(self, group: IcebergGroupWriter | None) -> None:
+        """Commit every epoch's tables through ``group`` (one catalog transaction; None: Delta, table by table),
+        then hold what fits in memory and check the tables hold this graph's state."""
+        self.group = group
         self.view_rows = ViewRows(
-            self.writer, tuple(self.graph.names), output, self.group is not None and small(self.writer)
+            self.writer, tuple(self.graph.names), self._output, self.group is not None and small(self.writer)
         )
         mirror_keys = {source: tuple(feed.key) for source, feed in self.feeds.items()}
         self.mirror_store = SourceMirrors(self.mirrors, mirror_keys, self.schemas, append_log=self.group is not None)
-        self._check_same_graph(state_schemas)
+        self._check_same_graph(self._state_schemas)
         bound_memory(self)  # tables past [spark] driver_keys_max rows: looked up by key, never held
-        self._last_epoch = reconcile_checkpoint(self.view, self.checkpoint, self, self.writer)
-        # a restart: the state exists, so no operator starts it again (a global aggregate's row is in the view)
-        self.graph.runtime.epoch = 0 if self.last_epoch() is None else 1
-        self.publish_changes()  # epochs committed before a crash, not yet published
 
     def _refuse_per_shape_tables(self) -> None:
         """Refused at start: a join or UNION ALL view made by a Lakeview before every join and union ran as an
@@ -355,12 +369,18 @@ class GraphPipeline(SourcesPipeline):
         changes.update(self.store.table_changes())
         changes.update(self.mirror_store.changes())
         record = self._commit(epoch, changes)
-        self.store.committed()  # the tables hold the epoch: the memory copies take its changes
-        self.view_rows.committed()
-        self.mirror_store.committed()
-        self._last_committed = epoch.number
+        if not self.staged:  # a view group's member: its tables hold the epoch once the group commits it
+            self.took(epoch.number)
         self.timings["commit_s"] = time.perf_counter() - started
         return record
+
+    def took(self, epoch_id: int) -> None:
+        """The tables hold the epoch: the memory copies take its changes."""
+        assert self.store is not None and self.view_rows is not None and self.mirror_store is not None
+        self.store.committed()
+        self.view_rows.committed()
+        self.mirror_store.committed()
+        self._last_committed = epoch_id
 
     def _file_schema(self, source: str) -> pa.Schema:
         """A source's columns as its files hold them: an upstream view's change files add each row's weight."""

@@ -2,7 +2,8 @@
 
 The members of a group share their sources and cadence, so one query reads the source once per
 trigger and every member computes its change from the same batch, exactly as its own
-:class:`~spark_jobs.pipeline.ViewPipeline` would. Their writers only hold the commits
+:class:`~spark_jobs.pipeline.ViewPipeline` (or, a view kept as an operator graph,
+:class:`~spark_jobs.graph_pipeline.GraphPipeline`: the batch tagged as its own query's) would. Their writers only hold the commits
 (:class:`~writers.iceberg.group.StagedWriter`); the group then commits every table the epoch touches —
 the views, their state tables, change-feed mirrors — in ONE multi-table catalog transaction
 stamped with one epoch and one frontier (:class:`~writers.iceberg.group.IcebergGroupWriter`). A reader
@@ -23,15 +24,21 @@ from lakeview.config.models import ProjectConfig
 from lakeview.errors import WriterError
 from lakeview.ivm.commits import CommitRecord
 from lakeview.sql.groups import groups_of
+from lakeview.sql.planner import view_plan
 from spark_jobs import faults
+from spark_jobs.graph_pipeline import GraphPipeline
 from spark_jobs.pipeline import ViewPipeline
-from spark_jobs.streams import start_query
+from spark_jobs.source_frames import tagged
+from spark_jobs.streams import file_stream, start_query
 from writers.iceberg.group import IcebergGroupWriter, StagedWriter
 
 if TYPE_CHECKING:
     from pyiceberg.catalog.rest import RestCatalog
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
+
+    from lakeview.ivm.commits import Change, Epoch
+    from writers.staged_files import WrittenFile
 
 log = logging.getLogger("lakeview.pipeline")
 
@@ -58,7 +65,8 @@ class GroupPipeline:
         self.checkpoint = project.checkpoint_path(members[0])  # the group's (see ProjectConfig.checkpoint_path)
         self.tables: dict[str, StagedWriter] = {}  # every table of the group, by name
         self.owners: dict[str, str] = {}  # table -> the view it belongs to
-        self.pipelines = {view: self._member(view) for view in members}
+        self._source = view_plan(project, members[0]).sources[0]
+        self.pipelines: dict[str, ViewPipeline | GraphPipeline] = {view: self._member(view) for view in members}
         self.writer: IcebergGroupWriter | None = None
         self.timings: dict[str, float] = {}
 
@@ -68,7 +76,7 @@ class GroupPipeline:
 
     @property
     def source(self) -> str:
-        return next(iter(self.pipelines.values())).source
+        return self._source
 
     def _staged(self, view: str, name: str) -> StagedWriter:
         writer = StagedWriter(self.catalog, self.project.views[view].namespace, name)
@@ -76,11 +84,13 @@ class GroupPipeline:
         self.owners[name] = view
         return writer
 
-    def _member(self, view: str) -> ViewPipeline:
+    def _member(self, view: str) -> ViewPipeline | GraphPipeline:
         pipeline = ViewPipeline(
             self.spark, self.project, view, self._staged(view, view), state_writer=lambda name: self._staged(view, name)
-        )  # fmt: skip
+        )  # fmt: skip  (a GraphPipeline for a view kept as an operator graph)
         pipeline.checkpoint = self.checkpoint  # its frontier is read from the group's offsets
+        if isinstance(pipeline, GraphPipeline):
+            pipeline.staged = True  # its memory copies take an epoch once the group committed it
         return pipeline
 
     def prepare(self) -> None:
@@ -89,8 +99,12 @@ class GroupPipeline:
         Raises WriterError when the members' tables are at different epochs (a view joined a
         group that already committed, or was kept alone before): they could not move together.
         """
-        for pipeline in self.pipelines.values():
+        for view, pipeline in self.pipelines.items():
             pipeline.prepare_tables()
+            if isinstance(pipeline, GraphPipeline):  # only its tables (its start looks for older versions' too)
+                kept = {writer.table_name for writer in pipeline.tables()}
+                for name in [n for n, owner in self.owners.items() if owner == view and n not in kept]:
+                    del self.tables[name], self.owners[name]
         self.writer = IcebergGroupWriter(self.catalog, self.group, dict(self.tables), self.owners)
         epochs = {name: (r.epoch if (r := w.last_commit()) is not None else None) for name, w in self.tables.items()}
         distinct = set(epochs.values())
@@ -103,6 +117,11 @@ class GroupPipeline:
                 "drop the tables of the views that joined the group (or of the whole group) to rebuild them"
             )
         last = distinct.pop() if distinct else None
+        for pipeline in self.pipelines.values():
+            if isinstance(pipeline, GraphPipeline):  # every table of the graph commits in the group's transaction
+                pipeline.attach(HeldCommits(self.writer, self.tables))  # type: ignore[arg-type]
+                pipeline._last_epoch = last
+                pipeline.graph.runtime.epoch = 0 if last is None else 1  # a restart: its state exists
         has_progress = (self.checkpoint / "commits").exists() and any((self.checkpoint / "commits").iterdir())
         if last is None and has_progress:
             log.warning("group %s: its tables have no commits but a checkpoint exists; starting over", self.group)
@@ -120,13 +139,22 @@ class GroupPipeline:
         first = next(iter(self.pipelines.values()))
         self._install_faults()
         return start_query(
-            first.source_stream(),
+            self._stream(),
             f"lakeview_group_{self.group}",
             self.checkpoint,
             self._process,
             first.config.cadence,
             available_now,
         )
+
+    def _stream(self) -> DataFrame:
+        """The source's file stream as a one-source view reads it (a graph member tags each batch of it)."""
+        for pipeline in self.pipelines.values():
+            if isinstance(pipeline, ViewPipeline):  # with its evolved schema (new_columns = "evolve")
+                return pipeline.source_stream()
+        graph = next(iter(self.pipelines.values()))
+        assert isinstance(graph, GraphPipeline)
+        return file_stream(self.spark, graph.project, self.source, graph.quarantines[self.source])
 
     def _install_faults(self) -> None:
         """``LAKEVIEW_FAULT=before_group_commit:<epoch>``: killed with every table's data files
@@ -153,13 +181,18 @@ class GroupPipeline:
         batch = batch.persist()
         try:
             for pipeline in self.pipelines.values():
-                pipeline._process_batch(batch, epoch_id)
+                graph = isinstance(pipeline, GraphPipeline)
+                pipeline._process_batch(tagged(batch, 0) if graph else batch, epoch_id)
         finally:
             batch.unpersist()
             for pipeline in self.pipelines.values():
-                pipeline.release_reread()
+                if isinstance(pipeline, ViewPipeline):
+                    pipeline.release_reread()
         computed = time.perf_counter()
         records = self._commit(epoch_id)
+        for pipeline in self.pipelines.values():
+            if isinstance(pipeline, GraphPipeline):
+                pipeline.took(epoch_id)
         self.timings = {"compute_s": computed - started, "commit_s": time.perf_counter() - computed}
         log.info(
             "group %s: epoch %s timings %s", self.group, epoch_id, {k: round(v, 3) for k, v in self.timings.items()}
@@ -195,3 +228,28 @@ class GroupPipeline:
             return {}
         log.info("group %s: committed epoch %s to %s tables in one transaction", self.group, epoch_id, len(records))
         return records
+
+
+class HeldCommits:
+    """A graph member's one transaction as its pipeline sees it (``GraphPipeline.group``): each of its tables'
+    change (rows, or the files the executors wrote for a first batch) is held by the table for the group's
+    transaction, which commits every member's tables at once."""
+
+    def __init__(self, group: IcebergGroupWriter, tables: dict[str, StagedWriter]) -> None:
+        self.group, self.tables = group, tables
+
+    def last_epoch(self) -> int | None:
+        return self.group.last_epoch()
+
+    def commit(
+        self, epoch: Epoch, changes: dict[str, Change | list[WrittenFile]], epochs: dict[str, Epoch] | None = None
+    ) -> None:
+        """Hold every table's change for the group's commit (nothing is committed yet: None). The epoch's
+        frontier is stamped as the group's one-source members stamp it (the group's one source needs no index)."""
+        frontier = {s: {k: v for k, v in p.items() if k != "index"} for s, p in epoch.frontier.items()}  # type: ignore[union-attr]
+        epoch = replace(epoch, frontier=frontier)
+        for name, change in changes.items():
+            if isinstance(change, list):
+                self.tables[name].commit_files(epoch, change)
+            else:
+                self.tables[name].commit(epoch, change)

@@ -71,16 +71,19 @@ def file_frame(spark: SparkSession, quarantine: Quarantine, files: list[Path]) -
 def _tagged(frames: dict[int, DataFrame]) -> DataFrame:
     """Each source's frame (by its index in the view's sources) with its columns prefixed ``__lv_s<i>_`` and
     tagged, as one union."""
-    from pyspark.sql import functions as F  # lazy: Spark loads only where views run
-
-    streams = []
-    for index, frame in frames.items():
-        columns = [F.col(f"`{c}`").alias(f"__lv_s{index}_{c}") for c in frame.columns]
-        streams.append(frame.select(*columns, F.lit(index).alias(SOURCE_TAG)))
+    streams = [tagged(frame, index) for index, frame in frames.items()]
     combined = streams[0]
     for stream in streams[1:]:
         combined = combined.unionByName(stream, allowMissingColumns=True)
     return combined
+
+
+def tagged(frame: DataFrame, index: int) -> DataFrame:
+    """One source's rows (a stream or a batch) as :func:`tagged_stream` has them: columns prefixed, tagged."""
+    from pyspark.sql import functions as F  # lazy: Spark loads only where views run
+
+    columns = [F.col(f"`{c}`").alias(f"__lv_s{index}_{c}") for c in frame.columns]
+    return frame.select(*columns, F.lit(index).alias(SOURCE_TAG))
 
 
 @dataclass

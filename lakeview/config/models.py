@@ -218,7 +218,9 @@ class SourceConfig(_Strict):
             "source's schema with the type Spark infers (recorded in `<warehouse>/_lakeview/schemas/NAME.json`), "
             "`SELECT *` views gain it (earlier rows read NULL); columns are never dropped or retyped (a value that no "
             "longer fits is quarantined). Change feeds too: with `changes` a new top-level field, with `images` a new "
-            "field of the `before` or `after` object. Not applied to JOIN and UNION ALL views"
+            "field of the `before` or `after` object. Views kept as an operator graph (joins, unions, subqueries, "
+            "top-k) read the declared columns: one naming its columns is unaffected, one selecting `*` over the "
+            "source is refused at load"
         ),
     )
 

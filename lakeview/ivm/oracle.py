@@ -57,7 +57,8 @@ def recompute(project: ProjectConfig, view: str, files: list[Path] | dict[str, l
     per key by the sequence column; deleted keys dropped).
     """
 
-    project = with_evolved_sources(project)  # new_columns = "evolve": the schema the pipeline reads
+    if not isinstance(view_plan(project, view), GraphPlan):  # a graph view reads its sources' declared columns
+        project = with_evolved_sources(project)  # new_columns = "evolve": the schema the pipeline reads
     config = project.views[view]
     plan = view_plan(project, view)
     if not isinstance(files, dict):

@@ -9,6 +9,7 @@ explain, verify, the pipelines, the console) asks it, and a view's SQL is planne
 from __future__ import annotations
 
 import functools
+import os
 from typing import TYPE_CHECKING
 
 from sqlglot import exp
@@ -23,6 +24,16 @@ if TYPE_CHECKING:
 
 Plan = AppendPlan | KeyedAggregatePlan | GraphPlan
 
+# An internal switch, not a project option: ``LAKEVIEW_ENGINE=graph`` plans every one-source projection and
+# aggregate (but event-time windows, which the graph lacks) as an operator graph, so bench/ and the tests can
+# run the one-source views through the graph and compare it with the one-source stack it is to replace.
+ENGINE = "LAKEVIEW_ENGINE"
+
+
+def engine() -> str:
+    """``graph`` when ``LAKEVIEW_ENGINE=graph`` routes one-source views through the operator graph, else ``shape``."""
+    return "graph" if os.environ.get(ENGINE, "").lower() == "graph" else "shape"
+
 
 def view_plan(project: ProjectConfig, view: str) -> Plan:
     """The plan of ``project``'s view ``view``: its per-shape plan, or a GraphPlan for a query the
@@ -34,7 +45,7 @@ def view_plan(project: ProjectConfig, view: str) -> Plan:
 
 def _view_plan(project: ProjectConfig, view: str, reading: tuple[str, ...]) -> Plan:
     config = project.views[view]
-    plan = _planned(view, config.sql, config.dialect)
+    plan = _planned(view, config.sql, config.dialect, engine())
     if plan.kind == "append" and _reads_graph_view(project, plan, (*reading, view)):
         return _projection_as_graph(view, config.sql, config.dialect)
     return plan
@@ -60,11 +71,14 @@ def _projection_as_graph(view: str, sql: str, dialect: str) -> GraphPlan:
 
 
 @functools.lru_cache(maxsize=1024)
-def _planned(view: str, sql: str, dialect: str) -> Plan:
+def _planned(view: str, sql: str, dialect: str, engine: str) -> Plan:
     # Keyed by what a plan depends on, not by the project object: a project's copies (with_upstream_source,
     # with_evolved_sources) and a reloaded project share it, and a project pickled to executors is unchanged.
     # A refusal (an exception) is not cached: the load that raised it fails.
-    return plan_for(view, sql, dialect)
+    plan = plan_for(view, sql, dialect)
+    if engine == "graph" and plan.kind != "graph" and plan.window is None:
+        return graph_plan(view, sql, dialect, UnsupportedSQLError(f"{ENGINE}=graph: every view is an operator graph"))
+    return plan
 
 
 def plan_view(view: str, sql: str, dialect: str = "spark") -> AppendPlan | KeyedAggregatePlan:

@@ -1,0 +1,75 @@
+"""Load time: a view kept as an operator graph over a source with ``new_columns = "evolve"`` loads when it names
+its columns (it reads the declared ones, as a one-source view naming its columns does) and is refused, naming
+the source and the nearest supported form, when it selects ``*`` over it (the graph does not add new columns
+to a view yet). ``LAKEVIEW_ENGINE=graph`` (bench/refresh.py --engine graph) keeps one-source views as graphs."""
+
+from __future__ import annotations
+
+import pytest
+
+from lakeview.errors import ConfigError
+from lakeview.project import is_graph_view, parse_project
+from lakeview.sql.planner import ENGINE
+
+
+def project(sql: str, new_columns: str = "evolve"):
+    return parse_project(
+        {
+            "sources": {
+                "orders": {
+                    "format": "json",
+                    "path": "landing/orders",
+                    "schema": "id BIGINT, pid BIGINT, qty INT",
+                    "new_columns": new_columns,
+                },
+                "products": {"format": "json", "path": "landing/products", "schema": "id BIGINT, category STRING"},
+            },
+            "views": {"v": {"sql": sql}},
+        }
+    )
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT * FROM orders o JOIN products p ON o.pid = p.id",
+        "SELECT o.*, p.category FROM orders o JOIN products p ON o.pid = p.id",
+        "SELECT * FROM orders UNION ALL SELECT * FROM orders",
+        "SELECT * FROM (SELECT * FROM orders) t ORDER BY qty DESC LIMIT 3",
+    ],
+    ids=["join", "qualified", "union", "subquery_top"],
+)
+def test_a_graph_view_selecting_star_over_an_evolving_source_is_refused_naming_it(sql: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        project(sql)
+    message = str(info.value)
+    assert "views.v.sql" in message and "selects * over 'orders'" in message, message
+    assert 'new_columns = "evolve"' in message and "name the columns" in message, message
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT o.id, o.qty, p.category FROM orders o JOIN products p ON o.pid = p.id",
+        "SELECT p.*, o.qty FROM orders o JOIN products p ON o.pid = p.id",  # * over the source that does not evolve
+        "SELECT * FROM (SELECT id, qty FROM orders) t ORDER BY qty DESC LIMIT 3",
+        "SELECT pid, COUNT(*) AS n FROM orders WHERE id IN (SELECT id FROM products) GROUP BY pid",
+    ],
+    ids=["named", "star_over_other", "star_over_subquery", "count_star"],
+)
+def test_a_graph_view_naming_its_columns_of_an_evolving_source_loads(sql: str) -> None:
+    assert is_graph_view(project(sql), "v")
+
+
+def test_star_over_a_source_that_ignores_new_columns_loads() -> None:
+    assert is_graph_view(project("SELECT * FROM orders UNION ALL SELECT * FROM orders", "ignore"), "v")
+
+
+def test_the_engine_switch_keeps_one_source_views_as_graphs(monkeypatch: pytest.MonkeyPatch) -> None:
+    sql = "SELECT pid, SUM(qty) AS total, COUNT(*) AS n FROM orders GROUP BY pid"
+    assert not is_graph_view(project(sql), "v")
+    monkeypatch.setenv(ENGINE, "graph")
+    assert is_graph_view(project(sql), "v")
+    with pytest.raises(ConfigError) as info:  # the graph's own limits hold under the switch
+        project("SELECT * FROM orders WHERE qty > 0")
+    assert "selects * over 'orders'" in str(info.value)
