@@ -43,6 +43,7 @@ from lakeview.sql.column_roles import check_column_roles
 from lakeview.sql.dag import check_dag
 from lakeview.sql.dialects import check_inline_view
 from lakeview.sql.graph_plan import GraphPlan, graph_plan, graph_sql
+from lakeview.sql.graph_watermark import check_graph as check_graph_watermark
 from lakeview.sql.groups import check_groups
 from lakeview.sql.plan import WEIGHT
 from lakeview.sql.planner import view_plan
@@ -184,15 +185,12 @@ def _check_graph_view(config: ProjectConfig, name: str, plan: GraphPlan) -> None
                 key,
                 f"source {source!r}: declare either [changes] (an operation column) or [images] (before/after), not both",
             )
-    for option in ("watermark", "group"):
-        if option == "group" and len(plan.sources) > 1:
-            continue  # check_groups names it: a group's one query reads one source
-        if getattr(view, option, None):
-            raise ConfigError(
-                config.file,
-                f"views.{name}.{option}",
-                f"{option} is not supported yet for a view maintained as an operator graph",
-            )
+    if problem := check_graph_watermark(config, name, plan.sources):
+        raise ConfigError(config.file, f"views.{name}.watermark", problem)
+    if view.group and len(plan.sources) == 1:  # more sources: check_groups names it (a group reads one source)
+        raise ConfigError(
+            config.file, f"views.{name}.group", "group is not supported yet for a view maintained as an operator graph"
+        )
     if problem := check_column_roles(plan, config):
         raise ConfigError(config.file, key, problem)
     try:

@@ -51,6 +51,7 @@ from lakeview.sql.planner import view_plan
 from spark_jobs import faults
 from spark_jobs.driver_stream import DriverStream
 from spark_jobs.epoch_guard import guarded
+from spark_jobs.graph_watermark import GraphWatermark
 from spark_jobs.executors.graph_backfill import backfill_on_executors, backfills, bound_memory
 from spark_jobs.source_frames import collect_sources, direct_sources, frontier
 from spark_jobs.sources.upstream import with_upstream_source
@@ -124,6 +125,7 @@ class GraphPipeline(SourcesPipeline):
         self.schemas = source_schemas(project, plan.sources)
         self.direct = direct_sources(self.configs, self.quarantines)  # read by the driver, not Spark
         self.graph: Graph = view_graph(project, view)
+        self.watermark = GraphWatermark.of(project, view, plan.sources, self.quarantines)  # late rows: quarantined
         self.mirrors: dict[str, SnapshotWriter] = {}
         self.mirror_store: SourceMirrors | None = None  # the mirrors' rows, served from memory (see the store)
         self.state: dict[str, SnapshotWriter] = {}
@@ -186,6 +188,8 @@ class GraphPipeline(SourcesPipeline):
         self._last_epoch = reconcile_checkpoint(self.view, self.checkpoint, self, self.writer)
         # a restart: the state exists, so no operator starts it again (a global aggregate's row is in the view)
         self.graph.runtime.epoch = 0 if self.last_epoch() is None else 1
+        if self.watermark is not None:
+            self.watermark.recover(self.tables())
         self.publish_changes()  # epochs committed before a crash, not yet published
 
     def _refuse_per_shape_tables(self) -> None:
@@ -335,6 +339,8 @@ class GraphPipeline(SourcesPipeline):
         split = collect_sources(batch, self.view, self.sources, self.configs, self.quarantines, epoch_id, direct)
         epoch = self._epoch_of(epoch_id, reached, newest_ms, split.rows_in, split.quarantined)
         inputs = split.tables
+        if self.watermark is not None:  # the event source's late rows: quarantined, counted, left out
+            epoch, inputs = self.watermark.apply(epoch, inputs)
         self.timings = {"spark_read_quarantine_s": time.perf_counter() - started}
         self.last_write = {"by": "driver", "rows_collected": sum(t.num_rows for t in inputs.values())}
         started = time.perf_counter()
