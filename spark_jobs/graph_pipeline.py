@@ -51,8 +51,8 @@ from lakeview.sql.planner import view_plan
 from spark_jobs import faults
 from spark_jobs.driver_stream import DriverStream
 from spark_jobs.epoch_guard import guarded
-from spark_jobs.graph_watermark import GraphWatermark
 from spark_jobs.executors.graph_backfill import backfill_on_executors, backfills, bound_memory
+from spark_jobs.graph_watermark import GraphWatermark
 from spark_jobs.source_frames import collect_sources, direct_sources, frontier
 from spark_jobs.sources.upstream import with_upstream_source
 from spark_jobs.sources.view_changes import ChangePublisher
