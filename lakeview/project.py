@@ -44,6 +44,7 @@ from lakeview.sql.column_roles import check_column_roles
 from lakeview.sql.dag import check_dag
 from lakeview.sql.dialects import check_inline_view
 from lakeview.sql.graph_plan import GraphPlan, graph_plan, graph_sql
+from lakeview.sql.graph_watermark import check_graph as check_graph_watermark
 from lakeview.sql.groups import check_groups, group_lines
 from lakeview.sql.plan import WEIGHT, parse_statement
 from lakeview.sql.planner import view_plan
@@ -159,7 +160,6 @@ def _check_graph_view(config: ProjectConfig, name: str, plan: GraphPlan) -> None
     """A view the per-shape planner refuses (``plan.refusal``) is a graph view when the operator graph compiles
     it over its sources' schemas; otherwise the graph's refusal (the construct and why) is the error."""
     key = f"views.{name}.sql"
-    view = config.views[name]
     for source in plan.sources:
         if source in config.views and source not in config.sources:
             if not config.views[source].materialize:
@@ -188,13 +188,8 @@ def _check_graph_view(config: ProjectConfig, name: str, plan: GraphPlan) -> None
             )
     if problem := _star_over_evolving(config, plan):
         raise ConfigError(config.file, key, problem)
-    for option in ("watermark",):  # a group: check_groups (its one query reads one source)
-        if getattr(view, option, None):
-            raise ConfigError(
-                config.file,
-                f"views.{name}.{option}",
-                f"{option} is not supported yet for a view maintained as an operator graph",
-            )
+    if problem := check_graph_watermark(config, name, plan.sources):
+        raise ConfigError(config.file, f"views.{name}.watermark", problem)
     if problem := check_column_roles(plan, config):
         raise ConfigError(config.file, key, problem)
     try:

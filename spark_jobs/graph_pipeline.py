@@ -53,6 +53,7 @@ from spark_jobs import faults
 from spark_jobs.driver_stream import DriverStream
 from spark_jobs.epoch_guard import guarded
 from spark_jobs.executors.graph_backfill import backfill_on_executors, backfills, bound_memory
+from spark_jobs.graph_watermark import GraphWatermark
 from spark_jobs.source_frames import collect_sources, direct_sources, frontier
 from spark_jobs.sources.upstream import with_upstream_source
 from spark_jobs.sources.view_changes import ChangePublisher
@@ -125,6 +126,7 @@ class GraphPipeline(SourcesPipeline):
         self.schemas = source_schemas(project, plan.sources)
         self.direct = direct_sources(self.configs, self.quarantines, self.schemas)  # read by the driver, not Spark
         self.graph: Graph = view_graph(project, view)
+        self.watermark = GraphWatermark.of(project, view, plan.sources, self.quarantines)  # late rows: quarantined
         self.mirrors: dict[str, SnapshotWriter] = {}
         self.mirror_store: SourceMirrors | None = None  # the mirrors' rows, served from memory (see the store)
         self.state: dict[str, SnapshotWriter] = {}
@@ -202,6 +204,8 @@ class GraphPipeline(SourcesPipeline):
         self.mirror_store = SourceMirrors(self.mirrors, mirror_keys, self.schemas, append_log=self.group is not None)
         self._check_same_graph(self._state_schemas)
         bound_memory(self)  # tables past [spark] driver_keys_max rows: looked up by key, never held
+        if self.watermark is not None:  # the watermark as the last committed epoch left it
+            self.watermark.recover(self.tables())
 
     def _refuse_per_shape_tables(self) -> None:
         """Refused at start: a join or UNION ALL view made by a Lakeview before every join and union ran as an
@@ -352,6 +356,8 @@ class GraphPipeline(SourcesPipeline):
         )
         epoch = self._epoch_of(epoch_id, reached, newest_ms, split.rows_in, split.quarantined)
         inputs = split.tables
+        if self.watermark is not None:  # the event source's late rows: quarantined, counted, left out
+            epoch, inputs = self.watermark.apply(epoch, inputs)
         self.timings = {"spark_read_quarantine_s": time.perf_counter() - started}
         self.last_write = {"by": "driver", "rows_collected": sum(t.num_rows for t in inputs.values())}
         started = time.perf_counter()

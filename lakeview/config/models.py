@@ -288,7 +288,10 @@ class ViewConfig(_Strict):
     )
     event_time: str | None = Field(
         None,
-        description="the watermark's event-time column, for a view without `window()`; default: `window()`'s column",
+        description=(
+            "the watermark's event-time column, for a view without `window()`; default: `window()`'s column; "
+            'over joins or unions `"source.column"` names the one append-only source whose rows can be late'
+        ),
     )
 
     @field_validator("cadence", mode="before")

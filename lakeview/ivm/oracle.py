@@ -25,6 +25,7 @@ from lakeview.ivm.changefeed import operation_sql
 from lakeview.ops.source_log import logged_files
 from lakeview.sql.duck import connect
 from lakeview.sql.graph_plan import GraphPlan
+from lakeview.sql.graph_watermark import event_time
 from lakeview.sql.planner import view_plan
 from lakeview.sql.watermark import (
     Watermark,
@@ -64,12 +65,18 @@ def recompute(project: ProjectConfig, view: str, files: list[Path] | dict[str, l
     if not isinstance(files, dict):
         files = {plan.sources[0]: files} if files is not None else {}
     con = connect()
+    judged = (
+        event_time(project, view, plan.sources).source if isinstance(plan, GraphPlan) and config.watermark else None
+    )
     try:
         for source_name in plan.sources:
             found = files.get(source_name)
             chosen = landed_files(project.source_path(source_name)) if found is None else found
             relation = _source_relation(project, source_name, chosen)
-            if (
+            if judged is not None:  # a graph view: only its event-time source's late rows are left out
+                if source_name == judged:
+                    relation = _graph_on_time(con, project, view, plan, chosen)
+            elif (
                 config.watermark and project.sources[source_name].changes is not None
             ):  # late images left out (lakeview.watermark)
                 relation = _applied_changes(con, project, view, plan, chosen, source_name)
@@ -111,6 +118,23 @@ def _on_time(con, project: ProjectConfig, view: str, plan, files: list[Path], re
         _watermark(project, view, plan),
         plan.alias,
         duckdb_where(plan),
+    )
+
+
+def _graph_on_time(con, project: ProjectConfig, view: str, plan: GraphPlan, files: list[Path]) -> str:
+    """A graph view's event-time source without its late rows: the rule replayed over the source's own
+    batches (its file log in the view's checkpoint), every row with an event time moving the watermark."""
+    found = event_time(project, view, plan.sources)
+    wm = Watermark(delay_us(project.views[view].watermark or ""), found.column)
+    return on_time_relation(
+        con,
+        project.checkpoint_path(view),
+        files,
+        lambda fs: _source_relation(project, found.source, fs),
+        wm,
+        f'"{found.source}"',
+        None,
+        plan.sources.index(found.source),
     )
 
 

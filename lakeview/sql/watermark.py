@@ -195,11 +195,12 @@ def apply_to_changes(
     return on_time, late, {**wm.advance(epoch, applied, consumed.column("t")[0].as_py()), LATE: str(late.num_rows)}
 
 
-def _batches(checkpoint, files: list) -> list[list]:
+def _batches(checkpoint, files: list, source_index: int = 0) -> list[list]:
     """``files`` grouped by the Spark batch that took them (its file-source log in the view's
-    checkpoint), in batch order; files not logged come after every batch."""
+    checkpoint: ``source_index``, the source's place in the view's one query), in batch order; files
+    not logged come after every batch."""
 
-    batch_of = {str(f.path): f.batch for f in logged_files(checkpoint)}
+    batch_of = {str(f.path): f.batch for f in logged_files(checkpoint, source_index)}
     batches: dict[int, list] = {}
     for path in files:
         batches.setdefault(batch_of.get(str(path), 1 << 62), []).append(path)
@@ -290,19 +291,33 @@ def applied_images(
 
 
 def on_time_relation(
-    con, checkpoint, files: list, relation_of: Callable[[list], str], wm: Watermark, alias: str, where: str | None
+    con,
+    checkpoint,
+    files: list,
+    relation_of: Callable[[list], str],
+    wm: Watermark,
+    alias: str,
+    where: str | None,
+    source_index: int = 0,
 ) -> str:
     """DuckDB SQL: the rows of ``files`` that were on time, for the oracle. The rule is replayed
     batch by batch in the order Spark took the files in (its file-source log in the view's
     checkpoint): independent of what the pipeline quarantined, so a wrong late decision shows
     up as a difference. ``relation_of(files)`` reads files as the pipeline does; ``where`` is
-    the view's WHERE in DuckDB SQL."""
-    parts = _replay(con, checkpoint, files, relation_of, wm, alias, where or "TRUE")
+    the view's WHERE in DuckDB SQL (a graph view's watermark: None, every row of the event source moves it)."""
+    parts = _replay(con, checkpoint, files, relation_of, wm, alias, where or "TRUE", source_index)
     return " UNION ALL ".join(f"SELECT * FROM ({p})" for p in parts) if parts else relation_of([])
 
 
 def _replay(
-    con, checkpoint, files: list, relation_of: Callable[[list], str], wm: Watermark, alias: str, consumed_where: str
+    con,
+    checkpoint,
+    files: list,
+    relation_of: Callable[[list], str],
+    wm: Watermark,
+    alias: str,
+    consumed_where: str,
+    source_index: int = 0,
 ) -> list[str]:
     """Per Spark batch (in the order its file-source log took the files), DuckDB SQL of the
     batch's rows that were on time: ``relation_of(batch)`` without the rows older than the
@@ -311,7 +326,7 @@ def _replay(
     column = f'"{wm.column}"'
     high: int | None = None
     parts = []
-    for batch in _batches(checkpoint, files):
+    for batch in _batches(checkpoint, files, source_index):
         relation = relation_of(batch)
         if high is not None:
             relation = (

@@ -175,11 +175,11 @@ class Quarantine:
             F.col(FILE).alias("file"), F.col(REASON).alias("reason"), record.alias("record")
         )
 
-    def record(self, epoch: int, rows: list[dict]) -> None:
+    def record(self, epoch: int, rows: list[dict], suffix: str = "") -> None:
         """Write an epoch's bad rows (``file``, ``reason``, ``record``) to the quarantine (nothing when
-        there are none; a replayed epoch rewrites the same file)."""
+        there are none; a replayed epoch rewrites the same file; ``suffix``: a file of its own, e.g. late rows)."""
         if rows:
-            self._write(epoch, rows)
+            self._write(epoch, rows, suffix)
 
     def set_aside_late(self, epoch: int, images, reason: str) -> None:
         """A change feed's late images (decided in the driver, after the mirror lookup or from a

@@ -1,0 +1,74 @@
+"""A graph view's watermark in its pipeline (:mod:`lakeview.sql.graph_watermark`): per epoch, the late rows
+of the event-time source are left out of the graph's inputs, quarantined and counted, and the epoch's
+commits are stamped with the watermark applied and the max event time after it, as the one-source
+pipeline does (``lakeview.watermark-us``, ``lakeview.max-event-time-us``, ``lakeview.rows-late``)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+
+from lakeview.ivm.commits import Epoch
+from lakeview.sql.duck import arrow_sql
+from lakeview.sql.graph_watermark import event_time
+from lakeview.sql.plan import WEIGHT
+from lakeview.sql.watermark import LATE, Watermark, delay_us, split_late
+
+if TYPE_CHECKING:
+    from lakeview.config.models import ProjectConfig
+    from spark_jobs.sources.quarantine import Quarantine
+    from writers.base import SnapshotWriter
+
+
+class GraphWatermark:
+    """The rule for one graph view: which source it judges and how far its watermark has moved."""
+
+    def __init__(self, project: ProjectConfig, view: str, sources: tuple[str, ...], quarantines: dict) -> None:
+        found = event_time(project, view, sources)
+        self.source = found.source
+        self.rule = Watermark(delay_us(project.views[view].watermark or ""), found.column)
+        self.quarantine: Quarantine = quarantines[found.source]
+
+    @classmethod
+    def of(
+        cls, project: ProjectConfig, view: str, sources: tuple[str, ...], quarantines: dict
+    ) -> GraphWatermark | None:
+        """The view's rule; None without a watermark."""
+        return cls(project, view, sources, quarantines) if project.views[view].watermark else None
+
+    def recover(self, tables: list[SnapshotWriter]) -> None:
+        """Resume where the last commit of the view's tables left the rule (a restart)."""
+        self.rule = Watermark.recover(self.rule.delay_us, self.rule.column, [w.last_commit() for w in tables])
+
+    def apply(self, epoch: Epoch, inputs: dict[str, pa.Table]) -> tuple[Epoch, dict[str, pa.Table]]:
+        """The epoch's inputs without the event source's late rows (quarantined, a replay rewriting the same
+        file), and the epoch with them counted as set aside and the rule's stamps."""
+        applied = self.rule.for_epoch(epoch.number)
+        rows = inputs.get(self.source)
+        if rows is None:
+            on_time, late = None, None
+        else:
+            on_time, late = split_late(rows, self.rule.column, applied)
+        if late is not None and late.num_rows:
+            reason = self.rule.reason(applied)  # type: ignore[arg-type]
+            payload = late.drop_columns([c for c in late.column_names if c == WEIGHT or c.startswith("__lv_")])
+            records = [
+                {"file": None, "reason": reason, "record": json.dumps(r, default=str)} for r in payload.to_pylist()
+            ]
+            self.quarantine.record(epoch.number, records, suffix="-late")
+        newest = None
+        if on_time is not None and on_time.num_rows:
+            newest = arrow_sql(f'SELECT max(epoch_us("{self.rule.column}")) AS t FROM z', z=on_time).column("t")[0]
+            newest = newest.as_py()
+        count = 0 if late is None else late.num_rows
+        stamps = {**self.rule.advance(epoch.number, applied, newest), LATE: str(count)}
+        epoch = replace(
+            epoch,
+            rows_in=epoch.rows_in - count,
+            rows_quarantined=epoch.rows_quarantined + count,
+            stamps={**epoch.stamps, **stamps},
+        )
+        return epoch, inputs if on_time is None else {**inputs, self.source: on_time}

@@ -1,0 +1,111 @@
+"""A watermark on a windowed join view kept as an operator graph, by real Spark and the catalog: a tumbling
+window over orders ⋈ a products change feed with ``watermark = "10 minutes"`` (the event time: ``window()``'s
+``o.ts``, a column of orders). Late orders are quarantined (the reason names the watermark) and counted
+(``lakeview.rows-late``, status), the view equals Spark's own window() over the orders that were on time and
+DuckDB's recompute (``lakeview verify``), and after a restart the watermark is recovered from the last commit."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from datetime import timedelta
+
+from pyspark.sql import functions as F
+from pyspark.sql.types import TimestampType
+
+from catalog_api.ops import view_tables
+from catalog_api.ops.status import view_statuses
+from catalog_api.server import CatalogServer
+from lakeview.ivm import oracle
+from lakeview.project import is_graph_view
+from lakeview.sql.watermark import APPLIED, LATE, MAX_EVENT
+from spark_jobs.sources.quarantine import quarantined_rows
+from tests.spark_jobs.test_changes import land
+from tests.spark_jobs.test_graph_pipeline import NS, assert_recomputed, change, read, start
+from tests.spark_jobs.test_graph_windows import SOURCES, T0, VIEWS, micros, plain
+
+MINUTE_US = 60_000_000
+T0_US = plain(T0)
+SQL = VIEWS["tumbling_join"].format(orders="orders", products="products")
+
+
+def order(i: int, minute: float | None, qty: int, pid: int) -> str:
+    ts = None if minute is None else (T0 + timedelta(minutes=minute)).isoformat()
+    return json.dumps({"id": i, "pid": pid, "qty": qty, "ts": ts})
+
+
+# epoch 0: max event time 50 → epoch 1's watermark 40: order 101 (30) is late, 102 (55) and 103 (NULL) are not;
+# the update of product 2 moves rows of closed windows (the watermark does not freeze a join's dimensions).
+# After a restart, epoch 2's watermark is 55 - 10 = 45: order 201 (44) is late, 202 (46) is not.
+EPOCHS = [
+    {
+        "products": [change("c", p, category=("toys", "books")[p % 2]) for p in range(1, 5)],
+        "orders": [order(i, i * 5, 1 + i % 3, 1 + i % 4) for i in range(11)],
+    },
+    {
+        "products": [change("u", 2, category="games")],
+        "orders": [order(101, 30, 7, 1), order(102, 55, 2, 2), order(103, None, 1, 3)],
+    },
+    {"orders": [order(201, 44, 5, 1), order(202, 46, 3, 4)]},
+]
+
+
+def on_time_by_spark(spark, project, view: str, late: set[int]) -> Counter:
+    """The view's SQL run by Spark (its own window()) over the current inputs without the late orders."""
+    files = oracle.frontier_files(project, view, read_commit(project, view).frontier)
+    names = {}
+    for source in ("orders", "products"):
+        rows = [
+            r
+            for r in oracle.source_rows(project, source, files[source]).to_pylist()
+            if r["id"] not in late or source != "orders"
+        ]
+        names[source] = f"{view}_{source}"
+        spark.createDataFrame(rows, schema=project.sources[source].schema_).createOrReplaceTempView(names[source])
+    frame = spark.sql(VIEWS["tumbling_join"].format(**names))
+    frame = frame.select(
+        [F.unix_micros(f.name) if f.dataType == TimestampType() else F.col(f.name) for f in frame.schema]
+    )
+    return Counter(tuple(plain(v) for v in r) for r in frame.collect())
+
+
+def read_commit(project, view: str):
+    record = view_tables.last_commit(project, view)
+    assert record is not None
+    return record
+
+
+def test_late_orders_of_a_windowed_join_are_quarantined_and_the_watermark_survives_a_restart(
+    spark, catalog_server: CatalogServer, make_project, unique_name: str
+) -> None:
+    view = unique_name[:50]
+    views = {view: {"sql": SQL, "cadence": "200ms", "namespace": NS, "watermark": "10 minutes"}}
+    project = make_project(views=views, sources={s: SOURCES[s] for s in ("orders", "products")})
+    assert is_graph_view(project, view)
+    pipeline, query = start(spark, project, view, catalog_server)
+    late: set[int] = set()
+    try:
+        for number, batch in enumerate(EPOCHS):
+            if number == 2:  # a restart: a new pipeline recovers the watermark from the last commit
+                query.stop()
+                pipeline, query = start(spark, project, view, catalog_server)
+                assert pipeline.watermark.rule.max_event_us == T0_US + 55 * MINUTE_US
+            for source, lines in batch.items():
+                land(project.source_path(source), f"{number:03d}.json", lines)
+            query.processAllAvailable()
+            rows = quarantined_rows(project, "orders", view)
+            late = {json.loads(r["record"])["id"] for r in rows}
+            assert late == [set(), {101}, {101, 201}][number]
+            assert all(r["reason"].startswith("late: ts older than the watermark") for r in rows)
+            record = read_commit(project, view)
+            expected_mark = [None, T0_US + 40 * MINUTE_US, T0_US + 45 * MINUTE_US][number]
+            assert record.extra[APPLIED] == ("" if expected_mark is None else str(expected_mark))
+            assert record.extra[MAX_EVENT] == str(T0_US + [50, 55, 55][number] * MINUTE_US)
+            assert record.extra[LATE] == ["0", "1", "1"][number]
+            assert_recomputed(project, view, pipeline, catalog_server)  # lakeview verify: equal
+            held = micros(read(project, view, catalog_server))
+            assert held == on_time_by_spark(spark, project, view, late) and held
+    finally:
+        query.stop()
+    status = {s.view: s for s in view_statuses(project)}[view]
+    assert (status.rows_late, status.rows_quarantined) == (2, 2)
