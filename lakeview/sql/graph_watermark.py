@@ -37,8 +37,8 @@ class EventTime:
 
 
 def event_time(config: ProjectConfig, view: str, sources: tuple[str, ...]) -> EventTime:
-    """The event-time column of a graph view with a watermark: ``event_time`` as declared (``"ts"`` or
-    ``"orders.ts"``), else the column ``window()`` groups by. Raises ValueError naming the problem
+    """The event-time column of a graph view with a watermark: ``event_time`` as declared (``"ts"``,
+    ``"orders.ts"`` or ``"o.ts"``, ``o`` an alias of orders), else the column ``window()`` groups by. Raises ValueError naming the problem
     (no such column, one of several sources', a change feed's, another view's)."""
     spec = config.views[view]
     declared = spec.event_time or _window_column(spec.sql, spec.dialect)
@@ -48,6 +48,7 @@ def event_time(config: ProjectConfig, view: str, sources: tuple[str, ...]) -> Ev
         )
     qualifier, _, name = declared.rpartition(".")
     qualifier, name = qualifier.strip('`"'), name.strip('`"')
+    qualifier = _aliases(spec.sql, spec.dialect).get(qualifier.lower(), qualifier)  # o.ts: o aliases orders
     readable = {s: _columns(config, s) for s in sources}
     candidates = [s for s in sources if s.lower() == qualifier.lower()] if qualifier else list(sources)
     if qualifier and not candidates:
@@ -106,6 +107,10 @@ def _window_column(sql: str, dialect: str) -> str | None:
     column = call.expressions[0]
     if not column.table:
         return column.name
-    tables = {t.alias_or_name.lower(): t.name for t in tree.find_all(exp.Table)}
-    table = tables.get(column.table.lower())
+    table = _aliases(sql, dialect).get(column.table.lower())
     return f"{table}.{column.name}" if table else column.name
+
+
+def _aliases(sql: str, dialect: str) -> dict[str, str]:
+    """The tables the view's SQL reads, by their alias (lowercase)."""
+    return {t.alias_or_name.lower(): t.name for t in parse_statement(sql, dialect).find_all(exp.Table)}

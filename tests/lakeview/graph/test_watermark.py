@@ -45,6 +45,7 @@ def load(tmp_path, view: dict):
         ({"sql": TUMBLING_JOIN}, EventTime("orders", "ts")),  # window(o.ts): o aliases orders
         ({"sql": HOPPING_UNION, "event_time": "returns.ts"}, EventTime("returns", "ts")),
         ({"sql": JOIN, "event_time": "orders.TS"}, EventTime("orders", "ts")),
+        ({"sql": JOIN, "event_time": "o.ts"}, EventTime("orders", "ts")),  # o aliases orders
     ],
 )
 def test_the_event_time_is_a_column_of_one_append_only_source(tmp_path, view: dict, expected: EventTime) -> None:
@@ -66,11 +67,11 @@ def test_the_event_time_is_a_column_of_one_append_only_source(tmp_path, view: di
             'views.v.watermark: a watermark needs an event-time column: GROUP BY window(ts, ...) or event_time = "source.column"',
         ),
         (
-            {"sql": JOIN, "event_time": "p.ts"},
-            "views.v.watermark: event_time 'p.ts': 'p' is not a source of the view (orders, products)",
+            {"sql": JOIN, "event_time": "x.ts"},
+            "views.v.watermark: event_time 'x.ts': 'x' is not a source of the view (orders, products)",
         ),
         (
-            {"sql": JOIN, "event_time": "products.ts"},
+            {"sql": JOIN, "event_time": "p.ts"},  # p aliases products
             "views.v.watermark: the event time's source 'products' is a change feed ([changes]); a watermark on a "
             "view with joins, unions or subqueries needs an append-only event-time source",
         ),
