@@ -89,7 +89,7 @@ def main() -> None:
     parser.add_argument("--history-cache", type=Path, help="keep each size's history file here and reuse it")
     parser.add_argument(
         "--feeds", choices=["json", "parquet"], default="parquet",
-        help="the products change-feed files (parquet: every source is read by the driver, no Spark job)",
+        help="the products change-feed files (either way the driver reads every source: no Spark job per epoch)",
     )  # fmt: skip
     args = parser.parse_args()
     console = Console(width=200)

@@ -118,10 +118,11 @@ def test_json_lines_read_in_the_driver_are_the_rows_spark_reads(spark, tmp_path:
         '{"id":\n1}\n',  # one object over two lines
         '[{"id": 1}]\n',  # not an object
         '{"id": 1, "id": 2}\n',  # a field twice
+        b'{"id": 1, "note": "k\xff"}\n',  # not UTF-8 (Spark reads U+FFFD)
     ],
 )
-def test_a_json_line_spark_would_read_otherwise_leaves_the_file_to_spark(tmp_path: Path, text: str) -> None:
-    (tmp_path / "f.json").write_text(text)
+def test_a_json_line_spark_would_read_otherwise_leaves_the_file_to_spark(tmp_path: Path, text: str | bytes) -> None:
+    (tmp_path / "f.json").write_bytes(text if isinstance(text, bytes) else text.encode())
     assert read_json_lines([tmp_path / "f.json"], JSON_SCHEMA) is None
 
 
