@@ -16,11 +16,9 @@ import dataclasses
 
 import pyarrow as pa
 
-from lakeview.graph import Graph
-from lakeview.graph.join import TwoSided
-from lakeview.graph.operators import Operator, Project, Source
+from lakeview.graph.join import shared_sides as shared_sides  # where the pipeline asks for it
 from lakeview.graph.state import StateTable
-from lakeview.graph.zset import WEIGHT, q
+from lakeview.graph.zset import WEIGHT
 from lakeview.ivm.commits import Change
 from writers.base import SnapshotWriter
 from writers.graph_state import TableStateStore
@@ -28,44 +26,6 @@ from writers.graph_state import TableStateStore
 # An Iceberg mirror's table properties: small Parquet row groups (pyiceberg's writers, the driver's and the
 # executors', honour the limit), so that past the driver's bound a key costs at most one row group of its files
 CLUSTERED = {"write.parquet.row-group-limit": "1024"}
-
-
-def shared_sides(graph: Graph, keys: dict[str, tuple[str, ...]]) -> dict[str, tuple[str, dict[str, str]]]:
-    """The join sides (a join's, semi- or anti-join's) that hold exactly a change feed's mirror: the side's
-    input is the feed's source (its columns renamed at most, no filter) and the side is keyed by the feed's
-    key (``keys``, by source). Such a side's state is the mirror's Z-set, so it is not kept twice: its
-    lookups read the mirror as committed before the epoch (:class:`~writers.graph_state.TableStateStore`'s
-    ``borrowed``). Returns each such state's name with its source and its columns' names in the mirror."""
-    shared: dict[str, tuple[str, dict[str, str]]] = {}
-    for op in graph.operators:
-        if not isinstance(op, TwoSided):
-            continue
-        for side, key, state in ((0, op.left_key, op.left_state), (1, op.right_key, op.right_state)):
-            found = _source_columns(graph, op.inputs[side])
-            if found is None or found[0] not in keys or not key:
-                continue
-            source, columns = found
-            if {columns[k] for k in key} == set(keys[source]) and len(key) == len(keys[source]):
-                shared[state.name] = (source, columns)
-    return shared
-
-
-def _source_columns(graph: Graph, op: Operator) -> tuple[str, dict[str, str]] | None:
-    """``op``'s source and each of its columns' name in the source, when ``op`` is a source or a projection that
-    only renames every column of one; else None."""
-    renames = None
-    if isinstance(op, Project):
-        plain = {q(c): c for c in op.inputs[0].columns}
-        if not all(e in plain for e in op.exprs) or len(set(op.exprs)) != len(op.inputs[0].columns):
-            return None
-        renames = {c: plain[e] for c, e in zip(op.columns, op.exprs, strict=True)}
-        op = op.inputs[0]
-    if not isinstance(op, Source) or op.name not in graph.schemas:
-        return None
-    named = dict(zip(op.columns, graph.schemas[op.name].names, strict=True))
-    if renames is None:
-        return op.name, named
-    return op.name, {c: named[source] for c, source in renames.items()}
 
 
 def mirror_schema(source: pa.Schema) -> pa.Schema:
