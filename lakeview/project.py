@@ -37,8 +37,9 @@ from lakeview.errors import ConfigError, UnsupportedSQLError
 from lakeview.graph import WEIGHT as GRAPH_WEIGHT
 from lakeview.graph import Graph, compile_view, step
 from lakeview.graph import explain as explain_graph
+from lakeview.graph.join import shared_sides
 from lakeview.graph.state import log_table_name, state_table_name
-from lakeview.ivm.changefeed import check_view_over_sources
+from lakeview.ivm.changefeed import check_view_over_sources, source_mirror_name
 from lakeview.ivm.explain import explain
 from lakeview.sql.column_roles import check_column_roles
 from lakeview.sql.dag import check_dag
@@ -371,11 +372,17 @@ def explain_view(config: ProjectConfig, view: str) -> str:
     spec = config.views[view]
     graph = view_graph(config, view)
     graph.runtime.store = _Unread()  # type: ignore[assignment]  # no table is read: no row counts
-    if spec.format.value == "iceberg":  # one log table for every state (writers.graph_log)
-        log = f"{spec.namespace}.{log_table_name(view)}"
-        tables = [f"  {t.name} -> {log} (its rows with __lv_op = '{t.name}')" for t in graph.state_tables()]
-    else:
-        tables = [f"  {t.name} -> {spec.namespace}.{state_table_name(view, t)}" for t in graph.state_tables()]
+    feeds = {s: tuple(c.changes.key) for s in graph.schemas if (c := config.sources.get(s)) and c.changes}
+    shared = shared_sides(graph, feeds)  # a join side that is a feed's rows by key: kept once, in its mirror
+    log = f"{spec.namespace}.{log_table_name(view)}"
+    tables = []
+    for t in graph.state_tables():
+        if t.name in shared:
+            tables.append(f"  {t.name} -> {spec.namespace}.{source_mirror_name(view, shared[t.name][0])} (the mirror)")
+        elif spec.format.value == "iceberg":  # one log table for every other state (writers.graph_log)
+            tables.append(f"  {t.name} -> {log} (its rows with __lv_op = '{t.name}')")
+        else:
+            tables.append(f"  {t.name} -> {spec.namespace}.{state_table_name(view, t)}")
     head = [
         f"view {view} (operator graph) -> {spec.namespace}.{view}, cadence {spec.cadence}, format {spec.format.value}",
         f"sources: {', '.join(graph.schemas)}; the view's table is a multiset keyed by the whole row",

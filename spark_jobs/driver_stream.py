@@ -157,12 +157,19 @@ class DriverStream:
 
     def _await_files(self, stamps: dict[str, int], tick: float, earliest: float) -> None:
         """Wait for the next ``tick``, or less: until a source directory's modification time differs from
-        ``stamps`` (a file landed, or a hidden one was renamed into place), but not before ``earliest`` (one
-        cadence after the last epoch began)."""
+        ``stamps`` (a file landed, or a hidden one was renamed into place) and then stays put for one more
+        look (files landing together, e.g. one per source, go into one epoch), but not before ``earliest``
+        (one cadence after the last epoch began)."""
+        changed = None  # the stamps last seen differ from ``stamps``
         while not self._stop.is_set():
             now = time.monotonic()
-            if now >= tick or (now >= earliest and self._stamps() != stamps):
+            if now >= tick:
                 return
+            if now >= earliest:
+                seen = self._stamps()
+                if changed is not None and seen == changed:
+                    return
+                changed = seen if seen != stamps else None
             self._stop.wait(min(POLL_S, tick - now))
 
     def _stamps(self) -> dict[str, int]:

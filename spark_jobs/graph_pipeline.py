@@ -60,7 +60,7 @@ from spark_jobs.sources.view_changes import ChangePublisher
 from spark_jobs.sources_pipeline import SourcesPipeline
 from spark_jobs.streams import reconcile_checkpoint
 from writers.graph_log import LAYOUT, StateLog, log_table_name
-from writers.graph_mirrors import CLUSTERED, SourceMirrors, mirror_schema
+from writers.graph_mirrors import CLUSTERED, SourceMirrors, mirror_schema, shared_sides
 from writers.graph_state import TableStateStore, commit_key, state_table_name, warm_up
 from writers.graph_view import ViewRows, small
 
@@ -173,14 +173,20 @@ class GraphPipeline(SourcesPipeline):
         properties.update(sql_properties(self.config.sql, self.config.dialect))
         self.writer.ensure_table(output, tuple(output.names), properties)  # a multiset keyed by the whole row
         owned = {"lakeview.state-of": self.view}
-        keys = {table.name: table.key for table in self.graph.state_tables()}
+        mirror_keys = {source: tuple(feed.key) for source, feed in self.feeds.items()}
+        shared = shared_sides(self.graph, mirror_keys)  # join sides that are a feed's mirror: kept once, there
+        self._mirror_keys, self._shared = mirror_keys, shared
+        keys = {table.name: table.key for table in self.graph.state_tables() if table.name not in shared}
+        kept = {name: schema for name, schema in state_schemas.items() if name not in shared}
         log = None
         if self.writer.capabilities.multi_table_transactions and keys:  # Iceberg: every state in one log table
-            log, packing = self._state_writer(log_table_name(self.view)), StateLog(state_schemas)
+            log, packing = self._state_writer(log_table_name(self.view)), StateLog(kept)
             log.ensure_table(packing.schema, None, {**owned, LAYOUT: packing.layout})
             self.state = {log.table_name: log}
         else:
             for table in self.graph.state_tables():
+                if table.name in shared:
+                    continue
                 writer = self._state_writer(state_table_name(self.view, table))
                 writer.ensure_table(state_schemas[table.name], commit_key(table, state_schemas[table.name]), owned)
                 self.state[table.name] = writer
@@ -190,7 +196,7 @@ class GraphPipeline(SourcesPipeline):
             self.mirrors[source] = self._state_writer(source_mirror_name(self.view, source))
             self.mirrors[source].ensure_table(mirror_schema(self.schemas[source]), tuple(feed.key), mirrored)
         writers = {name: log for name in keys} if log is not None else self.state
-        self.store = TableStateStore(keys, writers, state_schemas, log=log)  # type: ignore[arg-type]
+        self.store = TableStateStore(keys, writers, kept, log=log)  # type: ignore[arg-type]
         self.graph.use_store(self.store)
 
     def attach(self, group: IcebergGroupWriter | None) -> None:
@@ -200,8 +206,13 @@ class GraphPipeline(SourcesPipeline):
         self.view_rows = ViewRows(
             self.writer, tuple(self.graph.names), self._output, self.group is not None and small(self.writer)
         )
-        mirror_keys = {source: tuple(feed.key) for source, feed in self.feeds.items()}
-        self.mirror_store = SourceMirrors(self.mirrors, mirror_keys, self.schemas, append_log=self.group is not None)
+        self.mirror_store = SourceMirrors(
+            self.mirrors, self._mirror_keys, self.schemas, append_log=self.group is not None
+        )
+        self.store.borrowed = {
+            name: (self.mirror_store.store, self.mirror_store.tables[source], columns, self._state_schemas[name])
+            for name, (source, columns) in self._shared.items()
+        }
         self._check_same_graph(self._state_schemas)
         bound_memory(self)  # tables past [spark] driver_keys_max rows: looked up by key, never held
         if self.watermark is not None:  # the watermark as the last committed epoch left it

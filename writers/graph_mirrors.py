@@ -16,6 +16,7 @@ import dataclasses
 
 import pyarrow as pa
 
+from lakeview.graph.join import shared_sides as shared_sides  # where the pipeline asks for it
 from lakeview.graph.state import StateTable
 from lakeview.graph.zset import WEIGHT
 from lakeview.ivm.commits import Change

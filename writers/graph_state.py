@@ -179,6 +179,11 @@ class TableStateStore:
     # Every state in ONE append log (Iceberg graph views): each epoch appends every state's delta to this table
     # (one data file for all), folded as one; its length is kept under its table name in the fields above.
     log: SnapshotWriter | None = None
+    # States held by another store's table (a join side that is a change feed's mirror, see
+    # writers.graph_mirrors.shared_sides): by state name, that store, its table, the state's columns -> that
+    # table's, and the state's schema. Not kept here: a lookup reads that table as committed before the epoch
+    # (its store has the same Z-set applied already, held), an apply does nothing.
+    borrowed: dict[str, tuple[TableStateStore, StateTable, dict[str, str], pa.Schema]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.con = duckdb.connect()
@@ -223,6 +228,8 @@ class TableStateStore:
 
     # --- the StateStore protocol --------------------------------------------------------------
     def lookup(self, table: StateTable, keys: pa.Table | None) -> pa.Table | None:
+        if table.name in self.borrowed:
+            return self._borrowed(table, keys)
         schema = self.schemas[table.name]
         if keys is None or not table.key:
             probe = every_key() if keys is None or keys.num_rows else keys.select([])
@@ -241,7 +248,7 @@ class TableStateStore:
         return self._consolidate([stored, pending], schema)
 
     def apply(self, table: StateTable, delta: pa.Table) -> None:
-        if delta.num_rows:
+        if delta.num_rows and table.name not in self.borrowed:
             schema = self.schemas[table.name]
             self.held.setdefault(table.name, []).append(_conform(delta, schema))
 
@@ -366,10 +373,28 @@ class TableStateStore:
 
     def rows(self, table: StateTable) -> int:
         """How many distinct rows ``table`` holds (for explain)."""
+        if table.name in self.borrowed:
+            store, other, _, _ = self.borrowed[table.name]
+            return store.rows(other)
         self._writer(table)
         return self.memory[table.name].lookup(None).num_rows
 
     # --- helpers --------------------------------------------------------------------------------
+    def _borrowed(self, table: StateTable, keys: pa.Table | None) -> pa.Table:
+        """A borrowed state's rows under ``keys``: its table's rows as committed before the epoch, renamed."""
+        store, other, columns, schema = self.borrowed[table.name]
+        theirs = store.schemas[other.name]
+        if keys is None:
+            probe = every_key()
+        else:
+            probe = keys.select(list(table.key)).rename_columns([columns[k] for k in table.key])
+            probe = probe.cast(pa.schema([theirs.field(columns[k]) for k in table.key]))
+        if not probe.num_rows:
+            return schema.empty_table()
+        found = store._stored(other, probe)
+        mine = {theirs_name: name for name, theirs_name in columns.items()}
+        return found.rename_columns([mine.get(n, n) for n in found.column_names]).select(schema.names).cast(schema)
+
     def _stored(self, table: StateTable, probe: pa.Table) -> pa.Table:
         """The committed rows of ``table`` under the keys of ``probe`` (no columns: every row)."""
         writer, schema = self._writer(table), self.schemas[table.name]

@@ -10,13 +10,17 @@ touched-key difference on the left side's rows.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lakeview.graph.operators import Operator, Runtime
+from lakeview.graph.operators import Operator, Project, Runtime, Source
 from lakeview.graph.state import StateTable
 from lakeview.graph.zset import WEIGHT, cols_sql, q, union_sql
+
+if TYPE_CHECKING:
+    from lakeview.graph.driver import Graph
 
 KINDS = ("inner", "left", "right", "full")
 
@@ -213,3 +217,42 @@ class SemiJoin(TwoSided):
         if not hasattr(self, "_empty"):
             self._empty = out.schema.empty_table()
         return out
+
+
+def shared_sides(graph: Graph, keys: dict[str, tuple[str, ...]]) -> dict[str, tuple[str, dict[str, str]]]:
+    """The join sides (a join's, semi- or anti-join's) that hold exactly a change feed's mirror: the side's
+    input is the feed's source (its columns renamed at most, no filter) and the side is keyed by the feed's
+    key (``keys``, by source). Such a side's state is the mirror's Z-set, so it is not kept twice: its
+    lookups read the mirror as committed before the epoch (a table-backed store's ``borrowed``,
+    :class:`writers.graph_state.TableStateStore`). Returns each such state's name with its source and its
+    columns' names in the mirror."""
+    shared: dict[str, tuple[str, dict[str, str]]] = {}
+    for op in graph.operators:
+        if not isinstance(op, TwoSided):
+            continue
+        for side, key, state in ((0, op.left_key, op.left_state), (1, op.right_key, op.right_state)):
+            found = _source_columns(graph, op.inputs[side])
+            if found is None or found[0] not in keys or not key:
+                continue
+            source, columns = found
+            if {columns[k] for k in key} == set(keys[source]) and len(key) == len(keys[source]):
+                shared[state.name] = (source, columns)
+    return shared
+
+
+def _source_columns(graph: Graph, op: Operator) -> tuple[str, dict[str, str]] | None:
+    """``op``'s source and each of its columns' name in the source, when ``op`` is a source or a projection that
+    only renames every column of one; else None."""
+    renames = None
+    if isinstance(op, Project):
+        plain = {q(c): c for c in op.inputs[0].columns}
+        if not all(e in plain for e in op.exprs) or len(set(op.exprs)) != len(op.inputs[0].columns):
+            return None
+        renames = {c: plain[e] for c, e in zip(op.columns, op.exprs, strict=True)}
+        op = op.inputs[0]
+    if not isinstance(op, Source) or op.name not in graph.schemas:
+        return None
+    named = dict(zip(op.columns, graph.schemas[op.name].names, strict=True))
+    if renames is None:
+        return op.name, named
+    return op.name, {c: named[source] for c, source in renames.items()}

@@ -101,7 +101,10 @@ def backfill_on_executors(pipeline: GraphPipeline, batch: DataFrame | None, epoc
         if pipeline.store.log is not None:  # Iceberg: every state in the one log table
             tables = [(pipeline.store.log, _packed_log(spark, pipeline.store.packing, first.state))]
         else:
-            tables = [(pipeline.state[name], spark.sql(sql)) for name, sql in first.state.items()]
+            # (a join side kept as a feed's mirror has no table of its own: the mirror is written below)
+            tables = [
+                (pipeline.state[name], spark.sql(sql)) for name, sql in first.state.items() if name in pipeline.state
+            ]
         tables += [(pipeline.mirrors[source], rows) for source, rows in mirrors.items()]
         tables.append((pipeline.writer, spark.sql(first.view)))  # last: see the module's doc
         read_s = time.perf_counter() - started
@@ -123,6 +126,8 @@ def _packed_log(spark, packing: StateLog, states: dict[str, str]) -> DataFrame: 
     types = {f.name: from_arrow_type(f.type).simpleString() for f in packing.schema}
     parts = []
     for name, sql in states.items():
+        if name not in packing.slots:  # a join side kept as a feed's mirror (written as the mirror)
+            continue
         mine = {slot: column for column, slot in packing.slots[name].items()}
         literal = name.replace("\\", "\\\\").replace("'", "\\'")
         columns = [f"'{literal}' AS `{LOG_OP}`"]

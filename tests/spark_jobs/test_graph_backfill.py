@@ -106,7 +106,8 @@ def test_sigkill_during_a_graph_backfill_then_restart_ends_equal(fmt: str, fault
     assert tables.last_commit(project, "crashy") is None, "the view did not commit"
     state = sorted(p for p in (tmp_path / "lake").rglob("__lv_state_crashy*") if (p / "_delta_log").is_dir())
     if fmt == "delta":  # the state tables and mirrors committed the backfill before the kill
-        assert len(state) > 3 and all(epochs_of(p) == ["0"] for p in state), [p.name for p in state]
+        # the join's and the top-k's state and the products mirror (the join's products side is the mirror)
+        assert len(state) >= 3 and all(epochs_of(p) == ["0"] for p in state), [p.name for p in state]
     land_epoch(project, 1, parquet=False)
     refresh_in_process(spark, project, ["crashy"])  # replays epoch 0 on the executors, then epoch 1
     record = tables.last_commit(project, "crashy")

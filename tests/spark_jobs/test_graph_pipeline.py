@@ -441,6 +441,30 @@ def test_iceberg_state_kept_in_one_table_per_operator_by_an_older_version_is_ref
     assert "drop the view's table and its __lv_state_ tables" in message
 
 
+def test_iceberg_state_log_of_an_older_layout_is_refused_at_start_naming_it(
+    spark, catalog_server: CatalogServer, make_project, unique_name: str
+) -> None:
+    """The state log's layout (a table property) says which state's columns are where. An earlier version also
+    kept each join side that is a change feed's rows by its key in the log (now read from the feed's mirror,
+    kept once): a log of that layout is refused when the view starts, naming it, rather than read wrongly."""
+    from lakeview.errors import WriterError
+    from writers.graph_log import LAYOUT, log_table_name
+
+    project = project_with(make_project, {unique_name: STAR})
+    run(spark, project, unique_name, catalog_server, epochs=EPOCHS[:1])
+    catalog = RestCatalog("t", uri=catalog_server.uri, warehouse="lakeview")
+    log = catalog.load_table((NS, log_table_name(unique_name)))
+    layout = json.loads(log.properties[LAYOUT])
+    older = {**layout, "join9.left": [["p_id", "__lv_int64_0"], ["p_category", "__lv_string_0"]]}  # products
+    with log.transaction() as txn:
+        txn.set_properties({LAYOUT: json.dumps(older, sort_keys=True)})
+    again = view_pipeline(spark, project, unique_name, catalog_server.uri)
+    with pytest.raises(WriterError) as info:
+        again.prepare()
+    assert log_table_name(unique_name) in str(info.value), str(info.value)
+    assert "drop the view's table and its __lv_state_ tables" in str(info.value)
+
+
 def test_a_view_over_parquet_files_only_runs_its_epochs_without_spark_and_replays_exactly_once(
     spark, catalog_server: CatalogServer, make_project, unique_name: str
 ) -> None:

@@ -150,3 +150,37 @@ def test_a_mirror_past_the_bound_reads_only_the_row_groups_that_can_hold_the_key
                 ids = pq.read_table(stream, columns=["id"]).column("id").to_pylist()
             assert ids == sorted(ids)
     assert folds > 0
+
+
+def test_a_join_side_that_is_a_feeds_mirror_is_kept_once_in_the_mirror() -> None:
+    """A star view's dimension sides are each a change feed's rows by its key: their state is the mirror's (kept
+    once, in the mirror); the fact side (pre-aggregated orders), a side keyed by another column and a side read
+    through a filter are kept as the join's own state."""
+    from lakeview.graph import compile_view
+    from lakeview.graph.join import Join
+    from writers.graph_mirrors import shared_sides
+
+    schemas = {
+        "orders": pa.schema([("id", pa.int64()), ("pid", pa.int64()), ("cid", pa.int64()), ("qty", pa.int32())]),
+        "products": pa.schema([("id", pa.int64()), ("category", pa.string()), ("price", pa.float64())]),
+        "customers": pa.schema([("id", pa.int64()), ("rid", pa.int64())]),
+        "regions": pa.schema([("id", pa.int64()), ("region", pa.string())]),
+    }
+    star = compile_view(
+        "SELECT r.region, p.category, COUNT(*) n, SUM(o.qty*p.price) revenue FROM orders o JOIN products p "
+        "ON o.pid=p.id JOIN customers c ON o.cid=c.id JOIN regions r ON c.rid=r.id GROUP BY r.region, p.category",
+        schemas,
+        {"orders": 1_000_000, "products": 1_000, "customers": 1_000, "regions": 10},
+    )
+    feeds = {"products": ("id",), "customers": ("id",), "regions": ("id",)}
+    shared = shared_sides(star, feeds)
+    joins = [op for op in star.operators if isinstance(op, Join)]
+    assert len(shared) == 3 and {name.split(".")[0] for name in shared} == {j.id for j in joins}  # a side of each
+    assert sorted(source for source, _ in shared.values()) == ["customers", "products", "regions"]
+    for source, columns in shared.values():  # every column of the side, by its name in the mirror
+        assert sorted(columns.values()) == sorted(schemas[source].names)
+    assert shared_sides(star, {"customers": ("rid",)}) == {}  # keyed by another column than the join's
+    filtered = compile_view(
+        "SELECT o.id, c.rid FROM orders o JOIN customers c ON o.cid = c.id WHERE c.rid > 1", schemas
+    )
+    assert shared_sides(filtered, feeds) == {}  # the side holds the filtered rows only
