@@ -18,6 +18,8 @@ from lakeview.sql.plan import WEIGHT
 from lakeview.sql.watermark import LATE, Watermark, delay_us, split_late
 
 if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
     from lakeview.config.models import ProjectConfig
     from spark_jobs.sources.quarantine import Quarantine
     from writers.base import SnapshotWriter
@@ -42,6 +44,17 @@ class GraphWatermark:
     def recover(self, tables: list[SnapshotWriter]) -> None:
         """Resume where the last commit of the view's tables left the rule (a restart)."""
         self.rule = Watermark.recover(self.rule.delay_us, self.rule.column, [w.last_commit() for w in tables])
+
+    def applies(self, epoch: int) -> bool:
+        """Whether a watermark judges ``epoch``'s rows (none before the first epoch with an event time)."""
+        return self.rule.for_epoch(epoch) is not None
+
+    def first_advance(self, epoch: Epoch, rows: DataFrame) -> Epoch:
+        """A first batch written by the executors (no watermark applies yet, :meth:`applies`: nothing is late):
+        the epoch stamped with the rule's advance by the newest event time of the source's ``rows``, computed
+        by Spark, as :meth:`apply` stamps an epoch the driver steps."""
+        newest = rows.selectExpr(f"max(unix_micros(`{self.rule.column}`)) AS t").first()["t"]  # type: ignore[index]
+        return replace(epoch, stamps={**epoch.stamps, **self.rule.advance(epoch.number, None, newest), LATE: "0"})
 
     def apply(self, epoch: Epoch, inputs: dict[str, pa.Table]) -> tuple[Epoch, dict[str, pa.Table]]:
         """The epoch's inputs without the event source's late rows (quarantined, a replay rewriting the same

@@ -17,7 +17,8 @@ as the driver's path commits them; a replay writes only the tables that lack the
 
 Afterwards the tables past ``[spark] driver_keys_max`` live rows are never read whole into the driver:
 their lookups go to the table by key (:class:`writers.graph_table_rows.TableRows`), on a restart too.
-Left to the driver: a batch at or below the bound, a later batch, a view with a watermark.
+Left to the driver: a batch at or below the bound, a later batch, a batch a watermark already applies to (a
+first batch carries the watermark's first advance: the newest event time of its source, computed by Spark).
 """
 
 from __future__ import annotations
@@ -53,8 +54,10 @@ log = logging.getLogger("lakeview.pipeline")
 
 def backfills(pipeline: GraphPipeline, batch: DataFrame | None, epoch_id: int) -> bool:
     """Whether ``epoch_id`` is a large first batch the executors write (see the module's doc)."""
-    if pipeline.config.watermark is not None or pipeline.config.format.value not in ("iceberg", "delta"):
+    if pipeline.config.format.value not in ("iceberg", "delta"):
         return False
+    if pipeline.watermark is not None and pipeline.watermark.applies(epoch_id):
+        return False  # rows are judged against a watermark in the driver (GraphWatermark.apply)
     held = pipeline._last_epoch  # the newest epoch any table held at start: a later epoch is no first batch
     if pipeline._last_committed is not None or (held is not None and held < epoch_id):
         return False  # (no table is loaded for it: this runs before every epoch)
@@ -84,6 +87,8 @@ def backfill_on_executors(pipeline: GraphPipeline, batch: DataFrame | None, epoc
     )
     split = _frames(pipeline, batch, epoch_id)
     epoch = pipeline._epoch_of(epoch_id, reached, newest_ms, split.rows_in, split.quarantined)
+    if pipeline.watermark is not None:  # nothing is late yet (see backfills): the watermark's first advance
+        epoch = pipeline.watermark.first_advance(epoch, split.frames[pipeline.watermark.source])
     spark = pipeline.spark if batch is None else batch.sparkSession  # a foreachBatch's temp views live in its session
     zsets, mirrors, held = _zsets(pipeline, split.frames)
     try:
