@@ -157,13 +157,7 @@ def run_epochs(
                 running = {}
             running = running or {v: start(spark, project, v, catalog_server) for v in project.views}
             land(landing, f"{number:03d}.json", batch)
-            for view, (_, query) in running.items():
-                query.processAllAvailable()
-                comparison = oracle.compare(
-                    read_view(catalog_server, "evolution_tests", view),
-                    oracle.recompute(project, view, oracle.landed_files(landing)),
-                )
-                assert comparison.equal, f"{view} after epoch {number}: {comparison.describe()}"
+            assert_running_views_recomputed(running, project, landing, catalog_server, number)
     finally:
         for _, query in running.values():
             query.stop()
@@ -275,3 +269,15 @@ def test_images_feed_evolves_with_updates_and_deletes_after(
         for r in read_view(catalog_server, "evolution_tests", f"{source}_agg").to_pylist()
     }
     assert totals == {2: (7, 3)}
+
+
+def assert_running_views_recomputed(running: dict, project, landing, catalog_server, number: int) -> None:
+    """Each running view's query takes what landed, and the view read through the catalog equals its recompute
+    over every landed file."""
+    for view, (_, query) in running.items():
+        query.processAllAvailable()
+        comparison = oracle.compare(
+            read_view(catalog_server, "evolution_tests", view),
+            oracle.recompute(project, view, oracle.landed_files(landing)),
+        )
+        assert comparison.equal, f"{view} after epoch {number}: {comparison.describe()}"

@@ -10,9 +10,9 @@ import json
 
 from catalog_api.server import CatalogServer
 from lakeview.config.evolution import added_columns
-from lakeview.ivm import oracle
 from lakeview.project import is_graph_view
 from tests.spark_jobs.test_changes import land
+from tests.spark_jobs.test_evolution import assert_running_views_recomputed
 from tests.spark_jobs.test_pipeline import read_view, start
 
 
@@ -50,13 +50,7 @@ def test_a_graph_view_naming_its_columns_keeps_them_while_the_source_evolves(
     try:
         for number, rows in enumerate(epochs):
             land(landing, f"{number:03d}.json", [json.dumps(r) for r in rows])
-            for view, (_, query) in running.items():
-                query.processAllAvailable()
-                comparison = oracle.compare(
-                    read_view(catalog_server, "evolution_tests", view),
-                    oracle.recompute(project, view, oracle.landed_files(landing)),
-                )
-                assert comparison.equal, f"{view} after epoch {number}: {comparison.describe()}"
+            assert_running_views_recomputed(running, project, landing, catalog_server, number)
     finally:
         for _, query in running.values():
             query.stop()

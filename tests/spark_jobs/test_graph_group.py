@@ -7,33 +7,16 @@ from __future__ import annotations
 
 from lakeview.cli.generator import land_json, make_orders
 from lakeview.config.models import SparkConfig
-from lakeview.ivm import oracle
 from lakeview.project import explain_view, is_graph_view
-from lakeview.sql.duck import connect_catalog
 from lakeview.stack.embedded import EmbeddedStack
 from tests.conftest import SALES_SQL
-from tests.spark_jobs.test_group_pipeline import NS, epochs_of, group_tables, summary
+from tests.spark_jobs.test_group_pipeline import NS, assert_together_and_recomputed, group_tables, summary
 from writers.staged_files import WRITTEN_BY
 
 TOP_SQL = (
     "SELECT product_id, order_id, quantity FROM (SELECT product_id, order_id, quantity, ROW_NUMBER() OVER "
     "(PARTITION BY product_id ORDER BY quantity DESC, order_id) AS rn FROM orders) t WHERE rn <= 2"
 )
-
-
-def assert_together_and_recomputed(tables: dict[str, object], project, views: tuple[str, ...], files: int) -> None:
-    histories = {name: epochs_of(table) for name, table in tables.items()}
-    reference = histories[views[0]]
-    for name, history in histories.items():
-        assert history == sorted(set(history)), f"{name}: an epoch applied twice: {history}"
-        assert history == reference, f"{name} moved apart from {views[0]}: {history} vs {reference}"
-    landed = oracle.landed_files(project.source_path("orders"))
-    assert len(landed) == files
-    con = connect_catalog(project.catalog_uri, "lakeview")
-    for view in views:
-        stored = con.sql(f"SELECT * FROM lake.{NS}.{view}").to_arrow_table()
-        comparison = oracle.compare(stored, oracle.recompute(project, view, landed))
-        assert comparison.equal, f"{view}: {comparison.describe()}"
 
 
 def test_a_graph_view_commits_with_its_group_in_one_transaction(

@@ -125,8 +125,14 @@ class JoiningReader:
 
 
 def assert_group_matches_recompute(tables: dict[str, object], project, views: tuple[str, ...], files: int) -> None:
-    histories = {name: epochs_of(table) for name, table in tables.items()}
     assert len(tables) == len(views) + 2, "the views, the AVG/COUNT view's group state and its MAX multiset"
+    assert_together_and_recomputed(tables, project, views, files)
+
+
+def assert_together_and_recomputed(tables: dict[str, object], project, views: tuple[str, ...], files: int) -> None:
+    """Every table of the group holds the same epochs, each once, and every view equals its recompute over the
+    ``files`` landed orders files."""
+    histories = {name: epochs_of(table) for name, table in tables.items()}
     reference = histories[views[0]]
     for name, history in histories.items():
         assert history == sorted(set(history)), f"{name}: an epoch applied twice: {history}"
