@@ -37,6 +37,7 @@ from lakeview.errors import ConfigError, UnsupportedSQLError
 from lakeview.graph import WEIGHT as GRAPH_WEIGHT
 from lakeview.graph import Graph, compile_view, step
 from lakeview.graph import explain as explain_graph
+from lakeview.graph.evolve import star_evolution
 from lakeview.graph.join import shared_sides
 from lakeview.graph.state import log_table_name, state_table_name
 from lakeview.ivm.changefeed import check_view_over_sources, source_mirror_name
@@ -208,23 +209,57 @@ def _check_graph_view(config: ProjectConfig, name: str, plan: GraphPlan) -> None
 
 
 def _star_over_evolving(config: ProjectConfig, plan: GraphPlan) -> str | None:
-    """A graph view's ``*`` over a source with ``new_columns = "evolve"``: its columns would follow the
-    source's new columns, which the operator graph does not add to a view, its state or its mirrors yet (its
-    columns are the ones the source declared when the view started). A view naming its columns is unaffected:
-    it reads the source's declared columns, as a one-source view naming its columns does."""
-    evolving = sorted(
-        table
-        for table in starred_tables(parse_statement(plan.sql, plan.dialect))
-        if table in config.sources and config.sources[table].new_columns is NewColumns.EVOLVE
-    )
+    """Why a graph view's ``*`` cannot follow its inputs' new columns (None: it names its columns, or its
+    output gains them: :func:`evolving_inputs`). Refused: ``*`` over a source with ``new_columns = "evolve"``
+    where an operator keeps the starred rows in state or the columns must line up
+    (:func:`lakeview.graph.evolve.star_evolution`), and ``*`` over a view whose columns grow that way."""
+    starred = starred_tables(parse_statement(plan.sql, plan.dialect))
+    growing = sorted(t for t in starred if t not in config.sources and t in config.views and view_evolves(config, t))
+    if growing:
+        return (
+            f"selects * over the view(s) {', '.join(repr(v) for v in growing)}, whose columns grow as their "
+            'source gains columns (new_columns = "evolve"); a view over a view does not follow them; name the '
+            "columns it selects (nearest supported form: SELECT v.id, v.amount ... instead of SELECT *)"
+        )
+    evolving = _evolving(config, starred)
     if not evolving:
+        return None
+    _, problem = star_evolution(plan.duckdb_sql(), source_schemas(config, plan.sources, (plan.view,)), evolving)
+    if problem is None:
         return None
     return (
         f'selects * over {", ".join(repr(s) for s in evolving)}, whose new_columns = "evolve" adds the input\'s '
-        "new columns to the source; a view kept as an operator graph (a join, a union, a subquery, top-k) does "
-        "not gain new columns yet; name the columns it selects (nearest supported form: SELECT a.id, a.amount "
-        f'... instead of SELECT *), or set new_columns = "ignore" on {", ".join(repr(s) for s in evolving)}'
+        f"new columns to the source, but {problem}; name the columns it selects (nearest supported form: "
+        f'SELECT a.id, a.amount ... instead of SELECT *), or set new_columns = "ignore" on '
+        f"{', '.join(repr(s) for s in evolving)}"
     )
+
+
+def _evolving(config: ProjectConfig, tables: set[str]) -> list[str]:
+    """The sources among ``tables`` with ``new_columns = "evolve"``."""
+    return sorted(t for t in tables if t in config.sources and config.sources[t].new_columns is NewColumns.EVOLVE)
+
+
+def evolving_inputs(config: ProjectConfig, view: str) -> list[str]:
+    """The sources with ``new_columns = "evolve"`` whose new columns a graph view's table gains (its ``*`` selects
+    them; the load check has refused what cannot be maintained); empty for a view naming its columns."""
+    plan = view_plan(config, view)
+    if not isinstance(plan, GraphPlan):
+        return []
+    evolving = _evolving(config, starred_tables(parse_statement(plan.sql, plan.dialect)))
+    if not evolving:
+        return []
+    gains, _ = star_evolution(plan.duckdb_sql(), source_schemas(config, plan.sources, (view,)), evolving)
+    return evolving if gains else []
+
+
+def view_evolves(config: ProjectConfig, view: str) -> bool:
+    """Whether ``view``'s columns grow with a source's new columns: a one-source ``SELECT *`` view, or a graph
+    view whose ``*`` selects an evolving source's columns."""
+    plan = view_plan(config, view)
+    if isinstance(plan, GraphPlan):
+        return bool(evolving_inputs(config, view))
+    return bool(getattr(plan, "star", False)) and bool(_evolving(config, set(plan.sources)))
 
 
 def is_graph_view(config: ProjectConfig, view: str) -> bool:

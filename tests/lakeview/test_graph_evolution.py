@@ -1,18 +1,22 @@
 """Load time: a view kept as an operator graph over a source with ``new_columns = "evolve"`` loads when it names
-its columns (it reads the declared ones, as a one-source view naming its columns does) and is refused, naming
-the source and the nearest supported form, when it selects ``*`` over it (the graph does not add new columns
-to a view yet). ``LAKEVIEW_ENGINE=graph`` (bench/refresh.py --engine graph) keeps one-source views as graphs."""
+its columns (it reads the declared ones, as a one-source view naming its columns does) or when its ``*`` only
+flows through stateless operators (filters, projections, UNION ALL: its table gains the new columns), and is
+refused, naming the source, the operator and the nearest supported form, where an operator keeps the starred
+rows in state (a join side, top-k, DISTINCT, UNION) or the columns must line up, and when it selects ``*`` over
+a view whose columns grow. ``LAKEVIEW_ENGINE=graph`` (bench/refresh.py --engine graph) keeps one-source views
+as graphs."""
 
 from __future__ import annotations
 
 import pytest
 
 from lakeview.errors import ConfigError
-from lakeview.project import is_graph_view, parse_project
+from lakeview.project import evolving_inputs, is_graph_view, parse_project
 from lakeview.sql.planner import ENGINE
 
 
-def project(sql: str, new_columns: str = "evolve"):
+def project(sql: str, new_columns: str = "evolve", over: str | None = None):
+    views = {"v": {"sql": sql}, **({"w": {"sql": over}} if over is not None else {})}
     return parse_project(
         {
             "sources": {
@@ -24,7 +28,7 @@ def project(sql: str, new_columns: str = "evolve"):
                 },
                 "products": {"format": "json", "path": "landing/products", "schema": "id BIGINT, category STRING"},
             },
-            "views": {"v": {"sql": sql}},
+            "views": views,
         }
     )
 
@@ -34,17 +38,42 @@ def project(sql: str, new_columns: str = "evolve"):
     [
         "SELECT * FROM orders o JOIN products p ON o.pid = p.id",
         "SELECT o.*, p.category FROM orders o JOIN products p ON o.pid = p.id",
-        "SELECT * FROM orders UNION ALL SELECT * FROM orders",
         "SELECT * FROM (SELECT * FROM orders) t ORDER BY qty DESC LIMIT 3",
+        "SELECT DISTINCT * FROM orders WHERE qty > 0",
+        "SELECT * FROM orders UNION SELECT * FROM orders",
+        "SELECT * FROM orders UNION ALL SELECT id, pid, qty FROM orders",
     ],
-    ids=["join", "qualified", "union", "subquery_top"],
+    ids=["join", "qualified", "subquery_top", "distinct", "union", "union_all_lined_up"],
 )
-def test_a_graph_view_selecting_star_over_an_evolving_source_is_refused_naming_it(sql: str) -> None:
+def test_a_graph_view_whose_star_over_an_evolving_source_reaches_state_is_refused_naming_it(sql: str) -> None:
     with pytest.raises(ConfigError) as info:
         project(sql)
     message = str(info.value)
     assert "views.v.sql" in message and "selects * over 'orders'" in message, message
     assert 'new_columns = "evolve"' in message and "name the columns" in message, message
+    assert "keeps the rows * selects in state" in message or "must line up" in message, message
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT * FROM orders UNION ALL SELECT * FROM orders WHERE qty > 5",
+        "SELECT t.*, t.qty * 2 AS twice FROM (SELECT * FROM orders WHERE qty > 0) t",
+    ],
+    ids=["union_all", "subquery"],
+)
+def test_a_graph_view_whose_star_flows_through_stateless_operators_follows_the_source(sql: str) -> None:
+    config = project(sql)
+    assert is_graph_view(config, "v") and evolving_inputs(config, "v") == ["orders"]
+
+
+def test_a_view_selecting_star_over_a_view_whose_columns_grow_is_refused_naming_it() -> None:
+    grows = "SELECT * FROM orders UNION ALL SELECT * FROM orders WHERE qty > 5"
+    assert evolving_inputs(project(grows, over="SELECT id, qty FROM v WHERE qty > 1"), "w") == []
+    with pytest.raises(ConfigError) as info:
+        project(grows, over="SELECT * FROM v WHERE qty > 1")
+    message = str(info.value)
+    assert "views.w.sql" in message and "selects * over the view(s) 'v'" in message, message
 
 
 @pytest.mark.parametrize(
@@ -58,7 +87,7 @@ def test_a_graph_view_selecting_star_over_an_evolving_source_is_refused_naming_i
     ids=["named", "star_over_other", "star_over_subquery", "count_star"],
 )
 def test_a_graph_view_naming_its_columns_of_an_evolving_source_loads(sql: str) -> None:
-    assert is_graph_view(project(sql), "v")
+    assert is_graph_view(project(sql), "v") and evolving_inputs(project(sql), "v") == []
 
 
 def test_star_over_a_source_that_ignores_new_columns_loads() -> None:
@@ -71,5 +100,6 @@ def test_the_engine_switch_keeps_one_source_views_as_graphs(monkeypatch: pytest.
     monkeypatch.setenv(ENGINE, "graph")
     assert is_graph_view(project(sql), "v")
     with pytest.raises(ConfigError) as info:  # the graph's own limits hold under the switch
-        project("SELECT * FROM orders WHERE qty > 0")
+        project("SELECT DISTINCT * FROM orders WHERE qty > 0")
     assert "selects * over 'orders'" in str(info.value)
+    assert evolving_inputs(project("SELECT * FROM orders WHERE qty > 0"), "v") == ["orders"]
