@@ -50,7 +50,7 @@ from lakeview.sql.graph_watermark import check_graph as check_graph_watermark
 from lakeview.sql.groups import check_groups, group_lines
 from lakeview.sql.plan import WEIGHT, parse_statement
 from lakeview.sql.planner import view_plan
-from lakeview.sql.stars import starred_tables
+from lakeview.sql.stars import evolving_stars, starred_tables
 from lakeview.sql.watermark import check as check_watermark
 
 
@@ -221,10 +221,10 @@ def _star_over_evolving(config: ProjectConfig, plan: GraphPlan) -> str | None:
             'source gains columns (new_columns = "evolve"); a view over a view does not follow them; name the '
             "columns it selects (nearest supported form: SELECT v.id, v.amount ... instead of SELECT *)"
         )
-    evolving = _evolving(config, starred)
+    evolving = evolving_stars(config, plan)
     if not evolving:
         return None
-    _, problem = star_evolution(plan.duckdb_sql(), source_schemas(config, plan.sources, (plan.view,)), evolving)
+    problem = star_evolution(plan.duckdb_sql(), source_schemas(config, plan.sources, (plan.view,)), evolving)
     if problem is None:
         return None
     return (
@@ -235,22 +235,14 @@ def _star_over_evolving(config: ProjectConfig, plan: GraphPlan) -> str | None:
     )
 
 
-def _evolving(config: ProjectConfig, tables: set[str]) -> list[str]:
-    """The sources among ``tables`` with ``new_columns = "evolve"``."""
-    return sorted(t for t in tables if t in config.sources and config.sources[t].new_columns is NewColumns.EVOLVE)
-
-
 def evolving_inputs(config: ProjectConfig, view: str) -> list[str]:
-    """The sources with ``new_columns = "evolve"`` whose new columns a graph view's table gains (its ``*`` selects
-    them; the load check has refused what cannot be maintained); empty for a view naming its columns."""
+    """The sources with ``new_columns = "evolve"`` a graph view's ``*`` selects: the view reads them as they
+    evolve, and its table gains their new columns where its ``*`` reaches its output (the load check has
+    refused what cannot be maintained); empty for a view naming its columns (it reads the declared ones)."""
     plan = view_plan(config, view)
     if not isinstance(plan, GraphPlan):
         return []
-    evolving = _evolving(config, starred_tables(parse_statement(plan.sql, plan.dialect)))
-    if not evolving:
-        return []
-    gains, _ = star_evolution(plan.duckdb_sql(), source_schemas(config, plan.sources, (view,)), evolving)
-    return evolving if gains else []
+    return evolving_stars(config, plan)
 
 
 def view_evolves(config: ProjectConfig, view: str) -> bool:
@@ -259,7 +251,8 @@ def view_evolves(config: ProjectConfig, view: str) -> bool:
     plan = view_plan(config, view)
     if isinstance(plan, GraphPlan):
         return bool(evolving_inputs(config, view))
-    return bool(getattr(plan, "star", False)) and bool(_evolving(config, set(plan.sources)))
+    source = config.sources.get(plan.sources[0])
+    return bool(getattr(plan, "star", False)) and source is not None and source.new_columns is NewColumns.EVOLVE
 
 
 def is_graph_view(config: ProjectConfig, view: str) -> bool:

@@ -38,12 +38,13 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 from sqlglot import exp
 
+from lakeview.config.evolution import with_evolved_sources
 from lakeview.errors import WriterError
 from lakeview.graph import WEIGHT as GRAPH_WEIGHT
 from lakeview.graph import step
 from lakeview.ivm.changefeed import normalize, source_mirror_name
 from lakeview.ivm.commits import Change, CommitRecord, Epoch
-from lakeview.project import source_schemas, view_graph
+from lakeview.project import evolving_inputs, source_schemas, view_graph
 from lakeview.sql.dag import upstreams_of
 from lakeview.sql.dialects import sql_properties
 from lakeview.sql.graph_plan import GraphPlan
@@ -54,7 +55,8 @@ from spark_jobs.driver_stream import DriverStream
 from spark_jobs.epoch_guard import guarded
 from spark_jobs.executors.graph_backfill import backfill_on_executors, backfills, bound_memory
 from spark_jobs.graph_watermark import GraphWatermark
-from spark_jobs.source_frames import collect_sources, direct_sources, frontier
+from spark_jobs.source_frames import collect_sources, direct_sources, frontier, tagged_files
+from spark_jobs.sources.evolution import evolved
 from spark_jobs.sources.upstream import with_upstream_source
 from spark_jobs.sources.view_changes import ChangePublisher
 from spark_jobs.sources_pipeline import SourcesPipeline
@@ -116,6 +118,9 @@ class GraphPipeline(SourcesPipeline):
         state_writer: Callable[[str], SnapshotWriter] | None = None,
     ) -> None:
         self.upstreams = set(upstreams_of(project, view))  # upstream views: their change files, Z-sets with weights
+        self.evolving = evolving_inputs(project, view)  # new_columns = "evolve" sources the view's * selects
+        if self.evolving:
+            project = with_evolved_sources(project, self.evolving)  # as evolved so far
         self.publisher = ChangePublisher.for_view(project, view, writer)  # None unless other views read this one
         project = with_upstream_source(spark, project, view)  # each upstream view: a source over its change files
         plan = view_plan(project, view)
@@ -135,6 +140,7 @@ class GraphPipeline(SourcesPipeline):
         self.view_rows: ViewRows | None = None  # the view's table, held in memory while small (see ViewRows)
         self._last_committed: int | None = None  # the last epoch this process committed (Iceberg: no reload)
         self.staged = False  # a view group's member: its commits are held for the group's transaction
+        self._streamed = {s: self.configs[s].schema_ for s in self.evolving}  # what Spark's stream reads
 
     # --- tables ------------------------------------------------------------------------------
     def output_schema(self) -> pa.Schema:
@@ -172,6 +178,8 @@ class GraphPipeline(SourcesPipeline):
         properties = {"lakeview.sql": self.config.sql, "lakeview.cadence": str(self.config.cadence)}
         properties.update(sql_properties(self.config.sql, self.config.dialect))
         self.writer.ensure_table(output, tuple(output.names), properties)  # a multiset keyed by the whole row
+        if self.evolving:  # a restart after the source evolved
+            self._add_columns()
         owned = {"lakeview.state-of": self.view}
         mirror_keys = {source: tuple(feed.key) for source, feed in self.feeds.items()}
         shared = shared_sides(self.graph, mirror_keys)  # join sides that are a feed's mirror: kept once, there
@@ -357,6 +365,8 @@ class GraphPipeline(SourcesPipeline):
         self.publish_changes()
 
     def _process_batch(self, batch: DataFrame, epoch_id: int) -> CommitRecord | None:
+        if self.evolving:
+            batch = self._evolve(batch, epoch_id)
         if backfills(self, batch, epoch_id):  # a large first batch: computed by Spark, written by the executors
             return backfill_on_executors(self, batch, epoch_id)
         started = time.perf_counter()
@@ -390,6 +400,47 @@ class GraphPipeline(SourcesPipeline):
             self.took(epoch.number)
         self.timings["commit_s"] = time.perf_counter() - started
         return record
+
+    # --- new_columns = "evolve": the view's * follows its sources' new columns ---------------------
+    def _evolve(self, batch: DataFrame | None, epoch_id: int) -> DataFrame | None:
+        """Add the epoch's new input columns to the sources the view's ``*`` selects, and with them to the graph
+        (re-compiled: its ``*`` re-expanded), the view's table and a change feed's mirror (rows committed before
+        read NULL for them); ``batch`` read again when Spark's stream (its schema fixed when it started) lacks
+        them. The load check (:func:`lakeview.graph.evolve.star_evolution`) keeps the column out of state."""
+        _, _, paths = frontier(self.checkpoint, self.sources, epoch_id, self.upstreams)
+        project = evolved(self.spark, self.project, self.evolving, paths, epoch_id, self.view)
+        if project is not self.project:
+            self.project = project
+            self.configs = {s: project.sources[s] for s in self.sources}
+            for source in self.evolving:
+                self.quarantines[source].config = self.configs[source]
+            self.schemas = source_schemas(project, self.sources)
+            self.direct = direct_sources(self.configs, self.quarantines, self.schemas)
+            graph = view_graph(project, self.view)
+            self._output, _ = warm_up(graph)
+            graph.use_store(self.store)  # type: ignore[arg-type]
+            graph.runtime.epoch = self.graph.runtime.epoch
+            self.graph = graph
+            self._add_columns()
+            self.attach(self.group)  # the view's rows and the mirrors held again, with the new columns
+        stale = [s for s in self.evolving if s not in self.direct and self.configs[s].schema_ != self._streamed[s]]
+        if batch is None or not stale:
+            return batch
+        spark_read = {s: paths.get(s, []) for s in self.sources if s not in self.direct}
+        return tagged_files(self.spark, self.sources, self.quarantines, spark_read)
+
+    def _add_columns(self) -> None:
+        """The evolved sources' columns added to the view's table and their mirrors (idempotent)."""
+        added = self.writer.add_columns(self._output)
+        for source in self.evolving:
+            if source in self.mirrors:
+                self.mirrors[source].add_columns(mirror_schema(self.schemas[source]))
+        if self.group is not None:  # its tables as its last transaction left them lack the columns: load them
+            self.group._after_commit = {}
+        if added:
+            log.warning(
+                "%s: columns %s added to the view (its SQL selects * over an evolving source)", self.view, added
+            )
 
     def took(self, epoch_id: int) -> None:
         """The tables hold the epoch: the memory copies take its changes."""

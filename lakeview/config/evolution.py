@@ -23,6 +23,7 @@ import json
 import logging
 import os
 import uuid
+from collections.abc import Collection
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -57,13 +58,15 @@ def effective_ddl(project: ProjectConfig, source: str) -> str:
     return ", ".join([ddl, *added]) if added else ddl
 
 
-def with_evolved_sources(project: ProjectConfig) -> ProjectConfig:
-    """``project`` with every evolving source's schema replaced by its evolved schema;
-    ``project`` itself when no source has columns it lacks (callers test ``is`` per batch)."""
+def with_evolved_sources(project: ProjectConfig, only: Collection[str] | None = None) -> ProjectConfig:
+    """``project`` with every evolving source's schema (``only``: of these sources) replaced by its evolved
+    schema; ``project`` itself when no source has columns it lacks (callers test ``is`` per batch)."""
     evolved = {
         name: source.model_copy(update={"schema_": ddl})
         for name, source in project.sources.items()
-        if source.new_columns is NewColumns.EVOLVE and (ddl := effective_ddl(project, name)) != source.schema_
+        if source.new_columns is NewColumns.EVOLVE
+        and (only is None or name in only)
+        and (ddl := effective_ddl(project, name)) != source.schema_
     }
     if not evolved:
         return project

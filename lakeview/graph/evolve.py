@@ -22,9 +22,9 @@ from lakeview.graph.state import MemoryStateStore
 PROBE = "__lv_probe_"  # a probe column's prefix: one per evolving input, never a real column (reserved prefix)
 
 
-def star_evolution(sql: str, schemas: dict[str, pa.Schema], evolving: list[str]) -> tuple[bool, str | None]:
-    """Whether the view's output gains an evolving input's new columns (``evolving``: inputs of ``schemas``
-    that may gain columns), and why that cannot be maintained (None: it can; the output then follows them)."""
+def star_evolution(sql: str, schemas: dict[str, pa.Schema], evolving: list[str]) -> str | None:
+    """Why the view cannot follow the new columns of ``evolving`` (inputs of ``schemas`` its ``*`` selects,
+    which may gain columns); None: it can (its output then gains them, where its ``*`` reaches the output)."""
     probed = {
         name: schema.append(pa.field(f"{PROBE}{i}", pa.int64())) if name in evolving else schema
         for i, (name, schema) in enumerate(schemas.items())
@@ -32,13 +32,12 @@ def star_evolution(sql: str, schemas: dict[str, pa.Schema], evolving: list[str])
     try:
         graph = compile_view(sql, probed, eager=True)
     except UnsupportedSQLError as exc:
-        return True, f"its * would select a new column where the columns must line up ({exc})"
-    names = step(graph, {}).column_names
-    gains = any(n.startswith(PROBE) for n in names)
+        return f"its * would select a new column where the columns must line up ({exc})"
+    step(graph, {})  # an epoch of empty inputs: every state table's schema
     memory = graph.runtime.store
     assert isinstance(memory, MemoryStateStore), "a graph just compiled keeps its state in memory"
     for op in graph.operators:
         for table in op.state_tables():
             if any(PROBE in n for n in memory.schema(table).names):
-                return gains, f"its operator {op.describe()} keeps the rows * selects in state ({table.name})"
-    return gains, None
+                return f"its operator {op.describe()} keeps the rows * selects in state ({table.name})"
+    return None

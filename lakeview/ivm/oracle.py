@@ -27,6 +27,7 @@ from lakeview.sql.duck import connect
 from lakeview.sql.graph_plan import GraphPlan
 from lakeview.sql.graph_watermark import event_time
 from lakeview.sql.planner import view_plan
+from lakeview.sql.stars import evolving_stars
 from lakeview.sql.watermark import (
     Watermark,
     applied_changes,
@@ -58,8 +59,9 @@ def recompute(project: ProjectConfig, view: str, files: list[Path] | dict[str, l
     per key by the sequence column; deleted keys dropped).
     """
 
-    if not isinstance(view_plan(project, view), GraphPlan):  # a graph view reads its sources' declared columns
-        project = with_evolved_sources(project)  # new_columns = "evolve": the schema the pipeline reads
+    plan = view_plan(project, view)
+    # new_columns = "evolve": the schema the pipeline reads (a graph view: of the sources its * selects only)
+    project = with_evolved_sources(project, evolving_stars(project, plan) if isinstance(plan, GraphPlan) else None)
     config = project.views[view]
     plan = view_plan(project, view)
     if not isinstance(files, dict):

@@ -3,7 +3,16 @@ when it runs, so such a view's columns follow its inputs' (a source's ``new_colu
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from sqlglot import exp
+
+from lakeview.config.models import NewColumns
+from lakeview.sql.plan import parse_statement
+
+if TYPE_CHECKING:
+    from lakeview.config.models import ProjectConfig
+    from lakeview.sql.graph_plan import GraphPlan
 
 
 def starred_tables(tree: exp.Expression) -> set[str]:
@@ -22,3 +31,12 @@ def starred_tables(tree: exp.Expression) -> set[str]:
             elif isinstance(item, exp.Column) and isinstance(item.this, exp.Star) and item.table.lower() in tables:
                 found.add(tables[item.table.lower()])
     return found
+
+
+def evolving_stars(config: ProjectConfig, plan: GraphPlan) -> list[str]:
+    """The sources with ``new_columns = "evolve"`` a graph view's ``*`` selects (:func:`starred_tables`): the view
+    reads them as they evolve (its pipeline and ``lakeview verify``'s recompute alike); it reads every other
+    source's declared columns."""
+    starred = starred_tables(parse_statement(plan.sql, plan.dialect))
+    sources = config.sources
+    return sorted(t for t in starred if t in sources and sources[t].new_columns is NewColumns.EVOLVE)

@@ -7,11 +7,13 @@ from typing import TYPE_CHECKING
 
 from pyspark.sql.types import StructType
 
-from lakeview.config.evolution import effective_ddl
+from lakeview.config.evolution import effective_ddl, record_added, with_evolved_sources
 from lakeview.config.models import ProjectConfig, SourceFormat
 from lakeview.config.schema import parse_ddl
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructField
 
@@ -80,3 +82,15 @@ class SourceEvolution:
 def batch_files(batch: DataFrame, file_column: str) -> list[str]:
     """The input files of a micro-batch (Spark's ``_metadata.file_path`` of its rows)."""
     return sorted(r[0] for r in batch.select(file_column).distinct().collect() if r[0] is not None)
+
+
+def evolved(
+    spark: SparkSession, project: ProjectConfig, sources: list[str], files: dict[str, list[Path]], epoch: int, view: str
+) -> ProjectConfig:
+    """Record the new columns each of ``sources`` has in its ``files`` of the epoch; ``project`` as the sources
+    have evolved (``project`` itself when none has columns it lacks: callers test ``is``)."""
+    for source in sources:
+        new = SourceEvolution(spark, project, source).new_columns(sorted(str(p) for p in files.get(source, [])))
+        if new:
+            record_added(project, source, new, epoch=epoch, view=view)
+    return with_evolved_sources(project, sources)
