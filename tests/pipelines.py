@@ -33,6 +33,15 @@ def view_pipeline(spark: SparkSession, project: ProjectConfig, view: str, catalo
     )
 
 
+def started(
+    spark: SparkSession, project: ProjectConfig, view: str, catalog_uri: str
+) -> tuple[ViewPipeline, StreamingQuery]:
+    """``view``'s pipeline (:func:`view_pipeline`), prepared and started."""
+    pipeline = view_pipeline(spark, project, view, catalog_uri)
+    pipeline.prepare()
+    return pipeline, pipeline.start()
+
+
 def land_parquet(directory: Path, name: str, rows: list[dict], schema: pa.Schema) -> None:
     """``rows`` as the Parquet file ``directory/name``, written hidden then renamed (a file stream never
     sees half a file)."""

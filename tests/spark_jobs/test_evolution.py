@@ -14,10 +14,16 @@ from catalog_api.server import CatalogServer
 from lakeview.config.evolution import added_columns
 from lakeview.ivm import oracle
 from lakeview.sql.duck import connect
+from tests.pipelines import started
 from tests.spark_jobs.test_changes import land
-from tests.spark_jobs.test_pipeline import read_view, start
+from tests.spark_jobs.test_pipeline import read_view
 
 SCHEMA = "id BIGINT, amount BIGINT"
+
+
+def start(spark, project, view: str, catalog_server: CatalogServer):
+    """``view``'s pipeline as the embedded stack builds it (a Delta graph view's state writers too), started."""
+    return started(spark, project, view, catalog_server.uri)
 
 
 def lines(*rows: dict) -> list[str]:

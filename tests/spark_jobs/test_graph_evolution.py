@@ -12,17 +12,9 @@ import json
 from catalog_api.server import CatalogServer
 from lakeview.config.evolution import added_columns
 from lakeview.project import is_graph_view
-from tests.pipelines import view_pipeline
 from tests.spark_jobs.test_changes import land
-from tests.spark_jobs.test_evolution import assert_running_views_recomputed, read_delta
+from tests.spark_jobs.test_evolution import assert_running_views_recomputed, read_delta, start
 from tests.spark_jobs.test_pipeline import read_view
-
-
-def start(spark, project, view: str, catalog_server: CatalogServer):
-    """``view``'s pipeline as the embedded stack builds it (a Delta graph view's state writers too), started."""
-    pipeline = view_pipeline(spark, project, view, catalog_server.uri)
-    pipeline.prepare()
-    return pipeline, pipeline.start()
 
 
 def test_graph_views_over_an_evolving_source_keep_named_columns_and_follow_star(
