@@ -177,9 +177,7 @@ class GraphPipeline(SourcesPipeline):
         self._output, self._state_schemas = output, state_schemas
         properties = {"lakeview.sql": self.config.sql, "lakeview.cadence": str(self.config.cadence)}
         properties.update(sql_properties(self.config.sql, self.config.dialect))
-        self.writer.ensure_table(output, tuple(output.names), properties)  # a multiset keyed by the whole row
-        if self.evolving:  # a restart after the source evolved
-            self._add_columns()
+        self._ensure(self.writer, output, tuple(output.names), properties)  # a multiset keyed by the whole row
         owned = {"lakeview.state-of": self.view}
         mirror_keys = {source: tuple(feed.key) for source, feed in self.feeds.items()}
         shared = shared_sides(self.graph, mirror_keys)  # join sides that are a feed's mirror: kept once, there
@@ -189,20 +187,20 @@ class GraphPipeline(SourcesPipeline):
         log = None
         if self.writer.capabilities.multi_table_transactions and keys:  # Iceberg: every state in one log table
             log, packing = self._state_writer(log_table_name(self.view)), StateLog(kept)
-            log.ensure_table(packing.schema, None, {**owned, LAYOUT: packing.layout})
+            self._ensure(log, packing.schema, None, {**owned, LAYOUT: packing.layout}, {LAYOUT: packing.layout})
             self.state = {log.table_name: log}
         else:
             for table in self.graph.state_tables():
                 if table.name in shared:
                     continue
                 writer = self._state_writer(state_table_name(self.view, table))
-                writer.ensure_table(state_schemas[table.name], commit_key(table, state_schemas[table.name]), owned)
+                self._ensure(writer, state_schemas[table.name], commit_key(table, state_schemas[table.name]), owned)
                 self.state[table.name] = writer
         iceberg = self.writer.capabilities.format == "iceberg"  # mirrors in small row groups, looked up by range
         mirrored = {**owned, **(CLUSTERED if iceberg else {})}
         for source, feed in self.feeds.items():
             self.mirrors[source] = self._state_writer(source_mirror_name(self.view, source))
-            self.mirrors[source].ensure_table(mirror_schema(self.schemas[source]), tuple(feed.key), mirrored)
+            self._ensure(self.mirrors[source], mirror_schema(self.schemas[source]), tuple(feed.key), mirrored)
         writers = {name: log for name in keys} if log is not None else self.state
         self.store = TableStateStore(keys, writers, kept, log=log)  # type: ignore[arg-type]
         self.graph.use_store(self.store)
@@ -404,9 +402,9 @@ class GraphPipeline(SourcesPipeline):
     # --- new_columns = "evolve": the view's * follows its sources' new columns ---------------------
     def _evolve(self, batch: DataFrame | None, epoch_id: int) -> DataFrame | None:
         """Add the epoch's new input columns to the sources the view's ``*`` selects, and with them to the graph
-        (re-compiled: its ``*`` re-expanded), the view's table and a change feed's mirror (rows committed before
-        read NULL for them); ``batch`` read again when Spark's stream (its schema fixed when it started) lacks
-        them. The load check (:func:`lakeview.graph.evolve.star_evolution`) keeps the column out of state."""
+        (re-compiled: its ``*`` re-expanded), the view's table, a join side's state and a change feed's mirror
+        (rows committed before read NULL for them); ``batch`` read again when Spark's stream (its schema fixed
+        when it started) lacks them. What cannot follow is refused at load (:mod:`lakeview.graph.evolve`)."""
         _, _, paths = frontier(self.checkpoint, self.sources, epoch_id, self.upstreams)
         project = evolved(self.spark, self.project, self.evolving, paths, epoch_id, self.view)
         if project is not self.project:
@@ -416,12 +414,11 @@ class GraphPipeline(SourcesPipeline):
                 self.quarantines[source].config = self.configs[source]
             self.schemas = source_schemas(project, self.sources)
             self.direct = direct_sources(self.configs, self.quarantines, self.schemas)
-            graph = view_graph(project, self.view)
-            self._output, _ = warm_up(graph)
-            graph.use_store(self.store)  # type: ignore[arg-type]
-            graph.runtime.epoch = self.graph.runtime.epoch
-            self.graph = graph
-            self._add_columns()
+            runs, self.graph = self.graph.runtime.epoch, view_graph(project, self.view)
+            self.prepare_tables()  # the new columns added to every table holding them, the state store made again
+            self.graph.runtime.epoch = runs  # (after its warm-up epoch) the state exists: no operator starts it again
+            if self.group is not None:  # its tables as its last transaction left them lack the columns: load them
+                self.group._after_commit = {}
             self.attach(self.group)  # the view's rows and the mirrors held again, with the new columns
         stale = [s for s in self.evolving if s not in self.direct and self.configs[s].schema_ != self._streamed[s]]
         if batch is None or not stale:
@@ -429,17 +426,20 @@ class GraphPipeline(SourcesPipeline):
         spark_read = {s: paths.get(s, []) for s in self.sources if s not in self.direct}
         return tagged_files(self.spark, self.sources, self.quarantines, spark_read)
 
-    def _add_columns(self) -> None:
-        """The evolved sources' columns added to the view's table and their mirrors (idempotent)."""
-        added = self.writer.add_columns(self._output)
-        for source in self.evolving:
-            if source in self.mirrors:
-                self.mirrors[source].add_columns(mirror_schema(self.schemas[source]))
-        if self.group is not None:  # its tables as its last transaction left them lack the columns: load them
-            self.group._after_commit = {}
-        if added:
+    def _ensure(
+        self,
+        writer: SnapshotWriter,
+        schema: pa.Schema,
+        key: tuple[str, ...] | None,
+        properties: dict[str, str],
+        evolved: dict[str, str] | None = None,
+    ) -> None:
+        """Create ``writer``'s table; an evolving view's gains the columns its graph has now (a restart after the
+        source evolved, or the epoch that evolved it: ``evolved``, the properties that name them, set with them)."""
+        writer.ensure_table(schema, key, properties)
+        if self.evolving and (added := writer.add_columns(schema, evolved)):
             log.warning(
-                "%s: columns %s added to the view (its SQL selects * over an evolving source)", self.view, added
+                "%s: columns %s added to %s (its * selects an evolving source)", self.view, added, writer.table_name
             )
 
     def took(self, epoch_id: int) -> None:

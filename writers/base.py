@@ -57,9 +57,10 @@ class SnapshotWriter(ABC):
     def lookup(self, keys: pa.Table) -> pa.Table:
         """The stored rows whose key equals one of ``keys`` (null-safe)."""
 
-    def add_columns(self, schema: pa.Schema) -> list[str]:
+    def add_columns(self, schema: pa.Schema, properties: dict[str, str] | None = None) -> list[str]:
         """Add the columns of ``schema`` the table lacks (source schema evolution); existing
-        rows read NULL for them. Returns the names added."""
+        rows read NULL for them; ``properties`` set with them (Iceberg: one metadata commit).
+        Returns the names added."""
         raise NotImplementedError(f"{type(self).__name__} cannot evolve its schema")
 
     @abstractmethod

@@ -2,10 +2,12 @@
 
 The graph is compiled over its inputs' schemas, so a ``*`` is expanded to the columns an input has when the
 graph is compiled: re-compiled over an evolved source, the graph's output gains the source's new columns. That
-is all it takes when no operator keeps the starred rows in state (filters, projections, UNION ALL): the view's
-table gains the column (and a change feed's mirror, which the pipeline keeps, not the graph), and rows committed
-before read NULL for it. An operator that keeps the starred rows in a state table (a join side, top-k, DISTINCT,
-UNION, an aggregate's groups) would need every state row it holds rewritten with the new column: refused.
+is all it takes through filters, projections and UNION ALL: the view's table gains the column (and a change
+feed's mirror, which the pipeline keeps, not the graph), and rows committed before read NULL for it. A join (or
+semi-join) side keeps the starred rows in state with the new column last: its stored rows read NULL for it too,
+as the rows they joined into the view. Any other operator keeping the starred rows in state (top-k, DISTINCT,
+UNION, an aggregate's groups: rows keyed or ranked as a whole) is refused, as is a ``*`` whose columns must line
+up with another branch's.
 
 Found by compiling the graph once with a probe column added to each evolving input and looking where it goes.
 """
@@ -17,7 +19,9 @@ import pyarrow as pa
 from lakeview.errors import UnsupportedSQLError
 from lakeview.graph.compile import compile_view
 from lakeview.graph.driver import step
+from lakeview.graph.join import TwoSided
 from lakeview.graph.state import MemoryStateStore
+from lakeview.graph.zset import WEIGHT
 
 PROBE = "__lv_probe_"  # a probe column's prefix: one per evolving input, never a real column (reserved prefix)
 
@@ -38,6 +42,12 @@ def star_evolution(sql: str, schemas: dict[str, pa.Schema], evolving: list[str])
     assert isinstance(memory, MemoryStateStore), "a graph just compiled keeps its state in memory"
     for op in graph.operators:
         for table in op.state_tables():
-            if any(PROBE in n for n in memory.schema(table).names):
+            names = [n for n in memory.schema(table).names if n != WEIGHT]
+            probes = [i for i, n in enumerate(names) if PROBE in n]
+            if not probes:
+                continue
+            # a join side's stored rows gain the column last: a row stored before reads NULL for it
+            appended = probes == list(range(len(names) - len(probes), len(names)))
+            if not (isinstance(op, TwoSided) and appended):
                 return f"its operator {op.describe()} keeps the rows * selects in state ({table.name})"
     return None

@@ -1,8 +1,9 @@
 """A view kept as an operator graph over a source with ``new_columns = "evolve"``, through real Spark: while a
 ``SELECT *`` view of the same source gains the input's new column, a graph view naming its columns keeps
-its columns, and a graph view whose ``*`` flows through stateless operators (UNION ALL) gains them too, on
+its columns, and a graph view whose ``*`` flows through UNION ALL gains them too, on
 Iceberg and Delta (rows committed before read NULL for them); every view's rows equal the recompute of its
-SQL after every epoch. A graph view naming its columns reads the source's declared columns, so a value that
+SQL after every epoch, and a LEFT JOIN view selecting ``s.*`` gains them through its join side's state (across
+a restart: dimension rows joining left rows stored before and after the columns appeared). A graph view naming its columns reads the source's declared columns, so a value that
 does not fit the new column's recorded type sets the row aside only in the views that read that column."""
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ def test_graph_views_over_an_evolving_source_keep_named_columns_and_follow_star(
     source = f"gev_{unique_name}"[:36]
     star, top, both, both_dl = f"{source}_all", f"{source}_top", f"{source}_u", f"{source}_udl"
     union = f"SELECT * FROM {source} UNION ALL SELECT * FROM {source} WHERE amount > 6"  # * through UNION ALL
+    dim, joined, joined_dl = f"{source}_dim", f"{source}_j", f"{source}_jdl"
+    join = f"SELECT s.*, d.label FROM {source} s LEFT JOIN {dim} d ON s.id = d.id"  # a join side keeps s.* in state
     project = make_project(
         sources={
             source: {
@@ -30,7 +33,8 @@ def test_graph_views_over_an_evolving_source_keep_named_columns_and_follow_star(
                 "path": f"landing/{source}",
                 "schema": "id BIGINT, amount BIGINT",
                 "new_columns": "evolve",
-            }
+            },
+            dim: {"format": "json", "path": f"landing/{dim}", "schema": "id BIGINT, label STRING"},
         },
         views={
             star: {"sql": f"SELECT * FROM {source}", "cadence": "200ms", "namespace": "evolution_tests"},
@@ -41,16 +45,19 @@ def test_graph_views_over_an_evolving_source_keep_named_columns_and_follow_star(
             },
             both: {"sql": union, "cadence": "200ms", "namespace": "evolution_tests"},
             both_dl: {"sql": union, "cadence": "200ms", "namespace": "evolution_tests", "format": "delta"},
+            joined: {"sql": join, "cadence": "200ms", "namespace": "evolution_tests"},
+            joined_dl: {"sql": join, "cadence": "200ms", "namespace": "evolution_tests", "format": "delta"},
         },
     )
     assert is_graph_view(project, top) and is_graph_view(project, both) and not is_graph_view(project, star)
     landing = project.source_path(source)
+    land(project.source_path(dim), "000.json", [json.dumps({"id": i, "label": f"l{i}"}) for i in (2, 4, 5)])
     epochs = [
         [{"id": 1, "amount": 5}, {"id": 2, "amount": 1}],
         [{"id": 3, "amount": 7, "channel": "web"}, {"id": 4, "amount": 2, "items": 3}],
         [{"id": 5, "amount": 9, "channel": "store"}, {"id": 6, "amount": 8, "items": "lots"}],
     ]
-    running = {v: start(spark, project, v, catalog_server) for v in (star, top, both, both_dl)}
+    running = {v: start(spark, project, v, catalog_server) for v in (star, top, both, both_dl, joined, joined_dl)}
     try:
         for number, rows in enumerate(epochs):
             land(landing, f"{number:03d}.json", [json.dumps(r) for r in rows])
@@ -77,3 +84,23 @@ def test_graph_views_over_an_evolving_source_keep_named_columns_and_follow_star(
         (5, "store", None),
         (5, "store", None),
     ]
+    for view in (joined, joined_dl):
+        table = read_view(catalog_server, "evolution_tests", view) if view == joined else None
+        table = table if table is not None else read_delta(str(project.table_location(view)))
+        assert set(table.column_names) == {"id", "amount", "channel", "items", "label"}, view
+
+    # A restart after the source evolved (the join's state read back with the new columns), then dimension rows
+    # that join a left row stored before the columns appeared (it reads NULL for them) and one stored after.
+    running = {v: start(spark, project, v, catalog_server) for v in (joined, joined_dl)}
+    try:
+        land(project.source_path(dim), "001.json", [json.dumps({"id": i, "label": f"l{i}"}) for i in (1, 3)])
+        land(landing, "003.json", [json.dumps({"id": 7, "amount": 4, "channel": "app", "items": 1})])
+        assert_running_views_recomputed(running, project, landing, catalog_server, 3)
+    finally:
+        for _, query in running.values():
+            query.stop()
+    rows = {r["id"]: r for r in read_view(catalog_server, "evolution_tests", joined).to_pylist()}
+    assert (rows[1]["label"], rows[1]["channel"]) == ("l1", None) and (rows[3]["label"], rows[3]["channel"]) == (
+        "l3",
+        "web",
+    )

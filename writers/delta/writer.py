@@ -110,7 +110,7 @@ class DeltaWriter(SnapshotWriter):
         except DeltaError as exc:
             raise WriterError(f"{self.view}: cannot create the Delta table at {self.location}: {exc}") from exc
 
-    def add_columns(self, schema: pa.Schema) -> list[str]:
+    def add_columns(self, schema: pa.Schema, properties: dict[str, str] | None = None) -> list[str]:
         from deltalake.schema import Field as DeltaField  # lazy: deltalake loads only for Delta tables
 
         table = self.table()

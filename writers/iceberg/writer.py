@@ -125,13 +125,18 @@ class IcebergWriter(SnapshotWriter):
             }
         self.catalog.create_table_if_not_exists(self.identifier, schema=nullable, properties=props)
 
-    def add_columns(self, schema: pa.Schema) -> list[str]:
+    def add_columns(self, schema: pa.Schema, properties: dict[str, str] | None = None) -> list[str]:
         table = self.table()
         known = {f.name.lower() for f in table.schema().fields}
         new = [f.with_nullable(True) for f in schema if f.name.lower() not in known]
-        if new:
-            with table.update_schema() as update:
-                update.union_by_name(pa.schema(new))
+        changed = {k: v for k, v in (properties or {}).items() if table.properties.get(k) != v}
+        if new or changed:
+            with table.transaction() as txn:  # the columns and the properties naming them: one commit
+                if new:
+                    with txn.update_schema() as update:
+                        update.union_by_name(pa.schema(new))
+                if changed:
+                    txn.set_properties(changed)
         return [f.name for f in new]
 
     def table(self) -> Table:
