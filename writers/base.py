@@ -59,7 +59,8 @@ class SnapshotWriter(ABC):
 
     def add_columns(self, schema: pa.Schema, properties: dict[str, str] | None = None) -> list[str]:
         """Add the columns of ``schema`` the table lacks (source schema evolution); existing
-        rows read NULL for them; ``properties`` set with them (Iceberg: one metadata commit).
+        rows read NULL for them; ``properties`` set with them (Iceberg, in one metadata commit;
+        Delta keeps none).
         Returns the names added."""
         raise NotImplementedError(f"{type(self).__name__} cannot evolve its schema")
 

@@ -7,7 +7,8 @@ A new column is added to the source's schema with the type Spark infers for it, 
 ``<warehouse>/_lakeview/schemas/<source>.json`` (so a restart, every view of the source and
 ``lakeview verify`` see the same schema), and the batch is read again with the evolved schema
 so its values are not lost. Views that select ``*`` gain the column (their table's schema
-evolves; rows committed before read NULL for it); views naming their columns are unaffected.
+evolves; rows committed before read NULL for it; a graph view's where its ``*`` can follow:
+:mod:`lakeview.graph.evolve`); views naming their columns are unaffected.
 
 Columns are only ever added, never dropped or retyped: a value that does not fit the recorded
 type later is a malformed row (quarantined). Change feeds evolve the same way: with an operation

@@ -219,8 +219,8 @@ class SourceConfig(_Strict):
             "`SELECT *` views gain it (earlier rows read NULL); columns are never dropped or retyped (a value that no "
             "longer fits is quarantined). Change feeds too: with `changes` a new top-level field, with `images` a new "
             "field of the `before` or `after` object. A view kept as an operator graph (joins, unions, subqueries, "
-            "top-k) naming its columns reads the declared ones; one whose `*` flows through filters, projections and "
-            "`UNION ALL` gains the new columns too; a `*` whose rows a join, top-k, `DISTINCT` or `UNION` keeps in "
+            "top-k) naming its columns reads the declared ones; one whose `*` flows through filters, projections, "
+            "`UNION ALL` and joins gains the new columns too; a `*` whose rows top-k, `DISTINCT` or `UNION` keeps in "
             "state, or that must line up with another branch's columns, is refused at load (see docs/sql.md)"
         ),
     )
