@@ -1,10 +1,12 @@
 """A view kept as an operator graph over a source with ``new_columns = "evolve"``, through real Spark: while a
-``SELECT *`` view of the same source gains the input's new column, a graph view naming its columns keeps
-its columns, and a graph view whose ``*`` flows through UNION ALL gains them too, on
-Iceberg and Delta (rows committed before read NULL for them); every view's rows equal the recompute of its
-SQL after every epoch, and a LEFT JOIN view selecting ``s.*`` gains them through its join side's state (across
-a restart: dimension rows joining left rows stored before and after the columns appeared). A graph view naming its columns reads the source's declared columns, so a value that
-does not fit the new column's recorded type sets the row aside only in the views that read that column."""
+``SELECT *`` view of the same source gains the input's new columns, a graph view naming its columns keeps its
+columns, and graph views whose ``*`` flows through UNION ALL or a LEFT JOIN's side (its state) gain them, on
+Iceberg and Delta (rows committed before read NULL for them); every view's rows equal DuckDB's recompute of its
+SQL after every epoch, the join views' across a restart too (dimension rows then join left rows stored before
+and after the columns appeared). A view over the evolving UNION ALL view, naming its columns, keeps them and
+equals DuckDB's filter of the upstream as read. A graph view naming its columns reads the source's declared
+columns, so a value that does not fit the new column's recorded type sets the row aside only in the views that
+read that column."""
 
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ def test_graph_views_over_an_evolving_source_keep_named_columns_and_follow_star(
     source = f"gev_{unique_name}"[:36]
     star, top, both, both_dl = f"{source}_all", f"{source}_top", f"{source}_u", f"{source}_udl"
     union = f"SELECT * FROM {source} UNION ALL SELECT * FROM {source} WHERE amount > 6"  # * through UNION ALL
-    dim, joined, joined_dl = f"{source}_dim", f"{source}_j", f"{source}_jdl"
+    dim, joined, joined_dl, down = f"{source}_dim", f"{source}_j", f"{source}_jdl", f"{source}_d"
     join = f"SELECT s.*, d.label FROM {source} s LEFT JOIN {dim} d ON s.id = d.id"  # a join side keeps s.* in state
     project = make_project(
         sources={
@@ -47,6 +49,12 @@ def test_graph_views_over_an_evolving_source_keep_named_columns_and_follow_star(
             both_dl: {"sql": union, "cadence": "200ms", "namespace": "evolution_tests", "format": "delta"},
             joined: {"sql": join, "cadence": "200ms", "namespace": "evolution_tests"},
             joined_dl: {"sql": join, "cadence": "200ms", "namespace": "evolution_tests", "format": "delta"},
+            # a view over the evolving graph view, naming its columns (SELECT * over it is refused at load)
+            down: {
+                "sql": f"SELECT id, amount FROM {both} WHERE amount > 1",
+                "cadence": "200ms",
+                "namespace": "evolution_tests",
+            },
         },
     )
     assert is_graph_view(project, top) and is_graph_view(project, both) and not is_graph_view(project, star)
@@ -58,12 +66,17 @@ def test_graph_views_over_an_evolving_source_keep_named_columns_and_follow_star(
         [{"id": 5, "amount": 9, "channel": "store"}, {"id": 6, "amount": 8, "items": "lots"}],
     ]
     running = {v: start(spark, project, v, catalog_server) for v in (star, top, both, both_dl, joined, joined_dl)}
+    _, downstream = start(spark, project, down, catalog_server)
     try:
         for number, rows in enumerate(epochs):
             land(landing, f"{number:03d}.json", [json.dumps(r) for r in rows])
             assert_running_views_recomputed(running, project, landing, catalog_server, number)
+            downstream.processAllAvailable()  # reads the change the upstream published, new columns and all
+            expected = [(r["id"], r["amount"]) for r in read_view(catalog_server, "evolution_tests", both).to_pylist()]
+            got = [(r["id"], r["amount"]) for r in read_view(catalog_server, "evolution_tests", down).to_pylist()]
+            assert sorted(got) == sorted(e for e in expected if e[1] > 1), f"{down} after epoch {number}"
     finally:
-        for _, query in running.values():
+        for _, query in [*running.values(), (None, downstream)]:
             query.stop()
     assert {c["name"] for c in added_columns(project, source)} == {"channel", "items"}
     assert read_view(catalog_server, "evolution_tests", star).column_names == ["id", "amount", "channel", "items"]
