@@ -37,7 +37,7 @@ from lakeview.errors import ConfigError, UnsupportedSQLError
 from lakeview.graph import WEIGHT as GRAPH_WEIGHT
 from lakeview.graph import Graph, compile_view, step
 from lakeview.graph import explain as explain_graph
-from lakeview.graph.evolve import star_evolution
+from lakeview.graph.evolve import output_gains, star_evolution
 from lakeview.graph.join import shared_sides
 from lakeview.graph.state import log_table_name, state_table_name
 from lakeview.ivm.changefeed import check_view_over_sources, source_mirror_name
@@ -250,7 +250,9 @@ def view_evolves(config: ProjectConfig, view: str) -> bool:
     view whose ``*`` selects an evolving source's columns."""
     plan = view_plan(config, view)
     if isinstance(plan, GraphPlan):
-        return bool(evolving_inputs(config, view))
+        evolving = evolving_stars(config, plan)
+        schemas = source_schemas(config, plan.sources, (view,)) if evolving else {}
+        return bool(evolving) and output_gains(plan.duckdb_sql(), schemas, evolving)
     source = config.sources.get(plan.sources[0])
     return bool(getattr(plan, "star", False)) and source is not None and source.new_columns is NewColumns.EVOLVE
 

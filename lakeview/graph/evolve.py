@@ -18,7 +18,7 @@ import pyarrow as pa
 
 from lakeview.errors import UnsupportedSQLError
 from lakeview.graph.compile import compile_view
-from lakeview.graph.driver import step
+from lakeview.graph.driver import Graph, step
 from lakeview.graph.join import TwoSided
 from lakeview.graph.state import MemoryStateStore
 from lakeview.graph.zset import WEIGHT
@@ -29,15 +29,10 @@ PROBE = "__lv_probe_"  # a probe column's prefix: one per evolving input, never 
 def star_evolution(sql: str, schemas: dict[str, pa.Schema], evolving: list[str]) -> str | None:
     """Why the view cannot follow the new columns of ``evolving`` (inputs of ``schemas`` its ``*`` selects,
     which may gain columns); None: it can (its output then gains them, where its ``*`` reaches the output)."""
-    probed = {
-        name: schema.append(pa.field(f"{PROBE}{i}", pa.int64())) if name in evolving else schema
-        for i, (name, schema) in enumerate(schemas.items())
-    }
     try:
-        graph = compile_view(sql, probed, eager=True)
+        graph = _probed(sql, schemas, evolving)
     except UnsupportedSQLError as exc:
         return f"its * would select a new column where the columns must line up ({exc})"
-    step(graph, {})  # an epoch of empty inputs: every state table's schema
     memory = graph.runtime.store
     assert isinstance(memory, MemoryStateStore), "a graph just compiled keeps its state in memory"
     for op in graph.operators:
@@ -51,3 +46,21 @@ def star_evolution(sql: str, schemas: dict[str, pa.Schema], evolving: list[str])
             if not (isinstance(op, TwoSided) and appended):
                 return f"its operator {op.describe()} keeps the rows * selects in state ({table.name})"
     return None
+
+
+def output_gains(sql: str, schemas: dict[str, pa.Schema], evolving: list[str]) -> bool:
+    """Whether the view's output gains the new columns of ``evolving`` (its ``*`` reaches the output), for a view
+    that :func:`star_evolution` lets follow them."""
+    return any(n.startswith(PROBE) for n in _probed(sql, schemas, evolving).names)
+
+
+def _probed(sql: str, schemas: dict[str, pa.Schema], evolving: list[str]) -> Graph:
+    """The view's graph compiled with a probe column added to each of ``evolving``, after an epoch of empty inputs
+    (which gives every state table its schema)."""
+    probed = {
+        name: schema.append(pa.field(f"{PROBE}{i}", pa.int64())) if name in evolving else schema
+        for i, (name, schema) in enumerate(schemas.items())
+    }
+    graph = compile_view(sql, probed, eager=True)
+    step(graph, {})
+    return graph
