@@ -379,6 +379,8 @@ class GraphPipeline(SourcesPipeline):
         deltas = self._zsets(inputs, before)
         # a table only an unused CTE names is a source of the view (its SQL names it) but no input of its graph
         out = step(self.graph, {source: delta for source, delta in deltas.items() if source in self.graph.schemas})
+        if self.watermark is not None:  # state only closed windows reach: dropped in this epoch's commit
+            self.watermark.expire(self.graph)
         self.timings["graph_step_s"] = time.perf_counter() - started
         started = time.perf_counter()
         weighted = out.rename_columns([*out.column_names[:-1], WEIGHT])

@@ -1,7 +1,8 @@
 """A graph view's watermark in its pipeline (:mod:`lakeview.sql.graph_watermark`): per epoch, the late rows
 of the event-time source are left out of the graph's inputs, quarantined and counted, and the epoch's
 commits are stamped with the watermark applied and the max event time after it, as the one-source
-pipeline does (``lakeview.watermark-us``, ``lakeview.max-event-time-us``, ``lakeview.rows-late``)."""
+pipeline does (``lakeview.watermark-us``, ``lakeview.max-event-time-us``, ``lakeview.rows-late``); the state only
+windows closed at the watermark reach is dropped in the same commit (:mod:`lakeview.graph.expire`)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
+from lakeview.graph.expire import Bound, bounds, expire
 from lakeview.ivm.commits import Epoch
 from lakeview.sql.duck import arrow_sql
 from lakeview.sql.graph_watermark import event_time
@@ -21,6 +23,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
     from lakeview.config.models import ProjectConfig
+    from lakeview.graph import Graph
     from spark_jobs.sources.quarantine import Quarantine
     from writers.base import SnapshotWriter
 
@@ -33,6 +36,8 @@ class GraphWatermark:
         self.source = found.source
         self.rule = Watermark(delay_us(project.views[view].watermark or ""), found.column)
         self.quarantine: Quarantine = quarantines[found.source]
+        self.bounded: dict[str, list[Bound]] | None = None  # the graph's state the watermark bounds (by operator)
+        self.expired_at: int | None = None  # the watermark this process last dropped closed windows' state at
 
     @classmethod
     def of(
@@ -85,3 +90,14 @@ class GraphWatermark:
             stamps={**epoch.stamps, **stamps},
         )
         return epoch, inputs if on_time is None else {**inputs, self.source: on_time}
+
+    def expire(self, graph: Graph) -> None:
+        """After the graph's step of an epoch :meth:`apply` judged: drop the state only windows closed at its
+        watermark reach (staged in the store, so the epoch's one commit carries it); once per watermark."""
+        applied = self.rule.applied_us
+        if applied is None or applied == self.expired_at:
+            return
+        if self.bounded is None:
+            self.bounded = bounds(graph, self.source, self.rule.column)
+        expire(graph, self.bounded, applied)
+        self.expired_at = applied
