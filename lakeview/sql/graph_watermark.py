@@ -10,8 +10,9 @@ time moves the watermark (not only those passing the view's WHERE or finding a j
 depend on other inputs).
 
 Not guaranteed: a closed window's row can still change when another input changes (a dimension row
-updated or deleted re-groups the fact rows it joins), and the operators' state is not bounded by it
-(no state is dropped when a window closes).
+updated or deleted re-groups the fact rows it joins), so only the state that source alone reaches is
+bounded (dropped once its windows close, :mod:`lakeview.graph.expire`): not a join's sides nor what a join
+feeds.
 """
 
 from __future__ import annotations
