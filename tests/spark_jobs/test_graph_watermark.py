@@ -81,15 +81,20 @@ def on_time_by_spark(spark, project, view: str, late: set[int]) -> Counter:
     return Counter(tuple(plain(v) for v in r) for r in frame.collect())
 
 
-def state_rows(catalog_server: CatalogServer, view: str, state: str) -> int:
-    """The distinct rows one operator's state holds, read back from the view's state log through the catalog
-    (the log's rows of that state, netted by their weights)."""
-    log = RestCatalog("t", uri=catalog_server.uri, warehouse="lakeview").load_table((NS, log_table_name(view)))
-    slots = [slot for _, slot in json.loads(log.properties[LAYOUT])[state]]
+def state_log_rows(catalog_server: CatalogServer, view: str, state: str, namespace: str = NS) -> list[dict]:
+    """The rows one operator's state holds (by its column names), read back from the view's state log through
+    the catalog: the log's rows of that state, netted by their weights."""
+    catalog = RestCatalog("t", uri=catalog_server.uri, warehouse="lakeview")
+    log = catalog.load_table((namespace, log_table_name(view)))
+    slots = json.loads(log.properties[LAYOUT])[state]
     net: Counter = Counter()
-    for r in log.scan(row_filter=EqualTo(OP, state)).to_arrow().select([*slots, WEIGHT]).to_pylist():
-        net[tuple(r[s] for s in slots)] += r[WEIGHT]
-    return sum(1 for weight in net.values() if weight)
+    for r in log.scan(row_filter=EqualTo(OP, state)).to_arrow().to_pylist():
+        net[tuple(r[slot] for _, slot in slots)] += r[WEIGHT]
+    return [dict(zip([column for column, _ in slots], row, strict=True)) for row, weight in net.items() if weight]
+
+
+def state_rows(catalog_server: CatalogServer, view: str, state: str) -> int:
+    return len(state_log_rows(catalog_server, view, state))
 
 
 def read_commit(project, view: str):
