@@ -37,7 +37,7 @@ class GraphWatermark:
         self.rule = Watermark(delay_us(project.views[view].watermark or ""), found.column)
         self.quarantine: Quarantine = quarantines[found.source]
         self.bounded: dict[str, list[Bound]] | None = None  # the graph's state the watermark bounds (by operator)
-        self.expired_at: int | None = None  # the watermark this process last dropped closed windows' state at
+        self.expired: tuple[int | None, int] | None = None  # (epoch, watermark) of this process's last drop
 
     @classmethod
     def of(
@@ -93,11 +93,12 @@ class GraphWatermark:
 
     def expire(self, graph: Graph) -> None:
         """After the graph's step of an epoch :meth:`apply` judged: drop the state only windows closed at its
-        watermark reach (staged in the store, so the epoch's one commit carries it); once per watermark."""
-        applied = self.rule.applied_us
-        if applied is None or applied == self.expired_at:
+        watermark reach (staged in the store, so the epoch's one commit carries it). Once per watermark: a later
+        epoch at the same watermark skips it (the epoch that dropped it committed), a retried epoch does not."""
+        applied, epoch = self.rule.applied_us, self.rule.last_epoch
+        if applied is None or (self.expired is not None and self.expired[1] == applied and self.expired[0] != epoch):
             return
         if self.bounded is None:
             self.bounded = bounds(graph, self.source, self.rule.column)
         expire(graph, self.bounded, applied)
-        self.expired_at = applied
+        self.expired = (epoch, applied)
