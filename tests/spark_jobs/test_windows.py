@@ -62,6 +62,18 @@ def verify(project, view: str) -> oracle.Comparison:
     return oracle.compare(tables.read_rows(project, view, record.snapshot_id), oracle.recompute(project, view, files))
 
 
+def state_windows(pipeline, catalog_server: CatalogServer, view: str, source: str) -> set[str]:
+    """The starts of the 10-minute windows a view's state still holds: the one-source stack's group state, or
+    (LAKEVIEW_ENGINE=graph) the aggregate's state the watermark bounds, keyed by the window's end, read back
+    from the view's state log through the catalog."""
+    if not isinstance(pipeline, GraphPipeline):
+        state = pipeline.maintainer.state[0].table().scan().to_arrow().to_pylist()
+        return {r["window_start"].strftime("%H:%M") for r in state}
+    ((bound,),) = bounds(pipeline.graph, source, "ts").values()
+    rows = state_log_rows(catalog_server, view, bound.table, "window_tests")
+    return {(r[bound.column] - timedelta(minutes=10)).strftime("%H:%M") for r in rows}
+
+
 def test_tumbling_and_hopping_windows_with_a_watermark(
     spark, catalog_server: CatalogServer, make_project, unique_name: str
 ) -> None:
@@ -116,13 +128,7 @@ def test_tumbling_and_hopping_windows_with_a_watermark(
         ("00:50", 1): (1, 1.0),
     }
     # Epoch 2 applied the watermark 00:23: the state of windows ended by then is gone, their view rows stay.
-    if isinstance(t_pipeline, GraphPipeline):  # LAKEVIEW_ENGINE=graph: the aggregate's records, keyed by the end
-        ((bound,),) = bounds(t_pipeline.graph, "events", "ts").values()
-        state = state_log_rows(catalog_server, tumbling, bound.table, "window_tests")
-        ends = [r[bound.column] - timedelta(minutes=10) for r in state]
-    else:
-        ends = [r["window_start"] for r in t_pipeline.maintainer.state[0].table().scan().to_arrow().to_pylist()]
-    assert sorted({start.strftime("%H:%M") for start in ends}) == ["00:30", "00:50"]
+    assert state_windows(t_pipeline, catalog_server, tumbling, "events") == {"00:30", "00:50"}
     hop = {
         r["window_start"].strftime("%H:%M"): r["n"]
         for r in read_view(catalog_server, "window_tests", hopping).to_pylist()
@@ -144,10 +150,9 @@ def test_tumbling_and_hopping_windows_with_a_watermark(
     )
     text = explain_view(project, tumbling)
     if isinstance(t_pipeline, GraphPipeline):
-        assert (
-            f"watermark 10 minutes on events.ts: its late rows quarantined; state dropped once its windows close: {bound.table}"
-            in text
-        )
+        ((bound,),) = bounds(t_pipeline.graph, "events", "ts").values()
+        closing = "watermark 10 minutes on events.ts: its late rows quarantined; state dropped once its windows close"
+        assert f"{closing}: {bound.table}" in text
     else:
         assert "window: tumbling window(ts, '10 minutes')" in text and "watermark 10 minutes on ts" in text
     assert isinstance(h_pipeline, GraphPipeline) or h_pipeline.maintainer.view_is_state  # SUM/COUNT: view = state
@@ -323,8 +328,7 @@ def test_watermarked_tumbling_window_over_a_change_feed(
     assert summary.extra["lakeview.watermark-us"] == str(int((T0 + timedelta(minutes=25)).timestamp() * 1_000_000))
     status = {s.view: s for s in view_statuses(project)}[unique_name]
     assert (status.rows_late, status.rows_quarantined) == (3, 3)
-    state = pipeline.maintainer.state[0].table().scan().to_arrow().to_pylist()
-    assert {r["window_start"].strftime("%H:%M") for r in state} == {"00:40"}  # closed windows' state is gone
+    assert state_windows(pipeline, catalog_server, unique_name, "order_changes") == {"00:40"}  # closed ones gone
 
 
 IMAGE_ROW = "order_id BIGINT, product_id BIGINT, amount DOUBLE, ts TIMESTAMP"
