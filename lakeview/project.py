@@ -38,6 +38,7 @@ from lakeview.graph import WEIGHT as GRAPH_WEIGHT
 from lakeview.graph import Graph, compile_view, step
 from lakeview.graph import explain as explain_graph
 from lakeview.graph.evolve import output_gains, star_evolution
+from lakeview.graph.expire import bounds as watermark_bounds
 from lakeview.graph.join import shared_sides
 from lakeview.graph.state import log_table_name, state_table_name
 from lakeview.ivm.changefeed import check_view_over_sources, source_mirror_name
@@ -47,6 +48,7 @@ from lakeview.sql.dag import check_dag
 from lakeview.sql.dialects import check_inline_view
 from lakeview.sql.graph_plan import GraphPlan, graph_plan, graph_sql
 from lakeview.sql.graph_watermark import check_graph as check_graph_watermark
+from lakeview.sql.graph_watermark import event_time as graph_event_time
 from lakeview.sql.groups import check_groups, group_lines
 from lakeview.sql.plan import WEIGHT, parse_statement
 from lakeview.sql.planner import view_plan
@@ -418,8 +420,23 @@ def explain_view(config: ProjectConfig, view: str) -> str:
         f"sources: {', '.join(graph.schemas)}; the view's table is a multiset keyed by the whole row",
         "one epoch commits the view, its state tables and change-feed mirrors in one catalog transaction (Iceberg)",
         *group_lines(config, view),
+        *_watermark_lines(config, view, graph),
     ]
     return "\n".join([*head, explain_graph(graph), "state tables:", *tables])
+
+
+def _watermark_lines(config: ProjectConfig, view: str, graph: Graph) -> list[str]:
+    """A graph view's watermark: the source whose late rows it sets aside, and the state it bounds."""
+    spec = config.views[view]
+    if spec.watermark is None:
+        return []
+    found = graph_event_time(config, view, tuple(graph.schemas))
+    tables = [b.table for held in watermark_bounds(graph, found.source, found.column).values() for b in held]
+    bounded = ", ".join(tables) if tables else "none (another input reaches every state)"
+    return [
+        f"watermark {spec.watermark} on {found.source}.{found.column}: its late rows quarantined; "
+        f"state dropped once its windows close: {bounded}"
+    ]
 
 
 class _Unread:

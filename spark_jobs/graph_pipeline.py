@@ -180,7 +180,8 @@ class GraphPipeline(SourcesPipeline):
         self._ensure(self.writer, output, tuple(output.names), properties)  # a multiset keyed by the whole row
         owned = {"lakeview.state-of": self.view}
         mirror_keys = {source: tuple(feed.key) for source, feed in self.feeds.items()}
-        shared = shared_sides(self.graph, mirror_keys)  # join sides that are a feed's mirror: kept once, there
+        judged = self.watermark.source if self.watermark is not None else None  # its mirror holds late images
+        shared = shared_sides(self.graph, {s: k for s, k in mirror_keys.items() if s != judged})  # kept once, there
         self._mirror_keys, self._shared = mirror_keys, shared
         keys = {table.name: table.key for table in self.graph.state_tables() if table.name not in shared}
         kept = {name: schema for name, schema in state_schemas.items() if name not in shared}
@@ -385,8 +386,12 @@ class GraphPipeline(SourcesPipeline):
         self.store.begin({name: v for name, v in before.items() if name in self.state})
         self.view_rows.begin()
         deltas = self._zsets(inputs, before)
+        if self.watermark is not None:  # a change feed's late images: left out of its Z-set (not of its mirror)
+            epoch, deltas = self.watermark.judge_zset(epoch, deltas)
         # a table only an unused CTE names is a source of the view (its SQL names it) but no input of its graph
         out = step(self.graph, {source: delta for source, delta in deltas.items() if source in self.graph.schemas})
+        if self.watermark is not None:  # state only closed windows reach: dropped in this epoch's commit
+            self.watermark.expire(self.graph)
         self.timings["graph_step_s"] = time.perf_counter() - started
         started = time.perf_counter()
         weighted = out.rename_columns([*out.column_names[:-1], WEIGHT])

@@ -47,6 +47,21 @@ class Operator:
     def state(self, name: str, key: list[str], holds: str) -> StateTable:
         return StateTable(f"{self.id}.{name}", tuple(key), holds)
 
+    def expire(self, rt: Runtime, closed: dict[str, str]) -> None:
+        """Drop the rows of this operator's state that only closed windows reach: ``closed`` gives, by state
+        table name, a DuckDB predicate selecting them (:mod:`lakeview.graph.expire` decides which state no
+        future row can touch). The output is unchanged: a closed window's row stays in the view."""
+        for table in self.state_tables():
+            if table.name not in closed:
+                continue
+            held = rt.store.lookup(table, None)
+            if held is None or held.num_rows == 0:
+                continue
+            cols = cols_sql([c for c in held.column_names if c != WEIGHT])
+            gone = rt.duck.query(f"SELECT {cols}, -{WEIGHT} AS {WEIGHT} FROM s WHERE {closed[table.name]}", s=held)
+            if gone.num_rows:
+                rt.store.apply(table, gone.select(held.column_names).cast(held.schema))
+
 
 @dataclass(eq=False)
 class Source(Operator):

@@ -76,7 +76,9 @@ def recompute(project: ProjectConfig, view: str, files: list[Path] | dict[str, l
             chosen = landed_files(project.source_path(source_name)) if found is None else found
             relation = _source_relation(project, source_name, chosen)
             if judged is not None:  # a graph view: only its event-time source's late rows are left out
-                if source_name == judged:
+                if source_name == judged and project.sources[judged].changes is not None:
+                    relation = _graph_applied_changes(con, project, view, plan, chosen)
+                elif source_name == judged:
                     relation = _graph_on_time(con, project, view, plan, chosen)
             elif (
                 config.watermark and project.sources[source_name].changes is not None
@@ -134,6 +136,25 @@ def _graph_on_time(con, project: ProjectConfig, view: str, plan: GraphPlan, file
         files,
         lambda fs: _source_relation(project, found.source, fs),
         wm,
+        f'"{found.source}"',
+        None,
+        plan.sources.index(found.source),
+    )
+
+
+def _graph_applied_changes(con, project: ProjectConfig, view: str, plan: GraphPlan, files: list[Path]) -> str:
+    """A graph view's event-time change feed as its pipeline holds it: the rule replayed image by image over the
+    feed's own batches, every new image with an event time moving the watermark (no WHERE)."""
+    found = event_time(project, view, plan.sources)
+    feed = project.sources[found.source].changes
+    assert feed is not None
+    return applied_changes(
+        con,
+        project.checkpoint_path(view),
+        files,
+        lambda fs: _latest_changes(project, found.source, fs),
+        Watermark(delay_us(project.views[view].watermark or ""), found.column),
+        list(feed.key),
         f'"{found.source}"',
         None,
         plan.sources.index(found.source),

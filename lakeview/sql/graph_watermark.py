@@ -7,11 +7,14 @@ row is quarantined (its reason names the watermark), counted (``lakeview.rows-la
 of every input of the graph. The view is the recompute of its SQL over its inputs without the late
 rows (``lakeview verify`` replays the rule batch by batch). Every row of that source with an event
 time moves the watermark (not only those passing the view's WHERE or finding a join partner: those
-depend on other inputs).
+depend on other inputs). A change feed ([changes]) is judged image by image, as the one-source rule does: its
+epoch's Z-set (old images -1, new +1) loses its late images (the mirror still takes every change), and only its
+new on-time images move the watermark.
 
 Not guaranteed: a closed window's row can still change when another input changes (a dimension row
-updated or deleted re-groups the fact rows it joins), and the operators' state is not bounded by it
-(no state is dropped when a window closes).
+updated or deleted re-groups the fact rows it joins), so only the state that source alone reaches is
+bounded (dropped once its windows close, :mod:`lakeview.graph.expire`): not a join's sides nor what a join
+feeds.
 """
 
 from __future__ import annotations
@@ -65,12 +68,10 @@ def event_time(config: ProjectConfig, view: str, sources: tuple[str, ...]) -> Ev
     if source not in config.sources:
         raise ValueError(f"a watermark applies to a view's source, not to the view {source!r} it reads")
     found = config.sources[source]
-    if found.changes is not None or found.images is not None:
-        kind = "[changes]" if found.changes is not None else "[images]"
+    if found.images is not None:
         raise ValueError(
-            f"the event time's source {source!r} is a change feed ({kind}); a watermark on a view with joins, "
-            "unions or subqueries needs an append-only event-time source (a late change could not be left out "
-            "of a join's state)"
+            f"the event time's source {source!r} is a change feed ([images]); a watermark on a view kept as an "
+            "operator graph needs an append-only source or a change feed with an operation column ([changes])"
         )
     column, kind = readable[source][name.lower()]
     if "TIMESTAMP" not in kind.upper():

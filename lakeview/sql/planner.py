@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 Plan = AppendPlan | KeyedAggregatePlan | GraphPlan
 
 # An internal switch, not a project option: ``LAKEVIEW_ENGINE=graph`` plans every one-source projection and
-# aggregate (but event-time windows, which the graph lacks) as an operator graph, so bench/ and the tests can
+# aggregate (event-time windows too) as an operator graph, so bench/ and the tests can
 # run the one-source views through the graph and compare it with the one-source stack it is to replace.
 ENGINE = "LAKEVIEW_ENGINE"
 
@@ -76,7 +76,7 @@ def _planned(view: str, sql: str, dialect: str, engine: str) -> Plan:
     # with_evolved_sources) and a reloaded project share it, and a project pickled to executors is unchanged.
     # A refusal (an exception) is not cached: the load that raised it fails.
     plan = plan_for(view, sql, dialect)
-    if engine == "graph" and plan.kind != "graph" and plan.window is None:
+    if engine == "graph" and plan.kind != "graph":
         return graph_plan(view, sql, dialect, UnsupportedSQLError(f"{ENGINE}=graph: every view is an operator graph"))
     return plan
 

@@ -216,6 +216,7 @@ def applied_changes(
     key: list[str],
     alias: str,
     where: str | None,
+    source_index: int = 0,
 ) -> str:
     """DuckDB SQL: the rows a watermarked view over a change feed holds, for the oracle. The rule
     is replayed batch by batch in the order Spark took the files in, on each key's newest change
@@ -229,7 +230,7 @@ def applied_changes(
     empty = con.execute(
         f"SELECT * EXCLUDE (__lv_op), epoch_us({column}) AS __lv_t FROM ({changes_of([])}) LIMIT 0"
     ).to_arrow_table()
-    for batch in _batches(checkpoint, files):
+    for batch in _batches(checkpoint, files, source_index):
         mark = None if high is None else high - wm.delay_us
 
         def late(row: dict, mark: int | None = mark) -> bool:

@@ -4,7 +4,10 @@ window over orders ⋈ a products change feed with ``watermark = "10 minutes"`` 
 (``lakeview.rows-late``, status), the view equals Spark's own window() over the orders that were on time and
 DuckDB's recompute (``lakeview verify``), and after a restart the watermark is recovered from the last commit.
 The first batch (the history, past ``driver_rows_max``) is written by the executors: nothing is late in it, and
-its commit carries the watermark's first advance (the newest order's time, computed by Spark)."""
+its commit carries the watermark's first advance (the newest order's time, computed by Spark). The state only
+closed windows reach (orders pre-aggregated by their time below the join) is dropped in the commit of the epoch
+whose watermark closes them, read back from the state log through the catalog; the join's sides keep every row
+(a product's update still re-groups closed windows)."""
 
 from __future__ import annotations
 
@@ -12,6 +15,8 @@ import json
 from collections import Counter
 from datetime import timedelta
 
+from pyiceberg.catalog.rest import RestCatalog
+from pyiceberg.expressions import EqualTo
 from pyspark.sql import functions as F
 from pyspark.sql.types import TimestampType
 
@@ -19,6 +24,8 @@ from catalog_api.ops import view_tables
 from catalog_api.ops.status import view_statuses
 from catalog_api.server import CatalogServer
 from lakeview.config.models import SparkConfig
+from lakeview.graph import WEIGHT
+from lakeview.graph.expire import bounds
 from lakeview.ivm import oracle
 from lakeview.project import is_graph_view
 from lakeview.sql.watermark import APPLIED, LATE, MAX_EVENT
@@ -27,6 +34,7 @@ from tests.spark_jobs.test_changes import land
 from tests.spark_jobs.test_graph_backfill import BOUNDS, by_executors
 from tests.spark_jobs.test_graph_pipeline import NS, assert_recomputed, change, read, start
 from tests.spark_jobs.test_graph_windows import SOURCES, T0, VIEWS, micros, plain
+from writers.graph_log import LAYOUT, OP, log_table_name
 
 MINUTE_US = 60_000_000
 T0_US = plain(T0)
@@ -73,6 +81,22 @@ def on_time_by_spark(spark, project, view: str, late: set[int]) -> Counter:
     return Counter(tuple(plain(v) for v in r) for r in frame.collect())
 
 
+def state_log_rows(catalog_server: CatalogServer, view: str, state: str, namespace: str = NS) -> list[dict]:
+    """The rows one operator's state holds (by its column names), read back from the view's state log through
+    the catalog: the log's rows of that state, netted by their weights."""
+    catalog = RestCatalog("t", uri=catalog_server.uri, warehouse="lakeview")
+    log = catalog.load_table((namespace, log_table_name(view)))
+    slots = json.loads(log.properties[LAYOUT])[state]
+    net: Counter = Counter()
+    for r in log.scan(row_filter=EqualTo(OP, state)).to_arrow().to_pylist():
+        net[tuple(r[slot] for _, slot in slots)] += r[WEIGHT]
+    return [dict(zip([column for column, _ in slots], row, strict=True)) for row, weight in net.items() if weight]
+
+
+def state_rows(catalog_server: CatalogServer, view: str, state: str) -> int:
+    return len(state_log_rows(catalog_server, view, state))
+
+
 def read_commit(project, view: str):
     record = view_tables.last_commit(project, view)
     assert record is not None
@@ -91,6 +115,13 @@ def test_late_orders_of_a_windowed_join_are_quarantined_and_the_watermark_surviv
         land(project.source_path(source), "000.json", lines)
     pipeline, query = start(spark, project, view, catalog_server)
     late: set[int] = set()
+    (bounded,) = [b.table for tables in bounds(pipeline.graph, "orders", "ts").values() for b in tables]
+    join_sides = [  # the orders' side (the products' is the feed's mirror, not in the log)
+        t.name
+        for t in pipeline.graph.state_tables()
+        if t.name.startswith("join") and t.name not in pipeline.store.borrowed
+    ]
+    sides: list[int] = []
     try:
         for number, batch in enumerate(EPOCHS):
             if number == 2:  # a restart: a new pipeline recovers the watermark from the last commit
@@ -114,6 +145,11 @@ def test_late_orders_of_a_windowed_join_are_quarantined_and_the_watermark_surviv
             assert_recomputed(project, view, pipeline, catalog_server)  # lakeview verify: equal
             held = micros(read(project, view, catalog_server))
             assert held == on_time_by_spark(spark, project, view, late) and held
+            # orders by (time, product) below the join: 11 times; at 40 the 8 before it closed (55 joins, a
+            # NULL time is in none); at 45 the one at 40 closed, 46 joins. The join's sides only grow.
+            assert state_rows(catalog_server, view, bounded) == [11, 4, 4][number]
+            sides.append(sum(state_rows(catalog_server, view, s) for s in join_sides))
+            assert sides == sorted(sides) and join_sides
     finally:
         query.stop()
     status = {s.view: s for s in view_statuses(project)}[view]

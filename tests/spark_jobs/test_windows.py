@@ -10,10 +10,13 @@ from datetime import UTC, datetime, timedelta
 from catalog_api.ops import view_tables as tables
 from catalog_api.ops.status import view_statuses
 from catalog_api.server import CatalogServer
+from lakeview.graph.expire import bounds
 from lakeview.ivm import oracle
-from lakeview.ivm.explain import explain
+from lakeview.project import explain_view
+from spark_jobs.graph_pipeline import GraphPipeline
 from spark_jobs.sources.quarantine import quarantined_rows
 from tests.spark_jobs.test_changes import FEED, change, land
+from tests.spark_jobs.test_graph_watermark import state_log_rows
 from tests.spark_jobs.test_pipeline import read_view, start
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -57,6 +60,18 @@ def verify(project, view: str) -> oracle.Comparison:
     assert record is not None
     files = oracle.frontier_files(project, view, record.frontier)
     return oracle.compare(tables.read_rows(project, view, record.snapshot_id), oracle.recompute(project, view, files))
+
+
+def state_windows(pipeline, catalog_server: CatalogServer, view: str, source: str) -> set[str]:
+    """The starts of the 10-minute windows a view's state still holds: the one-source stack's group state, or
+    (LAKEVIEW_ENGINE=graph) the aggregate's state the watermark bounds, keyed by the window's end, read back
+    from the view's state log through the catalog."""
+    if not isinstance(pipeline, GraphPipeline):
+        state = pipeline.maintainer.state[0].table().scan().to_arrow().to_pylist()
+        return {r["window_start"].strftime("%H:%M") for r in state}
+    ((bound,),) = bounds(pipeline.graph, source, "ts").values()
+    rows = state_log_rows(catalog_server, view, bound.table, "window_tests")
+    return {(r[bound.column] - timedelta(minutes=10)).strftime("%H:%M") for r in rows}
 
 
 def test_tumbling_and_hopping_windows_with_a_watermark(
@@ -113,8 +128,7 @@ def test_tumbling_and_hopping_windows_with_a_watermark(
         ("00:50", 1): (1, 1.0),
     }
     # Epoch 2 applied the watermark 00:23: the state of windows ended by then is gone, their view rows stay.
-    state = t_pipeline.maintainer.state[0].table().scan().to_arrow().to_pylist()
-    assert sorted({r["window_start"].strftime("%H:%M") for r in state}) == ["00:30", "00:50"]
+    assert state_windows(t_pipeline, catalog_server, tumbling, "events") == {"00:30", "00:50"}
     hop = {
         r["window_start"].strftime("%H:%M"): r["n"]
         for r in read_view(catalog_server, "window_tests", hopping).to_pylist()
@@ -134,9 +148,14 @@ def test_tumbling_and_hopping_windows_with_a_watermark(
     assert summary is not None and summary.extra["lakeview.watermark-us"] == str(
         int((T0 + timedelta(minutes=23)).timestamp() * 1_000_000)
     )
-    text = explain(project, tumbling)
-    assert "window: tumbling window(ts, '10 minutes')" in text and "watermark 10 minutes on ts" in text
-    assert h_pipeline.maintainer.view_is_state  # SUM/COUNT: the view's rows are the state
+    text = explain_view(project, tumbling)
+    if isinstance(t_pipeline, GraphPipeline):
+        ((bound,),) = bounds(t_pipeline.graph, "events", "ts").values()
+        closing = "watermark 10 minutes on events.ts: its late rows quarantined; state dropped once its windows close"
+        assert f"{closing}: {bound.table}" in text
+    else:
+        assert "window: tumbling window(ts, '10 minutes')" in text and "watermark 10 minutes on ts" in text
+    assert isinstance(h_pipeline, GraphPipeline) or h_pipeline.maintainer.view_is_state  # SUM/COUNT: view = state
 
 
 def test_watermark_survives_a_restart_and_lakeview_verify_agrees(
@@ -309,8 +328,7 @@ def test_watermarked_tumbling_window_over_a_change_feed(
     assert summary.extra["lakeview.watermark-us"] == str(int((T0 + timedelta(minutes=25)).timestamp() * 1_000_000))
     status = {s.view: s for s in view_statuses(project)}[unique_name]
     assert (status.rows_late, status.rows_quarantined) == (3, 3)
-    state = pipeline.maintainer.state[0].table().scan().to_arrow().to_pylist()
-    assert {r["window_start"].strftime("%H:%M") for r in state} == {"00:40"}  # closed windows' state is gone
+    assert state_windows(pipeline, catalog_server, unique_name, "order_changes") == {"00:40"}  # closed ones gone
 
 
 IMAGE_ROW = "order_id BIGINT, product_id BIGINT, amount DOUBLE, ts TIMESTAMP"
