@@ -53,6 +53,7 @@ from spark_jobs import faults
 from spark_jobs.driver_stream import DriverStream
 from spark_jobs.epoch_guard import guarded
 from spark_jobs.executors.graph_backfill import backfill_on_executors, backfills, bound_memory
+from spark_jobs.executors.graph_batches import later_large, later_on_executors, warn_collected
 from spark_jobs.graph_watermark import GraphWatermark
 from spark_jobs.source_frames import collect_sources, direct_sources, frontier
 from spark_jobs.sources.upstream import with_upstream_source
@@ -359,6 +360,8 @@ class GraphPipeline(SourcesPipeline):
     def _process_batch(self, batch: DataFrame, epoch_id: int) -> CommitRecord | None:
         if backfills(self, batch, epoch_id):  # a large first batch: computed by Spark, written by the executors
             return backfill_on_executors(self, batch, epoch_id)
+        if later_large(self, epoch_id):  # a large later batch: reduced by Spark before the driver sees it
+            return later_on_executors(self, batch, epoch_id)
         started = time.perf_counter()
         reached, newest_ms, self._batch_paths = frontier(self.checkpoint, self.sources, epoch_id, self.upstreams)
         direct = {s: (self._batch_paths.get(s, []), self._file_schema(s)) for s in self.direct}
@@ -371,6 +374,19 @@ class GraphPipeline(SourcesPipeline):
             epoch, inputs = self.watermark.apply(epoch, inputs)
         self.timings = {"spark_read_quarantine_s": time.perf_counter() - started}
         self.last_write = {"by": "driver", "rows_collected": sum(t.num_rows for t in inputs.values())}
+        warn_collected(self, epoch, self.last_write["rows_collected"], "collected as they came")
+        return self.step_and_commit(epoch, inputs)
+
+    def step_and_commit(
+        self,
+        epoch: Epoch,
+        inputs: dict[str, pa.Table],
+        given: dict[str, pa.Table] | None = None,
+        partials: dict[str, pa.Table] | None = None,
+    ) -> CommitRecord | None:
+        """Step the graph over the epoch's collected ``inputs`` (``given``, ``partials``: what Spark reduced, see
+        :func:`lakeview.graph.step`) and commit every table's change."""
+        epoch_id = epoch.number
         started = time.perf_counter()
         before = self._before(epoch_id)
         assert self.store is not None and self.view_rows is not None
@@ -378,7 +394,8 @@ class GraphPipeline(SourcesPipeline):
         self.view_rows.begin()
         deltas = self._zsets(inputs, before)
         # a table only an unused CTE names is a source of the view (its SQL names it) but no input of its graph
-        out = step(self.graph, {source: delta for source, delta in deltas.items() if source in self.graph.schemas})
+        deltas = {source: delta for source, delta in deltas.items() if source in self.graph.schemas}
+        out = step(self.graph, deltas, given, partials)
         self.timings["graph_step_s"] = time.perf_counter() - started
         started = time.perf_counter()
         weighted = out.rename_columns([*out.column_names[:-1], WEIGHT])
