@@ -28,6 +28,7 @@ from spark_jobs.executors.graph_backfill import _frames, _zsets, input_rows
 from spark_jobs.executors.writes import files_on_executors
 from spark_jobs.source_frames import frontier
 from spark_jobs.streams import collect_arrow
+from writers.graph_view import small
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -107,9 +108,13 @@ def _append(pipeline: GraphPipeline, epoch: Epoch, rows: DataFrame, started: flo
         record = None if records is None else records.get(writer.table_name)
     else:
         record = writer.commit_files(epoch, files)  # type: ignore[attr-defined]
-    assert pipeline.view_rows is not None
-    if pipeline.view_rows.memory is not None:  # committed past the memory copy: read again on next use
-        pipeline.view_rows.memory.forget()
+    view_rows = pipeline.view_rows
+    assert view_rows is not None
+    if view_rows.memory is not None:  # committed past the memory copy: read again on next use, while small
+        if small(writer):
+            view_rows.memory.forget()
+        else:  # grown past memory's share: changed by key from now on, never read whole
+            view_rows.memory = None
     pipeline._last_committed = epoch.number
     pipeline.timings = {"spark_read_quarantine_s": 0.0, "append_s": time.perf_counter() - started}
     pipeline.last_write = {
