@@ -20,6 +20,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import sqlglot
+from sqlglot import exp
+
 from lakeview.graph.aggregate import Aggregate
 from lakeview.graph.backfill_sql import _RULES, _Writer, first_batch_sql
 from lakeview.graph.driver import Graph
@@ -36,7 +39,7 @@ class LaterBatch:
 
     relations: list[tuple[str, str]] = field(default_factory=list)
     given: dict[str, str] = field(default_factory=dict)  # op id -> its output, consolidated (a Z-set)
-    partials: dict[str, str] = field(default_factory=dict)  # a linear aggregate's id -> its per-group partials
+    partials: dict[str, str] = field(default_factory=dict)  # a linear aggregate's id -> its input's relation
     appended: str | None = None  # no state at all, append-only inputs: the view's rows to append
 
 
@@ -90,7 +93,7 @@ def later_batch_sql(
             names[id(op)] = _RULES[type(op)](sql, op, inputs, sources, relation, {})
     for op, consumer in _crossings(graph, side):
         if isinstance(consumer, Aggregate) and consumer.linear:
-            out.partials[consumer.id] = _partials_sql(sql, consumer, names[id(op)])
+            out.partials[consumer.id] = names[id(op)]  # summed by partials_sql (it needs the input's types)
         else:
             out.given[op.id] = sql.consolidated(names[id(op)], op.columns)
     return out
@@ -107,13 +110,30 @@ def _crossings(graph: Graph, side: set[int]) -> list[tuple[Operator, Operator | 
     return pairs
 
 
-def _partials_sql(sql: _Writer, op: Aggregate, rel: str) -> str:
-    """A linear aggregate's input summed per group: its count, sums and non-NULL counts (its state's columns)."""
+def partials_sql(graph: Graph, op_id: str, rel: str, integral: set[str] | None = None, dialect: str = "spark") -> str:
+    """The linear aggregate ``op_id``'s input ``rel`` summed per group: its count, sums and non-NULL counts (its
+    state's columns). ``integral``: the input's integer columns, summed as DECIMAL(38, 0) (exact, as DuckDB's
+    HUGEINT sum the driver keeps; Spark's BIGINT sum would wrap past its range without a word)."""
+    (op,) = [o for o in graph.operators if o.id == op_id]
+    assert isinstance(op, Aggregate)
+    sql = _Writer(dialect, graph)
     group = sql.cols(op.group)
-    partials = ", ".join(sql.expr(p) for p in op._partials())
+    partials = ", ".join(_exact(sql.expr(p), integral or set(), dialect) for p in op._partials())
     if not op.group:
         return f"SELECT {partials} FROM {rel}"
     return f"SELECT {group}, {partials} FROM {rel} GROUP BY {group}"
+
+
+def _exact(partial: str, integral: set[str], dialect: str) -> str:
+    """``partial`` (in ``dialect``) with every integer column summed by SUM as DECIMAL(38, 0)."""
+    if not integral:
+        return partial
+    tree = sqlglot.parse_one(partial, read=dialect)
+    for total in tree.find_all(exp.Sum):
+        for column in list(total.find_all(exp.Column)):
+            if column.name in integral:
+                column.replace(exp.cast(column.copy(), exp.DataType.build("DECIMAL(38, 0)")))
+    return tree.sql(dialect=dialect)
 
 
 def later_cost(graph: Graph, retracting: set[str], driver_inputs: set[str]) -> str:

@@ -156,10 +156,14 @@ def _packed_log(spark, packing: StateLog, states: dict[str, str]) -> DataFrame: 
 
 def _uses(first: FirstBatch) -> Counter[str]:
     """How many queries (relations, state tables, the view) read each relation of the first batch."""
-    texts = [sql for _, sql in first.relations] + list(first.state.values()) + [first.view]
-    return Counter(
-        {name: sum(len(re.findall(rf"\b{re.escape(name)}\b", t)) for t in texts) for name, _ in first.relations}
-    )
+    return uses(first.relations, [*list(first.state.values()), first.view])
+
+
+def uses(relations: list[tuple[str, str]], queries: list[str]) -> Counter[str]:
+    """How many of the ``relations``' and ``queries``' texts read each relation (a relation read more than once is
+    worth persisting: every read would compute it again)."""
+    texts = [sql for _, sql in relations] + queries
+    return Counter({name: sum(len(re.findall(rf"\b{re.escape(name)}\b", t)) for t in texts) for name, _ in relations})
 
 
 def _frames(pipeline: GraphPipeline, batch: DataFrame | None, epoch_id: int) -> SourceFrames:

@@ -23,8 +23,8 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from lakeview.graph.later_sql import later_batch_sql
-from spark_jobs.executors.graph_backfill import _frames, _zsets, input_rows
+from lakeview.graph.later_sql import later_batch_sql, partials_sql
+from spark_jobs.executors.graph_backfill import _frames, _zsets, input_rows, uses
 from spark_jobs.executors.writes import files_on_executors
 from spark_jobs.source_frames import frontier
 from spark_jobs.streams import collect_arrow
@@ -74,13 +74,21 @@ def later_on_executors(pipeline: GraphPipeline, batch: DataFrame | None, epoch_i
     zsets, _, held = _zsets(pipeline, spark_frames)
     try:
         later = later_batch_sql(pipeline.graph, zsets, f"__lv_lb_{pipeline.view}_", retracting(pipeline), drivers)
+        read = uses(later.relations, [*later.given.values(), *[f"FROM {rel}" for rel in later.partials.values()]])
         for name, sql in later.relations:
-            spark.sql(sql).createOrReplaceTempView(name)
+            relation = spark.sql(sql)
+            if later.appended is None and read[name] > 1:  # read by several collects: computed once
+                relation = relation.persist()
+                held.append(relation)
+            relation.createOrReplaceTempView(name)
         if later.appended is not None and not pipeline.staged:
             return _append(pipeline, epoch, spark.sql(later.appended), started)
         inputs = {s: collect_arrow(split.frames[s]) for s in drivers if s in split.frames}
         given = {op: collect_arrow(spark.sql(sql)) for op, sql in later.given.items()}
-        partials = {op: collect_arrow(spark.sql(sql)) for op, sql in later.partials.items()}
+        partials = {
+            op: collect_arrow(spark.sql(partials_sql(pipeline.graph, op, rel, _integral(spark.table(rel)))))
+            for op, rel in later.partials.items()
+        }
     finally:
         for df in held:
             df.unpersist()
@@ -92,6 +100,13 @@ def later_on_executors(pipeline: GraphPipeline, batch: DataFrame | None, epoch_i
     }  # fmt: skip
     warn_collected(pipeline, epoch, collected, "reduced by Spark first")
     return pipeline.step_and_commit(epoch, inputs, given, partials)
+
+
+def _integral(frame: DataFrame) -> set[str]:
+    """The integer columns of a Spark relation (summed exactly: :func:`lakeview.graph.later_sql.partials_sql`)."""
+    from pyspark.sql.types import IntegralType  # lazy: Spark loads only where views run
+
+    return {f.name for f in frame.schema.fields if isinstance(f.dataType, IntegralType)}
 
 
 def _append(pipeline: GraphPipeline, epoch: Epoch, rows: DataFrame, started: float) -> CommitRecord | None:

@@ -11,7 +11,7 @@ import duckdb
 import pytest
 
 from lakeview.graph import compile_view, step
-from lakeview.graph.later_sql import later_batch_sql, later_cost
+from lakeview.graph.later_sql import later_batch_sql, later_cost, partials_sql
 from tests.lakeview.graph.view_grammar import SCHEMA, TABLES, Inputs, multiset, random_query
 
 
@@ -34,7 +34,10 @@ def reduced_then_stepped(query: str, seed: int, epochs: int = 4) -> str | None:
             for name, sql in later.relations:
                 con.execute(f"CREATE OR REPLACE TEMP VIEW {name} AS {sql}")
             given = {op: con.execute(sql).to_arrow_table() for op, sql in later.given.items()}
-            partials = {op: con.execute(sql).to_arrow_table() for op, sql in later.partials.items()}
+            partials = {
+                op: con.execute(partials_sql(graph, op, rel, integral(con, rel), "duckdb")).to_arrow_table()
+                for op, rel in later.partials.items()
+            }
             out = step(graph, {t: d for t, d in deltas.items() if t in drivers}, given, partials)
         view.update(multiset(out, weighted=True))
         view = Counter({k: w for k, w in view.items() if w != 0})
@@ -44,6 +47,11 @@ def reduced_then_stepped(query: str, seed: int, epochs: int = 4) -> str | None:
         if view != expected:
             return f"epoch {epoch}: {query}\nextra {dict(view - expected)}\nmissing {dict(expected - view)}"
     return None
+
+
+def integral(con: duckdb.DuckDBPyConnection, rel: str) -> set[str]:
+    """A relation's integer columns (summed as DECIMAL(38, 0), as the pipeline sums them in Spark)."""
+    return {name for name, kind, *_ in con.execute(f"DESCRIBE {rel}").fetchall() if kind in ("BIGINT", "INTEGER")}
 
 
 @pytest.mark.parametrize(
