@@ -26,6 +26,10 @@ the checkpoint; an epoch with a malformed JSON line has Spark read that source's
 The state tables' and mirrors' lookups are served from memory copies of what this process committed (read
 from the tables once, on start, or again after an epoch whose commit failed or is unknown); on Iceberg the
 state tables are append logs of the epochs' deltas (:class:`writers.graph_state.TableStateStore`).
+
+Past ``[spark] driver_rows_max`` input rows a first batch is computed and written by the executors
+(:mod:`spark_jobs.executors.graph_backfill`); a later one is reduced by Spark before the driver steps it, or
+appended by the executors when the graph keeps no state (:mod:`spark_jobs.executors.graph_batches`).
 """
 
 from __future__ import annotations
