@@ -40,9 +40,11 @@ from lakeview.graph import explain as explain_graph
 from lakeview.graph.evolve import output_gains, star_evolution
 from lakeview.graph.expire import bounds as watermark_bounds
 from lakeview.graph.join import shared_sides
+from lakeview.graph.later_sql import later_cost
 from lakeview.graph.state import log_table_name, state_table_name
 from lakeview.ivm.changefeed import check_view_over_sources, source_mirror_name
 from lakeview.ivm.explain import explain
+from lakeview.ivm.explain_lines import graph_batch_lines
 from lakeview.sql.column_roles import check_column_roles
 from lakeview.sql.dag import check_dag
 from lakeview.sql.dialects import check_inline_view
@@ -415,10 +417,13 @@ def explain_view(config: ProjectConfig, view: str) -> str:
             tables.append(f"  {t.name} -> {log} (its rows with __lv_op = '{t.name}')")
         else:
             tables.append(f"  {t.name} -> {spec.namespace}.{state_table_name(view, t)}")
+    retracting = {s for s in graph.schemas if s in config.views or ((c := config.sources.get(s)) and c.images)}
+    later = later_cost(graph, retracting | set(feeds), set(feeds))
     head = [
         f"view {view} (operator graph) -> {spec.namespace}.{view}, cadence {spec.cadence}, format {spec.format.value}",
         f"sources: {', '.join(graph.schemas)}; the view's table is a multiset keyed by the whole row",
         "one epoch commits the view, its state tables and change-feed mirrors in one catalog transaction (Iceberg)",
+        *graph_batch_lines(config, later, bool(spec.watermark)),
         *group_lines(config, view),
         *_watermark_lines(config, view, graph),
     ]

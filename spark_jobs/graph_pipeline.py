@@ -26,6 +26,10 @@ the checkpoint; an epoch with a malformed JSON line has Spark read that source's
 The state tables' and mirrors' lookups are served from memory copies of what this process committed (read
 from the tables once, on start, or again after an epoch whose commit failed or is unknown); on Iceberg the
 state tables are append logs of the epochs' deltas (:class:`writers.graph_state.TableStateStore`).
+
+Past ``[spark] driver_rows_max`` input rows a first batch is computed and written by the executors
+(:mod:`spark_jobs.executors.graph_backfill`); a later one is reduced by Spark before the driver steps it, or
+appended by the executors when the graph keeps no state (:mod:`spark_jobs.executors.graph_batches`).
 """
 
 from __future__ import annotations
@@ -54,6 +58,7 @@ from spark_jobs import faults
 from spark_jobs.driver_stream import DriverStream
 from spark_jobs.epoch_guard import guarded
 from spark_jobs.executors.graph_backfill import backfill_on_executors, backfills, bound_memory
+from spark_jobs.executors.graph_batches import later_large, later_on_executors, warn_collected
 from spark_jobs.graph_watermark import GraphWatermark
 from spark_jobs.source_frames import collect_sources, direct_sources, frontier, tagged_files
 from spark_jobs.sources.evolution import evolved
@@ -368,6 +373,8 @@ class GraphPipeline(SourcesPipeline):
             batch = self._evolve(batch, epoch_id)
         if backfills(self, batch, epoch_id):  # a large first batch: computed by Spark, written by the executors
             return backfill_on_executors(self, batch, epoch_id)
+        if later_large(self, epoch_id):  # a large later batch: reduced by Spark before the driver sees it
+            return later_on_executors(self, batch, epoch_id)
         started = time.perf_counter()
         reached, newest_ms, self._batch_paths = frontier(self.checkpoint, self.sources, epoch_id, self.upstreams)
         direct = {s: (self._batch_paths.get(s, []), self._file_schema(s)) for s in self.direct}
@@ -380,6 +387,19 @@ class GraphPipeline(SourcesPipeline):
             epoch, inputs = self.watermark.apply(epoch, inputs)
         self.timings = {"spark_read_quarantine_s": time.perf_counter() - started}
         self.last_write = {"by": "driver", "rows_collected": sum(t.num_rows for t in inputs.values())}
+        warn_collected(self, epoch, self.last_write["rows_collected"], "collected as they came")
+        return self.step_and_commit(epoch, inputs)
+
+    def step_and_commit(
+        self,
+        epoch: Epoch,
+        inputs: dict[str, pa.Table],
+        given: dict[str, pa.Table] | None = None,
+        partials: dict[str, pa.Table] | None = None,
+    ) -> CommitRecord | None:
+        """Step the graph over the epoch's collected ``inputs`` (``given``, ``partials``: what Spark reduced, see
+        :func:`lakeview.graph.step`) and commit every table's change."""
+        epoch_id = epoch.number
         started = time.perf_counter()
         before = self._before(epoch_id)
         assert self.store is not None and self.view_rows is not None
@@ -389,7 +409,8 @@ class GraphPipeline(SourcesPipeline):
         if self.watermark is not None:  # a change feed's late images: left out of its Z-set (not of its mirror)
             epoch, deltas = self.watermark.judge_zset(epoch, deltas)
         # a table only an unused CTE names is a source of the view (its SQL names it) but no input of its graph
-        out = step(self.graph, {source: delta for source, delta in deltas.items() if source in self.graph.schemas})
+        deltas = {source: delta for source, delta in deltas.items() if source in self.graph.schemas}
+        out = step(self.graph, deltas, given, partials)
         if self.watermark is not None:  # state only closed windows reach: dropped in this epoch's commit
             self.watermark.expire(self.graph)
         self.timings["graph_step_s"] = time.perf_counter() - started

@@ -342,7 +342,8 @@ class SparkConfig(_Strict):
         ge=0,
         description="append views: a batch with more input rows has its data files written by the executors; keyed views "
         "and operator-graph views: a first batch (a backfill into empty tables) with more input rows is computed by Spark "
-        "and written by the executors",
+        "and written by the executors; operator-graph views: a later batch with more input rows is reduced by Spark "
+        "before the driver (a stateless view's rows appended by the executors, a linear aggregate's partial sums per group)",
     )
     driver_keys_max: int = Field(
         2_000_000,

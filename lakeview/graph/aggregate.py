@@ -77,6 +77,13 @@ class Aggregate(Operator):
         self._empty = out.schema.empty_table()
         return out
 
+    def step_partials(self, rt: Runtime, partials: pa.Table) -> pa.Table:
+        """A linear aggregate's step from its input delta already summed per group (the columns of
+        :meth:`_partials`, e.g. by Spark over a large batch) instead of the delta itself."""
+        out = self._linear(rt, None, rt.epoch == 0, partials)
+        self._empty = out.schema.empty_table()
+        return out
+
     def _group_by(self) -> str:
         return f" GROUP BY {cols_sql(self.group)}" if self.group else ""
 
@@ -131,14 +138,15 @@ class Aggregate(Operator):
             return f"CASE WHEN {n} > 0 THEN {t}{SUM}{i} END"
         return f"CASE WHEN {n} > 0 THEN CAST({t}{SUM}{i} AS DOUBLE) / {n} END"
 
-    def _linear(self, rt: Runtime, delta: pa.Table, first: bool) -> pa.Table:
+    def _linear(self, rt: Runtime, delta: pa.Table | None, first: bool, dagg: pa.Table | None = None) -> pa.Table:
         partial_cols = [COUNT] + [
             c
             for i, a in enumerate(self.aggs)
             for c in ([f"{SUM}{i}"] if a.func in ("sum", "avg") else []) + [f"{NUM}{i}"]
         ]
         lead = f"{cols_sql(self.group)}, " if self.group else ""
-        dagg = rt.duck.query(f"SELECT {lead}{', '.join(self._partials())} FROM d{self._group_by()}", d=delta)
+        if dagg is None:
+            dagg = rt.duck.query(f"SELECT {lead}{', '.join(self._partials())} FROM d{self._group_by()}", d=delta)
         rec_cols = self.group + partial_cols
         if first:
             rt.store.apply(self.records, rt.duck.query(f"SELECT *, 1 AS {WEIGHT} FROM g LIMIT 0", g=dagg))

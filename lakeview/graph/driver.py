@@ -40,11 +40,18 @@ class Graph:
         self.runtime.store = store
 
 
-def step(graph: Graph, deltas: dict[str, pa.Table]) -> pa.Table:
+def step(
+    graph: Graph,
+    deltas: dict[str, pa.Table],
+    given: dict[str, pa.Table] | None = None,
+    partials: dict[str, pa.Table] | None = None,
+) -> pa.Table:
     """Apply one epoch of input changes (each a Z-set with the weight column ``__lv_w``); return the view's delta.
 
-    Inputs not named get an empty delta. Raises UnsupportedSQLError for an input the view does not read or a
-    delta without the input's columns.
+    Inputs not named get an empty delta. ``given``: operators' outputs computed elsewhere (by Spark over a large
+    batch: :mod:`lakeview.graph.later_sql`), by operator id; ``partials``: a linear aggregate's input summed per
+    group, by its id (:meth:`~lakeview.graph.aggregate.Aggregate.step_partials`). Raises UnsupportedSQLError for
+    an input the view does not read or a delta without the input's columns.
     """
     unknown = set(deltas) - set(graph.schemas)
     if unknown:
@@ -56,10 +63,16 @@ def step(graph: Graph, deltas: dict[str, pa.Table]) -> pa.Table:
         delta = _conform(graph, name, deltas.get(name))
         for source in sources:
             outputs[id(source)] = source.step(rt, [delta])
+    given, partials = given or {}, partials or {}
     for op in graph.operators:
-        if id(op) not in outputs:
+        if op.id in given:
+            outputs[id(op)] = given[op.id]
+        elif id(op) not in outputs:
             started = time.perf_counter()
-            outputs[id(op)] = op.step(rt, [outputs[id(i)] for i in op.inputs])
+            if op.id in partials:
+                outputs[id(op)] = op.step_partials(rt, partials[op.id])  # type: ignore[attr-defined]
+            else:
+                outputs[id(op)] = op.step(rt, [outputs[id(i)] for i in op.inputs])
             graph.last_epoch[op.id] = (time.perf_counter() - started, outputs[id(op)].num_rows)
     rt.epoch += 1
     out = outputs[id(graph.output)]

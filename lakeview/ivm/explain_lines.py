@@ -32,6 +32,18 @@ def batch_lines(project: ProjectConfig, first_in_driver: str | None = None) -> l
     return [first, later]
 
 
+def graph_batch_lines(project: ProjectConfig, later: str, watermark: bool) -> list[str]:
+    """Where an operator graph's batches run: a large first batch by Spark (spark_jobs.executors.graph_backfill),
+    a large later one reduced by Spark first as ``later`` says (spark_jobs.executors.graph_batches)."""
+    limit = project.spark.driver_rows_max
+    first = (f"batches: a first batch of more than {limit} input rows ([spark] driver_rows_max), its tables still "
+             "empty (a backfill): every table's rows computed by Spark and written by the executors, nothing collected")  # fmt: skip
+    if watermark:
+        later = "collected as it comes (the watermark judges each row in the driver); past the bound the log says so"
+    return [first, f"         a later batch of more than {limit} input rows: {later}",
+            f"         a batch of at most {limit} input rows: collected and stepped in the driver"]  # fmt: skip
+
+
 def published_lines(project: ProjectConfig, view: str) -> list[str]:
     """The line saying which views read this one's published changes (none: no line)."""
     readers = downstreams_of(project, view)

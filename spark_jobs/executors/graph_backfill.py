@@ -17,7 +17,8 @@ as the driver's path commits them; a replay writes only the tables that lack the
 
 Afterwards the tables past ``[spark] driver_keys_max`` live rows are never read whole into the driver:
 their lookups go to the table by key (:class:`writers.graph_table_rows.TableRows`), on a restart too.
-Left to the driver: a batch at or below the bound, a later batch, a batch a watermark already applies to (a
+Left to the driver: a batch at or below the bound, a later batch (reduced by Spark first past the bound:
+:mod:`spark_jobs.executors.graph_batches`), a batch a watermark already applies to (a
 first batch carries the watermark's first advance: the newest event time of its source, computed by Spark).
 """
 
@@ -63,6 +64,12 @@ def backfills(pipeline: GraphPipeline, batch: DataFrame | None, epoch_id: int) -
         return False  # (no table is loaded for it: this runs before every epoch)
     if not all((last := w.last_commit()) is None or last.epoch == epoch_id for w in pipeline.tables()):
         return False
+    return input_rows(pipeline, batch, epoch_id) > pipeline.project.spark.driver_rows_max  # type: ignore[operator]
+
+
+def input_rows(pipeline: GraphPipeline, batch: DataFrame | None, epoch_id: int, spark_count: bool = True) -> int | None:
+    """The epoch's input rows: from Parquet footers and JSON lines, else counted by Spark (``spark_count``: a job,
+    worth it for a first batch only; without it None)."""
     _, _, paths = frontier(pipeline.checkpoint, pipeline.sources, epoch_id, pipeline.upstreams)
     rows = 0
     for source in pipeline.sources:
@@ -70,12 +77,14 @@ def backfills(pipeline: GraphPipeline, batch: DataFrame | None, epoch_id: int) -
         counted = pipeline.quarantines[source].footer_count(files)
         if counted is None and source in pipeline.direct:  # JSON lines the driver reads: its lines
             counted = json_line_count(files)
-        if counted is None and batch is None:  # (compressed) counted by Spark (a first batch only)
+        if counted is None and not spark_count:
+            return None
+        if counted is None and batch is None:  # (compressed) counted by Spark
             counted = file_frame(pipeline.spark, pipeline.quarantines[source], files).count()
-        if counted is None:  # else the batch's rows, counted by Spark (a first batch only)
-            return batch.count() > pipeline.project.spark.driver_rows_max
+        if counted is None:  # else the batch's rows, counted by Spark
+            return batch.count()
         rows += counted
-    return rows > pipeline.project.spark.driver_rows_max
+    return rows
 
 
 def backfill_on_executors(pipeline: GraphPipeline, batch: DataFrame | None, epoch_id: int) -> CommitRecord | None:
@@ -147,10 +156,14 @@ def _packed_log(spark, packing: StateLog, states: dict[str, str]) -> DataFrame: 
 
 def _uses(first: FirstBatch) -> Counter[str]:
     """How many queries (relations, state tables, the view) read each relation of the first batch."""
-    texts = [sql for _, sql in first.relations] + list(first.state.values()) + [first.view]
-    return Counter(
-        {name: sum(len(re.findall(rf"\b{re.escape(name)}\b", t)) for t in texts) for name, _ in first.relations}
-    )
+    return uses(first.relations, [*list(first.state.values()), first.view])
+
+
+def uses(relations: list[tuple[str, str]], queries: list[str]) -> Counter[str]:
+    """How many of the ``relations``' and ``queries``' texts read each relation (a relation read more than once is
+    worth persisting: every read would compute it again)."""
+    texts = [sql for _, sql in relations] + queries
+    return Counter({name: sum(len(re.findall(rf"\b{re.escape(name)}\b", t)) for t in texts) for name, _ in relations})
 
 
 def _frames(pipeline: GraphPipeline, batch: DataFrame | None, epoch_id: int) -> SourceFrames:

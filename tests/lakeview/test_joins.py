@@ -67,6 +67,9 @@ def test_explain_shows_the_join_operator_and_its_state_tables(tmp_path) -> None:
     assert text.startswith("view by_category (operator graph) -> shop.by_category"), text
     assert "join" in text.lower() and "state tables:" in text, text
     assert "shop.__lv_state_by_category_g_log" in text, "Iceberg: every operator's state in one log table"
+    # a later bulk load: the orders' eager aggregate gets its partial sums from Spark, one row per group
+    assert "a later batch of more than 500000 input rows: the driver collects aggregate" in text, text
+    assert "one row per group (partial sums by Spark)" in text, text
 
 
 def test_a_view_over_a_join_view_loads(tmp_path) -> None:
