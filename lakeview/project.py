@@ -333,7 +333,22 @@ def view_graph(config: ProjectConfig, view: str, sizes: dict[str, int] | None = 
     plan = view_plan(config, view)
     if not isinstance(plan, GraphPlan):
         raise UnsupportedSQLError(f"{view} is kept by the per-shape planner ({plan.kind}), not an operator graph")
-    return compile_view(plan.duckdb_sql(), source_schemas(config, plan.sources, (view,)), sizes, eager=True)
+    schemas = source_schemas(config, plan.sources, (view,))
+    return compile_view(plan.duckdb_sql(), schemas, sizes, eager=True, insert_only=append_sources(config, plan.sources))
+
+
+def append_sources(config: ProjectConfig, sources: tuple[str, ...] | list[str]) -> frozenset[str]:
+    """The sources among ``sources`` whose changes never retract a row: declared sources that are neither a
+    change feed (``changes`` / ``images``) nor another view (a project's copies declare upstream views as
+    sources too; their changes are Z-sets with deletes)."""
+    return frozenset(
+        s
+        for s in sources
+        if s in config.sources
+        and s not in config.views
+        and config.sources[s].changes is None
+        and config.sources[s].images is None
+    )
 
 
 def _check_name_at(file: str, key: str, name: str) -> None:

@@ -3,8 +3,9 @@ over the whole history, as one query per relation, generated from the graph (not
 
 On the first epoch every state is empty, so each operator's delta is its SQL applied to its inputs' whole
 Z-sets, and each state table holds what the operator would apply to it: a join's or a semi-join's sides, a
-top-k's, a multiset aggregate's and a DISTINCT's input (each distinct row with its net weight), a linear
-aggregate's one record per group (its count, sums and non-NULL counts, the graph's own ``__lv_`` columns).
+top-k's and a DISTINCT's input (each distinct row with its net weight), an aggregate's one record per group
+(its count, sums, non-NULL counts and extremes, the graph's own ``__lv_`` columns) and its value multisets
+(each group's distinct values of an argument with their net count).
 The view is the output operator's Z-set, each distinct row as many times as its positive net weight (what
 :func:`writers.graph_view.multiset_change` stores over an empty view).
 
@@ -22,10 +23,12 @@ import sqlglot
 from sqlglot import exp
 
 from lakeview.errors import UnsupportedSQLError
-from lakeview.graph.aggregate import COUNT, NUM, SUM, Aggregate
+from lakeview.graph.aggregate import COUNT, Aggregate
 from lakeview.graph.driver import Graph
 from lakeview.graph.expand import Expand
+from lakeview.graph.extremes import EXT
 from lakeview.graph.join import Join, SemiJoin
+from lakeview.graph.multisets import NEW_OF, VALUE, ValueSet, aggregate_sql, finished_sql
 from lakeview.graph.operators import Distinct, Filter, Project, Source, UnionAll
 from lakeview.graph.topk import TopK
 from lakeview.graph.zset import WEIGHT
@@ -216,26 +219,43 @@ def _semi_join(sql: _Writer, op: SemiJoin, inputs: list[str], sources, relation:
 def _aggregate(sql: _Writer, op: Aggregate, inputs: list[str], sources, relation: Relation, state) -> str:  # type: ignore[no-untyped-def]
     group = sql.cols(op.group)
     lead, by = (f"{group}, ", f" GROUP BY {group}") if op.group else ("", "")
-    if not op.linear:  # the group's rows as a multiset; the aggregates over them as a bag
-        rows = relation(sql.consolidated(inputs[0], op.inputs[0].columns))
-        state[op.records.name] = f"SELECT * FROM {rows}"
-        aggs = ", ".join(f"{sql.expr(a.sql())} AS {sql.q(a.out)}" for a in op.aggs)
-        bag = sql.expand(rows, op.inputs[0].columns)
-        return relation(f"SELECT {lead}{aggs}, CAST(1 AS BIGINT) AS {WEIGHT} FROM {bag} t{by}")
-    partials = ", ".join(sql.expr(p) for p in op._partials())
-    names = [COUNT] + [
-        c for i, a in enumerate(op.aggs) for c in ([f"{SUM}{i}"] if a.func in ("sum", "avg") else []) + [f"{NUM}{i}"]
-    ]
-    # a partial over no rows (or only NULLs) is 0 in the records, as the driver's merge with no record makes it
-    zeroed = ", ".join(f"COALESCE({c}, 0) AS {c}" for c in names)
+    partials = op.partials()
+    items = ", ".join(sql.expr(f"{e} AS {c}") for c, e in partials)
+    # a sum or count over no rows (or only NULLs) is 0 in the records, as the driver's merge with no record makes it;
+    # an extreme stays NULL
+    zeroed = ", ".join(c if c.startswith(EXT) else f"COALESCE({c}, 0) AS {c}" for c, _ in partials)
     live = f" WHERE {COUNT} <> 0" if op.group else ""  # a global aggregate has its one row over no rows too
     records = relation(
-        f"SELECT {lead}{zeroed}, CAST(1 AS BIGINT) AS {WEIGHT} FROM "
-        f"(SELECT {lead}{partials} FROM {inputs[0]}{by}) g{live}"
+        f"SELECT {lead}{zeroed}, CAST(1 AS BIGINT) AS {WEIGHT} FROM (SELECT {lead}{items} FROM {inputs[0]}{by}) g{live}"
     )
     state[op.records.name] = f"SELECT * FROM {records}"
-    values = ", ".join(f"{sql.expr(op._value(i, a, 't'))} AS {sql.q(a.out)}" for i, a in enumerate(op.aggs))
-    return relation(f"SELECT {sql.cols(op.group, 't.') + ', ' if op.group else ''}{values}, {WEIGHT} FROM {records} t")
+    served, joins = {}, ""
+    for j, vs in enumerate(op.value_sets):
+        counts = relation(_value_counts(sql, op, vs, inputs[0]))
+        state[vs.table.name] = f"SELECT * FROM {counts}"
+        values = ", ".join(sql.expr(f"{aggregate_sql(func, WEIGHT)} AS {NEW_OF}{i}") for i, func in vs.aggs)
+        per_group = relation(f"SELECT {lead}{values} FROM {counts}{by}")
+        on = " AND ".join(f"t.{sql.q(g)} <=> m{j}.{sql.q(g)}" for g in op.group) if sql.dialect == "spark" else ""
+        on = on or " AND ".join(f"t.{sql.q(g)} IS NOT DISTINCT FROM m{j}.{sql.q(g)}" for g in op.group) or "TRUE"
+        joins += f" LEFT JOIN {per_group} m{j} ON {on}"
+        served.update({i: f"m{j}.{NEW_OF}{i}" for i, _ in vs.aggs})
+    values = ", ".join(
+        f"{sql.expr(finished_sql(a.func, served[i]) if i in served else op.record_value(i, a, 't'))} AS {sql.q(a.out)}"
+        for i, a in enumerate(op.aggs)
+    )
+    return relation(
+        f"SELECT {sql.cols(op.group, 't.') + ', ' if op.group else ''}{values}, t.{WEIGHT} FROM {records} t{joins}"
+    )
+
+
+def _value_counts(sql: _Writer, op: Aggregate, vs: ValueSet, rel: str) -> str:
+    """A value set's state over the whole input: each group's distinct values with their net count."""
+    keys = ", ".join([sql.q(g) for g in op.group] + [sql.q(vs.arg)])
+    lead = f"{sql.cols(op.group)}, " if op.group else ""
+    return (
+        f"SELECT {lead}{sql.q(vs.arg)} AS {VALUE}, CAST(SUM({WEIGHT}) AS BIGINT) AS {WEIGHT} FROM {rel} "
+        f"WHERE {vs.condition(sql.q)} GROUP BY {keys} HAVING SUM({WEIGHT}) <> 0"
+    )
 
 
 def _topk(sql: _Writer, op: TopK, inputs: list[str], sources, relation: Relation, state) -> str:  # type: ignore[no-untyped-def]

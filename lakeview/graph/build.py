@@ -96,6 +96,7 @@ class Builder:
 
     schemas: dict[str, pa.Schema]
     sizes: dict[str, int] = field(default_factory=dict)
+    insert_only: frozenset[str] = frozenset()  # inputs whose changes never retract a row
     ops: list[Operator] = field(default_factory=list)
     sources: dict[str, list[Source]] = field(default_factory=dict)
     ctes: dict[str, exp.Expr] = field(default_factory=dict)
@@ -171,7 +172,9 @@ class Builder:
             raise refused(f"table {name}", "not an input of this view")
         if name not in self.sources:
             cols = [f.name for f in self.schemas[name]]
-            src = self.add(Source, [], [self.fresh(f"{name}_{c}") for c in cols], name=name)
+            src = self.add(
+                Source, [], [self.fresh(f"{name}_{c}") for c in cols], name=name, insert_only=name in self.insert_only
+            )
             self.sources[name] = [src]
         src = self.sources[name][0]
         rel = self.renamed(src, [f.name for f in self.schemas[name]], alias)

@@ -68,9 +68,11 @@ class Source(Operator):
     """An input of the view (append stream, change feed, image feed or upstream view) as a Z-set of changes."""
 
     name: str = ""
+    insert_only: bool = False  # an append stream: its changes never retract a row (aggregates keep less state)
 
     def describe(self) -> str:
-        return f"Source {self.name} ({', '.join(self.columns)})"
+        kind = ", append-only" if self.insert_only else ""
+        return f"Source {self.name} ({', '.join(self.columns)}){kind}"
 
     def __post_init__(self) -> None:
         self.cost = "the input's changes"

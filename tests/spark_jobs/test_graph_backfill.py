@@ -1,6 +1,7 @@
 """A graph view's large first batch (a backfill) is computed by Spark and written by the executors, never
-stepped in the driver: a 3-way join with GROUP BY, a top-k over a join, a LEFT JOIN and an aggregate over a
-UNION ALL of an append stream and a change feed, on Iceberg (sources
+stepped in the driver: a 3-way join with GROUP BY, a top-k over a join, a LEFT JOIN, an aggregate over a
+UNION ALL of an append stream and a change feed, MIN/MAX/COUNT(DISTINCT) over an append stream (extremes in
+the group records) and over a join with a change feed (value multisets), on Iceberg (sources
 read by Spark's stream) and on Delta (Parquet sources, the driver's stream without Spark). After the backfill
 and after every later epoch of inserts, updates and deletes, the view read back equals DuckDB's recompute;
 the state tables past a small ``driver_keys_max`` are looked up by key in the table, never held in memory.
@@ -40,6 +41,12 @@ VIEWS = {
     "LEFT JOIN customers c ON o.cid = c.id AND c.rid > 1",
     "union": "SELECT k, COUNT(*) n, SUM(x) s FROM (SELECT pid AS k, qty AS x FROM orders WHERE qty > 1 "
     "UNION ALL SELECT rid, 1 FROM customers) u GROUP BY k",
+    # append-only input: MIN/MAX kept as the extreme per group, COUNT(DISTINCT) as a value multiset
+    "extremes": "SELECT k, MIN(x) lo, MAX(x) hi, COUNT(DISTINCT c) nc, AVG(x) a FROM (SELECT pid AS k, qty AS x, "
+    "cid AS c FROM orders UNION ALL SELECT pid, id, cid FROM orders WHERE qty > 1) u GROUP BY k",
+    # a change feed joined: MIN/MAX and COUNT(DISTINCT) kept as value multisets
+    "multisets": "SELECT p.category, MIN(o.qty) lo, MAX(p.price) hi, COUNT(DISTINCT o.cid) nc FROM orders o "
+    "JOIN products p ON o.pid = p.id GROUP BY p.category",
 }
 
 

@@ -18,13 +18,14 @@ from lakeview.graph.backfill_sql import first_batch_sql
 from tests.lakeview.graph.view_grammar import SCHEMA, TABLES, Inputs, multiset, random_query
 
 
-def backfilled_then_stepped(query_seed: int, epochs: int = 4) -> str | None:
-    """The first epoch by SQL, the next ones by ``step``; a description of the first mismatch, if any."""
+def backfilled_then_stepped(query_seed: int, epochs: int = 4, insert_only: frozenset[str] = frozenset()) -> str | None:
+    """The first epoch by SQL, the next ones by ``step``; a description of the first mismatch, if any
+    (``insert_only``: inputs that only get inserts, compiled as append streams)."""
     query = random_query(query_seed)
     r = random.Random(query_seed * 7919 + 1)
     eager = r.random() < 0.5
-    inputs = Inputs(r)
-    graph = compile_view(query, {t: SCHEMA for t in TABLES}, eager=eager)
+    inputs = Inputs(r, insert_only)
+    graph = compile_view(query, {t: SCHEMA for t in TABLES}, eager=eager, insert_only=insert_only)
     step(graph, {})  # what the pipeline's warm-up does: every operator's empty output and state schemas known
     store = graph.runtime.store
     assert isinstance(store, MemoryStateStore)

@@ -35,8 +35,9 @@ def random_row(r: random.Random, rid: int) -> dict:
 class Inputs:
     """The current rows of every input and the next epoch's changes as Z-sets."""
 
-    def __init__(self, r: random.Random) -> None:
+    def __init__(self, r: random.Random, insert_only: frozenset[str] = frozenset()) -> None:
         self.r = r
+        self.insert_only = insert_only  # inputs that only ever get inserts (append streams)
         self.next_id = 1
         self.rows: dict[str, dict[int, dict]] = {t: {} for t in TABLES}
         self.log: dict[str, list[tuple[str, dict]]] = {}  # the last epoch's changes per input, in order
@@ -50,6 +51,7 @@ class Inputs:
             first = not rows and self.next_id < 100
             for _ in range(self.r.randint(5, 9) if first else self.r.randint(0, 5)):
                 kind = self.r.choice(["insert", "insert", "delete", "update"]) if rows else "insert"
+                kind = "insert" if t in self.insert_only else kind
                 if kind == "insert":
                     row = random_row(self.r, self.next_id)
                     self.next_id += 1
@@ -318,19 +320,22 @@ class Failure:
     diff: str
 
 
-def run_seed(seed: int, epochs: int = 6, eager: bool | None = None) -> Failure | None:
+def run_seed(
+    seed: int, epochs: int = 6, eager: bool | None = None, insert_only: frozenset[str] = frozenset()
+) -> Failure | None:
     """Run one random query over random changes; the first epoch where the graph and DuckDB disagree, if any.
 
     ``eager`` None: the seed decides whether aggregates are pushed below joins (eager aggregation).
+    ``insert_only``: inputs that only get inserts, compiled as append streams.
     """
     query = random_query(seed)
     r = random.Random(seed * 7919 + 1)
     if eager is None:
         eager = r.random() < 0.5
-    inputs = Inputs(r)
+    inputs = Inputs(r, insert_only)
     schemas = {t: SCHEMA for t in TABLES}
     try:
-        graph = compile_view(query, schemas, eager=eager)
+        graph = compile_view(query, schemas, eager=eager, insert_only=insert_only)
     except Exception as e:
         return Failure(seed, query, -1, f"compile: {type(e).__name__}: {e}")
     con = duckdb.connect()
