@@ -118,7 +118,9 @@ def partials_sql(graph: Graph, op_id: str, rel: str, integral: set[str] | None =
     assert isinstance(op, Aggregate)
     sql = _Writer(dialect, graph)
     group = sql.cols(op.group)
-    partials = ", ".join(_exact(sql.expr(p), integral or set(), dialect) for p in (f"{e} AS {c}" for c, e in op.partials()))
+    partials = ", ".join(
+        _exact(sql.expr(p), integral or set(), dialect) for p in (f"{e} AS {c}" for c, e in op.partials())
+    )
     if not op.group:
         return f"SELECT {partials} FROM {rel}"
     return f"SELECT {group}, {partials} FROM {rel} GROUP BY {group}"
