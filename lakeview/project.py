@@ -38,6 +38,7 @@ from lakeview.graph import WEIGHT as GRAPH_WEIGHT
 from lakeview.graph import Graph, compile_view, step
 from lakeview.graph import explain as explain_graph
 from lakeview.graph.join import shared_sides
+from lakeview.graph.output_types import output_schema
 from lakeview.graph.state import log_table_name, state_table_name
 from lakeview.ivm.changefeed import check_view_over_sources, source_mirror_name
 from lakeview.ivm.explain import explain
@@ -288,7 +289,8 @@ def graph_output_schema(config: ProjectConfig, view: str) -> pa.Schema:
 
 
 def _output_schema(graph: Graph) -> pa.Schema:
-    return step(graph, {}).drop_columns([GRAPH_WEIGHT]).schema
+    """The view table's columns: the graph's output with Spark's types (what the one-source stack gave)."""
+    return output_schema(graph, step(graph, {}).drop_columns([GRAPH_WEIGHT]).schema)
 
 
 def view_graph(config: ProjectConfig, view: str, sizes: dict[str, int] | None = None) -> Graph:

@@ -41,9 +41,10 @@ from sqlglot import exp
 from lakeview.errors import WriterError
 from lakeview.graph import WEIGHT as GRAPH_WEIGHT
 from lakeview.graph import step
+from lakeview.graph.output_types import conform, output_key, output_schema, table_schema
 from lakeview.ivm.changefeed import normalize, source_mirror_name
 from lakeview.ivm.commits import Change, CommitRecord, Epoch
-from lakeview.project import source_schemas, view_graph
+from lakeview.project import graph_output_schema, source_schemas, view_graph
 from lakeview.sql.dag import upstreams_of
 from lakeview.sql.dialects import sql_properties
 from lakeview.sql.graph_plan import GraphPlan
@@ -76,12 +77,17 @@ if TYPE_CHECKING:
 log = logging.getLogger("lakeview.pipeline")
 
 
-def stored_columns(writer: SnapshotWriter) -> set[str]:
-    """The column names of a table as stored (an IcebergWriter's or a DeltaWriter's table)."""
+def stored_schema(writer: SnapshotWriter) -> pa.Schema:
+    """A table's columns as stored (an IcebergWriter's or a DeltaWriter's table), as an arrow schema."""
     table = writer.table()  # type: ignore[attr-defined]
     if writer.capabilities.format == "delta":
-        return set(pa.schema(table.schema().to_arrow()).names)
-    return {f.name for f in table.schema().fields}
+        return pa.schema(table.schema().to_arrow())
+    return table.schema().as_arrow()
+
+
+def stored_columns(writer: SnapshotWriter) -> set[str]:
+    """The column names of a table as stored (an IcebergWriter's or a DeltaWriter's table)."""
+    return set(stored_schema(writer).names)
 
 
 def _stored(writer: SnapshotWriter) -> set[str] | None:
@@ -138,7 +144,7 @@ class GraphPipeline(SourcesPipeline):
 
     # --- tables ------------------------------------------------------------------------------
     def output_schema(self) -> pa.Schema:
-        return step(view_graph(self.project, self.view), {}).drop_columns([GRAPH_WEIGHT]).schema
+        return graph_output_schema(self.project, self.view)
 
     def prepare(self) -> None:
         """Create the view's, its state tables' and its mirrors' tables; reconcile Spark's checkpoint;
@@ -168,10 +174,14 @@ class GraphPipeline(SourcesPipeline):
             self.project.source_path(source).mkdir(parents=True, exist_ok=True)
         self._refuse_per_shape_tables()
         output, state_schemas = warm_up(self.graph)
-        self._output, self._state_schemas = output, state_schemas
+        self._state_schemas = state_schemas
         properties = {"lakeview.sql": self.config.sql, "lakeview.cadence": str(self.config.cadence)}
         properties.update(sql_properties(self.config.sql, self.config.dialect))
-        self.writer.ensure_table(output, tuple(output.names), properties)  # a multiset keyed by the whole row
+        # Spark's types and the rows' unique key (else a multiset keyed by the whole row), as the one-source stack
+        typed = output_schema(self.graph, output)
+        self._unique = output_key(self.graph, {source: tuple(feed.key) for source, feed in self.feeds.items()})
+        self.writer.ensure_table(typed, self._unique if self._unique is not None else tuple(typed.names), properties)
+        self._output = table_schema(typed, stored_schema(self.writer))  # an existing table keeps its types
         owned = {"lakeview.state-of": self.view}
         mirror_keys = {source: tuple(feed.key) for source, feed in self.feeds.items()}
         shared = shared_sides(self.graph, mirror_keys)  # join sides that are a feed's mirror: kept once, there
@@ -203,9 +213,8 @@ class GraphPipeline(SourcesPipeline):
         """Commit every epoch's tables through ``group`` (one catalog transaction; None: Delta, table by table),
         then hold what fits in memory and check the tables hold this graph's state."""
         self.group = group
-        self.view_rows = ViewRows(
-            self.writer, tuple(self.graph.names), self._output, self.group is not None and small(self.writer)
-        )
+        held = self.group is not None and small(self.writer)
+        self.view_rows = ViewRows(self.writer, tuple(self.graph.names), self._output, held, self._unique)
         self.mirror_store = SourceMirrors(
             self.mirrors, self._mirror_keys, self.schemas, append_log=self.group is not None
         )
@@ -381,7 +390,7 @@ class GraphPipeline(SourcesPipeline):
         out = step(self.graph, {source: delta for source, delta in deltas.items() if source in self.graph.schemas})
         self.timings["graph_step_s"] = time.perf_counter() - started
         started = time.perf_counter()
-        weighted = out.rename_columns([*out.column_names[:-1], WEIGHT])
+        weighted = conform(out.rename_columns([*out.column_names[:-1], WEIGHT]), self._output, self.view)
         changes: dict[str, Change] = {self.writer.table_name: self.view_rows.change(weighted)}
         changes.update(self.store.table_changes())
         changes.update(self.mirror_store.changes())
