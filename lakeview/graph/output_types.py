@@ -17,6 +17,7 @@ import pyarrow as pa
 
 from lakeview.errors import AggregateOverflowError
 from lakeview.graph.aggregate import Aggregate
+from lakeview.graph.compile import compile_view
 from lakeview.graph.driver import Graph
 from lakeview.graph.join import Join
 from lakeview.graph.operators import Distinct, Filter, Operator, Project, Source
@@ -103,8 +104,10 @@ class _Types:
 def output_schema(graph: Graph, computed: pa.Schema) -> pa.Schema:
     """The view table's schema: ``computed`` (the graph's output as DuckDB types it, no weight column) with
     each column Spark's type where the graph's operators say it (an aggregate's result, through projections,
-    filters and joins)."""
-    types = _Types(graph).of(graph.output)
+    filters and joins). Typed as the SQL is written: over the graph compiled without eager aggregation (whose
+    partial aggregates below a join would widen a SUM's decimal twice and turn an AVG into a division)."""
+    written = compile_view(graph.sql, graph.schemas, eager=False)
+    types = _Types(written).of(written.output)
     return pa.schema(
         [f if t is None else pa.field(f.name, t) for f, t in zip(computed, types, strict=True)], computed.metadata
     )

@@ -21,8 +21,10 @@ import sqlglot
 from lakeview.config.evolution import with_evolved_sources
 from lakeview.config.models import ProjectConfig, SourceFormat
 from lakeview.config.schema import duckdb_columns
+from lakeview.graph.output_types import conform
 from lakeview.ivm.changefeed import operation_sql
 from lakeview.ops.source_log import logged_files
+from lakeview.project import graph_output_schema
 from lakeview.sql.duck import connect
 from lakeview.sql.graph_plan import GraphPlan
 from lakeview.sql.graph_watermark import event_time
@@ -97,9 +99,12 @@ def recompute(project: ProjectConfig, view: str, files: list[Path] | dict[str, l
             if isinstance(plan, GraphPlan)
             else _duck(plan.sql)
         )
-        return con.execute(sql).to_arrow_table()
+        result = con.execute(sql).to_arrow_table()
     finally:
         con.close()
+    if isinstance(plan, GraphPlan):  # the view's table has Spark's types (lakeview.graph.output_types): so has this
+        result = conform(result, graph_output_schema(project, view), view)
+    return result
 
 
 def _watermark(project: ProjectConfig, view: str, plan) -> Watermark:
