@@ -271,7 +271,7 @@ def view_schema(config: ProjectConfig, view: str, _reading: tuple[str, ...] = ()
     plan = view_plan(config, view)
     inputs = source_schemas(config, plan.sources, (*_reading, view))
     if isinstance(plan, GraphPlan):
-        return _output_schema(compile_view(plan.duckdb_sql(), inputs, eager=True))
+        return _output_schema(compile_view(plan.duckdb_sql(), inputs, eager=True), inputs)
     windowed = getattr(plan, "window", None) is not None
     sql = plan.batch_sql({s: s for s in plan.sources}, "duckdb") if windowed else graph_sql(plan.sql, "spark")
     con = duckdb.connect()
@@ -285,12 +285,12 @@ def view_schema(config: ProjectConfig, view: str, _reading: tuple[str, ...] = ()
 
 def graph_output_schema(config: ProjectConfig, view: str) -> pa.Schema:
     """A graph view's output columns (its table's schema) as its graph computes them over ``config``'s sources."""
-    return _output_schema(view_graph(config, view))
+    return _output_schema(view_graph(config, view), source_schemas(config, view_plan(config, view).sources, (view,)))
 
 
-def _output_schema(graph: Graph) -> pa.Schema:
+def _output_schema(graph: Graph, inputs: dict[str, pa.Schema]) -> pa.Schema:
     """The view table's columns: the graph's output with Spark's types (what the one-source stack gave)."""
-    return output_schema(graph, step(graph, {}).drop_columns([GRAPH_WEIGHT]).schema)
+    return output_schema(graph, step(graph, {}).drop_columns([GRAPH_WEIGHT]).schema, inputs)
 
 
 def view_graph(config: ProjectConfig, view: str, sizes: dict[str, int] | None = None) -> Graph:

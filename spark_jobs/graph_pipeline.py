@@ -178,7 +178,7 @@ class GraphPipeline(SourcesPipeline):
         properties = {"lakeview.sql": self.config.sql, "lakeview.cadence": str(self.config.cadence)}
         properties.update(sql_properties(self.config.sql, self.config.dialect))
         # Spark's types and the rows' unique key (else a multiset keyed by the whole row), as the one-source stack
-        typed = output_schema(self.graph, output)
+        typed = output_schema(self.graph, output, self.schemas)
         self._unique = output_key(self.graph, {source: tuple(feed.key) for source, feed in self.feeds.items()})
         self.writer.ensure_table(typed, self._unique if self._unique is not None else tuple(typed.names), properties)
         self._output = table_schema(typed, stored_schema(self.writer))  # an existing table keeps its types

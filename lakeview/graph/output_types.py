@@ -101,12 +101,13 @@ class _Types:
         return out
 
 
-def output_schema(graph: Graph, computed: pa.Schema) -> pa.Schema:
+def output_schema(graph: Graph, computed: pa.Schema, inputs: dict[str, pa.Schema]) -> pa.Schema:
     """The view table's schema: ``computed`` (the graph's output as DuckDB types it, no weight column) with
     each column Spark's type where the graph's operators say it (an aggregate's result, through projections,
     filters and joins). Typed as the SQL is written: over the graph compiled without eager aggregation (whose
-    partial aggregates below a join would widen a SUM's decimal twice and turn an AVG into a division)."""
-    written = compile_view(graph.sql, graph.schemas, eager=False)
+    partial aggregates below a join would widen a SUM's decimal twice and turn an AVG into a division), over
+    ``inputs``, the schemas of every table the SQL names (an unused CTE's too)."""
+    written = compile_view(graph.sql, inputs, eager=False)
     types = _Types(written).of(written.output)
     return pa.schema(
         [f if t is None else pa.field(f.name, t) for f, t in zip(computed, types, strict=True)], computed.metadata

@@ -19,7 +19,7 @@ SCHEMAS = {
 
 def typed(sql: str) -> dict[str, pa.DataType]:
     graph = compile_view(sql, SCHEMAS, eager=True)
-    schema = output_schema(graph, step(graph, {}).drop_columns([WEIGHT]).schema)
+    schema = output_schema(graph, step(graph, {}).drop_columns([WEIGHT]).schema, SCHEMAS)
     return dict(zip(schema.names, schema.types, strict=True))
 
 
