@@ -5,7 +5,9 @@ but a projection or keyed aggregate over one source.
 The query reads every source of the view (:mod:`spark_jobs.source_frames`). Per
 epoch each source's input becomes a Z-set (a change feed's newest change per key against its mirror:
 the old image −1, the new +1; an image feed's before −1 / after +1; an append stream's rows +1), the
-graph's ``step`` turns them into the view's delta, and the delta is applied to the view's table as a
+graph's ``step`` turns them into the view's delta, cast to the table's types (Spark's, as the one-source stack
+typed it: :mod:`lakeview.graph.output_types`), and the delta is applied to the view's table by its unique key
+(an aggregate's GROUP BY columns, a change feed's kept key: :func:`writers.graph_view.keyed_change`), else as a
 multiset keyed by the whole row (:func:`writers.graph_view.multiset_change`). The operators' state
 lives in Lakeview-owned tables (:class:`writers.graph_state.TableStateStore`).
 
