@@ -41,6 +41,7 @@ from lakeview.graph.evolve import output_gains, star_evolution
 from lakeview.graph.expire import bounds as watermark_bounds
 from lakeview.graph.join import shared_sides
 from lakeview.graph.later_sql import later_cost
+from lakeview.graph.output_types import output_schema
 from lakeview.graph.state import log_table_name, state_table_name
 from lakeview.ivm.changefeed import check_view_over_sources, source_mirror_name
 from lakeview.ivm.explain import explain
@@ -304,7 +305,7 @@ def view_schema(config: ProjectConfig, view: str, _reading: tuple[str, ...] = ()
     plan = view_plan(config, view)
     inputs = source_schemas(config, plan.sources, (*_reading, view))
     if isinstance(plan, GraphPlan):
-        return _output_schema(compile_view(plan.duckdb_sql(), inputs, eager=True))
+        return _output_schema(compile_view(plan.duckdb_sql(), inputs, eager=True), inputs)
     windowed = getattr(plan, "window", None) is not None
     sql = plan.batch_sql({s: s for s in plan.sources}, "duckdb") if windowed else graph_sql(plan.sql, "spark")
     con = duckdb.connect()
@@ -318,11 +319,12 @@ def view_schema(config: ProjectConfig, view: str, _reading: tuple[str, ...] = ()
 
 def graph_output_schema(config: ProjectConfig, view: str) -> pa.Schema:
     """A graph view's output columns (its table's schema) as its graph computes them over ``config``'s sources."""
-    return _output_schema(view_graph(config, view))
+    return _output_schema(view_graph(config, view), source_schemas(config, view_plan(config, view).sources, (view,)))
 
 
-def _output_schema(graph: Graph) -> pa.Schema:
-    return step(graph, {}).drop_columns([GRAPH_WEIGHT]).schema
+def _output_schema(graph: Graph, inputs: dict[str, pa.Schema]) -> pa.Schema:
+    """The view table's columns: the graph's output with Spark's types (what the one-source stack gave)."""
+    return output_schema(graph, step(graph, {}).drop_columns([GRAPH_WEIGHT]).schema, inputs)
 
 
 def view_graph(config: ProjectConfig, view: str, sizes: dict[str, int] | None = None) -> Graph:

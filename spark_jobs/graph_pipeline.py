@@ -5,7 +5,9 @@ but a projection or keyed aggregate over one source.
 The query reads every source of the view (:mod:`spark_jobs.source_frames`). Per
 epoch each source's input becomes a Z-set (a change feed's newest change per key against its mirror:
 the old image −1, the new +1; an image feed's before −1 / after +1; an append stream's rows +1), the
-graph's ``step`` turns them into the view's delta, and the delta is applied to the view's table as a
+graph's ``step`` turns them into the view's delta, cast to the table's types (Spark's, as the one-source stack
+typed it: :mod:`lakeview.graph.output_types`), and the delta is applied to the view's table by its unique key
+(an aggregate's GROUP BY columns, a change feed's kept key: :func:`writers.graph_view.keyed_change`), else as a
 multiset keyed by the whole row (:func:`writers.graph_view.multiset_change`). The operators' state
 lives in Lakeview-owned tables (:class:`writers.graph_state.TableStateStore`).
 
@@ -46,9 +48,10 @@ from lakeview.config.evolution import with_evolved_sources
 from lakeview.errors import WriterError
 from lakeview.graph import WEIGHT as GRAPH_WEIGHT
 from lakeview.graph import step
+from lakeview.graph.output_types import conform, output_key, output_schema, table_schema
 from lakeview.ivm.changefeed import normalize, source_mirror_name
 from lakeview.ivm.commits import Change, CommitRecord, Epoch
-from lakeview.project import evolving_inputs, source_schemas, view_graph
+from lakeview.project import evolving_inputs, graph_output_schema, source_schemas, view_graph
 from lakeview.sql.dag import upstreams_of
 from lakeview.sql.dialects import sql_properties
 from lakeview.sql.graph_plan import GraphPlan
@@ -83,12 +86,17 @@ if TYPE_CHECKING:
 log = logging.getLogger("lakeview.pipeline")
 
 
-def stored_columns(writer: SnapshotWriter) -> set[str]:
-    """The column names of a table as stored (an IcebergWriter's or a DeltaWriter's table)."""
+def stored_schema(writer: SnapshotWriter) -> pa.Schema:
+    """A table's columns as stored (an IcebergWriter's or a DeltaWriter's table), as an arrow schema."""
     table = writer.table()  # type: ignore[attr-defined]
     if writer.capabilities.format == "delta":
-        return set(pa.schema(table.schema().to_arrow()).names)
-    return {f.name for f in table.schema().fields}
+        return pa.schema(table.schema().to_arrow())
+    return table.schema().as_arrow()
+
+
+def stored_columns(writer: SnapshotWriter) -> set[str]:
+    """The column names of a table as stored (an IcebergWriter's or a DeltaWriter's table)."""
+    return set(stored_schema(writer).names)
 
 
 def _stored(writer: SnapshotWriter) -> set[str] | None:
@@ -149,7 +157,7 @@ class GraphPipeline(SourcesPipeline):
 
     # --- tables ------------------------------------------------------------------------------
     def output_schema(self) -> pa.Schema:
-        return step(view_graph(self.project, self.view), {}).drop_columns([GRAPH_WEIGHT]).schema
+        return graph_output_schema(self.project, self.view)
 
     def prepare(self) -> None:
         """Create the view's, its state tables' and its mirrors' tables; reconcile Spark's checkpoint;
@@ -179,10 +187,14 @@ class GraphPipeline(SourcesPipeline):
             self.project.source_path(source).mkdir(parents=True, exist_ok=True)
         self._refuse_per_shape_tables()
         output, state_schemas = warm_up(self.graph)
-        self._output, self._state_schemas = output, state_schemas
+        self._state_schemas = state_schemas
         properties = {"lakeview.sql": self.config.sql, "lakeview.cadence": str(self.config.cadence)}
         properties.update(sql_properties(self.config.sql, self.config.dialect))
-        self._ensure(self.writer, output, tuple(output.names), properties)  # a multiset keyed by the whole row
+        # Spark's types and the rows' unique key (else a multiset keyed by the whole row), as the one-source stack
+        typed = output_schema(self.graph, output, self.schemas)
+        self._unique = output_key(self.graph, {source: tuple(feed.key) for source, feed in self.feeds.items()})
+        self._ensure(self.writer, typed, self._unique if self._unique is not None else tuple(typed.names), properties)
+        self._output = table_schema(typed, stored_schema(self.writer))  # an existing table keeps its types
         owned = {"lakeview.state-of": self.view}
         mirror_keys = {source: tuple(feed.key) for source, feed in self.feeds.items()}
         judged = self.watermark.source if self.watermark is not None else None  # its mirror holds late images
@@ -215,9 +227,8 @@ class GraphPipeline(SourcesPipeline):
         """Commit every epoch's tables through ``group`` (one catalog transaction; None: Delta, table by table),
         then hold what fits in memory and check the tables hold this graph's state."""
         self.group = group
-        self.view_rows = ViewRows(
-            self.writer, tuple(self.graph.names), self._output, self.group is not None and small(self.writer)
-        )
+        held = self.group is not None and small(self.writer)
+        self.view_rows = ViewRows(self.writer, tuple(self.graph.names), self._output, held, self._unique)
         self.mirror_store = SourceMirrors(
             self.mirrors, self._mirror_keys, self.schemas, append_log=self.group is not None
         )
@@ -415,7 +426,7 @@ class GraphPipeline(SourcesPipeline):
             self.watermark.expire(self.graph)
         self.timings["graph_step_s"] = time.perf_counter() - started
         started = time.perf_counter()
-        weighted = out.rename_columns([*out.column_names[:-1], WEIGHT])
+        weighted = conform(out.rename_columns([*out.column_names[:-1], WEIGHT]), self._output, self.view)
         changes: dict[str, Change] = {self.writer.table_name: self.view_rows.change(weighted)}
         changes.update(self.store.table_changes())
         changes.update(self.mirror_store.changes())

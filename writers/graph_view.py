@@ -1,4 +1,4 @@
-"""A graph view's own table, changed per epoch as a multiset keyed by the whole row.
+"""A graph view's own table, changed per epoch by its unique key, or as a multiset keyed by the whole row.
 
 Most graph views people keep fresh are small (an aggregate: one row per group) while their inputs are large.
 For such a view, patching its table costs more than its rows: the stored copies of each changed row are
@@ -9,6 +9,11 @@ commits an epoch as a :class:`~writers.graph_state.Replacement`: one data file o
 epoch replacing every live file, nothing read. A view past that size is changed as before
 (:func:`multiset_change`: its copies looked up in the table) and not held in memory.
 Iceberg only (its group stages a replacement); Delta's views are always changed by key.
+
+A view whose rows have a unique key (:func:`lakeview.graph.output_types.output_key`: an aggregate's GROUP BY
+columns, a change feed's key) is changed by that key instead of the whole row, as the one-source stack changed
+it (:func:`keyed_change`: each touched key's new row replaces its stored row, nothing looked up first), so its
+table keeps the stack's key and the key index serves it.
 """
 
 from __future__ import annotations
@@ -16,7 +21,8 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lakeview.graph.zset import WEIGHT, Duck, cols_sql
+from lakeview.errors import WriterError
+from lakeview.graph.zset import WEIGHT, Duck, cols_sql, q
 from lakeview.ivm.commits import Change
 from lakeview.sql.duck import arrow_sql
 from writers.base import SnapshotWriter
@@ -29,9 +35,17 @@ COPIES = "__lv_copies"  # a multiset view's copies of a row after the epoch (int
 class ViewRows:
     """The view's table ``writer`` (columns ``key``, its rows' schema ``schema``) and its change per epoch."""
 
-    def __init__(self, writer: SnapshotWriter, key: tuple[str, ...], schema: pa.Schema, held: bool) -> None:
-        """``held``: whether the view is small enough to be held in memory (see :func:`small`)."""
-        self.writer, self.key, self.duck = writer, key, Duck()
+    def __init__(
+        self,
+        writer: SnapshotWriter,
+        key: tuple[str, ...],
+        schema: pa.Schema,
+        held: bool,
+        unique: tuple[str, ...] | None = None,
+    ) -> None:
+        """``held``: whether the view is small enough to be held in memory (see :func:`small`); ``unique``: the
+        rows' unique key (None: a multiset, keyed by the whole row ``key``)."""
+        self.writer, self.key, self.unique, self.duck = writer, key, unique, Duck()
         weighted = pa.schema([*schema, pa.field(WEIGHT, pa.int64())])
         self.memory: CommittedRows | None = CommittedRows(self._read, key, weighted, self.duck) if held else None
 
@@ -47,7 +61,7 @@ class ViewRows:
     def change(self, weighted: pa.Table) -> Change:
         """The table's change for the view's delta ``weighted`` (its columns and ``__lv_w``)."""
         if self.memory is None:
-            return multiset_change(self.writer, weighted, self.key)
+            return self._by_key(weighted)
         cols = cols_sql(list(self.key))
         net = self.duck.consolidate(f"SELECT {cols}, {WEIGHT} FROM w", list(self.key), w=weighted)
         if net.num_rows == 0:
@@ -60,13 +74,18 @@ class ViewRows:
         copies = pc.sum(live.column(WEIGHT)).as_py() or 0
         if copies > REPLACE_ROWS:  # grown past memory's share: changed by key from now on
             self.memory = None
-            return multiset_change(self.writer, weighted, self.key)
+            return self._by_key(weighted)
         self.memory.stage(net)
         rows = live.select(list(self.key))
         if copies != rows.num_rows:  # a row held more than once: its copies
             weights = live.column(WEIGHT).to_pylist()
             rows = rows.take(pa.array([i for i, n in enumerate(weights) for _ in range(n)], pa.int64()))
         return Replacement(rows=rows)
+
+    def _by_key(self, weighted: pa.Table) -> Change:
+        if self.unique is None:
+            return multiset_change(self.writer, weighted, self.key)
+        return keyed_change(weighted, self.key, self.unique)
 
     def committed(self) -> None:
         """The epoch's change is committed: the memory copy takes it."""
@@ -102,4 +121,31 @@ def multiset_change(view: SnapshotWriter, weighted: pa.Table, key: tuple[str, ..
     )  # each touched row's copies after the epoch, counted once
     rows = arrow_sql(f"SELECT {cols} FROM t, range(CAST(t.{COPIES} AS BIGINT)) WHERE t.{COPIES} > 0", t=counted)
     gone = counted.filter(pc.less_equal(counted.column(COPIES), 0)).select(list(key))
+    return Change(rows=rows, key=key, deletes=gone if gone.num_rows else None)
+
+
+def keyed_change(weighted: pa.Table, columns: tuple[str, ...], key: tuple[str, ...]) -> Change:
+    """A view whose rows are unique by ``key``: the delta's new rows (net weight +1) replace their keys' stored
+    rows, and a key whose old row left with no new one is deleted; the delta says both, nothing is looked up.
+    Raises WriterError when the delta holds two rows of one key (the key is not unique)."""
+    cols = ", ".join(f'"{c}"' for c in columns)
+    net = arrow_sql(
+        f"SELECT {cols}, SUM({WEIGHT}) AS {WEIGHT} FROM w GROUP BY ALL HAVING SUM({WEIGHT}) <> 0", w=weighted
+    )
+    rows = net.filter(pc.greater(net.column(WEIGHT), 0))
+    keys = rows.select(list(key))
+    distinct = keys.group_by(list(key)).aggregate([]).num_rows if key else min(rows.num_rows, 1)
+    if (pc.max(rows.column(WEIGHT)).as_py() or 0) > 1 or distinct < rows.num_rows:
+        raise WriterError(f"a view keyed by ({', '.join(key)}) has more than one row of one key in an epoch's change")
+    rows = rows.select(list(columns))
+    if not key:  # one row (a global aggregate): deleted only when the change leaves none
+        gone = every_key() if rows.num_rows == 0 and net.num_rows else None
+        return Change(rows=rows, key=key, deletes=gone)
+    match = " AND ".join(f'o."{k}" IS NOT DISTINCT FROM n."{k}"' for k in key)
+    gone = arrow_sql(
+        f"SELECT DISTINCT {', '.join(f'o.{q(k)}' for k in key)} FROM o "
+        f"WHERE o.{WEIGHT} < 0 AND NOT EXISTS (SELECT 1 FROM n WHERE {match})",
+        o=net,
+        n=keys,
+    )
     return Change(rows=rows, key=key, deletes=gone if gone.num_rows else None)
