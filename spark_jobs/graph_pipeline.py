@@ -48,6 +48,7 @@ from lakeview.config.evolution import with_evolved_sources
 from lakeview.errors import WriterError
 from lakeview.graph import WEIGHT as GRAPH_WEIGHT
 from lakeview.graph import step
+from lakeview.graph.aggregate import Aggregate
 from lakeview.graph.output_types import conform, output_key, output_schema, table_schema
 from lakeview.ivm.changefeed import normalize, source_mirror_name
 from lakeview.ivm.commits import Change, CommitRecord, Epoch
@@ -258,12 +259,17 @@ class GraphPipeline(SourcesPipeline):
             mirror = _stored(self._state_writer(source_mirror_name(self.view, source)))
             if mirror is not None and GRAPH_WEIGHT not in mirror:
                 found.append(source_mirror_name(self.view, source))
+        # Delta: an aggregate's MIN/MAX/COUNT(DISTINCT) kept each group's whole input rows (``<op>.rows``) before it
+        # kept per-group records and value multisets (Iceberg: the state log's layout property tells it)
+        rows = [f"__lv_state_{self.view}_g_{op.id}_rows" for op in self.graph.operators if isinstance(op, Aggregate)]
+        delta = self.writer.capabilities.format == "delta"
+        found += [name for name in rows if delta and _stored(self._state_writer(name)) is not None]
         if found:
             raise WriterError(
-                f"{self.view}: refused at start: its table and state were made by an older Lakeview, which kept a "
-                f"join or UNION ALL view in per-shape state tables ({', '.join(found)}) that this version never "
-                f"reads (every join and union is an operator graph now); drop the view's table and "
-                f"{', '.join(found)} to rebuild it from its sources"
+                f"{self.view}: refused at start: its table and state were made by an older Lakeview, which kept "
+                f"state tables ({', '.join(found)}) that this version never reads (every join and union is an "
+                f"operator graph now, and an aggregate keeps MIN/MAX/COUNT(DISTINCT) as per-group values, not each "
+                f"group's rows); drop the view's table and {', '.join(found)} to rebuild it from its sources"
             )
 
     def _check_same_graph(self, state_schemas: dict[str, pa.Schema]) -> None:

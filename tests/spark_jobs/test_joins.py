@@ -260,3 +260,35 @@ def test_a_join_view_an_older_lakeview_kept_in_per_shape_state_tables_is_refused
     message = str(info.value)
     assert "refused at start" in message and all(name in message for name in older), message
     assert "drop the view's table and" in message, message
+
+
+def test_a_delta_min_max_view_an_older_lakeview_kept_with_each_groups_rows_is_refused_at_start(
+    spark, catalog_server: CatalogServer, make_project, unique_name: str
+) -> None:
+    """Before value multisets, an aggregate's MIN/MAX/COUNT(DISTINCT) kept each group's whole input rows (a Delta
+    table ``__lv_state_<view>_g_<op>_rows``). Its records and value tables would start empty beside a view of
+    earlier epochs: the view is refused when it starts, naming the table to drop."""
+    from lakeview.errors import WriterError
+    from lakeview.graph.aggregate import Aggregate
+    from tests.pipelines import view_pipeline
+
+    sources = {
+        "orders": {"format": "json", "path": "landing/orders", "schema": ORDERS},
+        "products": {"format": "json", "path": "landing/products", "schema": PRODUCTS, "changes": FEED},
+    }
+    sql = (
+        "SELECT p.category, MIN(o.amount) AS lo, COUNT(DISTINCT o.order_id) AS n "
+        "FROM orders o JOIN products p ON o.product_id = p.product_id GROUP BY p.category"
+    )
+    project = make_project(
+        views={unique_name: {"sql": sql, "namespace": "join_tests", "format": "delta"}}, sources=sources
+    )
+    pipeline = view_pipeline(spark, project, unique_name, catalog_server.uri)
+    (aggregate,) = [op for op in pipeline.graph.operators if isinstance(op, Aggregate)]
+    older = f"__lv_state_{unique_name}_g_{aggregate.id}_rows"
+    columns = pa.schema([("category", pa.string()), ("amount", pa.float64()), ("__lv_w", pa.int64())])
+    pipeline._state_writer(older).ensure_table(columns, ("category", "amount"), {})
+    with pytest.raises(WriterError) as info:
+        pipeline.prepare()
+    message = str(info.value)
+    assert "refused at start" in message and older in message and "drop the view's table and" in message, message
