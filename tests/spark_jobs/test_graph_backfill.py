@@ -2,7 +2,7 @@
 stepped in the driver: a 3-way join with GROUP BY, a top-k over a join, a LEFT JOIN, an aggregate over a
 UNION ALL of an append stream and a change feed, MIN/MAX/COUNT(DISTINCT) over an append stream (extremes in
 the group records) and over a join with a change feed (value multisets), on Iceberg (sources
-read by Spark's stream) and on Delta (Parquet sources, the driver's stream without Spark). After the backfill
+read by Spark's stream) and on Delta (Parquet sources, the driver's stream without Spark), three views each. After the backfill
 and after every later epoch of inserts, updates and deletes, the view read back equals DuckDB's recompute;
 the state tables past a small ``driver_keys_max`` are looked up by key in the table, never held in memory.
 A SIGKILL in the middle of the backfill then a restart ends equal, each table holding the epoch once."""
@@ -49,6 +49,8 @@ VIEWS = {
     "JOIN products p ON o.pid = p.id GROUP BY p.category",
 }
 
+FORMAT_VIEWS = {"iceberg": ("join3", "left", "extremes"), "delta": ("topk", "union", "multisets")}
+
 
 def by_executors(pipeline: GraphPipeline) -> None:
     """The epoch was a backfill: nothing collected, every file written by a Spark task."""
@@ -73,7 +75,9 @@ def test_graph_views_backfill_on_the_executors_then_later_epochs_equal_the_recom
 ) -> None:
     parquet = fmt == "delta"  # Delta: Parquet sources, read without Spark after the backfill
     sources = {s: {**c, "format": "parquet"} for s, c in SOURCES.items()} if parquet else SOURCES
-    names = {f"{unique_name[:40]}_{v}": sql for v, sql in VIEWS.items()}
+    # each view in one format (the backfill's SQL is the same for both; each format's writers and reads
+    # take three views of different shapes), so the suite runs each Spark backfill once
+    names = {f"{unique_name[:40]}_{v}": sql for v, sql in VIEWS.items() if v in FORMAT_VIEWS[fmt]}
     views = {n: {"sql": sql, "cadence": "200ms", "namespace": NS, "format": fmt} for n, sql in names.items()}
     project = make_project(views=views, sources=sources).model_copy(update={"spark": SparkConfig(**BOUNDS)})
     land_epoch(project, 0, parquet)  # the history, whole before the views start: their first batch

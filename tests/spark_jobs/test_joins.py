@@ -177,12 +177,13 @@ def test_join_view_sigkilled_mid_epoch_then_verify_says_equal(spark, tmp_path) -
     `lakeview verify` recomputes at both sources' frontier: equal. (A kill while reading
     commits nothing; tests/spark_jobs/test_crash.py covers it.)"""
     import signal
-    import subprocess
-    import sys
     from collections import Counter
 
+    from typer.testing import CliRunner
+
     from catalog_api.store.catalog import open_store
-    from tests.spark_jobs.test_crash import ROOT, project_on_disk, refresh
+    from lakeview.cli.main import app
+    from tests.spark_jobs.test_crash import project_on_disk, refresh
     from tests.spark_jobs.test_view_dag import refresh_in_process
 
     sql = (
@@ -207,14 +208,8 @@ def test_join_view_sigkilled_mid_epoch_then_verify_says_equal(spark, tmp_path) -
     assert refresh(tmp_path, "after_commit:1") == -signal.SIGKILL
     refresh_in_process(spark, project, ["crashy"])  # the last restart in this process: one JVM start less
 
-    verify = subprocess.run(
-        [sys.executable, "-m", "lakeview.cli", "verify", "crashy", "-p", str(tmp_path)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert verify.returncode == 0 and "(4 files): equal" in verify.stdout, verify.stdout + verify.stderr
+    verify = CliRunner().invoke(app, ["verify", "crashy", "-p", str(tmp_path)])  # in this process: no JVM start
+    assert verify.exit_code == 0 and "(4 files): equal" in verify.output, verify.output
     store = open_store(project)
     assert {r["category"]: r["n"] for r in store.load_table(("crash", "crashy")).scan().to_arrow().to_pylist()} == {
         "games": 3
