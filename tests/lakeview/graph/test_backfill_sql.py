@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from lakeview.graph import MemoryStateStore, compile_view, step
 from lakeview.graph.backfill_sql import first_batch_sql
-from tests.lakeview.graph.view_grammar import SCHEMA, TABLES, Inputs, multiset, random_query
+from tests.lakeview.graph.view_grammar import SCHEMA, TABLES, Inputs, multiset, random_query, recompute_differs
 
 
 def backfilled_then_stepped(query_seed: int, epochs: int = 4, insert_only: frozenset[str] = frozenset()) -> str | None:
@@ -48,11 +48,8 @@ def backfilled_then_stepped(query_seed: int, epochs: int = 4, insert_only: froze
             deltas = {t: d for t, d in inputs.epoch().items() if t in graph.schemas}
             view.update(multiset(step(graph, deltas), weighted=True))
             view = Counter({k: w for k, w in view.items() if w != 0})
-        for t in TABLES:
-            con.register(t, inputs.table(t))
-        expected = multiset(con.execute(query).to_arrow_table(), weighted=False)
-        if view != expected:
-            return f"epoch {epoch}: {query}\nextra {dict(view - expected)}\nmissing {dict(expected - view)}"
+        if differs := recompute_differs(con, inputs, query, view, epoch):
+            return differs
     return None
 
 

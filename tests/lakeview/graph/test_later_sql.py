@@ -12,7 +12,7 @@ import pytest
 
 from lakeview.graph import compile_view, step
 from lakeview.graph.later_sql import later_batch_sql, later_cost, partials_sql
-from tests.lakeview.graph.view_grammar import SCHEMA, TABLES, Inputs, multiset, random_query
+from tests.lakeview.graph.view_grammar import SCHEMA, TABLES, Inputs, multiset, random_query, recompute_differs
 
 
 def reduced_then_stepped(query: str, seed: int, epochs: int = 4) -> str | None:
@@ -41,11 +41,8 @@ def reduced_then_stepped(query: str, seed: int, epochs: int = 4) -> str | None:
             out = step(graph, {t: d for t, d in deltas.items() if t in drivers}, given, partials)
         view.update(multiset(out, weighted=True))
         view = Counter({k: w for k, w in view.items() if w != 0})
-        for t in TABLES:
-            con.register(t, inputs.table(t))
-        expected = multiset(con.execute(query).to_arrow_table(), weighted=False)
-        if view != expected:
-            return f"epoch {epoch}: {query}\nextra {dict(view - expected)}\nmissing {dict(expected - view)}"
+        if differs := recompute_differs(con, inputs, query, view, epoch):
+            return differs
     return None
 
 

@@ -312,6 +312,19 @@ def multiset(table: pa.Table, weighted: bool) -> Counter:
     return out
 
 
+def recompute_differs(
+    con: duckdb.DuckDBPyConnection, inputs: Inputs, query: str, view: Counter, epoch: int
+) -> str | None:
+    """How ``view`` (a multiset of rows) differs from DuckDB's recompute of ``query`` over ``inputs``' current
+    tables after ``epoch``; None when equal."""
+    for t in TABLES:
+        con.register(t, inputs.table(t))
+    expected = multiset(con.execute(query).to_arrow_table(), weighted=False)
+    if view != expected:
+        return f"epoch {epoch}: {query}\nextra {dict(view - expected)}\nmissing {dict(expected - view)}"
+    return None
+
+
 @dataclass
 class Failure:
     seed: int
