@@ -25,16 +25,12 @@ Each epoch's phases include ``cpu_s`` (this process and Spark's JVM) and ``catal
 round trips it made to the REST catalog): both hold better than wall time on a loaded machine.
 ``--duckdb-baseline-only`` skips the Spark baselines (minutes each at 50M orders).
 
-``--engine graph`` runs the views through the operator graph (:mod:`lakeview.graph`) instead of the one-source
-stack (``LAKEVIEW_ENGINE=graph``, set before Spark starts so its Python workers plan the same): the same epochs,
-to compare the two engines; its backfilled lakes are cached apart from the one-source stack's.
-
 ``--history-cache DIR`` keeps each size's history file there (written once: :func:`bench._common.land_history`)
 and, per view and size, the lake as its backfill left it (the catalog, the tables and Spark's checkpoint, at a
 fixed path under DIR): a later run restores that copy and restarts the view from it, so a 50M-order backfill
 (25 minutes on a loaded machine) runs once. The table then shows the backfill's seconds from the run that made it.
 
-    .venv/bin/python bench/refresh.py [--history 1000000,10000000,50000000,100000000] [--batch 10000] [--repeats 3] [--scaling] [--driver-keys-max 0] [--duckdb-baseline-only] [--history-cache DIR] [--engine shape|graph]
+    .venv/bin/python bench/refresh.py [--history 1000000,10000000,50000000,100000000] [--batch 10000] [--repeats 3] [--scaling] [--driver-keys-max 0] [--duckdb-baseline-only] [--history-cache DIR]
 """
 
 from __future__ import annotations
@@ -59,7 +55,6 @@ from bench._common import catalog_requests, land_history, tree_cpu
 from bench.history import SCHEMA, generate_history, land_parquet
 from lakeview.project import parse_project
 from lakeview.sql.duck import connect
-from lakeview.sql.planner import ENGINE
 from lakeview.stack.embedded import EmbeddedStack
 
 VIEWS = {
@@ -99,16 +94,9 @@ def main() -> None:
         type=Path,
         help="keep each size's history and each view's backfilled lake here; later runs restore them",
     )
-    parser.add_argument(
-        "--engine",
-        choices=("shape", "graph"),
-        default="shape",
-        help="shape: the one-source stack (default); graph: the operator graph keeps the views",
-    )
     args = parser.parse_args()
-    os.environ[ENGINE] = args.engine  # before any plan and before Spark starts (its Python workers inherit it)
     console = Console(width=220)
-    console.print(f"load average at start: {os.getloadavg()}; engine {args.engine}")
+    console.print(f"load average at start: {os.getloadavg()}")
     results = []
     for history in (int(h) for h in args.history.split(",")):
         started = time.perf_counter()
@@ -120,7 +108,7 @@ def main() -> None:
         if args.history_cache is None:
             shutil.rmtree(landing, ignore_errors=True)
     table = Table(
-        title=f"incremental refresh of a {args.batch:,}-order batch vs full recompute ({args.engine} engine; median of {args.repeats}; "
+        title=f"incremental refresh of a {args.batch:,}-order batch vs full recompute (median of {args.repeats}; "
         f"{args.products:,} products; load average {os.getloadavg()[1]:.1f}; CPU: this process and Spark's JVM)"
     )
     for col in (
@@ -186,8 +174,8 @@ def cached_lake(
     """``--history-cache``: (the lake's root, restored from the cache's copy of ``view`` after its backfill over
     ``landing``, and that backfill's seconds). The first run backfills (in a stack of its own, stopped before the
     copy is taken) and keeps the copy; the lake's root is one fixed path, since its metadata names its files."""
-    engine = "" if args.engine == "shape" else f"-{args.engine}"  # the one-source stack's lakes keep their names
-    name = f"{view}-{history}-p{args.products}-k{args.driver_keys_max}{engine}"
+    # "-graph": lakes the operator graph made (a cache's older lakes without it are the one-source stack's layout)
+    name = f"{view}-{history}-p{args.products}-k{args.driver_keys_max}-graph"
     kept, root = args.history_cache.resolve() / "lakes" / name, args.history_cache.resolve() / "run" / name
     shutil.rmtree(root, ignore_errors=True)
     if not (kept / "backfill.json").exists():

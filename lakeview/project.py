@@ -21,7 +21,6 @@ from lakeview.config.models import (
     HiveConfig,
     ImagesConfig,
     LakeConfig,
-    NewColumns,
     ProjectConfig,
     RegistrarName,
     ServerConfig,
@@ -41,22 +40,20 @@ from lakeview.graph.evolve import output_gains, star_evolution
 from lakeview.graph.expire import bounds as watermark_bounds
 from lakeview.graph.join import shared_sides
 from lakeview.graph.later_sql import later_cost
-from lakeview.graph.output_types import output_schema
+from lakeview.graph.output_types import output_key, output_schema
 from lakeview.graph.state import log_table_name, state_table_name
-from lakeview.ivm.changefeed import check_view_over_sources, source_mirror_name
-from lakeview.ivm.explain import explain
-from lakeview.ivm.explain_lines import graph_batch_lines
+from lakeview.ivm.changefeed import source_mirror_name
+from lakeview.ivm.explain_lines import graph_batch_lines, published_lines
 from lakeview.sql.column_roles import check_column_roles
 from lakeview.sql.dag import check_dag
 from lakeview.sql.dialects import check_inline_view
-from lakeview.sql.graph_plan import GraphPlan, graph_plan, graph_sql
+from lakeview.sql.graph_plan import GraphPlan, graph_plan
 from lakeview.sql.graph_watermark import check_graph as check_graph_watermark
 from lakeview.sql.graph_watermark import event_time as graph_event_time
 from lakeview.sql.groups import check_groups, group_lines
 from lakeview.sql.plan import WEIGHT, parse_statement
 from lakeview.sql.planner import view_plan
 from lakeview.sql.stars import evolving_stars, starred_tables
-from lakeview.sql.watermark import check as check_watermark
 
 
 def load_project(path: str | Path = PROJECT_FILE) -> ProjectConfig:
@@ -120,40 +117,9 @@ def _check_views(config: ProjectConfig) -> None:
             continue
         try:
             plan = view_plan(config, name)
-        except UnsupportedSQLError as exc:  # refused by every planner (a reserved name): named by the graph's checks
+        except UnsupportedSQLError as exc:  # a reserved output name: named by the graph's checks
             plan = graph_plan(name, view.sql, view.dialect, exc)  # re-raises exc for SQL that is not one query
-        if isinstance(plan, GraphPlan):
-            _check_graph_view(config, name, plan)
-            continue
-
-        problem = check_view_over_sources(plan, config)
-        if problem:
-            raise ConfigError(config.file, f"views.{name}.sql", problem)
-
-        source = config.sources.get(plan.sources[0]) if plan.sources else None
-        if problem := check_watermark(plan, view.watermark, view.event_time, source):
-            raise ConfigError(config.file, f"views.{name}.watermark", problem)
-        if view.watermark and source is None:  # an upstream view's changes may retract rows of closed windows
-            raise ConfigError(
-                config.file,
-                f"views.{name}.watermark",
-                "a watermark applies to a view over a source, not over another view",
-            )
-        for source in plan.sources:
-            if (
-                source not in config.sources and source not in config.views
-            ):  # a view may read another view (lakeview.sql.dag)
-                known = ", ".join(sorted(config.sources)) or "none declared"
-                views = ", ".join(sorted(v for v in config.views if v != name)) or "none"
-                raise ConfigError(
-                    config.file,
-                    f"views.{name}.sql",
-                    f"reads {source!r}, which is not a declared source (declared: {known}) nor a view (views: {views}); "
-                    f"add a [sources.{source}] table",
-                )
-
-        if problem := check_column_roles(plan, config):
-            raise ConfigError(config.file, f"views.{name}.sql", problem)
+        _check_graph_view(config, name, plan)
     for name in config.sources:
         _check_name_at(config.file, f"sources.{name}", name)
         if problem := reserved_column(config.sources[name].schema_):
@@ -164,8 +130,8 @@ def _check_views(config: ProjectConfig) -> None:
 
 
 def _check_graph_view(config: ProjectConfig, name: str, plan: GraphPlan) -> None:
-    """A view the per-shape planner refuses (``plan.refusal``) is a graph view when the operator graph compiles
-    it over its sources' schemas; otherwise the graph's refusal (the construct and why) is the error."""
+    """A view loads when the operator graph compiles it over its sources' schemas; otherwise the graph's
+    refusal (the construct and why) is the error."""
     key = f"views.{name}.sql"
     for source in plan.sources:
         if source in config.views and source not in config.sources:
@@ -244,28 +210,22 @@ def evolving_inputs(config: ProjectConfig, view: str) -> list[str]:
     """The sources with ``new_columns = "evolve"`` a graph view's ``*`` selects: the view reads them as they
     evolve, and its table gains their new columns where its ``*`` reaches its output (the load check has
     refused what cannot be maintained); empty for a view naming its columns (it reads the declared ones)."""
-    plan = view_plan(config, view)
-    if not isinstance(plan, GraphPlan):
-        return []
-    return evolving_stars(config, plan)
+    return evolving_stars(config, view_plan(config, view))
 
 
 def view_evolves(config: ProjectConfig, view: str) -> bool:
-    """Whether ``view``'s columns grow with a source's new columns: a one-source ``SELECT *`` view, or a graph
-    view whose ``*`` selects an evolving source's columns."""
+    """Whether ``view``'s columns grow with a source's new columns: its ``*`` selects an evolving source's
+    columns through to its output."""
     plan = view_plan(config, view)
-    if isinstance(plan, GraphPlan):
-        evolving = evolving_stars(config, plan)
-        schemas = source_schemas(config, plan.sources, (view,)) if evolving else {}
-        return bool(evolving) and output_gains(plan.duckdb_sql(), schemas, evolving)
-    source = config.sources.get(plan.sources[0])
-    return bool(getattr(plan, "star", False)) and source is not None and source.new_columns is NewColumns.EVOLVE
+    evolving = evolving_stars(config, plan)
+    schemas = source_schemas(config, plan.sources, (view,)) if evolving else {}
+    return bool(evolving) and output_gains(plan.duckdb_sql(), schemas, evolving)
 
 
 def is_graph_view(config: ProjectConfig, view: str) -> bool:
-    """Whether ``view`` runs through the operator graph (the per-shape planner refuses its SQL)."""
-    spec = config.views[view]
-    return spec.materialize and isinstance(view_plan(config, view), GraphPlan)
+    """Whether ``view`` runs through the operator graph: every materialized view does (an inline view is only
+    published in the REST catalog)."""
+    return config.views[view].materialize
 
 
 def source_schemas(
@@ -291,9 +251,8 @@ def source_schemas(
 
 
 def view_schema(config: ProjectConfig, view: str, _reading: tuple[str, ...] = ()) -> pa.Schema:
-    """A materialized view's output columns as an arrow schema, without Spark: a graph view's from its graph,
-    another view's from its SQL run by DuckDB over empty relations of what it reads (Spark's analysis, which
-    types the view's table, may widen a type: the graph reads the change files cast to Spark's types)."""
+    """A materialized view's output columns as an arrow schema, without Spark: from its graph over what it
+    reads."""
     if view in _reading:
         cycle = [*_reading[_reading.index(view) :], view]
         raise ConfigError(
@@ -304,17 +263,7 @@ def view_schema(config: ProjectConfig, view: str, _reading: tuple[str, ...] = ()
         )
     plan = view_plan(config, view)
     inputs = source_schemas(config, plan.sources, (*_reading, view))
-    if isinstance(plan, GraphPlan):
-        return _output_schema(compile_view(plan.duckdb_sql(), inputs, eager=True), inputs)
-    windowed = getattr(plan, "window", None) is not None
-    sql = plan.batch_sql({s: s for s in plan.sources}, "duckdb") if windowed else graph_sql(plan.sql, "spark")
-    con = duckdb.connect()
-    try:
-        for name, schema in inputs.items():
-            con.register(name, schema.empty_table())
-        return con.execute(f"SELECT * FROM ({sql}) LIMIT 0").to_arrow_table().schema
-    finally:
-        con.close()
+    return _output_schema(compile_view(plan.duckdb_sql(), inputs, eager=True), inputs)
 
 
 def graph_output_schema(config: ProjectConfig, view: str) -> pa.Schema:
@@ -333,8 +282,6 @@ def view_graph(config: ProjectConfig, view: str, sizes: dict[str, int] | None = 
     dimension's change then costs per the groups under its key, not per fact row, so an epoch stays flat
     with history). Raises UnsupportedSQLError naming the construct the graph cannot maintain."""
     plan = view_plan(config, view)
-    if not isinstance(plan, GraphPlan):
-        raise UnsupportedSQLError(f"{view} is kept by the per-shape planner ({plan.kind}), not an operator graph")
     schemas = source_schemas(config, plan.sources, (view,))
     return compile_view(plan.duckdb_sql(), schemas, sizes, eager=True, insert_only=append_sources(config, plan.sources))
 
@@ -415,11 +362,13 @@ def _model_at(loc: list[str]) -> type[BaseModel]:
 
 
 def explain_view(config: ProjectConfig, view: str) -> str:
-    """``lakeview explain``'s text for any materialized view (the command line and the console ask this):
-    a per-shape plan's steps, or a graph view's operator tree under a line naming its table, sources and
-    cadence, with the table holding each operator's state."""
+    """``lakeview explain``'s text for any view (the command line and the console ask this): a materialized
+    view's operator tree under a line naming its table, sources and cadence, with the table holding each
+    operator's state; an inline view's one line (it keeps no state)."""
     if not is_graph_view(config, view):
-        return explain(config, view)
+        spec = config.views[view]
+        published = f"{spec.namespace}.{view}: its SQL, published in the REST catalog; no state"
+        return f"view {view} (inline, materialize = false) -> {published}"
     spec = config.views[view]
     graph = view_graph(config, view)
     graph.runtime.store = _Unread()  # type: ignore[assignment]  # no table is read: no row counts
@@ -434,15 +383,25 @@ def explain_view(config: ProjectConfig, view: str) -> str:
             tables.append(f"  {t.name} -> {log} (its rows with __lv_op = '{t.name}')")
         else:
             tables.append(f"  {t.name} -> {spec.namespace}.{state_table_name(view, t)}")
+    mirrored = {source for source, _ in shared.values()}
+    tables += [  # every change feed's current row per key (its Z-set's retractions come from it)
+        f"  {source} (the change feed's current row per key {', '.join(key)}) -> "
+        f"{spec.namespace}.{source_mirror_name(view, source)} (the mirror)"
+        for source, key in feeds.items()
+        if source not in mirrored
+    ]
     retracting = {s for s in graph.schemas if s in config.views or ((c := config.sources.get(s)) and c.images)}
     later = later_cost(graph, retracting | set(feeds), set(feeds))
+    key = output_key(graph, feeds)
+    keyed = f"keyed by {', '.join(key)}" if key else "one row" if key == () else "a multiset keyed by the whole row"
     head = [
         f"view {view} (operator graph) -> {spec.namespace}.{view}, cadence {spec.cadence}, format {spec.format.value}",
-        f"sources: {', '.join(graph.schemas)}; the view's table is a multiset keyed by the whole row",
+        f"sources: {', '.join(graph.schemas)}; the view's table is {keyed}",
         "one epoch commits the view, its state tables and change-feed mirrors in one catalog transaction (Iceberg)",
         *graph_batch_lines(config, later, bool(spec.watermark)),
         *group_lines(config, view),
         *_watermark_lines(config, view, graph),
+        *published_lines(config, view),
     ]
     return "\n".join([*head, explain_graph(graph), "state tables:", *tables])
 

@@ -41,7 +41,9 @@ def graph_batch_lines(project: ProjectConfig, later: str, watermark: bool) -> li
     if watermark:
         later = "collected as it comes (the watermark judges each row in the driver); past the bound the log says so"
     return [first, f"         a later batch of more than {limit} input rows: {later}",
-            f"         a batch of at most {limit} input rows: collected and stepped in the driver"]  # fmt: skip
+            f"         a batch of at most {limit} input rows: collected and stepped in the driver",
+            f"stored rows: held in the driver's memory up to {project.spark.driver_keys_max} live rows per table, "
+            "past that looked up by key in the table, never read whole ([spark] driver_keys_max)"]  # fmt: skip
 
 
 def published_lines(project: ProjectConfig, view: str) -> list[str]:

@@ -31,10 +31,7 @@ from lakeview.sql.stars import evolving_stars
 from lakeview.sql.watermark import (
     Watermark,
     applied_changes,
-    applied_images,
     delay_us,
-    duckdb_where,
-    event_column,
     on_time_relation,
 )
 
@@ -61,68 +58,27 @@ def recompute(project: ProjectConfig, view: str, files: list[Path] | dict[str, l
 
     plan = view_plan(project, view)
     # new_columns = "evolve": the schema the pipeline reads (a graph view: of the sources its * selects only)
-    project = with_evolved_sources(project, evolving_stars(project, plan) if isinstance(plan, GraphPlan) else None)
+    project = with_evolved_sources(project, evolving_stars(project, plan))
     config = project.views[view]
     plan = view_plan(project, view)
     if not isinstance(files, dict):
         files = {plan.sources[0]: files} if files is not None else {}
     con = connect()
-    judged = (
-        event_time(project, view, plan.sources).source if isinstance(plan, GraphPlan) and config.watermark else None
-    )
+    judged = event_time(project, view, plan.sources).source if config.watermark else None
     try:
         for source_name in plan.sources:
             found = files.get(source_name)
             chosen = landed_files(project.source_path(source_name)) if found is None else found
             relation = _source_relation(project, source_name, chosen)
-            if judged is not None:  # a graph view: only its event-time source's late rows are left out
-                if source_name == judged and project.sources[judged].changes is not None:
-                    relation = _graph_applied_changes(con, project, view, plan, chosen)
-                elif source_name == judged:
-                    relation = _graph_on_time(con, project, view, plan, chosen)
-            elif (
-                config.watermark and project.sources[source_name].changes is not None
-            ):  # late images left out (lakeview.watermark)
-                relation = _applied_changes(con, project, view, plan, chosen, source_name)
-            elif (
-                config.watermark and project.sources[source_name].images is not None
-            ):  # late images left out (lakeview.watermark)
-                relation = _applied_images(con, project, view, plan, chosen, source_name)
-            elif config.watermark:  # late rows left out: the rule replayed batch by batch (lakeview.watermark)
-                relation = _on_time(
-                    con, project, view, plan, chosen, lambda fs, s=source_name: _source_relation(project, s, fs)
-                )
+            # only the event-time source's late rows are left out, as the pipeline does (lakeview.sql.graph_watermark)
+            if source_name == judged and project.sources[judged].changes is not None:
+                relation = _graph_applied_changes(con, project, view, plan, chosen)
+            elif source_name == judged:
+                relation = _graph_on_time(con, project, view, plan, chosen)
             con.execute(f'CREATE TEMP VIEW "{source_name}" AS {relation}')
-        # a windowed view's SQL reads its source expanded to windows (lakeview.sql.windows)
-        sql = (
-            plan.batch_sql({s: s for s in plan.sources}, "duckdb")
-            if getattr(plan, "window", None) is not None
-            else plan.duckdb_sql()
-            if isinstance(plan, GraphPlan)
-            else _duck(plan.sql)
-        )
-        return con.execute(sql).to_arrow_table()
+        return con.execute(plan.duckdb_sql()).to_arrow_table()
     finally:
         con.close()
-
-
-def _watermark(project: ProjectConfig, view: str, plan) -> Watermark:
-    """The view's watermark, as its pipeline applies it."""
-
-    config = project.views[view]
-    return Watermark(delay_us(config.watermark), event_column(plan, config.event_time) or "")
-
-
-def _on_time(con, project: ProjectConfig, view: str, plan, files: list[Path], relation_of) -> str:
-    return on_time_relation(
-        con,
-        project.checkpoint_path(view),
-        files,
-        relation_of,
-        _watermark(project, view, plan),
-        plan.alias,
-        duckdb_where(plan),
-    )
 
 
 def _graph_on_time(con, project: ProjectConfig, view: str, plan: GraphPlan, files: list[Path]) -> str:
@@ -159,39 +115,6 @@ def _graph_applied_changes(con, project: ProjectConfig, view: str, plan: GraphPl
         None,
         plan.sources.index(found.source),
     )
-
-
-def _applied_changes(con, project: ProjectConfig, view: str, plan, files: list[Path], source_name: str) -> str:
-    feed = project.sources[source_name].changes
-    return applied_changes(
-        con,
-        project.checkpoint_path(view),
-        files,
-        lambda fs: _latest_changes(project, source_name, fs),
-        _watermark(project, view, plan),
-        list(feed.key),
-        plan.alias,
-        duckdb_where(plan),
-    )
-
-
-def _applied_images(con, project: ProjectConfig, view: str, plan, files: list[Path], source_name: str) -> str:
-    source = project.sources[source_name]
-    assert source.images is not None
-    wm = _watermark(project, view, plan)
-    columns = duckdb_columns(source.schema_)
-
-    def zset_of(batch: list[Path]) -> str:
-        if not batch:
-            cols = ", ".join(f'NULL::{t} AS "{n}"' for n, t in columns.items())
-            return f"SELECT {cols}, 1 AS __lv_w WHERE FALSE"
-        return _image_zset(batch, columns, source.images.before, source.images.after)
-
-    held = applied_images(
-        con, project.checkpoint_path(view), files, zset_of, wm, list(columns), plan.alias, duckdb_where(plan)
-    )
-    good = [f'"{c}" IS NOT NULL' for c in source.required]
-    return f"SELECT * FROM ({held}) WHERE {' AND '.join(good)}" if good else held
 
 
 def source_rows(project: ProjectConfig, source_name: str, files: list[Path]) -> pa.Table:

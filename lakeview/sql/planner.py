@@ -1,6 +1,5 @@
-"""A view's SQL to its incremental plan: a projection or keyed aggregate over one source (the one-source
-pipeline's shapes, planned by :mod:`lakeview.sql.plan`), or else a :class:`~lakeview.sql.graph_plan.GraphPlan`
-for the operator graph (every join, UNION [ALL], CTE, subquery, top-k).
+"""A view's SQL to its incremental plan: every view, a projection or aggregate over one source too, is a
+:class:`~lakeview.sql.graph_plan.GraphPlan`, run by the operator graph (:mod:`lakeview.graph`).
 
 :func:`view_plan` is the one place a project's view is planned: every caller (load checks, the DAG,
 explain, verify, the pipelines, the console) asks it, and a view's SQL is planned once.
@@ -9,7 +8,6 @@ explain, verify, the pipelines, the console) asks it, and a view's SQL is planne
 from __future__ import annotations
 
 import functools
-import os
 from typing import TYPE_CHECKING
 
 from sqlglot import exp
@@ -22,70 +20,36 @@ from lakeview.sql.plan import SUPPORTED, AppendPlan, KeyedAggregatePlan, parse_s
 if TYPE_CHECKING:
     from lakeview.config.models import ProjectConfig
 
-Plan = AppendPlan | KeyedAggregatePlan | GraphPlan
-
-# An internal switch, not a project option: ``LAKEVIEW_ENGINE=graph`` plans every one-source projection and
-# aggregate (event-time windows too) as an operator graph, so bench/ and the tests can
-# run the one-source views through the graph and compare it with the one-source stack it is to replace.
-ENGINE = "LAKEVIEW_ENGINE"
+Plan = GraphPlan
 
 
-def engine() -> str:
-    """``graph`` when ``LAKEVIEW_ENGINE=graph`` routes one-source views through the operator graph, else ``shape``."""
-    return "graph" if os.environ.get(ENGINE, "").lower() == "graph" else "shape"
-
-
-def view_plan(project: ProjectConfig, view: str) -> Plan:
-    """The plan of ``project``'s view ``view``: its per-shape plan, or a GraphPlan for a query the
-    per-shape planner refuses (:func:`plan_for`). Planned once per view SQL: plans are frozen, so every
-    caller, and every copy of the project (a pipeline's view of it), shares one. Raises
+def view_plan(project: ProjectConfig, view: str) -> GraphPlan:
+    """The GraphPlan of ``project``'s view ``view`` (:func:`plan_for`). Planned once per view SQL: plans are
+    frozen, so every caller, and every copy of the project (a pipeline's view of it), shares one. Raises
     :class:`UnsupportedSQLError` as :func:`plan_for` does."""
-    return _view_plan(project, view, ())
-
-
-def _view_plan(project: ProjectConfig, view: str, reading: tuple[str, ...]) -> Plan:
     config = project.views[view]
-    plan = _planned(view, config.sql, config.dialect, engine())
-    if plan.kind == "append" and _reads_graph_view(project, plan, (*reading, view)):
-        return _projection_as_graph(view, config.sql, config.dialect)
-    return plan
-
-
-def _reads_graph_view(project: ProjectConfig, plan: Plan, reading: tuple[str, ...]) -> bool:
-    """Whether a plan reads a (materialized) operator-graph view. Its input is a multiset keyed by the whole
-    row, so a projection over it has no key to apply its retractions by: the graph keeps it too. (A project's
-    copies declare upstream views as sources as well, so a view is known by its name among the views.)"""
-    for source in plan.sources:
-        upstream = project.views.get(source)
-        if upstream is None or not upstream.materialize or source in reading:  # a cycle: refused by the DAG check
-            continue
-        if _view_plan(project, source, reading).kind == "graph":
-            return True
-    return False
+    return plan_for(view, config.sql, config.dialect)
 
 
 @functools.lru_cache(maxsize=1024)
-def _projection_as_graph(view: str, sql: str, dialect: str) -> GraphPlan:
-    refusal = UnsupportedSQLError("a projection over an operator-graph view (its rows have no key but the whole row)")
-    return graph_plan(view, sql, dialect, refusal)
-
-
-@functools.lru_cache(maxsize=1024)
-def _planned(view: str, sql: str, dialect: str, engine: str) -> Plan:
+def plan_for(view: str, sql: str, dialect: str = "spark") -> GraphPlan:
+    """The GraphPlan of a view's SQL (``dialect``: spark, duckdb or trino). Whether the graph can maintain it
+    is decided when the project loads (the graph's compile names what it cannot), not here. Raises
+    :class:`UnsupportedSQLError` for SQL that is not one query, or an output column named like Lakeview's
+    internal columns."""
     # Keyed by what a plan depends on, not by the project object: a project's copies (with_upstream_source,
     # with_evolved_sources) and a reloaded project share it, and a project pickled to executors is unchanged.
     # A refusal (an exception) is not cached: the load that raised it fails.
-    plan = plan_for(view, sql, dialect)
-    if engine == "graph" and plan.kind != "graph":
-        return graph_plan(view, sql, dialect, UnsupportedSQLError(f"{ENGINE}=graph: every view is an operator graph"))
-    return plan
+    tree = parse_statement(sql, dialect)
+    _check_output_names(tree)
+    refusal = UnsupportedSQLError(f"expected a SELECT statement, got {sql.strip()[:80]!r}")
+    return graph_plan(view, sql, dialect, refusal)
 
 
 def plan_view(view: str, sql: str, dialect: str = "spark") -> AppendPlan | KeyedAggregatePlan:
-    """Analyse a one-source view's SQL (``dialect``: spark, duckdb or trino; transpiled to Spark SQL).
-    Raises :class:`UnsupportedSQLError` naming the construct, its line and the nearest supported form; a
-    query over several inputs (a join, a set operation, a subquery in FROM) is refused here: the operator
-    graph keeps it (:func:`plan_for`)."""
+    """The one-source stack's per-shape analysis of a view's SQL (no view is planned by it any more: only the
+    stack's own tests still ask it, until the stack is deleted). Raises :class:`UnsupportedSQLError` naming
+    the construct, its line and the nearest supported form; a query over several inputs is refused."""
     tree = parse_statement(sql, dialect)
     _check_output_names(tree)
     if isinstance(tree, exp.SetOperation):
@@ -98,17 +62,6 @@ def plan_view(view: str, sql: str, dialect: str = "spark") -> AppendPlan | Keyed
     if from_ is not None and isinstance(from_.this, exp.Subquery):
         raise UnsupportedSQLError("a subquery in FROM is a subgraph: kept as an operator graph")
     return plan_select(view, sql, tree, dialect)
-
-
-def plan_for(view: str, sql: str, dialect: str = "spark") -> AppendPlan | KeyedAggregatePlan | GraphPlan:
-    """``plan_view``'s plan, or a :class:`~lakeview.sql.graph_plan.GraphPlan` for a query it refuses
-    (the operator graph's compile decides at load whether that one can be maintained)."""
-    try:
-        return plan_view(view, sql, dialect)
-    except UnsupportedSQLError as exc:
-        if RESERVED_PREFIX in str(exc):  # a reserved output name is refused by every planner, the graph's too
-            raise
-        return graph_plan(view, sql, dialect, exc)
 
 
 def _check_output_names(tree: exp.Expression) -> None:

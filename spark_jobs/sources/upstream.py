@@ -15,9 +15,7 @@ from typing import TYPE_CHECKING
 from lakeview.config.models import ProjectConfig, SourceConfig
 from lakeview.project import graph_output_schema
 from lakeview.sql.dag import upstream_of, upstreams_of, view_key
-from lakeview.sql.graph_plan import GraphPlan
 from lakeview.sql.plan import WEIGHT
-from lakeview.sql.planner import view_plan
 from spark_jobs.sources.view_changes import reader_path
 
 if TYPE_CHECKING:
@@ -46,19 +44,8 @@ def with_upstream_source(spark: SparkSession, project: ProjectConfig, view: str)
 
 
 def view_schema(spark: SparkSession, project: ProjectConfig, view: str) -> StructType:
-    """The columns of ``view`` as Spark analyses its SQL (through its upstreams, down to the source)."""
-    plan = view_plan(project, view)
-    if isinstance(plan, GraphPlan):  # its table holds its graph's output (over its inputs as its pipeline reads them)
-        from pyspark.sql.pandas.types import from_arrow_schema  # lazy: Spark loads only where views run
+    """The columns of ``view``'s table: its graph's output over its inputs as its pipeline reads them."""
+    from pyspark.sql.pandas.types import from_arrow_schema  # lazy: Spark loads only where views run
 
-        graph_project = with_upstream_source(spark, project, view)
-        return from_arrow_schema(graph_output_schema(graph_project, view))
-    relations = {}
-    for index, source in enumerate(plan.sources):  # one source (a graph view reads several: above)
-        if source in project.sources:
-            below = spark.createDataFrame([], schema=project.sources[source].schema_).schema
-        else:
-            below = view_schema(spark, project, source)
-        relations[source] = f"__lv_schema_{view}_{index}"
-        spark.createDataFrame([], schema=below).createOrReplaceTempView(relations[source])
-    return spark.sql(plan.batch_sql(relations)).schema
+    graph_project = with_upstream_source(spark, project, view)
+    return from_arrow_schema(graph_output_schema(graph_project, view))

@@ -3,8 +3,7 @@ its columns (it reads the declared ones, as a one-source view naming its columns
 flows through filters, projections, UNION ALL and join sides (its table and a join side's state gain the new
 columns), and is refused, naming the source, the operator and the nearest supported form, where another
 operator keeps the starred rows in state (top-k, DISTINCT, UNION) or the columns must line up, and when it selects ``*`` over
-a view whose columns grow. ``LAKEVIEW_ENGINE=graph`` (bench/refresh.py --engine graph) keeps one-source views
-as graphs."""
+a view whose columns grow. One-source views are graphs too."""
 
 from __future__ import annotations
 
@@ -12,7 +11,6 @@ import pytest
 
 from lakeview.errors import ConfigError
 from lakeview.project import evolving_inputs, is_graph_view, parse_project
-from lakeview.sql.planner import ENGINE
 
 
 def project(sql: str, new_columns: str = "evolve", over: str | None = None):
@@ -96,12 +94,10 @@ def test_star_over_a_source_that_ignores_new_columns_loads() -> None:
     assert is_graph_view(project("SELECT * FROM orders UNION ALL SELECT * FROM orders", "ignore"), "v")
 
 
-def test_the_engine_switch_keeps_one_source_views_as_graphs(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_one_source_views_are_graphs() -> None:
     sql = "SELECT pid, SUM(qty) AS total, COUNT(*) AS n FROM orders GROUP BY pid"
-    assert not is_graph_view(project(sql), "v")
-    monkeypatch.setenv(ENGINE, "graph")
     assert is_graph_view(project(sql), "v")
-    with pytest.raises(ConfigError) as info:  # the graph's own limits hold under the switch
+    with pytest.raises(ConfigError) as info:  # the graph's own limits hold for one-source views
         project("SELECT DISTINCT * FROM orders WHERE qty > 0")
     assert "selects * over 'orders'" in str(info.value)
     assert evolving_inputs(project("SELECT * FROM orders WHERE qty > 0"), "v") == ["orders"]

@@ -14,7 +14,6 @@ import pytest
 
 from catalog_api.server import CatalogServer
 from lakeview.config.models import SparkConfig
-from lakeview.sql.planner import ENGINE
 from tests.spark_jobs.test_graph_backfill import land_epoch
 from tests.spark_jobs.test_graph_pipeline import EPOCHS, SOURCES, assert_recomputed, change, order, start
 
@@ -41,9 +40,8 @@ BULK = {  # 400 orders over 9 products and 4 quantities, and a product update
 
 @pytest.mark.parametrize("fmt", ["iceberg", "delta"])
 def test_a_later_bulk_load_is_reduced_by_spark_and_equals_the_recompute(
-    fmt: str, spark, catalog_server: CatalogServer, make_project, unique_name: str, monkeypatch, caplog
+    fmt: str, spark, catalog_server: CatalogServer, make_project, unique_name: str, caplog
 ) -> None:
-    monkeypatch.setenv(ENGINE, "graph")  # one-source views as operator graphs too
     parquet = fmt == "delta"
     sources = {s: {**c, "format": "parquet"} for s, c in SOURCES.items()} if parquet else SOURCES
     names = {f"{unique_name[:40]}_{v}": (sql, how) for v, (sql, how) in VIEWS.items()}
