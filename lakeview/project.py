@@ -45,7 +45,7 @@ from lakeview.graph.state import log_table_name, state_table_name
 from lakeview.ivm.changefeed import source_mirror_name
 from lakeview.ivm.explain_lines import graph_batch_lines, published_lines
 from lakeview.sql.column_roles import check_column_roles
-from lakeview.sql.dag import check_dag
+from lakeview.sql.dag import check_dag, upstreams_of
 from lakeview.sql.dialects import check_inline_view
 from lakeview.sql.graph_plan import GraphPlan, graph_plan
 from lakeview.sql.graph_watermark import check_graph as check_graph_watermark
@@ -286,6 +286,19 @@ def view_graph(config: ProjectConfig, view: str, sizes: dict[str, int] | None = 
     return compile_view(plan.duckdb_sql(), schemas, sizes, eager=True, insert_only=append_sources(config, plan.sources))
 
 
+def table_key(config: ProjectConfig, view: str) -> tuple[str, ...] | None:
+    """The key of a materialized view's table (its identifier columns): a final aggregate's GROUP BY columns
+    (``()``: one row), or a change feed's key through the projections and filters that keep it; None for a
+    multiset keyed by the whole row (a join, a union, a view over a view, a projection dropping the key)."""
+    graph = view_graph(config, view)
+    return output_key(graph, _feed_keys(config, graph))
+
+
+def _feed_keys(config: ProjectConfig, graph: Graph) -> dict[str, tuple[str, ...]]:
+    """Each change-feed input of ``graph`` with its key."""
+    return {s: tuple(c.changes.key) for s in graph.schemas if (c := config.sources.get(s)) and c.changes}
+
+
 def append_sources(config: ProjectConfig, sources: tuple[str, ...] | list[str]) -> frozenset[str]:
     """The sources among ``sources`` whose changes never retract a row: declared sources that are neither a
     change feed (``changes`` / ``images``) nor another view (a project's copies declare upstream views as
@@ -372,7 +385,7 @@ def explain_view(config: ProjectConfig, view: str) -> str:
     spec = config.views[view]
     graph = view_graph(config, view)
     graph.runtime.store = _Unread()  # type: ignore[assignment]  # no table is read: no row counts
-    feeds = {s: tuple(c.changes.key) for s in graph.schemas if (c := config.sources.get(s)) and c.changes}
+    feeds = _feed_keys(config, graph)
     shared = shared_sides(graph, feeds)  # a join side that is a feed's rows by key: kept once, in its mirror
     log = f"{spec.namespace}.{log_table_name(view)}"
     tables = []
@@ -397,6 +410,7 @@ def explain_view(config: ProjectConfig, view: str) -> str:
     head = [
         f"view {view} (operator graph) -> {spec.namespace}.{view}, cadence {spec.cadence}, format {spec.format.value}",
         f"sources: {', '.join(graph.schemas)}; the view's table is {keyed}",
+        *(f"reads the view {u}: its changes published in _lakeview/changes/{u}/" for u in upstreams_of(config, view)),
         "one epoch commits the view, its state tables and change-feed mirrors in one catalog transaction (Iceberg)",
         *graph_batch_lines(config, later, bool(spec.watermark)),
         *group_lines(config, view),

@@ -12,51 +12,83 @@ are refused with the source's schema (:func:`lakeview.config.schema.parse_ddl`).
 
 from __future__ import annotations
 
-import sqlglot
 from sqlglot import exp
-from sqlglot.errors import ParseError
 
 from lakeview.config.models import ProjectConfig
 from lakeview.config.schema import Column, is_nested, parse_ddl
 from lakeview.sql.graph_plan import GraphPlan
-from lakeview.sql.plan import AggregateFunction, AppendPlan, KeyedAggregatePlan, parse_statement
+from lakeview.sql.plan import parse_statement
 
 NESTED_ROLE = "a nested column (ARRAY, MAP, STRUCT) can only be passed through"
 
 
-_LABELS = {
-    AggregateFunction.MIN: "a MIN argument",
-    AggregateFunction.MAX: "a MAX argument",
-    AggregateFunction.COUNT_DISTINCT: "a COUNT(DISTINCT) argument",
-    AggregateFunction.SUM: "a SUM argument",
-    AggregateFunction.AVG: "an AVG argument",
+_ARGUMENTS = {  # an aggregate whose argument's values are keys (a multiset) or summed
+    exp.Min: "a MIN argument",
+    exp.Max: "a MAX argument",
+    exp.Sum: "a SUM argument",
+    exp.Avg: "an AVG argument",
 }
+KEY = "a GROUP BY (or DISTINCT) key"
 
 
-def check_column_roles(plan: AppendPlan | KeyedAggregatePlan | GraphPlan, project: ProjectConfig) -> str | None:
-    """What is wrong with the roles ``plan`` gives its sources' columns, or None (columns of
-    other views, and of a graph view without joins, are left to the graph's compile)."""
-    if isinstance(plan, GraphPlan):
-        return _check_graph(plan, project)
-    if plan.sources[0] not in project.sources:
+def check_column_roles(plan: GraphPlan, project: ProjectConfig) -> str | None:
+    """What is wrong with the roles ``plan`` gives its sources' columns, or None (columns of other views
+    are left to the graph's compile). Every change feed's key is a scalar; so is every source column the
+    query groups by, selects DISTINCT, aggregates by MIN / MAX / COUNT(DISTINCT) / SUM / AVG, or any column
+    a JOIN's query reads (each side's rows are kept keyed by all their columns; the ON columns are the keys
+    its sides are looked up by)."""
+    for source in plan.sources:
+        if source in project.sources and (problem := _check_feed_key(project, source)):
+            return problem
+    tree = parse_statement(plan.sql, plan.dialect)
+    aliases = {t.alias_or_name.lower(): t.name for t in tree.find_all(exp.Table) if t.name in project.sources}
+    schemas = {s: {c.name.lower(): c for c in parse_ddl(project.sources[s].schema_)} for s in set(aliases.values())}
+
+    def nested(node: exp.Expression) -> tuple[str, Column] | None:
+        """The nested source column ``node`` is, when it is a bare column of a nested type."""
+        while isinstance(node, (exp.Paren, exp.Alias)):
+            node = node.this
+        if not isinstance(node, exp.Column):
+            return None
+        named = aliases.get(node.table.lower()) if node.table else None
+        for source in [named] if named else sorted(schemas):
+            column = schemas.get(source, {}).get(node.name.lower())
+            if column is not None and is_nested(column.type):
+                return source, column
         return None
-    source = plan.sources[0]
-    if problem := _check_feed_key(project, source):
-        return problem
-    if not isinstance(plan, KeyedAggregatePlan):
+
+    for role, node in _roles(tree):
+        if found := nested(node):
+            return _refused(*found, role)
+    if not any(True for _ in tree.find_all(exp.Join)):
         return None
-    columns = {c.name.lower(): c for c in parse_ddl(project.sources[source].schema_)}
-    for expression in plan.key_exprs:
-        if column := _nested_column(expression, columns):
-            return _refused(source, column, "a GROUP BY (or DISTINCT) key")
-    for slot in plan.slots:
-        if (
-            slot.argument is not None
-            and slot.function in _LABELS
-            and (column := _nested_column(slot.argument, columns))
-        ):
-            return _refused(source, column, _LABELS[slot.function])
+    keys = {
+        id(c) for join in tree.find_all(exp.Join) if join.args.get("on") for c in join.args["on"].find_all(exp.Column)
+    }
+    for node in tree.find_all(exp.Column):
+        if found := nested(node):
+            role = (
+                "a join key"
+                if id(node) in keys
+                else "read through a JOIN (each side's rows are kept keyed by all their columns)"
+            )
+            return _refused(*found, role)
     return None
+
+
+def _roles(tree: exp.Expression) -> list[tuple[str, exp.Expression]]:
+    """Each expression of ``tree`` whose values are a key or are summed, with its role."""
+    roles: list[tuple[str, exp.Expression]] = []
+    for select in tree.find_all(exp.Select):
+        group = select.args.get("group")
+        roles += [(KEY, e) for e in (group.expressions if group else ())]
+        roles += [(KEY, e) for e in (select.expressions if select.args.get("distinct") else ())]
+    for function in tree.find_all(exp.AggFunc):
+        if isinstance(function, exp.Count) and isinstance(function.this, exp.Distinct):
+            roles += [("a COUNT(DISTINCT) argument", e) for e in function.this.expressions]
+        elif type(function) in _ARGUMENTS:
+            roles.append((_ARGUMENTS[type(function)], function.this))
+    return roles
 
 
 def _check_feed_key(project: ProjectConfig, source: str) -> str | None:
@@ -70,49 +102,6 @@ def _check_feed_key(project: ProjectConfig, source: str) -> str | None:
         if column is not None and is_nested(column.type):
             return _refused(source, column, "the change-feed key")
     return None
-
-
-def _check_graph(plan: GraphPlan, project: ProjectConfig) -> str | None:
-    """Every change feed's key is a scalar; every source column a JOIN's query reads is one too (each side's
-    rows are kept keyed by all their columns; the ON columns are the keys its sides are looked up by)."""
-    for source in plan.sources:
-        if source in project.sources and (problem := _check_feed_key(project, source)):
-            return problem
-    tree = parse_statement(plan.sql, plan.dialect)
-    if not any(True for _ in tree.find_all(exp.Join)):
-        return None
-    aliases = {t.alias_or_name.lower(): t.name for t in tree.find_all(exp.Table) if t.name in project.sources}
-    schemas = {s: {c.name.lower(): c for c in parse_ddl(project.sources[s].schema_)} for s in set(aliases.values())}
-    keys = {
-        id(c) for join in tree.find_all(exp.Join) if join.args.get("on") for c in join.args["on"].find_all(exp.Column)
-    }
-    for node in tree.find_all(exp.Column):
-        named = aliases.get(node.table.lower()) if node.table else None
-        candidates = [named] if named else sorted(schemas)
-        for source in candidates:
-            column = schemas.get(source, {}).get(node.name.lower())
-            if column is not None and is_nested(column.type):
-                role = (
-                    "a join key"
-                    if id(node) in keys
-                    else "read through a JOIN (each side's rows are kept keyed by all their columns)"
-                )
-                return _refused(source, column, role)
-    return None
-
-
-def _nested_column(expression: str, columns: dict[str, Column]) -> Column | None:
-    """The source column ``expression`` is, when it is a bare column of a nested type."""
-    try:
-        node = sqlglot.parse_one(expression, read="spark")
-    except ParseError:
-        return None
-    while isinstance(node, exp.Paren):
-        node = node.this
-    if not isinstance(node, exp.Column):
-        return None
-    column = columns.get(node.name.lower())
-    return column if column is not None and is_nested(column.type) else None
 
 
 def _refused(source: str, column: Column, role: str) -> str:

@@ -1,6 +1,7 @@
 """Views over views as a user declares them: a chain loads and starts upstream first; a cycle,
-an unknown name, an inline upstream and a projection dropping the upstream's key are refused
-with the problem named; change files are named, read back and pruned once consumed."""
+an unknown name and an inline upstream are refused with the problem named; any view (a projection dropping
+the upstream's key, ``*``, a global aggregate's) may read a view, as an operator graph over its changes;
+change files are named, read back and pruned once consumed."""
 
 from __future__ import annotations
 
@@ -14,8 +15,7 @@ import pytest
 
 from lakeview.errors import ConfigError
 from lakeview.ivm.commits import Change, Epoch
-from lakeview.ivm.explain import explain
-from lakeview.project import is_graph_view, load_project
+from lakeview.project import explain_view, is_graph_view, load_project, table_key
 from lakeview.sql.dag import chain_of, check_dag, downstreams_of, topological_order, upstream_of, view_key
 from spark_jobs.sources.view_changes import (
     ChangePublisher,
@@ -67,18 +67,18 @@ def test_a_chain_of_views_loads_and_starts_upstream_first(tmp_path: Path) -> Non
     assert downstreams_of(project, "order_lines") == ["product_sales"]
     assert topological_order(project, list(project.views)) == ["order_lines", "product_sales", "big_products"]
     assert topological_order(project, ["big_products", "order_lines"]) == ["order_lines", "big_products"]
-    assert view_key(project, "order_lines") == ("order_id",)  # a projection over a change feed
-    assert view_key(project, "product_sales") == ("product_id",)
-    assert view_key(project, "big_products") == ("product_id",)  # keyed like the view it reads
+    assert table_key(project, "order_lines") == ("order_id",)  # a projection over a change feed
+    assert table_key(project, "product_sales") == ("product_id",)
+    assert table_key(project, "big_products") is None  # over a view's changes: a multiset keyed by the whole row
     assert project.source_path("order_lines") == project.changes_path("order_lines")
 
 
 def test_explain_shows_the_upstream(tmp_path: Path) -> None:
     project = load_project(write(tmp_path, CHAIN))
-    text = explain(project, "product_sales")
-    assert "read the view order_lines" in text and "_lakeview/changes/order_lines/" in text
-    assert "key order_id" in text
-    assert "published for product_sales" in explain(project, "order_lines")
+    text = explain_view(project, "product_sales")
+    assert "reads the view order_lines: its changes published in _lakeview/changes/order_lines/" in text
+    assert "the view's table is keyed by product_id" in text
+    assert "published for product_sales" in explain_view(project, "order_lines")
 
 
 def test_a_cycle_is_refused_naming_it(tmp_path: Path) -> None:
@@ -102,15 +102,14 @@ def test_an_unknown_name_lists_sources_and_views(tmp_path: Path) -> None:
     )
 
 
-def test_a_projection_must_keep_the_upstream_key(tmp_path: Path) -> None:
-    message = error_for(tmp_path, CHAIN.replace("SELECT product_id, revenue FROM", "SELECT revenue FROM"))
-    assert "views.big_products.sql" in message and "must select its key column(s) product_id" in message
+def test_a_projection_dropping_the_upstream_key_is_a_multiset(tmp_path: Path) -> None:
+    project = load_project(write(tmp_path, CHAIN.replace("SELECT product_id, revenue FROM", "SELECT revenue FROM")))
+    assert is_graph_view(project, "big_products") and table_key(project, "big_products") is None
 
 
-def test_select_star_over_a_view_and_inline_upstreams_are_refused(tmp_path: Path) -> None:
-    assert "SELECT * over the view 'product_sales'" in error_for(
-        tmp_path, CHAIN.replace("SELECT product_id, revenue FROM", "SELECT * FROM")
-    )
+def test_select_star_over_a_view_loads_and_inline_upstreams_are_refused(tmp_path: Path) -> None:
+    project = load_project(write(tmp_path, CHAIN.replace("SELECT product_id, revenue FROM", "SELECT * FROM")))
+    assert "view: product_id, revenue, n" in explain_view(project, "big_products")  # the upstream's columns
     text = CHAIN + '\n[views.lines_inline]\nmaterialize = false\nsql = "SELECT order_id, amount FROM order_lines"\n'
     text += '\n[views.over_inline]\nsql = "SELECT order_id, amount FROM lines_inline"\n'
     message = error_for(tmp_path, text)
@@ -204,8 +203,10 @@ def test_a_view_over_a_join_view_loads_keyed_by_the_join_views_key(tmp_path: Pat
         '\n[views.busy]\nsql = "SELECT product_id, n FROM per_product WHERE n > 2"\n'
     )
     project = load_project(write(tmp_path, text))
-    assert view_key(project, "joined") == ("product_id", "amount"), "a retracting join without a key: the whole row"
-    assert view_key(project, "per_product") == ("product_id", "n"), "a graph view: a multiset keyed by the whole row"
+    assert table_key(project, "joined") is None, "a retracting join without a key: the whole row"
+    assert view_key(project, "joined") == ("product_id", "amount")
+    assert table_key(project, "per_product") == ("product_id",), "an aggregate over a join: its GROUP BY"
+    assert view_key(project, "per_product") == ("product_id", "n"), "as its readers read it: a multiset"
     order = topological_order(project, ["top", "busy", "joined", "per_product", "order_lines", "product_sales"])
     assert order.index("joined") < order.index("top") and order.index("per_product") < order.index("busy")
     assert downstreams_of(project, "joined") == ["top"]
@@ -279,8 +280,8 @@ def test_publisher_starts_from_the_table_then_publishes_each_missed_epoch_once(t
     assert sorted(p.name for p in directory.glob("epoch-*.parquet")) == names[2:]
 
 
-def test_reading_a_global_aggregate_view_is_refused(tmp_path: Path) -> None:
+def test_reading_a_global_aggregate_view_loads(tmp_path: Path) -> None:
     text = CHAIN + '\n[views.everything]\nsql = "SELECT COUNT(*) AS n FROM order_lines"\n'
     text += '\n[views.over_everything]\nsql = "SELECT n FROM everything WHERE n > 5"\n'
-    message = error_for(tmp_path, text)
-    assert "views.over_everything.sql" in message and "one-row global aggregate view 'everything'" in message
+    project = load_project(write(tmp_path, text))
+    assert table_key(project, "everything") == () and is_graph_view(project, "over_everything")

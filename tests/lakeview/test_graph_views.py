@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from lakeview.cli.main import app
 from lakeview.errors import ConfigError
-from lakeview.project import is_graph_view, load_project, parse_project
+from lakeview.project import explain_view, is_graph_view, load_project, parse_project
 from lakeview.sql.planner import plan_for
 
 SOURCES = """
@@ -73,9 +73,10 @@ def test_views_the_planner_refuses_load_as_graph_views(sql: str) -> None:
     assert plan_for("v", sql).kind == "graph"
 
 
-def test_views_the_planner_keeps_stay_on_it() -> None:
+def test_one_source_views_are_graph_views_too() -> None:
     config = project({"sales": "SELECT pid, SUM(qty) AS total FROM orders GROUP BY pid"})
-    assert not is_graph_view(config, "sales")
+    assert is_graph_view(config, "sales")
+    assert "view sales (operator graph)" in explain_view(config, "sales")
 
 
 @pytest.mark.parametrize(
@@ -110,7 +111,7 @@ def test_graph_views_read_views_and_views_read_graph_views(tmp_path: Path) -> No
         "bigger": "SELECT region FROM big WHERE revenue > 2",  # ... and so on down the chain
     }
     config = project(views, tmp_path)
-    assert [v for v in views if is_graph_view(config, v)] == ["star", "v", "top", "big", "bigger"]
+    assert [v for v in views if is_graph_view(config, v)] == list(views)
     result = CliRunner().invoke(app, ["explain", "top", "-p", str(tmp_path)])
     assert result.exit_code == 0 and "view top (operator graph)" in result.output, result.output
     assert "sources: star" in result.output
