@@ -37,7 +37,7 @@ def test_explain_names_operators_key_and_state(tmp_path: Path) -> None:
     assert "view sales (operator graph) -> shop.sales" in out and "the view's table is keyed by product_id" in out
     assert 'Filter ("changes_quantity_2" > 0)' in out  # WHERE quantity > 0, stateless
     assert "Aggregate GROUP BY (g_product_id) SUM(" in out and "MAX(" in out
-    assert "each group's distinct values of \"changes_quantity_2\" with their counts (for MAX(" in out
+    assert 'each group\'s distinct values of "changes_quantity_2" with their counts (for MAX(' in out
     assert "aggregate5.values0 -> shop.__lv_state_sales_g_log" in out  # the MAX's value multiset, in the view's log
     assert 'Filter "count" > 1' in out  # HAVING COUNT(*) > 1: re-evaluated per changed group
     assert "changes (the change feed's current row per key order_id) -> shop.__lv_state_sales_src_changes" in out

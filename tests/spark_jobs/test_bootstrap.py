@@ -121,15 +121,12 @@ def test_aggregates_and_projections_backfill_on_the_executors(
                 for view in views:
                     pipeline = stack.pipelines[view]
                     by_executors(pipeline.last_write)
-                    kept = [pipeline.writer, *pipeline.maintainer.state, pipeline.maintainer.mirror]
                     written = pipeline.last_write["tables"]
-                    assert set(written) == {w.identifier[-1] for w in kept if w is not None}, (
-                        "every table the view keeps"
-                    )
-                mirror = stack.pipelines[f"{p}_agg"].maintainer.mirror
+                    assert set(written) == {w.table_name for w in pipeline.tables()}, "every table the view keeps"
+                mirror = stack.pipelines[f"{p}_agg"].mirrors["orders"]
                 assert (
                     mirror.last_commit().epoch == 0
-                    and stack.pipelines[f"{p}_agg"].last_write["tables"][mirror.identifier[-1]] == 39
+                    and stack.pipelines[f"{p}_agg"].last_write["tables"][mirror.table_name] == 39
                 )
     finally:
         stack.stop_views()
@@ -183,17 +180,17 @@ def test_sigkill_between_state_and_view_commits_of_a_backfill(spark, tmp_path: P
     project = project_on_disk(tmp_path, data)
     first, later = backfill(), changes()
     land(project.source_path("orders"), "000.json", first)
-    refresh_with_fault(tmp_path, view, "before_view_commit:0")  # the state tables committed, the view and mirror not
+    refresh_with_fault(tmp_path, view, "before_view_commit:0")  # every table's files written, nothing committed
     store = open_store(project)
-    state = [(NAMESPACE, f"__lv_state_{view}_{i}") for i in (0, 1)]  # group state, MAX's value multiset
-    assert all(store.load_table(t).current_snapshot() is not None for t in state), "the state tables committed"
-    assert tables.last_commit(project, view) is None, "the view did not"
+    state = [(NAMESPACE, f"__lv_state_{view}_g_log"), (NAMESPACE, f"__lv_state_{view}_src_orders")]  # state, mirror
+    assert all(store.load_table(t).current_snapshot() is None for t in state), "one transaction: none committed"
+    assert tables.last_commit(project, view) is None, "nor the view"
 
     land(project.source_path("orders"), "001.json", later)
     with CatalogServer(store, host="127.0.0.1", port=0) as server:
         pipeline = view_pipeline(spark, project, view, server.uri)
         pipeline.prepare()
-        pipeline.start(available_now=True).awaitTermination()  # replays epoch 0 (state tables skip it), then epoch 1
+        pipeline.start(available_now=True).awaitTermination()  # replays epoch 0, then epoch 1
         assert_equals_recompute(project, view, "after the restart")
         assert [c.epoch for c in tables.commit_history(project, view)] == [1, 0], (
             "each epoch committed once (newest first)"

@@ -98,12 +98,11 @@ def test_change_feed_aggregate_equals_recompute_every_epoch(
     assert all(r["file"].endswith("001.json") for r in quarantined_rows(project, "changes"))
     status = {s.view: s for s in view_statuses(project)}[unique_name]
     assert status.rows_quarantined == 4
-    # MIN, MAX and COUNT(DISTINCT) of quantity share one value multiset.
-    assert {t.identifier[-1] for t in [pipeline.writer, *pipeline.maintainer.state, pipeline.maintainer.mirror]} == {
+    # every operator's state in the view's one log table (Iceberg), the feed's current rows in its mirror
+    assert {t.table_name for t in pipeline.tables()} == {
         unique_name,
-        f"__lv_state_{unique_name}_0",
-        f"__lv_state_{unique_name}_1",
-        f"__lv_state_{unique_name}_src",
+        f"__lv_state_{unique_name}_g_log",
+        f"__lv_state_{unique_name}_src_changes",
     }
 
 
@@ -207,5 +206,5 @@ def test_before_after_image_feed_equals_recompute(
         query.stop()
     rows = {r["product_id"]: (r["total"], r["hi"]) for r in read_view(catalog_server, "cdc_tests", view).to_pylist()}
     assert rows == {1: (6, 5), 3: (7, 7)}  # product 2's only order was deleted; the MAX of product 1 fell back to 5
-    assert pipeline.maintainer.mirror is None
+    assert pipeline.mirrors == {}  # the images carry the old rows: no mirror of the feed
     assert len(quarantined_rows(project, "images", view)) == 1

@@ -72,7 +72,7 @@ def test_sigkill_at_each_point_then_restart_equals_recompute(spark, tmp_path: Pa
     view = store.load_table(("crash", "crashy"))
     comparison = oracle.compare(view.scan().to_arrow(), oracle.recompute(project, "crashy"))
     assert comparison.equal, comparison.describe()
-    for name in ("crashy", "__lv_state_crashy_0", "__lv_state_crashy_1", "__lv_state_crashy_src"):
+    for name in ("crashy", "__lv_state_crashy_g_log", "__lv_state_crashy_src_changes"):  # view, state log, mirror
         table = store.load_table(("crash", name))
         epochs = Counter(s.summary.additional_properties.get("lakeview.epoch") for s in table.snapshots() if s.summary)
         epochs.pop(None, None)
@@ -84,11 +84,11 @@ STATS_SQL = (
     "SELECT product_id, AVG(quantity) AS avg_q, MIN(order_id) AS first_order, MAX(quantity) AS hi, "
     "COUNT(DISTINCT quantity) AS sizes FROM changes GROUP BY product_id"
 )
-STATS_TABLES = ("stats", "__lv_state_stats_0", "__lv_state_stats_1", "__lv_state_stats_2", "__lv_state_stats_src")
+STATS_TABLES = ("stats", "__lv_state_stats_g_log", "__lv_state_stats_src_changes")  # the view, its state log, mirror
 
 
 def test_sigkill_before_the_one_transaction_leaves_every_table_at_the_last_epoch(spark, tmp_path: Path) -> None:
-    """The view, its group state, its value multisets and its change feed's mirror commit an epoch in ONE
+    """The view, its state log (group records, value multisets) and its change feed's mirror commit an epoch in ONE
     catalog transaction: killed with every table's files written but before it, none of them holds the
     epoch (committed one by one, the state tables would be ahead of the view); the restart commits it to
     all, once, and the view equals the recompute."""

@@ -309,14 +309,13 @@ def test_sigkill_mid_group_commit_then_restart_commits_every_table_once(spark, t
     land(project.source_path("changes"), "000.json", EPOCHS[0])
     land(project.source_path("changes"), "001.json", EPOCHS[1])
 
-    names = [
+    names = [  # each view, its state log and its change feed's mirror
         "crashy",
-        "__lv_state_crashy_0",
-        "__lv_state_crashy_1",
-        "__lv_state_crashy_src",
+        "__lv_state_crashy_g_log",
+        "__lv_state_crashy_src_changes",
         "counts",
-        "__lv_state_counts_0",
-        "__lv_state_counts_src",
+        "__lv_state_counts_g_log",
+        "__lv_state_counts_src_changes",
     ]
     assert refresh(tmp_path, "before_group_commit:0") == -signal.SIGKILL
     store = open_store(project)

@@ -63,12 +63,8 @@ def verify(project, view: str) -> oracle.Comparison:
 
 
 def state_windows(pipeline, catalog_server: CatalogServer, view: str, source: str) -> set[str]:
-    """The starts of the 10-minute windows a view's state still holds: the one-source stack's group state, or
-    (LAKEVIEW_ENGINE=graph) the aggregate's state the watermark bounds, keyed by the window's end, read back
-    from the view's state log through the catalog."""
-    if not isinstance(pipeline, GraphPipeline):
-        state = pipeline.maintainer.state[0].table().scan().to_arrow().to_pylist()
-        return {r["window_start"].strftime("%H:%M") for r in state}
+    """The starts of the 10-minute windows a view's state still holds: the aggregate's state the watermark
+    bounds, keyed by the window's end, read back from the view's state log through the catalog."""
     ((bound,),) = bounds(pipeline.graph, source, "ts").values()
     rows = state_log_rows(catalog_server, view, bound.table, "window_tests")
     return {(r[bound.column] - timedelta(minutes=10)).strftime("%H:%M") for r in rows}
@@ -149,13 +145,10 @@ def test_tumbling_and_hopping_windows_with_a_watermark(
         int((T0 + timedelta(minutes=23)).timestamp() * 1_000_000)
     )
     text = explain_view(project, tumbling)
-    if isinstance(t_pipeline, GraphPipeline):
-        ((bound,),) = bounds(t_pipeline.graph, "events", "ts").values()
-        closing = "watermark 10 minutes on events.ts: its late rows quarantined; state dropped once its windows close"
-        assert f"{closing}: {bound.table}" in text
-    else:
-        assert "window: tumbling window(ts, '10 minutes')" in text and "watermark 10 minutes on ts" in text
-    assert isinstance(h_pipeline, GraphPipeline) or h_pipeline.maintainer.view_is_state  # SUM/COUNT: view = state
+    ((bound,),) = bounds(t_pipeline.graph, "events", "ts").values()
+    closing = "watermark 10 minutes on events.ts: its late rows quarantined; state dropped once its windows close"
+    assert f"{closing}: {bound.table}" in text
+    assert isinstance(h_pipeline, GraphPipeline)
 
 
 def test_watermark_survives_a_restart_and_lakeview_verify_agrees(
