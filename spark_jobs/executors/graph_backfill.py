@@ -35,6 +35,7 @@ from lakeview.graph.backfill_sql import FirstBatch, first_batch_sql
 from lakeview.ivm.changefeed import DELETE, OP, operation_sql
 from lakeview.ivm.commits import CommitRecord, Epoch
 from lakeview.sql.plan import WEIGHT
+from spark_jobs import faults
 from spark_jobs.executors.bootstrap import Bootstrap
 from spark_jobs.executors.writes import files_on_executors
 from spark_jobs.source_frames import SourceFrames, _input_frame, file_frame, frontier, source_frames
@@ -229,6 +230,7 @@ def _write_and_commit(
         written[writer.table_name] = files_on_executors(writer, rows, epoch, pipeline.project)
     done.files = written
     if pipeline.group is not None:
+        faults.point("before_view_commit", epoch.number)  # Iceberg: before the one transaction of every table
         records = pipeline.group.commit(epoch, dict(written))  # type: ignore[arg-type]
         done.record = None if records is None else records.get(pipeline.writer.table_name)
         return done

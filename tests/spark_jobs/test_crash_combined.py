@@ -19,7 +19,6 @@ from catalog_api.ops import view_tables as tables
 from catalog_api.store.catalog import open_store
 from lakeview.config.models import ProjectConfig
 from lakeview.ivm import oracle
-from lakeview.project import is_graph_view
 from lakeview.stack.chain_oracle import expected_rows, over_relations
 from spark_jobs.sources.quarantine import quarantined_rows
 from spark_jobs.sources.view_changes import reader_path
@@ -225,5 +224,4 @@ def test_sigkill_watermarked_window_over_a_change_feed(spark, tmp_path: Path) ->
     assert record.extra["lakeview.watermark-us"] == str(int((T0 + timedelta(minutes=25)).timestamp() * 1_000_000)), (
         "as without a crash"
     )
-    # group state, one multiset (MIN/MAX), mirror; LAKEVIEW_ENGINE=graph: the state log, the mirror
-    assert_each_epoch_once(project, view, {"0", "1", "2"}, state_tables=2 if is_graph_view(project, view) else 3)
+    assert_each_epoch_once(project, view, {"0", "1", "2"}, state_tables=2)  # the state log, the feed's mirror

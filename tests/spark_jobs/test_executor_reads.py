@@ -43,8 +43,7 @@ def views_of(prefix: str) -> tuple[tuple[str, str, str], dict]:
 
 
 def kept_tables(pipeline) -> list[IcebergWriter]:
-    maintainer = pipeline.maintainer
-    return [w for w in [pipeline.writer, *maintainer.state, maintainer.mirror] if w is not None]
+    return pipeline.tables()  # the view's table, its state log and its change feed's mirror
 
 
 def run_chain(
@@ -65,7 +64,7 @@ def run_chain(
 
 def assert_nothing_kept_on_the_driver(kept: dict[str, list[IcebergWriter]]) -> None:
     writers = [w for ws in kept.values() for w in ws]
-    assert len(writers) >= 4, "the views, the aggregate's MAX state and the feed's mirror"
+    assert len(writers) >= 4, "the views, the aggregate's state and the feed's mirror"
     for writer in writers:
         name, live = writer.identifier[-1], writer.live
         assert isinstance(live.remote, ExecutorReads) and live.remote.jobs > 0, f"{name}: never read on the executors"

@@ -1,5 +1,5 @@
-"""A view kept as an operator graph in a view group (real Spark, the embedded stack): the group's one query
-keeps it beside a one-source aggregate, and every table of the group — both views and the graph's state log —
+"""Operator-graph views in a view group (real Spark, the embedded stack): the group's one query keeps a top-k
+beside a one-source aggregate, and every table of the group — both views and their state logs —
 is committed in one catalog transaction per epoch (the first batch's files written by Spark's executors
 included); a restart continues from the group's checkpoint, and each view equals the recompute of its SQL."""
 
@@ -45,7 +45,7 @@ def test_a_graph_view_commits_with_its_group_in_one_transaction(
         tables = group_tables(stack, group)
     finally:
         stack.stop_views()
-    assert len(tables) == 3, f"both views and the top-k's state log: {sorted(tables)}"
+    assert len(tables) == 4, f"both views and each one's state log: {sorted(tables)}"
     assert_together_and_recomputed(tables, project, (sums, top), files=2)
     assert [summary(s).get(WRITTEN_BY) for s in tables[top].snapshots()] == ["executors", None], (
         "the 80-order first batch was written by the executors, in the group's transaction; the next by the driver"
