@@ -70,7 +70,8 @@ def _graph_expected(project: ProjectConfig, view: str, record: CommitRecord) -> 
         relations[source], how = expected_rows(project, source, record_at(project, source, int(snapshot)))
         hows.append(how)
     rows = over_relations(plan.duckdb_sql(), relations, "duckdb")
-    return rows, f"({' + '.join(hows)}) -> {view}@epoch {record.epoch}"
+    read = hows[0] if len(hows) == 1 else f"({' + '.join(hows)})"  # one input: a chain, as `verify` prints it
+    return rows, f"{read} -> {view}@epoch {record.epoch}"
 
 
 def over_rows(spark_sql: str, relation: str, rows: pa.Table) -> pa.Table:

@@ -22,7 +22,7 @@ from catalog_api.ops import view_tables as tables
 from lakeview.cli.main import app
 from lakeview.errors import WriterError
 from lakeview.ivm import oracle
-from lakeview.ivm.explain import explain
+from lakeview.project import explain_view
 from lakeview.stack.chain_oracle import expected_rows, over_rows
 from lakeview.stack.embedded import EmbeddedStack
 from lakeview.stack.maintenance import maintain_view
@@ -243,7 +243,9 @@ def test_views_over_an_append_only_view(spark, catalog_server, make_project, uni
                 assert comparison.equal, f"{view} after batch {number}: {comparison.describe()}"
     finally:
         stack.stop_views()
-    assert "append-only, all +1" in explain(project, totals)
+    assert f"reads the view {filtered}: its changes published in _lakeview/changes/{filtered}/" in explain_view(
+        project, totals
+    )
 
 
 def test_a_downstream_rebuilt_after_its_table_is_dropped_starts_from_the_upstreams_state(spark, tmp_path: Path) -> None:

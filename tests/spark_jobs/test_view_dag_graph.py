@@ -150,6 +150,6 @@ def test_a_graph_view_killed_between_its_commit_and_its_publication_publishes_on
         assert comparison.equal, f"{view} after the restart: {comparison.describe()}"
     assert json.loads((reader_path(project, star, "ctop") / "_published.json").read_text())["epoch"] == 1
     verify = CliRunner().invoke(app, ["verify", "ctop", "-p", str(tmp_path)])
-    assert verify.exit_code == 0 and "equal" in verify.output and f"{star}@epoch 1) -> ctop@epoch 1" in verify.output, (
+    assert verify.exit_code == 0 and "equal" in verify.output and f"{star}@epoch 1 -> ctop@epoch 1" in verify.output, (
         verify.output
     )

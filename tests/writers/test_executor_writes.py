@@ -227,7 +227,7 @@ def test_crash_between_executor_writes_and_commit_replays_without_duplicates(fmt
 
 
 def test_explain_states_where_each_view_kind_holds_its_delta(make_project) -> None:
-    from lakeview.ivm.explain import explain
+    from lakeview.project import explain_view
 
     project = make_project(
         views={
@@ -237,14 +237,14 @@ def test_explain_states_where_each_view_kind_holds_its_delta(make_project) -> No
     )
     bounded = project.model_copy(update={"spark": SparkConfig(driver_rows_max=1000, max_files_per_trigger=20)})
     assert (
-        "more than 1000 input rows ([spark] driver_rows_max): its data files are written by the Spark executors"
-        in explain(bounded, "appended")
+        "a first batch of more than 1000 input rows ([spark] driver_rows_max), its tables still empty (a backfill): "
+        "every table's rows computed by Spark and written by the executors" in explain_view(bounded, "appended")
     )
-    assert "at most 20 new files per batch ([spark] max_files_per_trigger)" in explain(bounded, "sums")
-    assert "unbounded: set [spark] max_files_per_trigger" in explain(project, "sums")
+    assert "at most 20 new files per source ([spark] max_files_per_trigger)" in explain_view(bounded, "sums")
+    assert "unbounded: set [spark] max_files_per_trigger" in explain_view(project, "sums")
     assert (
         "a first batch of more than 500000 input rows ([spark] driver_rows_max), its tables still empty (a backfill)"
-        in explain(project, "sums")
+        in explain_view(project, "sums")
     )
 
 
