@@ -28,8 +28,9 @@ replays after a crash) as any new view's.
 Adopted as it is: a one-source stack projection over an append-only source (the view's table alone, rows
 appended): the graph keeps no state for it and appends the same rows to the same table, from the same checkpoint.
 
-Not rebuilt alone: a member of a view group (its checkpoint is the group's, the group's other members stand at
-its epochs): refused at start, naming what to drop.
+Not rebuilt alone, refused at start naming what to drop: a member of a view group (its checkpoint is the group's,
+the group's other members stand at its epochs), a view over views (the change files it read are pruned once read)
+or read by views (they hold the rows it published; its rebuild would publish its whole history again).
 """
 
 from __future__ import annotations
@@ -133,6 +134,26 @@ def _last_commit(writer: SnapshotWriter) -> object | None:
         return None
 
 
+def _refuse_alone(pipeline: GraphPipeline, why: str, tables: list[str]) -> None:
+    """Refuse a view that cannot be rebuilt alone: a view group's member (its checkpoint is the group's, whose
+    other members stand at its epochs), a view reading other views (the change files it read are pruned) or read
+    by them (they hold what it published)."""
+    group, view = pipeline.config.group, pipeline.view
+    readers = pipeline.publisher.downstreams if pipeline.publisher is not None else []
+    linked = sorted({*pipeline.upstreams, *readers})
+    if group is None and not linked:
+        return
+    if group is not None:
+        alone, together = f"a member of group {group}, whose members share one checkpoint", f"group {group}'s views"
+    else:
+        alone, together = f"it reads or is read by views {', '.join(linked)}", f"{view} and {', '.join(linked)}"
+    older = f", and {', '.join(tables)}" if tables else ""
+    raise WriterError(
+        f"{view}: refused at start: an older Lakeview kept it ({why}), and it cannot be rebuilt alone ({alone}); "
+        f"drop the tables of {together} with their __lv_state_ tables{older} to rebuild them from their sources"
+    )
+
+
 def marker_path(checkpoint: Path) -> Path:
     """The file naming a rebuild's tables to drop, beside Spark's checkpoint (which the rebuild removes)."""
     return checkpoint.with_name(f"{checkpoint.name}.rebuild.json")
@@ -141,7 +162,7 @@ def marker_path(checkpoint: Path) -> Path:
 def rebuild_older_layout(pipeline: GraphPipeline) -> None:
     """Rebuild ``pipeline``'s view when an older Lakeview kept it (see the module's doc): before its tables are
     made, drop its older tables, its own table and Spark's checkpoint, so its first batch reads every source's
-    whole history. Raises WriterError for a view group's member."""
+    whole history. Raises WriterError for a view that cannot be rebuilt alone (see ``_refuse_alone``)."""
     view, checkpoint = pipeline.view, pipeline.checkpoint
     marker = marker_path(checkpoint)
     pending = json.loads(marker.read_text()) if marker.exists() else None
@@ -150,13 +171,7 @@ def rebuild_older_layout(pipeline: GraphPipeline) -> None:
         return
     tables = sorted({*(older.tables if older else ()), *(pending["tables"] if pending else ())})
     why = older.why if older is not None else pending["why"]
-    if pipeline.config.group is not None:
-        raise WriterError(
-            f"{view}: refused at start: an older Lakeview kept it ({why}); it is a member of group "
-            f"{pipeline.config.group}, whose members share one checkpoint, so it cannot be rebuilt alone; drop the "
-            f"group's view tables and their __lv_state_ tables{' and ' + ', '.join(tables) if tables else ''} to "
-            "rebuild the group from its sources"
-        )
+    _refuse_alone(pipeline, why, tables)
     if pending is None:
         hidden = marker.with_name(f".{marker.name}")
         hidden.parent.mkdir(parents=True, exist_ok=True)

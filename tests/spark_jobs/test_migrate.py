@@ -25,6 +25,7 @@ import pytest
 from deltalake import DeltaTable
 
 from catalog_api.server import CatalogServer
+from lakeview.errors import WriterError
 from lakeview.ivm import oracle
 from lakeview.ivm.commits import Change, Epoch
 from lakeview.sql.duck import connect
@@ -247,3 +248,31 @@ def test_a_rebuild_a_crash_interrupted_after_dropping_state_is_finished_by_the_n
     upgrade_and_run(spark, pipeline.project, view, catalog_server)
     assert "resuming a rebuild an earlier start began" in rebuilt(caplog, view, [f"__lv_state_{view}_0"])
     assert not marker.exists()
+
+
+@pytest.mark.parametrize("linked", ["group", "view over a view"])
+def test_an_older_view_that_cannot_be_rebuilt_alone_is_refused_at_start_naming_what_to_drop(
+    spark, catalog_server: CatalogServer, make_project, unique_name: str, monkeypatch: pytest.MonkeyPatch, linked: str
+) -> None:
+    """A group's member shares the group's checkpoint; a view over a view re-reads change files that were pruned
+    once read (and its readers hold what it published): refused, naming the views to rebuild together."""
+    monkeypatch.setenv("LAKEVIEW_ENGINE", "graph")
+    sql = "SELECT pid, AVG(qty) AS a FROM orders GROUP BY pid"
+    if linked == "group":
+        views = {unique_name: {"sql": sql, "group": "g"}, "other": {"sql": "SELECT id FROM orders", "group": "g"}}
+    else:
+        views = {
+            "base": {"sql": "SELECT id, pid, qty FROM orders"},
+            unique_name: {"sql": sql.replace("orders", "base")},
+        }
+    project = make_project(views={v: {"namespace": NS, **c} for v, c in views.items()}, sources=SOURCES)
+    pipeline = view_pipeline(spark, project, unique_name, catalog_server.uri)
+    groups = pa.table({"pid": pa.array([0], pa.int64()), "__lv_rows": pa.array([1], pa.int64())})
+    pipeline._state_writer(f"__lv_state_{unique_name}_0").ensure_table(groups.schema, ("pid",), {})
+    with pytest.raises(WriterError) as info:
+        pipeline.prepare()
+    message = str(info.value)
+    assert message.startswith(f"{unique_name}: refused at start: an older Lakeview kept it"), message
+    assert f"__lv_state_{unique_name}_0" in message
+    assert ("group g's views" if linked == "group" else f"{unique_name} and base") in message, message
+    assert exists(pipeline, f"__lv_state_{unique_name}_0")  # nothing dropped
