@@ -39,6 +39,7 @@ import json
 import logging
 import os
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -92,39 +93,57 @@ class OlderLayout:
 
 def older_layout(pipeline: GraphPipeline) -> OlderLayout | None:
     """The older layout ``pipeline``'s view was kept in (see the module's doc), or None."""
-    view, writer_of = pipeline.view, pipeline._state_writer
+    view, present = pipeline.view, _tables_present(pipeline)
+
+    def columns(name: str) -> set[str] | None:
+        return _stored(pipeline._state_writer(name)) if present(name) else None
+
     tree = parse_statement(pipeline.plan.sql, pipeline.plan.dialect)
     aliases = dict.fromkeys(t.alias_or_name for t in tree.find_all(exp.Table))
-    found = [name for alias in aliases if _stored(writer_of(name := f"__lv_state_{view}_join_{alias}")) is not None]
+    found = [name for alias in aliases if present(name := f"__lv_state_{view}_join_{alias}")]
     aggregate = 0  # the top aggregate's group state, then its value multisets, numbered from 0
-    while _stored(writer_of(f"__lv_state_{view}_{aggregate}")) is not None:
+    while present(f"__lv_state_{view}_{aggregate}"):
         found.append(f"__lv_state_{view}_{aggregate}")
         aggregate += 1
-    if _stored(writer_of(f"__lv_state_{view}_src")) is not None:  # the one-source stack's change-feed mirror
+    if present(f"__lv_state_{view}_src"):  # the one-source stack's change-feed mirror
         found.append(f"__lv_state_{view}_src")
     for source in pipeline.feeds:
-        mirror = _stored(writer_of(source_mirror_name(view, source)))
+        mirror = columns(source_mirror_name(view, source))
         if mirror is not None and WEIGHT not in mirror:
             found.append(source_mirror_name(view, source))
     if pipeline.writer.capabilities.format == "delta":  # (Iceberg: the state log's layout property tells it)
         rows = [f"__lv_state_{view}_g_{op.id}_rows" for op in pipeline.graph.operators if isinstance(op, Aggregate)]
-        found += [name for name in rows if _stored(writer_of(name)) is not None]
+        found += [name for name in rows if present(name)]
     if found:
         return OlderLayout(tuple(found), f"state tables {', '.join(found)} kept by an engine this version does not run")
-    if _stateless_view_of_a_stateful_graph(pipeline):
+    if _stateless_view_of_a_stateful_graph(pipeline, present):
         return OlderLayout((), "its table was kept as its own state (no state table of the view's operator graph)")
     return None
 
 
-def _stateless_view_of_a_stateful_graph(pipeline: GraphPipeline) -> bool:
+def _tables_present(pipeline: GraphPipeline) -> Callable[[str], bool]:
+    """Whether a table of the view's namespace (Iceberg: listed once) or beside its table (Delta) exists."""
+    catalog = getattr(pipeline.writer, "catalog", None)
+    if catalog is None:
+        return lambda name: _stored(pipeline._state_writer(name)) is not None
+    from pyiceberg.exceptions import NoSuchNamespaceError  # lazy: pyiceberg loads only for Iceberg views
+
+    try:
+        names = {identifier[-1] for identifier in catalog.list_tables(pipeline.writer.identifier[0])}  # type: ignore[attr-defined]
+    except NoSuchNamespaceError:  # a new view in a new namespace
+        names = set()
+    return names.__contains__
+
+
+def _stateless_view_of_a_stateful_graph(pipeline: GraphPipeline, present: Callable[[str], bool]) -> bool:
     """Whether the view's table has commits while its graph keeps state and none of its state tables or mirrors
     has any: the one-source stack kept SUM/COUNT/MIN/MAX over an append-only source in the view's table alone."""
     graph_tables = [state_table_name(pipeline.view, t) for t in pipeline.graph.state_tables()]
     graph_tables += [source_mirror_name(pipeline.view, s) for s in pipeline.feeds]
-    if not graph_tables or _stored(pipeline.writer) is None or pipeline.writer.last_commit() is None:
+    if not graph_tables or not present(pipeline.writer.table_name) or _last_commit(pipeline.writer) is None:
         return False
     graph_tables.append(log_table_name(pipeline.view))
-    return all(_last_commit(pipeline._state_writer(name)) is None for name in graph_tables)
+    return all(_last_commit(pipeline._state_writer(name)) is None for name in graph_tables if present(name))
 
 
 def _last_commit(writer: SnapshotWriter) -> object | None:
