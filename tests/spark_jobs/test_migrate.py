@@ -74,10 +74,12 @@ NEXT = {
 }
 
 
-def stack_layout(pipeline: GraphPipeline, key: tuple[str, ...] | None, state: dict[str, pa.Table]) -> None:
+def stack_layout(
+    pipeline: GraphPipeline, key: tuple[str, ...] | None, state: dict[str, tuple[pa.Table, tuple[str, ...]]]
+) -> None:
     """The tables the one-source stack left for ``pipeline``'s view (see the module's doc): Spark's checkpoint
     having read every landed file (one epoch), the view's rows as of it (DuckDB's recompute), and ``state``'s
-    tables (by name) with their rows, every table's commit stamped with that epoch."""
+    tables (by name: their rows and key), every table's commit stamped with that epoch."""
     project, view = pipeline.project, pipeline.view
     directories = [project.source_path(s) for s in pipeline.sources]
     stream = DriverStream(f"older_{view}", project.checkpoint_path(view), directories, lambda *_: None, 0.0, True)
@@ -87,10 +89,10 @@ def stack_layout(pipeline: GraphPipeline, key: tuple[str, ...] | None, state: di
     epoch = Epoch(view=view, number=0, frontier=frontier)
     rows = oracle.recompute(project, view, files)
     owned = {"lakeview.state-of": view}
-    for name, table in state.items():
+    for name, (table, table_key) in state.items():
         writer = pipeline._state_writer(name)
-        writer.ensure_table(table.schema, tuple(table.column_names[:1]), owned)
-        writer.commit(epoch, Change(table, key=tuple(table.column_names[:1])))
+        writer.ensure_table(table.schema, table_key, owned)
+        writer.commit(epoch, Change(table, key=table_key))
     properties = {"lakeview.sql": pipeline.config.sql, "lakeview.cadence": str(pipeline.config.cadence)}
     pipeline.writer.ensure_table(rows.schema, key, properties)
     pipeline.writer.commit(epoch, Change(rows, key=key))
@@ -178,7 +180,11 @@ def test_an_iceberg_aggregate_the_stack_kept_in_state_tables_is_rebuilt_at_start
     view = pipeline.view
     groups = pa.table({"pid": pa.array([0, 1, 2], pa.int64()), "__lv_rows": pa.array([9, 10, 10], pa.int64())})
     values = pa.table({"pid": pa.array([0], pa.int64()), "__lv_v": pa.array([1], pa.int64()), "__lv_n": [1]})
-    stack_layout(pipeline, ("pid",), {f"__lv_state_{view}_0": groups, f"__lv_state_{view}_1": values})
+    stack_layout(
+        pipeline,
+        ("pid",),
+        {f"__lv_state_{view}_0": (groups, ("pid",)), f"__lv_state_{view}_1": (values, ("pid", "__lv_v"))},
+    )
     land_all(pipeline.project, WHILE_STOPPED, "001.json")
     upgrade_and_run(spark, pipeline.project, view, catalog_server)
     rebuilt(caplog, view, [f"__lv_state_{view}_0", f"__lv_state_{view}_1"])
@@ -207,7 +213,7 @@ def test_an_iceberg_projection_over_a_change_feed_the_stack_kept_with_its_mirror
     pipeline = older("SELECT id, category, price FROM products", "iceberg", catalog_server)
     view = pipeline.view
     mirror = pa.Table.from_pylist([json.loads(line) for line in FIRST["products"]], schema=PRODUCTS)
-    stack_layout(pipeline, ("id",), {f"__lv_state_{view}_src": mirror})
+    stack_layout(pipeline, ("id",), {f"__lv_state_{view}_src": (mirror, ("id",))})
     land_all(pipeline.project, WHILE_STOPPED, "001.json")
     upgrade_and_run(spark, pipeline.project, view, catalog_server)
     rebuilt(caplog, view, [f"__lv_state_{view}_src"])
@@ -234,12 +240,12 @@ def test_a_rebuild_a_crash_interrupted_after_dropping_state_is_finished_by_the_n
     older, catalog_server: CatalogServer, caplog, spark
 ) -> None:
     """The rebuild names its tables in a marker before dropping any: a start after a crash that dropped the
-    state but not yet the view's table nor the checkpoint (no older table left to tell) finishes the rebuild."""
+    state but not yet the view's table nor the checkpoint finishes the rebuild, its warning saying it resumes one."""
     sql = "SELECT pid, AVG(qty) AS a FROM orders GROUP BY pid"
     pipeline = older(sql, "iceberg", catalog_server)
     view = pipeline.view
     groups = pa.table({"pid": pa.array([0, 1, 2], pa.int64()), "__lv_rows": pa.array([9, 10, 10], pa.int64())})
-    stack_layout(pipeline, ("pid",), {f"__lv_state_{view}_0": groups})
+    stack_layout(pipeline, ("pid",), {f"__lv_state_{view}_0": (groups, ("pid",))})
     marker = marker_path(pipeline.checkpoint)
     why = "state tables kept by an engine this version does not run"
     marker.write_text(json.dumps({"view": view, "tables": [f"__lv_state_{view}_0"], "why": why}))
