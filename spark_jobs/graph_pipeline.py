@@ -42,13 +42,11 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
-from sqlglot import exp
 
 from lakeview.config.evolution import with_evolved_sources
 from lakeview.errors import WriterError
 from lakeview.graph import WEIGHT as GRAPH_WEIGHT
 from lakeview.graph import step
-from lakeview.graph.aggregate import Aggregate
 from lakeview.graph.output_types import conform, output_key, output_schema, table_schema
 from lakeview.ivm.changefeed import normalize, source_mirror_name
 from lakeview.ivm.commits import Change, CommitRecord, Epoch
@@ -56,7 +54,7 @@ from lakeview.project import evolving_inputs, graph_output_schema, source_schema
 from lakeview.sql.dag import upstreams_of
 from lakeview.sql.dialects import sql_properties
 from lakeview.sql.graph_plan import GraphPlan
-from lakeview.sql.plan import WEIGHT, parse_statement
+from lakeview.sql.plan import WEIGHT
 from lakeview.sql.planner import view_plan
 from spark_jobs import faults
 from spark_jobs.driver_stream import DriverStream
@@ -64,6 +62,7 @@ from spark_jobs.epoch_guard import guarded
 from spark_jobs.executors.graph_backfill import backfill_on_executors, backfills, bound_memory
 from spark_jobs.executors.graph_batches import later_large, later_on_executors, warn_collected
 from spark_jobs.graph_watermark import GraphWatermark
+from spark_jobs.migrate import rebuild_older_layout, stored_columns, stored_schema
 from spark_jobs.source_frames import collect_sources, direct_sources, frontier, tagged_files
 from spark_jobs.sources.evolution import evolved
 from spark_jobs.sources.upstream import with_upstream_source
@@ -85,27 +84,6 @@ if TYPE_CHECKING:
     from writers.iceberg.group import IcebergGroupWriter
 
 log = logging.getLogger("lakeview.pipeline")
-
-
-def stored_schema(writer: SnapshotWriter) -> pa.Schema:
-    """A table's columns as stored (an IcebergWriter's or a DeltaWriter's table), as an arrow schema."""
-    table = writer.table()  # type: ignore[attr-defined]
-    if writer.capabilities.format == "delta":
-        return pa.schema(table.schema().to_arrow())
-    return table.schema().as_arrow()
-
-
-def stored_columns(writer: SnapshotWriter) -> set[str]:
-    """The column names of a table as stored (an IcebergWriter's or a DeltaWriter's table)."""
-    return set(stored_schema(writer).names)
-
-
-def _stored(writer: SnapshotWriter) -> set[str] | None:
-    """The stored column names of ``writer``'s table, None when it does not exist."""
-    try:
-        return stored_columns(writer)
-    except WriterError:
-        return None
 
 
 def graph_pipeline(spark: SparkSession, project: ProjectConfig, view: str, *args, **kwargs) -> GraphPipeline | None:  # type: ignore[no-untyped-def]
@@ -186,7 +164,8 @@ class GraphPipeline(SourcesPipeline):
         group's member: the group then reconciles its one checkpoint and gives it its transaction, ``attach``)."""
         for source in self.sources:
             self.project.source_path(source).mkdir(parents=True, exist_ok=True)
-        self._refuse_per_shape_tables()
+        if self.store is None:  # the first time (not an evolving view's new columns)
+            rebuild_older_layout(self)  # a view an older Lakeview kept in tables this version never reads
         output, state_schemas = warm_up(self.graph)
         self._state_schemas = state_schemas
         properties = {"lakeview.sql": self.config.sql, "lakeview.cadence": str(self.config.cadence)}
@@ -241,36 +220,6 @@ class GraphPipeline(SourcesPipeline):
         bound_memory(self)  # tables past [spark] driver_keys_max rows: looked up by key, never held
         if self.watermark is not None:  # the watermark as the last committed epoch left it
             self.watermark.recover(self.tables())
-
-    def _refuse_per_shape_tables(self) -> None:
-        """Refused at start: a join or UNION ALL view made by a Lakeview before every join and union ran as an
-        operator graph kept its state in tables of its own (the top aggregate's ``__lv_state_<view>_<i>``, each
-        join side's ``__lv_state_<view>_join_<alias>``, a change feed's mirror one row per key, without the
-        weight column), which this version never reads; its view table holds rows the graph's state never saw."""
-        tree = parse_statement(self.plan.sql, self.plan.dialect)
-        aliases = dict.fromkeys(t.alias_or_name for t in tree.find_all(exp.Table))
-        names = [f"__lv_state_{self.view}_join_{alias}" for alias in aliases]
-        found = [name for name in names if _stored(self._state_writer(name)) is not None]
-        aggregate = 0  # the top aggregate's group state, then its value multisets, numbered from 0
-        while _stored(self._state_writer(f"__lv_state_{self.view}_{aggregate}")) is not None:
-            found.append(f"__lv_state_{self.view}_{aggregate}")
-            aggregate += 1
-        for source in self.feeds:
-            mirror = _stored(self._state_writer(source_mirror_name(self.view, source)))
-            if mirror is not None and GRAPH_WEIGHT not in mirror:
-                found.append(source_mirror_name(self.view, source))
-        # Delta: an aggregate's MIN/MAX/COUNT(DISTINCT) kept each group's whole input rows (``<op>.rows``) before it
-        # kept per-group records and value multisets (Iceberg: the state log's layout property tells it)
-        rows = [f"__lv_state_{self.view}_g_{op.id}_rows" for op in self.graph.operators if isinstance(op, Aggregate)]
-        delta = self.writer.capabilities.format == "delta"
-        found += [name for name in rows if delta and _stored(self._state_writer(name)) is not None]
-        if found:
-            raise WriterError(
-                f"{self.view}: refused at start: its table and state were made by an older Lakeview, which kept "
-                f"state tables ({', '.join(found)}) that this version never reads (every join and union is an "
-                f"operator graph now, and an aggregate keeps MIN/MAX/COUNT(DISTINCT) as per-group values, not each "
-                f"group's rows); drop the view's table and {', '.join(found)} to rebuild it from its sources"
-            )
 
     def _check_same_graph(self, state_schemas: dict[str, pa.Schema]) -> None:
         """Refuse state tables another version of the view's operator graph made (other operators, e.g. before

@@ -64,6 +64,11 @@ class SnapshotWriter(ABC):
         Returns the names added."""
         raise NotImplementedError(f"{type(self).__name__} cannot evolve its schema")
 
+    def drop(self) -> None:
+        """Drop the table and delete its files; nothing when it does not exist (a view rebuilt from its
+        sources: :mod:`spark_jobs.migrate`)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot drop its table")
+
     @abstractmethod
     def commit(self, epoch: Epoch, change: Change) -> CommitRecord | None:
         """Apply ``change`` as one snapshot stamped with ``epoch``.

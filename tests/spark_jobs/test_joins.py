@@ -221,16 +221,18 @@ def test_join_view_sigkilled_mid_epoch_then_verify_says_equal(spark, tmp_path) -
         assert set(epochs.values()) == {1} and set(epochs) == {"0", "1"}, f"{name}: {epochs}"
 
 
-def test_a_join_view_an_older_lakeview_kept_in_per_shape_state_tables_is_refused_at_start_naming_them(
-    spark, catalog_server: CatalogServer, make_project, unique_name: str
+def test_a_join_view_an_older_lakeview_kept_in_per_shape_state_tables_is_rebuilt_at_start_naming_them(
+    spark, catalog_server: CatalogServer, make_project, unique_name: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Before every join ran as an operator graph, a join view kept its top aggregate's state
     (``__lv_state_<view>_0``), one table per join side (``__lv_state_<view>_join_<alias>``) and a change
-    feed's mirror one row per key (no weight column). Such a view is refused when it starts, naming the
-    tables to drop, rather than run from a state that never saw its earlier epochs."""
+    feed's mirror one row per key (no weight column). Such a view is rebuilt from its sources when it starts
+    (:mod:`spark_jobs.migrate`), one warning naming the tables it drops, rather than run from a state that never
+    saw its earlier epochs."""
+    import logging
+
     from pyiceberg.catalog.rest import RestCatalog
 
-    from lakeview.errors import WriterError
     from tests.pipelines import view_pipeline
 
     sources = {
@@ -238,7 +240,9 @@ def test_a_join_view_an_older_lakeview_kept_in_per_shape_state_tables_is_refused
         "products": {"format": "json", "path": "landing/products", "schema": PRODUCTS, "changes": FEED},
     }
     sql = "SELECT p.category, COUNT(*) AS n FROM orders o JOIN products p ON o.product_id = p.product_id GROUP BY p.category"
-    project = make_project(views={unique_name: {"sql": sql, "namespace": "join_tests"}}, sources=sources)
+    project = make_project(
+        views={unique_name: {"sql": sql, "cadence": "200ms", "namespace": "join_tests"}}, sources=sources
+    )
     catalog = RestCatalog("t", uri=catalog_server.uri, warehouse="lakeview")
     catalog.create_namespace_if_not_exists("join_tests")
     older = {
@@ -249,21 +253,32 @@ def test_a_join_view_an_older_lakeview_kept_in_per_shape_state_tables_is_refused
     }
     for name, columns in older.items():
         catalog.create_table(("join_tests", name), schema=pa.schema(columns))
+    land(project.source_path("products"), "000.json", [product("c", 1, "toys"), product("c", 2, "books")])
+    land(project.source_path("orders"), "000.json", [order(1, 1, 10.0), order(2, 2, 5.0), order(3, 1, 1.0)])
+    caplog.set_level(logging.WARNING, logger="lakeview.pipeline")
     pipeline = view_pipeline(spark, project, unique_name, catalog_server.uri)
-    with pytest.raises(WriterError) as info:
-        pipeline.prepare()
-    message = str(info.value)
-    assert "refused at start" in message and all(name in message for name in older), message
-    assert "drop the view's table and" in message, message
+    pipeline.prepare()
+    (message,) = [r.getMessage() for r in caplog.records if "rebuilding" in r.getMessage()]
+    assert all(name in message for name in older) and "full history" in message, message
+    assert not any(catalog.table_exists(("join_tests", name)) for name in older if "_src_" not in name)
+    query = pipeline.start()
+    try:
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    assert_verified(project, unique_name, pipeline, catalog_server, "join_tests")
 
 
-def test_a_delta_min_max_view_an_older_lakeview_kept_with_each_groups_rows_is_refused_at_start(
-    spark, catalog_server: CatalogServer, make_project, unique_name: str
+def test_a_delta_min_max_view_an_older_lakeview_kept_with_each_groups_rows_is_rebuilt_at_start(
+    spark, catalog_server: CatalogServer, make_project, unique_name: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Before value multisets, an aggregate's MIN/MAX/COUNT(DISTINCT) kept each group's whole input rows (a Delta
     table ``__lv_state_<view>_g_<op>_rows``). Its records and value tables would start empty beside a view of
-    earlier epochs: the view is refused when it starts, naming the table to drop."""
-    from lakeview.errors import WriterError
+    earlier epochs: the view is rebuilt when it starts, the table dropped and named in the warning."""
+    import logging
+
+    from deltalake import DeltaTable
+
     from lakeview.graph.aggregate import Aggregate
     from tests.pipelines import view_pipeline
 
@@ -282,8 +297,10 @@ def test_a_delta_min_max_view_an_older_lakeview_kept_with_each_groups_rows_is_re
     (aggregate,) = [op for op in pipeline.graph.operators if isinstance(op, Aggregate)]
     older = f"__lv_state_{unique_name}_g_{aggregate.id}_rows"
     columns = pa.schema([("category", pa.string()), ("amount", pa.float64()), ("__lv_w", pa.int64())])
-    pipeline._state_writer(older).ensure_table(columns, ("category", "amount"), {})
-    with pytest.raises(WriterError) as info:
-        pipeline.prepare()
-    message = str(info.value)
-    assert "refused at start" in message and older in message and "drop the view's table and" in message, message
+    writer = pipeline._state_writer(older)
+    writer.ensure_table(columns, ("category", "amount"), {})
+    caplog.set_level(logging.WARNING, logger="lakeview.pipeline")
+    pipeline.prepare()
+    (message,) = [r.getMessage() for r in caplog.records if "rebuilding" in r.getMessage()]
+    assert older in message and unique_name in message, message
+    assert not DeltaTable.is_deltatable(writer.location)

@@ -33,7 +33,6 @@ from writers.maintenance import (
     MaintenancePolicy,
     MaintenanceReport,
     Progress,
-    filesystem_for,
     list_files,
     retrying_pass,
 )
@@ -102,16 +101,7 @@ def _clean_log(writer: DeltaWriter, policy: MaintenancePolicy, report: Maintenan
 
 def _log_filesystem(writer: DeltaWriter) -> tuple[pafs.FileSystem, str]:
     """The pyarrow filesystem and path of the table's ``_delta_log`` (local or S3)."""
-    options = writer.storage_options or {}
-    s3 = {
-        "s3.endpoint": options.get("AWS_ENDPOINT_URL"),
-        "s3.access-key-id": options.get("AWS_ACCESS_KEY_ID"),
-        "s3.secret-access-key": options.get("AWS_SECRET_ACCESS_KEY"),
-        "s3.session-token": options.get("AWS_SESSION_TOKEN"),
-        "s3.region": options.get("AWS_REGION") or "us-east-1",
-        "s3.force-virtual-addressing": options.get("AWS_VIRTUAL_HOSTED_STYLE_REQUEST", "false"),
-    }
-    fs, root = filesystem_for(writer.location, {k: v for k, v in s3.items() if v is not None})
+    fs, root = writer.filesystem()
     return fs, root.rstrip("/") + "/_delta_log"
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.fs as pafs
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import (
     CommitFailedError,
@@ -31,6 +32,7 @@ from lakeview.ivm.commits import EPOCH, Change, CommitRecord, Epoch
 from writers.arrow_ops import plain_schema, plain_types, rows_with_keys, rows_without_keys
 from writers.base import SnapshotWriter, WriterCapabilities, retry_commit
 from writers.delta.log import commit_infos, iter_commit_infos
+from writers.maintenance import filesystem_for
 from writers.staged_files import WrittenFile, append_delta_files
 
 log = logging.getLogger("lakeview.writers.delta")
@@ -120,6 +122,28 @@ class DeltaWriter(SnapshotWriter):
             table.alter.add_columns([DeltaField.from_arrow(f) for f in new])
             self._current = None  # reload: the schema changed
         return [f.name for f in new]
+
+    def filesystem(self) -> tuple[pafs.FileSystem, str]:
+        """The pyarrow filesystem and the table's root path in it (local or S3)."""
+        options = self.storage_options or {}
+        s3 = {
+            "s3.endpoint": options.get("AWS_ENDPOINT_URL"),
+            "s3.access-key-id": options.get("AWS_ACCESS_KEY_ID"),
+            "s3.secret-access-key": options.get("AWS_SECRET_ACCESS_KEY"),
+            "s3.session-token": options.get("AWS_SESSION_TOKEN"),
+            "s3.region": options.get("AWS_REGION") or "us-east-1",
+            "s3.force-virtual-addressing": options.get("AWS_VIRTUAL_HOSTED_STYLE_REQUEST", "false"),
+        }
+        return filesystem_for(self.location, {k: v for k, v in s3.items() if v is not None})
+
+    def drop(self) -> None:
+        fs, root = self.filesystem()
+        root = root.rstrip("/")
+        fs.delete_dir_contents(f"{root}/_delta_log", missing_dir_ok=True)  # first: a half-deleted table is no table
+        fs.delete_dir_contents(root, missing_dir_ok=True)
+        if isinstance(fs, pafs.LocalFileSystem) and fs.get_file_info(root).type == pafs.FileType.Directory:
+            fs.delete_dir(root)
+        self._current = None
 
     def table(self, version: int | None = None) -> DeltaTable:
         """The table now (kept open and brought up to date incrementally: reloading the log from

@@ -152,6 +152,14 @@ class IcebergWriter(SnapshotWriter):
     def last_commit(self) -> CommitRecord | None:
         return last_commit_of(self.table())
 
+    def drop(self) -> None:
+        try:
+            self.catalog.purge_table(self.identifier)  # the catalog deletes the files its metadata lists
+        except NoSuchTableError:
+            pass
+        self.live = LiveFiles()  # rows by file of the dropped table
+        self._files_read = {}
+
     def lookup(self, keys: pa.Table) -> pa.Table:
         started = time.perf_counter()
         table = (self.committed_table() if self.committed_table is not None else None) or self.table()
