@@ -84,8 +84,9 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory):
     """A real S3 server (SeaweedFS ``weed mini``) on free loopback ports, for the whole run."""
     from tests.s3_server import SeaweedS3
 
-    with SeaweedS3(tmp_path_factory.mktemp("seaweedfs")) as server:
-        yield server
+    server = SeaweedS3(tmp_path_factory.mktemp("seaweedfs")).start()
+    yield server
+    server.discard()  # the run's temporary data: no graceful stop to wait for
 
 
 @pytest.fixture()

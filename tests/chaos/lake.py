@@ -342,7 +342,7 @@ class ChaosLake:
         self.generator.stop()
         self.stop_up()
         with contextlib.suppress(Exception):
-            self.s3.stop()
+            self.s3.discard()  # the soak's own temporary data
         with contextlib.suppress(Exception):
             self.postgres.stop()
         if self.landing_is_own_fs:
