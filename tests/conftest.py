@@ -13,17 +13,9 @@ from catalog_api.server import CatalogServer
 from catalog_api.store.catalog import CatalogStore
 from lakeview.config.models import ProjectConfig
 from lakeview.project import parse_project
-from tests.jvm_archive import QUIET, ArchiveBuild, archive_file, submit_args
+from tests.jvm_archive import JAVA_OPTIONS, QUIET, ArchiveBuild, archive_file, submit_args
 
-# Every JVM a test starts (the shared session, and `lakeview` run in another process, which inherits the
-# environment) compiles with C1 only and the serial collector: the tests' queries are small and short-lived,
-# so start-up and JIT warm-up dominate (measured: tests/spark_jobs/test_bootstrap.py + test_group_pipeline.py
-# 160.6 s -> 113.6 s on a quiet machine). Without tiered compilation the JVM reserves only 48 MB of code
-# cache, which Spark's generated code for a whole run fills ("Out of space in CodeCache for adapters" killed
-# the shared session two thirds of the way through): 512 MB, as with C2. Production JVMs keep Spark's defaults.
-# They also map one archive of the Spark driver's classes once it is built (tests/jvm_archive.py), unless
-# the environment names its own PYSPARK_SUBMIT_ARGS.
-JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:ReservedCodeCacheSize=512m"
+# Every JVM a test starts compiles with C1 only and the serial collector (tests/jvm_archive.py JAVA_OPTIONS).
 OWN_SUBMIT_ARGS = "PYSPARK_SUBMIT_ARGS" not in os.environ
 os.environ.setdefault("PYSPARK_SUBMIT_ARGS", submit_args(JAVA_OPTIONS))
 _archive: ArchiveBuild | None = None
@@ -92,8 +84,9 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory):
     """A real S3 server (SeaweedFS ``weed mini``) on free loopback ports, for the whole run."""
     from tests.s3_server import SeaweedS3
 
-    with SeaweedS3(tmp_path_factory.mktemp("seaweedfs")) as server:
-        yield server
+    server = SeaweedS3(tmp_path_factory.mktemp("seaweedfs")).start()
+    yield server
+    server.discard()  # the run's temporary data: no graceful stop to wait for
 
 
 @pytest.fixture()

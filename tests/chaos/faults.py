@@ -113,7 +113,7 @@ def malformed_file(lake: ChaosLake, timeout: float) -> FaultRun:
         }
 
     lake.wait_views_committed(before, timeout)
-    wait_for(lambda: all(quarantined().values()), timeout, "the broken lines in the quarantine", interval=1.0)
+    wait_for(lambda: all(quarantined().values()), timeout, "the broken lines in the quarantine")
     counts = quarantined()
     return FaultRun(
         "malformed_file",
@@ -129,7 +129,7 @@ def terminal_error(lake: ChaosLake, timeout: float, view: str | None = None) -> 
     others = [v for v in VIEWS if v != view]
     lake.fault_file.write_text(f"error:{view}:*\n")
     try:
-        wait_for(lambda: view in lake.failed_views(), timeout, f"{view} to be parked FAILED", interval=1.0)
+        wait_for(lambda: view in lake.failed_views(), timeout, f"{view} to be parked FAILED")
         parked = lake.committed_epochs()
         lake.wait_views_committed(parked, timeout, others)  # the others go on while it is parked
     finally:

@@ -342,7 +342,7 @@ class ChaosLake:
         self.generator.stop()
         self.stop_up()
         with contextlib.suppress(Exception):
-            self.s3.stop()
+            self.s3.discard()  # the soak's own temporary data
         with contextlib.suppress(Exception):
             self.postgres.stop()
         if self.landing_is_own_fs:
@@ -411,7 +411,7 @@ class ChaosLake:
             now = self.epochs()
             return all(now.get(v) is not None and (before.get(v) is None or now[v] > before[v]) for v in names)  # type: ignore[operator]
 
-        return _wait(done, timeout, f"{', '.join(names)} to commit again", interval=1.0)
+        return _wait(done, timeout, f"{', '.join(names)} to commit again")
 
     def failed_views(self) -> list[str]:
         return sorted(v for v, s in (self.statuses() or {}).items() if s.get("state") == "FAILED")
@@ -497,7 +497,7 @@ class ChaosLake:
                     return False
             return True
 
-        _wait(caught_up, timeout, "every view to reach every landed file", interval=2.0)
+        _wait(caught_up, timeout, "every view to reach every landed file")
 
     def events_end_to_end(self) -> tuple[int, int]:
         """(lost, duplicated) event ids: every id the generator landed, against the append view."""
@@ -529,8 +529,8 @@ class ChaosLake:
         return outcome
 
 
-def _wait(predicate, timeout: float, what: str, interval: float = 0.5) -> float:
+def _wait(predicate, timeout: float, what: str) -> float:
     """Seconds until ``predicate()`` is true (``tests.waiting.wait_for``: AssertionError past ``timeout``)."""
     started = time.monotonic()
-    wait_for(predicate, timeout, what, interval)
+    wait_for(predicate, timeout, what)
     return time.monotonic() - started

@@ -101,7 +101,7 @@ def running(spark, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[st
             want = {"sales": "fresh", "big_sellers": "fresh", "slow_orders": "late", "event_log": "failed"}
             return cards if states == want else None
 
-        cards = wait_for(settled, timeout=240, what="views fresh, late and failed", interval=1.0)
+        cards = wait_for(settled, timeout=240, what="views fresh, late and failed")
         yield {"project": project, "stack": stack, "base": base, "root": root, "cards": cards}
     finally:
         stack.stop()

@@ -21,6 +21,7 @@ from catalog_api.server import free_port
 from catalog_api.store.catalog import open_store
 from lakeview.cli.generator import land_json, make_orders
 from lakeview.project import load_project
+from tests.jvm_archive import JAVA_OPTIONS
 from tests.waiting import wait_for
 
 CLI = [sys.executable, "-m", "lakeview.cli"]
@@ -31,6 +32,7 @@ def spark_class(*args: str, log: Path) -> subprocess.Popen:
 
     home = Path(pyspark.__file__).parent
     env = {**os.environ, "SPARK_HOME": str(home), "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_NO_DAEMONIZE": "1"}
+    env["SPARK_DAEMON_JAVA_OPTS"] = JAVA_OPTIONS  # the tests' short-lived JVMs: C1 and the serial collector
     return subprocess.Popen(
         [str(home / "bin" / "spark-class"), *args],
         env=env,

@@ -15,6 +15,8 @@ import threading
 import time
 from pathlib import Path
 
+from tests.jvm_archive import JAVA_OPTIONS
+
 SITE = """<?xml version="1.0"?>
 <configuration>
 {properties}
@@ -64,6 +66,7 @@ class HiveMetastore:
         self.process = subprocess.Popen(
             [
                 java,
+                *JAVA_OPTIONS.split(),  # short-lived: C1 and the serial collector start it sooner
                 "-Xmx512m",
                 f"-Dderby.system.home={self.root}",
                 "-cp",
