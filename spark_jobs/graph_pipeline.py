@@ -63,7 +63,7 @@ from spark_jobs.executors.graph_backfill import backfill_on_executors, backfills
 from spark_jobs.executors.graph_batches import later_large, later_on_executors, warn_collected
 from spark_jobs.graph_watermark import GraphWatermark
 from spark_jobs.migrate import rebuild_older_layout, stored_columns, stored_schema
-from spark_jobs.source_frames import collect_sources, direct_sources, frontier, tagged_files
+from spark_jobs.source_frames import collect_sources, direct_sources, tagged_files
 from spark_jobs.sources.evolution import evolved
 from spark_jobs.sources.upstream import with_upstream_source
 from spark_jobs.sources.view_changes import ChangePublisher
@@ -342,7 +342,7 @@ class GraphPipeline(SourcesPipeline):
         if later_large(self, epoch_id):  # a large later batch: reduced by Spark before the driver sees it
             return later_on_executors(self, batch, epoch_id)
         started = time.perf_counter()
-        reached, newest_ms, self._batch_paths = frontier(self.checkpoint, self.sources, epoch_id, self.upstreams)
+        reached, newest_ms, _ = self.epoch_frontier(epoch_id)
         direct = {s: (self._batch_paths.get(s, []), self._file_schema(s)) for s in self.direct}
         split = collect_sources(
             batch, self.view, self.sources, self.configs, self.quarantines, epoch_id, direct, self.spark
@@ -397,7 +397,7 @@ class GraphPipeline(SourcesPipeline):
         (re-compiled: its ``*`` re-expanded), the view's table, a join side's state and a change feed's mirror
         (rows committed before read NULL for them); ``batch`` read again when Spark's stream (its schema fixed
         when it started) lacks them. What cannot follow is refused at load (:mod:`lakeview.graph.evolve`)."""
-        _, _, paths = frontier(self.checkpoint, self.sources, epoch_id, self.upstreams)
+        _, _, paths = self.epoch_frontier(epoch_id)
         project = evolved(self.spark, self.project, self.evolving, paths, epoch_id, self.view)
         if project is not self.project:
             self.project = project

@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 from lakeview.config.schema import parse_ddl
 from lakeview.errors import TerminalError
 from lakeview.ivm.changefeed import DELETE, INSERT, OP, UPDATE, images_sql, latest_sql, operation_sql
-from lakeview.ops.source_log import logged_files
+from lakeview.ops.source_log import batch_logged_files, logged_files
 from lakeview.sql.duck import arrow_sql
 from lakeview.sql.plan import WEIGHT
 from spark_jobs.sources.json_lines import local_file, read_json_lines, readable
@@ -375,12 +375,16 @@ def _input_frame(
     return good.select(*[F.col(f"`{c}`") for c in columns]).withColumn(WEIGHT, F.lit(1).cast("int"))
 
 
+# every source's position reached, the newest input's arrival time (ms), each source's files of the epoch
+Frontier = tuple[dict[str, object], int | None, dict[str, list[Path]]]
+
+
 def frontier(
     checkpoint: Path,
     sources: tuple[str, ...],
     epoch_id: int,
     upstreams: set[str] = frozenset(),  # type: ignore[assignment]
-) -> tuple[dict[str, object], int | None, dict[str, list[Path]]]:
+) -> Frontier:
     """Every source's position this epoch reaches (one line per source in Spark's offset log, in source
     order), the newest input file's arrival time (over the sources whose position moved in this epoch)
     and each source's files of this epoch."""
@@ -391,7 +395,7 @@ def frontier(
     for index, source in enumerate(sources):
         log_offset = current[index] if index < len(current) else None
         moved = log_offset is not None and (index >= len(previous) or previous[index] != log_offset)
-        files = [f for f in logged_files(checkpoint, index) if f.batch == log_offset] if moved else []
+        files = batch_logged_files(checkpoint, index, log_offset) if moved else []  # type: ignore[arg-type]
         arrived += [f.modified_ms for f in files]
         paths[source] = [f.path for f in files]  # Parquet: rows counted by footers (Quarantine.split)
         position: dict[str, object] = {"log_offset": log_offset, "files": len(files), "index": index}

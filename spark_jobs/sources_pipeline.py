@@ -13,7 +13,7 @@ from lakeview.ivm.commits import CommitRecord, Epoch
 from spark_jobs import faults
 from spark_jobs.epoch_loop import EpochLoop
 from spark_jobs.executors.reads import on_executors
-from spark_jobs.source_frames import SourceFrames, frontier, source_frames, tagged_stream
+from spark_jobs.source_frames import Frontier, SourceFrames, frontier, source_frames, tagged_stream
 from spark_jobs.sources.quarantine import Quarantine
 from spark_jobs.streams import state_table_writer
 
@@ -33,6 +33,8 @@ class SourcesPipeline(EpochLoop):
 
     # upstream views among the sources (their change files carry weights)
     upstreams: set[str] | frozenset[str] = frozenset()
+    # the last epoch's frontier as read from the checkpoint (see epoch_frontier)
+    _read_frontier: tuple[int, Frontier] | None = None
 
     def __init__(
         self,
@@ -86,12 +88,22 @@ class SourcesPipeline(EpochLoop):
     ) -> tuple[SourceFrames, Epoch]:
         """The epoch's per-source frames (quarantined; ``columns``: only what the view reads of a source)
         and its :class:`Epoch` (the frontier every source reaches, the newest input's arrival time)."""
-        reached, newest_ms, self._batch_paths = frontier(self.checkpoint, self.sources, epoch_id, self.upstreams)
+        reached, newest_ms, _ = self.epoch_frontier(epoch_id)
         split = source_frames(
             batch, self.view, self.sources, self.configs, self.quarantines, epoch_id, self._batch_paths,
             self.upstreams, columns,
         )  # fmt: skip
         return split, self._epoch_of(epoch_id, reached, newest_ms, split.rows_in, split.quarantined)
+
+    def epoch_frontier(self, epoch_id: int) -> Frontier:
+        """The epoch's :func:`~spark_jobs.source_frames.frontier`, read from the checkpoint once per epoch
+        however many of its steps ask (the first- and later-batch size checks, ``new_columns = "evolve"``, the
+        collect); it names the epoch's files of each source (``_batch_paths``)."""
+        if self._read_frontier is None or self._read_frontier[0] != epoch_id:
+            self._read_frontier = (epoch_id, frontier(self.checkpoint, self.sources, epoch_id, self.upstreams))
+        found = self._read_frontier[1]
+        self._batch_paths = found[2]
+        return found
 
     def _epoch_of(
         self, epoch_id: int, reached: dict[str, Any], newest_ms: int | None, rows_in: int, quarantined: int

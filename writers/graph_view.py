@@ -107,9 +107,7 @@ def multiset_change(view: SnapshotWriter, weighted: pa.Table, key: tuple[str, ..
     """A view kept as a multiset keyed by the whole row: per distinct row touched, its stored copies are
     replaced by (stored + net weight) copies."""
     cols = ", ".join(f'"{c}"' for c in key)
-    net = arrow_sql(
-        f"SELECT {cols}, SUM({WEIGHT}) AS {WEIGHT} FROM w GROUP BY ALL HAVING SUM({WEIGHT}) <> 0", w=weighted
-    )
+    net = _net(weighted, key)
     if net.num_rows == 0:
         return Change(rows=weighted.select(list(key)).slice(0, 0), key=key)
     stored = view.lookup(net.select(list(key)))
@@ -128,10 +126,7 @@ def keyed_change(weighted: pa.Table, columns: tuple[str, ...], key: tuple[str, .
     """A view whose rows are unique by ``key``: the delta's new rows (net weight +1) replace their keys' stored
     rows, and a key whose old row left with no new one is deleted; the delta says both, nothing is looked up.
     Raises WriterError when the delta holds two rows of one key (the key is not unique)."""
-    cols = ", ".join(f'"{c}"' for c in columns)
-    net = arrow_sql(
-        f"SELECT {cols}, SUM({WEIGHT}) AS {WEIGHT} FROM w GROUP BY ALL HAVING SUM({WEIGHT}) <> 0", w=weighted
-    )
+    net = _net(weighted, columns)
     rows = net.filter(pc.greater(net.column(WEIGHT), 0))
     keys = rows.select(list(key))
     distinct = keys.group_by(list(key)).aggregate([]).num_rows if key else min(rows.num_rows, 1)
@@ -149,3 +144,11 @@ def keyed_change(weighted: pa.Table, columns: tuple[str, ...], key: tuple[str, .
         n=keys,
     )
     return Change(rows=rows, key=key, deletes=gone if gone.num_rows else None)
+
+
+def _net(weighted: pa.Table, columns: tuple[str, ...]) -> pa.Table:
+    """The delta netted by ``columns``: each distinct row once with its summed weight, rows netting to 0 left out."""
+    cols = ", ".join(f'"{c}"' for c in columns)
+    return arrow_sql(
+        f"SELECT {cols}, SUM({WEIGHT}) AS {WEIGHT} FROM w GROUP BY ALL HAVING SUM({WEIGHT}) <> 0", w=weighted
+    )

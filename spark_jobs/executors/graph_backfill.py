@@ -38,7 +38,7 @@ from lakeview.sql.plan import WEIGHT
 from spark_jobs import faults
 from spark_jobs.executors.bootstrap import Bootstrap
 from spark_jobs.executors.writes import files_on_executors
-from spark_jobs.source_frames import SourceFrames, _input_frame, file_frame, frontier, source_frames
+from spark_jobs.source_frames import SourceFrames, _input_frame, file_frame, source_frames
 from spark_jobs.sources.json_lines import json_line_count
 from writers.graph_log import OP as LOG_OP
 from writers.graph_log import StateLog
@@ -71,7 +71,7 @@ def backfills(pipeline: GraphPipeline, batch: DataFrame | None, epoch_id: int) -
 def input_rows(pipeline: GraphPipeline, batch: DataFrame | None, epoch_id: int, spark_count: bool = True) -> int | None:
     """The epoch's input rows: from Parquet footers and JSON lines, else counted by Spark (``spark_count``: a job,
     worth it for a first batch only; without it None)."""
-    _, _, paths = frontier(pipeline.checkpoint, pipeline.sources, epoch_id, pipeline.upstreams)
+    _, _, paths = pipeline.epoch_frontier(epoch_id)
     rows = 0
     for source in pipeline.sources:
         files = paths.get(source, [])
@@ -92,9 +92,7 @@ def backfill_on_executors(pipeline: GraphPipeline, batch: DataFrame | None, epoc
     """Compute the first batch with Spark and commit every table's executor-written files for ``epoch_id``;
     the view's commit record (None: the epoch was committed already)."""
     started = time.perf_counter()
-    reached, newest_ms, pipeline._batch_paths = frontier(
-        pipeline.checkpoint, pipeline.sources, epoch_id, pipeline.upstreams
-    )
+    reached, newest_ms, _ = pipeline.epoch_frontier(epoch_id)
     split = _frames(pipeline, batch, epoch_id)
     epoch = pipeline._epoch_of(epoch_id, reached, newest_ms, split.rows_in, split.quarantined)
     if pipeline.watermark is not None:  # nothing is late yet (see backfills): the watermark's first advance

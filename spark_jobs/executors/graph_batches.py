@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING
 from lakeview.graph.later_sql import later_batch_sql, partials_sql
 from spark_jobs.executors.graph_backfill import _frames, _zsets, input_rows, uses
 from spark_jobs.executors.writes import files_on_executors
-from spark_jobs.source_frames import frontier
 from spark_jobs.streams import collect_arrow
 from writers.graph_view import small
 
@@ -48,11 +47,6 @@ def later_large(pipeline: GraphPipeline, epoch_id: int) -> bool:
     return rows is not None and rows > pipeline.project.spark.driver_rows_max
 
 
-def driver_inputs(pipeline: GraphPipeline) -> set[str]:
-    """The inputs the driver turns into Z-sets: change feeds (each against its mirror)."""
-    return set(pipeline.feeds)
-
-
 def retracting(pipeline: GraphPipeline) -> set[str]:
     """The inputs whose Z-sets may carry deletes: image feeds, upstream views, change feeds."""
     images = {s for s, c in pipeline.configs.items() if c.images is not None}
@@ -63,13 +57,11 @@ def later_on_executors(pipeline: GraphPipeline, batch: DataFrame | None, epoch_i
     """Reduce the later batch ``epoch_id`` with Spark, then append its rows from the executors or step the
     graph over the reduced input in the driver; the view's commit record (None: committed already)."""
     started = time.perf_counter()
-    reached, newest_ms, pipeline._batch_paths = frontier(
-        pipeline.checkpoint, pipeline.sources, epoch_id, pipeline.upstreams
-    )
+    reached, newest_ms, _ = pipeline.epoch_frontier(epoch_id)
     split = _frames(pipeline, batch, epoch_id)
     epoch = pipeline._epoch_of(epoch_id, reached, newest_ms, split.rows_in, split.quarantined)
     spark = pipeline.spark if batch is None else batch.sparkSession
-    drivers = driver_inputs(pipeline)
+    drivers = set(pipeline.feeds)  # the inputs the driver turns into Z-sets: change feeds, each against its mirror
     spark_frames = {s: f for s, f in split.frames.items() if s not in drivers}
     zsets, _, held = _zsets(pipeline, spark_frames)
     try:
