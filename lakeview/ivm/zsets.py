@@ -30,6 +30,7 @@ import pyarrow.compute as pc
 
 from lakeview.errors import AggregateOverflowError
 from lakeview.ivm.commits import Change, CommitAll, CommitRecord, Epoch, Pending, commit_each
+from lakeview.ivm.explain import state_table_names as state_table_names  # moved: explain is its one user
 from lakeview.sql.duck import arrow_sql as _sql
 from lakeview.sql.plan import COUNT, ROWS, VALUE, WEIGHT, AppendPlan, KeyedAggregatePlan, Slot
 
@@ -62,11 +63,6 @@ def merge_groups(plan: KeyedAggregatePlan, delta: pa.Table, current: pa.Table) -
                     plan.view, agg.column, agg.function.value.upper(), str(found).splitlines()[0]
                 ) from exc
         raise
-
-
-def state_table_names(view: str, plan: KeyedAggregatePlan) -> list[str]:
-    """Names of the view's state tables: group state, then one per value multiset."""
-    return [f"__lv_state_{view}_{i}" for i in range(1 + len(plan.multisets))]
 
 
 @dataclass
