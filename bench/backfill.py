@@ -1,5 +1,5 @@
 """A keyed view's first batch over existing history (a backfill): merged in the driver vs written
-by the executors (``spark_jobs.executors.bootstrap``).
+by the executors (``spark_jobs.executors.graph_backfill``).
 
     python bench/backfill.py [--rows 2000000] [--groups 1000000]
 

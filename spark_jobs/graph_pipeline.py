@@ -108,13 +108,6 @@ def _stored(writer: SnapshotWriter) -> set[str] | None:
         return None
 
 
-def graph_pipeline(spark: SparkSession, project: ProjectConfig, view: str, *args, **kwargs) -> GraphPipeline | None:  # type: ignore[no-untyped-def]
-    """The pipeline of a view kept as an operator graph; None for a view the per-shape planner keeps."""
-    if not isinstance(view_plan(project, view), GraphPlan):
-        return None
-    return GraphPipeline(spark, project, view, *args, **kwargs)
-
-
 class GraphPipeline(SourcesPipeline):
     """Keeps one graph view fresh: ``prepare()`` once, then ``start()`` (the surface of
     :class:`~spark_jobs.sources_pipeline.SourcesPipeline`)."""

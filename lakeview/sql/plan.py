@@ -11,7 +11,7 @@ for model kinds), over one source:
   row carries a weight +1/−1); the plan gives the *weighted* SQL that turns a batch into
   per-group state deltas (hidden row count, sums and non-null counts) and per-group value
   multisets (for MIN, MAX, COUNT(DISTINCT)), and the SQL that finalizes a group's state into
-  its view row. See :mod:`lakeview.ivm.zsets` for how state is kept.
+  its view row.
 
 Everything else raises :class:`UnsupportedSQLError` naming the construct, the line and the
 nearest supported form.
@@ -229,7 +229,7 @@ class KeyedAggregatePlan(_Plan):
         """Spark SQL over ``groups`` (:meth:`group_delta_sql`'s rows): one row with, per SUM/AVG
         slot, a flag (named by the slot) set when a group's sum leaves the type a recompute gives
         it: a SUM of integers outside BIGINT, or a sum Spark made NULL over values (a decimal past
-        38 digits). The driver's merge raises on both (:func:`lakeview.ivm.zsets.finalize`); a
+        38 digits). A
         backfill written by Spark's executors asks this first, as Spark's own SUM would wrap.
         None without SUM or AVG."""
         flags = []

@@ -299,7 +299,7 @@ def test_large_unbounded_keyed_batch_warns_how_to_bound_it(
         assert_equals_recompute(project, view, catalog_server.uri)
         if (
             i == 0
-        ):  # a first batch: the executors write the view (spark_jobs.executors.bootstrap), nothing to warn about
+        ):  # a first batch: the executors write the view (spark_jobs.executors.graph_backfill), nothing to warn about
             assert pipeline.last_write.get("bootstrap") and "max_files_per_trigger" not in caplog.text
     assert "set [spark] max_files_per_trigger to bound each batch" in caplog.text, (
         "the second batch merges in the driver"
