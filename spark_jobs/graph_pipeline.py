@@ -112,7 +112,6 @@ class GraphPipeline(SourcesPipeline):
     """Keeps one graph view fresh: ``prepare()`` once, then ``start()`` (the surface of
     :class:`~spark_jobs.sources_pipeline.SourcesPipeline`)."""
 
-    view_is_state = False  # reconcile_checkpoint: the epoch check is ours (every table moves together)
     persist_batch = False  # the batch is read by one query (collect_sources)
 
     def __init__(
@@ -169,7 +168,7 @@ class GraphPipeline(SourcesPipeline):
                 {name: self.view for name in members},
             )
         self.attach(group)
-        self._last_epoch = reconcile_checkpoint(self.view, self.checkpoint, self, self.writer)
+        reconcile_checkpoint(self.view, self.checkpoint, self.last_epoch())
         # a restart: the state exists, so no operator starts it again (a global aggregate's row is in the view)
         self.graph.runtime.epoch = 0 if self.last_epoch() is None else 1
         self.publish_changes()  # epochs committed before a crash, not yet published
