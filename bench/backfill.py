@@ -1,5 +1,5 @@
 """A keyed view's first batch over existing history (a backfill): merged in the driver vs written
-by the executors (``spark_jobs.executors.bootstrap``).
+by the executors (``spark_jobs.executors.graph_backfill``).
 
     python bench/backfill.py [--rows 2000000] [--groups 1000000]
 
@@ -96,14 +96,14 @@ def project_for(directory: Path, mode: str, rows: int):
 def child(mode: str, view: str, directory: Path, rows: int) -> None:
     from catalog_api.server import CatalogServer
     from catalog_api.store.catalog import open_store
-    from spark_jobs.pipeline import ViewPipeline
+    from spark_jobs.graph_pipeline import GraphPipeline
     from spark_jobs.session import build_session
     from writers.registry import make_writer, state_writer_factory
 
     project = project_for(directory, mode, rows)
     spark = build_session("bench-backfill")
     with CatalogServer(open_store(project), host="127.0.0.1", port=0) as server:
-        pipeline = ViewPipeline(
+        pipeline = GraphPipeline(
             spark,
             project,
             view,

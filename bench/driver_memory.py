@@ -89,7 +89,7 @@ def land(directory: Path, rows: int, files: int = 8) -> None:
 
 def child(mode: str, directory: Path, rows: int) -> None:
     from lakeview.project import parse_project
-    from spark_jobs.pipeline import ViewPipeline
+    from spark_jobs.graph_pipeline import GraphPipeline
     from spark_jobs.session import build_session
     from writers.registry import make_writer
 
@@ -105,7 +105,7 @@ def child(mode: str, directory: Path, rows: int) -> None:
         root=directory,
     )
     spark = build_session("bench-driver-memory")
-    pipeline = ViewPipeline(spark, project, "big", make_writer(project, "big", "http://unused"))
+    pipeline = GraphPipeline(spark, project, "big", make_writer(project, "big", "http://unused"))
     pipeline.prepare()
     elapsed, result = run_measured(spark, pipeline)
     print(

@@ -1,5 +1,5 @@
-"""One epoch of a view's streaming query, the same for every pipeline (:class:`~spark_jobs.pipeline.
-ViewPipeline`, :class:`~spark_jobs.sources_pipeline.SourcesPipeline`): start the query, then per batch
+"""One epoch of a view's streaming query, the same for every pipeline
+(:class:`~spark_jobs.sources_pipeline.SourcesPipeline`): start the query, then per batch
 skip an epoch already committed, persist the batch, process it, time it, and report the commit.
 
 What differs per pipeline is hooks: ``_process_batch`` (the epoch's work), ``_done`` (an epoch already

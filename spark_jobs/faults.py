@@ -25,7 +25,7 @@ import signal
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from spark_jobs.pipeline import ViewPipeline
+    from spark_jobs.graph_pipeline import GraphPipeline
 
 from lakeview.errors import TerminalError, TransientError
 
@@ -90,7 +90,7 @@ def point(name: str, epoch: int | None) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-def install(pipeline: ViewPipeline) -> None:
+def install(pipeline: GraphPipeline) -> None:
     """Hook ``before_view_commit`` into the commit of the view's table: the catalog's commit for
     Iceberg; for a writer without a catalog (Delta), the writer's own ``commit``/``commit_files``."""
     configured = _configured()

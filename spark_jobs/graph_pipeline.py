@@ -86,18 +86,12 @@ if TYPE_CHECKING:
 log = logging.getLogger("lakeview.pipeline")
 
 
-def graph_pipeline(spark: SparkSession, project: ProjectConfig, view: str, *args, **kwargs) -> GraphPipeline | None:  # type: ignore[no-untyped-def]
-    """The pipeline of a view kept as an operator graph; None for a view the per-shape planner keeps."""
-    if not isinstance(view_plan(project, view), GraphPlan):
-        return None
-    return GraphPipeline(spark, project, view, *args, **kwargs)
 
 
 class GraphPipeline(SourcesPipeline):
     """Keeps one graph view fresh: ``prepare()`` once, then ``start()`` (the surface of
     :class:`~spark_jobs.sources_pipeline.SourcesPipeline`)."""
 
-    view_is_state = False  # reconcile_checkpoint: the epoch check is ours (every table moves together)
     persist_batch = False  # the batch is read by one query (collect_sources)
 
     def __init__(
@@ -154,7 +148,7 @@ class GraphPipeline(SourcesPipeline):
                 {name: self.view for name in members},
             )
         self.attach(group)
-        self._last_epoch = reconcile_checkpoint(self.view, self.checkpoint, self, self.writer)
+        reconcile_checkpoint(self.view, self.checkpoint, self.last_epoch())
         # a restart: the state exists, so no operator starts it again (a global aggregate's row is in the view)
         self.graph.runtime.epoch = 0 if self.last_epoch() is None else 1
         self.publish_changes()  # epochs committed before a crash, not yet published

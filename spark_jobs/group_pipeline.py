@@ -2,8 +2,7 @@
 
 The members of a group share their sources and cadence, so one query reads the source once per
 trigger and every member computes its change from the same batch, exactly as its own
-:class:`~spark_jobs.pipeline.ViewPipeline` (or, a view kept as an operator graph,
-:class:`~spark_jobs.graph_pipeline.GraphPipeline`: the batch tagged as its own query's) would. Their writers only hold the commits
+:class:`~spark_jobs.graph_pipeline.GraphPipeline` (the batch tagged as its own query's) would. Their writers only hold the commits
 (:class:`~writers.iceberg.group.StagedWriter`); the group then commits every table the epoch touches —
 the views, their state tables, change-feed mirrors — in ONE multi-table catalog transaction
 stamped with one epoch and one frontier (:class:`~writers.iceberg.group.IcebergGroupWriter`). A reader
@@ -27,7 +26,6 @@ from lakeview.sql.groups import groups_of
 from lakeview.sql.planner import view_plan
 from spark_jobs import faults
 from spark_jobs.graph_pipeline import GraphPipeline
-from spark_jobs.pipeline import ViewPipeline
 from spark_jobs.source_frames import tagged
 from spark_jobs.streams import file_stream, start_query
 from writers.iceberg.group import IcebergGroupWriter, StagedWriter
@@ -66,7 +64,7 @@ class GroupPipeline:
         self.tables: dict[str, StagedWriter] = {}  # every table of the group, by name
         self.owners: dict[str, str] = {}  # table -> the view it belongs to
         self._source = view_plan(project, members[0]).sources[0]
-        self.pipelines: dict[str, ViewPipeline | GraphPipeline] = {view: self._member(view) for view in members}
+        self.pipelines: dict[str, GraphPipeline] = {view: self._member(view) for view in members}
         self.writer: IcebergGroupWriter | None = None
         self.timings: dict[str, float] = {}
 
@@ -84,13 +82,12 @@ class GroupPipeline:
         self.owners[name] = view
         return writer
 
-    def _member(self, view: str) -> ViewPipeline | GraphPipeline:
-        pipeline = ViewPipeline(
+    def _member(self, view: str) -> GraphPipeline:
+        pipeline = GraphPipeline(
             self.spark, self.project, view, self._staged(view, view), state_writer=lambda name: self._staged(view, name)
-        )  # fmt: skip  (a GraphPipeline for a view kept as an operator graph)
+        )
         pipeline.checkpoint = self.checkpoint  # its frontier is read from the group's offsets
-        if isinstance(pipeline, GraphPipeline):
-            pipeline.staged = True  # its memory copies take an epoch once the group committed it
+        pipeline.staged = True  # its memory copies take an epoch once the group committed it
         return pipeline
 
     def prepare(self) -> None:
@@ -101,10 +98,9 @@ class GroupPipeline:
         """
         for view, pipeline in self.pipelines.items():
             pipeline.prepare_tables()
-            if isinstance(pipeline, GraphPipeline):  # only its tables (its start looks for older versions' too)
-                kept = {writer.table_name for writer in pipeline.tables()}
-                for name in [n for n, owner in self.owners.items() if owner == view and n not in kept]:
-                    del self.tables[name], self.owners[name]
+            kept = {writer.table_name for writer in pipeline.tables()}  # (its start looks for older versions' too)
+            for name in [n for n, owner in self.owners.items() if owner == view and n not in kept]:
+                del self.tables[name], self.owners[name]
         self.writer = IcebergGroupWriter(self.catalog, self.group, dict(self.tables), self.owners)
         epochs = {name: (r.epoch if (r := w.last_commit()) is not None else None) for name, w in self.tables.items()}
         distinct = set(epochs.values())
@@ -117,11 +113,10 @@ class GroupPipeline:
                 "drop the tables of the views that joined the group (or of the whole group) to rebuild them"
             )
         last = distinct.pop() if distinct else None
-        for pipeline in self.pipelines.values():
-            if isinstance(pipeline, GraphPipeline):  # every table of the graph commits in the group's transaction
-                pipeline.attach(HeldCommits(self.writer, self.tables))  # type: ignore[arg-type]
-                pipeline._last_epoch = last
-                pipeline.graph.runtime.epoch = 0 if last is None else 1  # a restart: its state exists
+        for pipeline in self.pipelines.values():  # every table of the graph commits in the group's transaction
+            pipeline.attach(HeldCommits(self.writer, self.tables))  # type: ignore[arg-type]
+            pipeline._last_epoch = last
+            pipeline.graph.runtime.epoch = 0 if last is None else 1  # a restart: its state exists
         has_progress = (self.checkpoint / "commits").exists() and any((self.checkpoint / "commits").iterdir())
         if last is None and has_progress:
             log.warning("group %s: its tables have no commits but a checkpoint exists; starting over", self.group)
@@ -148,12 +143,8 @@ class GroupPipeline:
         )
 
     def _stream(self) -> DataFrame:
-        """The source's file stream as a one-source view reads it (a graph member tags each batch of it)."""
-        for pipeline in self.pipelines.values():
-            if isinstance(pipeline, ViewPipeline):  # with its evolved schema (new_columns = "evolve")
-                return pipeline.source_stream()
+        """The source's file stream, read once for every member (each tags its batch as its own query's)."""
         graph = next(iter(self.pipelines.values()))
-        assert isinstance(graph, GraphPipeline)
         return file_stream(self.spark, graph.project, self.source, graph.quarantines[self.source])
 
     def _install_faults(self) -> None:
@@ -181,18 +172,13 @@ class GroupPipeline:
         batch = batch.persist()
         try:
             for pipeline in self.pipelines.values():
-                graph = isinstance(pipeline, GraphPipeline)
-                pipeline._process_batch(tagged(batch, 0) if graph else batch, epoch_id)
+                pipeline._process_batch(tagged(batch, 0), epoch_id)
         finally:
             batch.unpersist()
-            for pipeline in self.pipelines.values():
-                if isinstance(pipeline, ViewPipeline):
-                    pipeline.release_reread()
         computed = time.perf_counter()
         records = self._commit(epoch_id)
         for pipeline in self.pipelines.values():
-            if isinstance(pipeline, GraphPipeline):
-                pipeline.took(epoch_id)
+            pipeline.took(epoch_id)
         self.timings = {"compute_s": computed - started, "commit_s": time.perf_counter() - computed}
         log.info(
             "group %s: epoch %s timings %s", self.group, epoch_id, {k: round(v, 3) for k, v in self.timings.items()}

@@ -216,8 +216,7 @@ def direct_sources(
 ) -> list[str]:
     """The sources whose epoch the driver can read straight from its files (:func:`collect_sources`,
     :func:`read_direct`): Parquet, or JSON lines of columns it reads as Spark does
-    (:func:`spark_jobs.sources.json_lines.readable`); append-only or a change feed (not an image feed), with
-    no late-row check."""
+    (:func:`spark_jobs.sources.json_lines.readable`); append-only or a change feed (not an image feed)."""
     return [
         source
         for source, config in configs.items()
@@ -226,7 +225,6 @@ def direct_sources(
             or (config.format.reader_format == "json" and readable(schemas[source]))
         )
         and config.images is None
-        and quarantines[source].late is None
     ]
 
 

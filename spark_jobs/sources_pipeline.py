@@ -66,7 +66,7 @@ class SourcesPipeline(EpochLoop):
 
     @property
     def source(self) -> tuple[str, ...]:
-        """Every source the view reads (``ViewPipeline.source`` is one name): pending-file
+        """Every source the view reads: pending-file
         counts (lakeview.runtime) go over all of them."""
         return self.plan.sources
 

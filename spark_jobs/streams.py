@@ -7,7 +7,7 @@ import logging
 import shutil
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, TypeVar, cast
 
 import pyarrow as pa
 
@@ -81,11 +81,9 @@ def collect_arrow(df: DataFrame) -> pa.Table:
     return pa.Table.from_batches(batches, schema=schema) if batches else schema.empty_table()
 
 
-def reconcile_checkpoint(view: str, checkpoint: Path, maintainer: Any, writer: SnapshotWriter) -> int | None:
-    """Check Spark's checkpoint against the tables' last epoch (a checkpoint without commits
-    starts over; commits without a checkpoint are refused). Returns the epoch a view kept in
-    one table already holds (replays up to it are skipped), or None."""
-    last = maintainer.last_epoch()
+def reconcile_checkpoint(view: str, checkpoint: Path, last: int | None) -> None:
+    """Check Spark's checkpoint against ``last``, the tables' last epoch (a checkpoint without commits
+    starts over; commits without a checkpoint are refused)."""
     has_progress = (checkpoint / "commits").exists() and any((checkpoint / "commits").iterdir())
     if last is None and has_progress:
         log.warning("%s: the table has no commits but a checkpoint exists; starting over", view)
@@ -95,8 +93,6 @@ def reconcile_checkpoint(view: str, checkpoint: Path, maintainer: Any, writer: S
             f"{view}: the table is at epoch {last} but Spark's checkpoint {checkpoint} is "
             "missing, so the sources' positions are unknown; drop the view's table to rebuild it"
         )
-    view_last = writer.last_commit() if maintainer.view_is_state else None
-    return view_last.epoch if view_last else None
 
 
 def state_table_writer(writer: SnapshotWriter, view: str, namespace: str, name: str) -> SnapshotWriter:

@@ -15,16 +15,16 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from lakeview.config.models import ProjectConfig
-from spark_jobs.pipeline import ViewPipeline
+from spark_jobs.graph_pipeline import GraphPipeline
 from writers.registry import make_writer, state_writer_factory
 
 E = TypeVar("E")
 T = TypeVar("T")
 
 
-def view_pipeline(spark: SparkSession, project: ProjectConfig, view: str, catalog_uri: str) -> ViewPipeline:
+def view_pipeline(spark: SparkSession, project: ProjectConfig, view: str, catalog_uri: str) -> GraphPipeline:
     """``view``'s pipeline committing through the catalog at ``catalog_uri`` (not prepared yet)."""
-    return ViewPipeline(
+    return GraphPipeline(
         spark,
         project,
         view,
@@ -35,7 +35,7 @@ def view_pipeline(spark: SparkSession, project: ProjectConfig, view: str, catalo
 
 def started(
     spark: SparkSession, project: ProjectConfig, view: str, catalog_uri: str
-) -> tuple[ViewPipeline, StreamingQuery]:
+) -> tuple[GraphPipeline, StreamingQuery]:
     """``view``'s pipeline (:func:`view_pipeline`), prepared and started."""
     pipeline = view_pipeline(spark, project, view, catalog_uri)
     pipeline.prepare()

@@ -25,8 +25,8 @@ import pyarrow.dataset as ds
 from pyiceberg.manifest import DataFileContent, ManifestEntryStatus
 
 from lakeview.errors import WriterError
+from lakeview.graph.zset import summed
 from lakeview.ivm.commits import CommitRecord
-from lakeview.ivm.zsets import summed
 from writers.base import SnapshotWriter
 
 if TYPE_CHECKING:

@@ -10,7 +10,17 @@ from __future__ import annotations
 import duckdb
 import pyarrow as pa
 
+from lakeview.sql.duck import arrow_sql
+
 WEIGHT = "__lv_w"  # Lakeview's reserved prefix: a user column may have any other name
+
+
+def summed(zset: pa.Table) -> pa.Table:
+    """A Z-set (columns plus ``__lv_w``) with identical rows summed (NULLs equal) and rows
+    whose weights cancel dropped; same columns and types."""
+    cols = ", ".join(q(n) for n in zset.column_names if n != WEIGHT)
+    sql = f"SELECT {cols}, CAST(SUM({WEIGHT}) AS INTEGER) AS {WEIGHT} FROM z GROUP BY ALL HAVING SUM({WEIGHT}) <> 0"
+    return arrow_sql(sql, z=zset).select(zset.column_names).cast(zset.schema)
 
 
 def q(name: str) -> str:

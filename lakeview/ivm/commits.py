@@ -5,14 +5,10 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pyarrow as pa
-
-if TYPE_CHECKING:
-    from writers.base import SnapshotWriter
 
 # Keys Lakeview stamps on every commit (Iceberg snapshot summary / Delta commit info).
 VIEW = "lakeview.view"
@@ -122,12 +118,3 @@ class CommitRecord:
             lag_ms=int(props[LAG_MS]) if LAG_MS in props else None,
             extra={k: v for k, v in props.items() if k.startswith(STAMPED)},
         )
-
-
-Pending = Sequence[tuple["SnapshotWriter", Change]]  # one epoch's change of each of several tables, in commit order
-CommitAll = Callable[[Epoch, Pending], list[CommitRecord | None]]  # commits them; a record (or None) per change
-
-
-def commit_each(epoch: Epoch, pending: Pending) -> list[CommitRecord | None]:
-    """Each table's change as its own commit, in order (each skips an epoch it already holds)."""
-    return [writer.commit(epoch, change) for writer, change in pending]

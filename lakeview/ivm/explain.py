@@ -11,7 +11,6 @@ from lakeview.config.models import ProjectConfig
 from lakeview.errors import UnsupportedSQLError
 from lakeview.ivm.changefeed import mirror_table_name
 from lakeview.ivm.explain_lines import HOW_MAINTAINED, batch_lines, published_lines
-from lakeview.ivm.zsets import state_table_names
 from lakeview.sql.dag import upstream_of, view_key
 from lakeview.sql.graph_plan import GraphPlan
 from lakeview.sql.groups import group_lines
@@ -20,6 +19,11 @@ from lakeview.sql.planner import view_plan
 from lakeview.sql.watermark import event_column
 
 Shape = tuple[list[str], str, list[str]]  # the lines so far, the view's key, the state tables
+
+
+def state_table_names(view: str, plan: KeyedAggregatePlan) -> list[str]:
+    """Names of a one-source aggregate's state tables: group state, then one per value multiset."""
+    return [f"__lv_state_{view}_{i}" for i in range(1 + len(plan.multisets))]
 
 
 def explain(project: ProjectConfig, view: str) -> str:

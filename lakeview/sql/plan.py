@@ -7,11 +7,11 @@ for model kinds), over one source:
   batch's rows are appended; over a change feed the view is keyed by the feed's key and each
   batch upserts/deletes by that key.
 - ``keyed_aggregate``: ``GROUP BY`` (or ``SELECT DISTINCT``) with SUM, COUNT, COUNT(*), AVG,
-  MIN, MAX, COUNT(DISTINCT) and HAVING, and expressions over those. Changes are Z-sets (each
-  row carries a weight +1/−1); the plan gives the *weighted* SQL that turns a batch into
-  per-group state deltas (hidden row count, sums and non-null counts) and per-group value
-  multisets (for MIN, MAX, COUNT(DISTINCT)), and the SQL that finalizes a group's state into
-  its view row. See :mod:`lakeview.ivm.zsets` for how state is kept.
+  MIN, MAX, COUNT(DISTINCT) and HAVING, and expressions over those: the plan names the view's key,
+  its aggregate slots and the arguments whose value multisets MIN, MAX and COUNT(DISTINCT) read.
+
+Every view is maintained by the operator graph (:mod:`lakeview.graph`); this analysis says what
+shape a one-source view has (for the load checks, the DAG's keys and ``explain``).
 
 Everything else raises :class:`UnsupportedSQLError` naming the construct, the line and the
 nearest supported form.
@@ -39,10 +39,6 @@ SUPPORTED = (
     "or GROUP BY with SUM, COUNT, COUNT(*), AVG, MIN, MAX, COUNT(DISTINCT) [HAVING ...]"
 )
 WEIGHT = "__lv_w"  # the Z-set weight column (+1 insert, -1 delete)
-ROWS = "__lv_rows"  # hidden per-group row count: a group at 0 leaves the view
-VALUE = "__lv_v"  # multiset value column
-COUNT = "__lv_n"  # multiset value multiplicity
-LOWEST, HIGHEST, DISTINCT = "__lv_lo", "__lv_hi", "__lv_distinct"  # a group's multiset summarised
 
 
 class AggregateFunction(str, Enum):
@@ -66,7 +62,6 @@ _AGGREGATES: dict[type[exp.Expression], AggregateFunction] = {
     exp.Min: AggregateFunction.MIN,
     exp.Max: AggregateFunction.MAX,
 }
-_INTEGRAL = ("tinyint", "smallint", "int", "bigint")  # Spark's simpleString of the integer types
 # Aggregates whose stored value merges with a batch's partial value by itself (append-only input).
 _SELF_MERGEABLE = {
     AggregateFunction.SUM,
@@ -118,10 +113,6 @@ class _Plan(BaseModel):
         sql = sql_over_sources(self.sql, placed, dialect)
         return windows.substitute(sql, relations.get(self.sources[0], ""), self.window, self.alias, dialect)
 
-    def _from(self, relation: str) -> str:
-        where = f" WHERE {self.where}" if self.where else ""
-        return f"FROM {relation} AS {self.alias}{where}"
-
 
 class AppendPlan(_Plan):
     kind: Literal["append"] = "append"
@@ -137,13 +128,6 @@ class AppendPlan(_Plan):
     def key(self) -> tuple[str, ...] | None:
         return None
 
-    def weighted_sql(self, relation: str, dialect: str = "spark") -> str:
-        """The projection over a weighted relation, carrying each row's weight along."""
-        tree = sqlglot.parse_one(self.batch_sql({self.sources[0]: relation}), read="spark")
-        if not self.star:
-            tree = tree.select(exp.column(WEIGHT), copy=False)
-        return tree.sql(dialect=dialect)
-
 
 class KeyedAggregatePlan(_Plan):
     kind: Literal["keyed_aggregate"] = "keyed_aggregate"
@@ -155,9 +139,6 @@ class KeyedAggregatePlan(_Plan):
     having: str | None = None  # DuckDB SQL over key and slot columns
     aggregates: tuple[Aggregate, ...] = ()  # plain aggregate outputs
     self_mergeable: bool = False  # every output is a key or a plain SUM/COUNT/MIN/MAX, no HAVING
-    # (slot name, its argument's Spark type) of SUM/AVG slots, once the source's schema is known
-    # (:meth:`with_sum_types`): weighted sums are then exact and overflow is an error, not a wrap.
-    sum_types: tuple[tuple[str, str], ...] = ()
     # The input never retracts a row (no change feed, images or keyed upstream; set by the pipeline): a
     # multiset only MIN/MAX read then keeps each group's extremes, not every value (:meth:`extremes_only`).
     append_only: bool = False
@@ -175,193 +156,12 @@ class KeyedAggregatePlan(_Plan):
         SUM/COUNT/MIN/MAX): then a batch's partial aggregate merges straight into them."""
         return append_only and self.self_mergeable
 
-    # --- state layout -------------------------------------------------------------------
-    def state_columns(self) -> list[str]:
-        """Columns of the group state table after the key: the row count, then per slot."""
-        cols = [ROWS]
-        for slot in self.slots:
-            if slot.function in (AggregateFunction.SUM, AggregateFunction.AVG):
-                cols += [f"{slot.name}_s", f"{slot.name}_c"]
-            elif slot.function is AggregateFunction.COUNT:
-                cols.append(f"{slot.name}_c")
-        return cols
-
-    def sum_slots(self) -> list[Slot]:
-        return [s for s in self.slots if s.function in (AggregateFunction.SUM, AggregateFunction.AVG)]
-
-    def sum_arguments_sql(self, relation: str) -> str | None:
-        """Spark SQL selecting each SUM/AVG argument over ``relation`` (named by its slot), whose
-        analysed schema gives :meth:`with_sum_types` its types; None without SUM or AVG."""
-        items = [f"({s.argument}) AS `{s.name}`" for s in self.sum_slots()]
-        return f"SELECT {', '.join(items)} FROM {relation} AS {self.alias}" if items else None
-
-    def with_sum_types(self, types: dict[str, str]) -> KeyedAggregatePlan:
-        """This plan with its SUM/AVG arguments' Spark types (slot name -> ``int``, ``decimal(38,10)``...)."""
-        return self.model_copy(update={"sum_types": tuple(sorted(types.items()))})
-
-    def _sum_kind(self, slot: Slot) -> tuple[str, int | None]:
-        """('integral', None), ('decimal', scale) or ('other', None) for a SUM/AVG slot's argument."""
-        spark_type = dict(self.sum_types).get(slot.name, "")
-        if spark_type in _INTEGRAL:
-            return "integral", None
-        if spark_type.startswith("decimal("):
-            return "decimal", int(spark_type.rstrip(")").split(",")[1])
-        return "other", None
-
-    def _weighted(self, slot: Slot, arg: str) -> str:
-        """``arg`` times the row's weight, in a type that cannot wrap: integers as DECIMAL(38,0)
-        (the sum then fits whatever the recompute's BIGINT holds), decimals at 38 digits with their
-        scale (Spark narrows the scale of a decimal product, so ±1 weights only negate)."""
-        kind, scale = self._sum_kind(slot)
-        if kind == "integral":
-            return f"CAST({arg} AS DECIMAL(20,0)) * {WEIGHT}"
-        if kind == "decimal":
-            wide = f"CAST({arg} AS DECIMAL(38,{scale}))"
-            return f"CASE WHEN {WEIGHT} = 1 THEN {wide} WHEN {WEIGHT} = -1 THEN -{wide} ELSE {wide} * {WEIGHT} END"
-        return f"{WEIGHT} * {arg}"
-
-    def _finished_sum(self, slot: Slot, value: str) -> str:
-        """A SUM slot's value in the type a full recompute gives (SUM of an integer: BIGINT)."""
-        kind, _ = self._sum_kind(slot)
-        return f"CAST({value} AS BIGINT)" if kind == "integral" else value
-
-    def overflow_sql(self, groups: str) -> str | None:
-        """Spark SQL over ``groups`` (:meth:`group_delta_sql`'s rows): one row with, per SUM/AVG
-        slot, a flag (named by the slot) set when a group's sum leaves the type a recompute gives
-        it: a SUM of integers outside BIGINT, or a sum Spark made NULL over values (a decimal past
-        38 digits). The driver's merge raises on both (:func:`lakeview.ivm.zsets.finalize`); a
-        backfill written by Spark's executors asks this first, as Spark's own SUM would wrap.
-        None without SUM or AVG."""
-        flags = []
-        for slot in self.sum_slots():
-            bad = f"({slot.name}_s IS NULL AND {slot.name}_c <> 0)"
-            if slot.function is AggregateFunction.SUM and self._sum_kind(slot)[0] == "integral":
-                bad += f" OR {slot.name}_s NOT BETWEEN {-(2**63)} AND {2**63 - 1}"
-            flags.append(f"MAX(CASE WHEN {bad} THEN 1 ELSE 0 END) AS `{slot.name}`")
-        return f"SELECT {', '.join(flags)} FROM {groups}" if flags else None
-
-    def sum_columns(self) -> list[str]:
-        return [f"{s.name}_s" for s in self.slots if s.function in (AggregateFunction.SUM, AggregateFunction.AVG)]
-
-    # --- weighted delta SQL (Spark over a batch, or DuckDB over a change feed's Z-set) -----
-    def group_delta_sql(self, relation: str, dialect: str = "spark") -> str:
-        """Per touched group: the sum of weights and, per slot, the weighted sum and non-null count."""
-        items = [f"{e} AS `{k}`" for k, e in zip(self.keys, self.key_exprs)] + [f"SUM({WEIGHT}) AS {ROWS}"]
-        for slot in self.slots:
-            arg = f"({slot.argument})"
-            counted = f"SUM(CASE WHEN {arg} IS NOT NULL THEN {WEIGHT} ELSE 0 END)"
-            if slot.function in (AggregateFunction.SUM, AggregateFunction.AVG):
-                items += [
-                    f"SUM(CASE WHEN {arg} IS NOT NULL THEN {self._weighted(slot, arg)} END) AS {slot.name}_s",
-                    f"{counted} AS {slot.name}_c",
-                ]
-            elif slot.function is AggregateFunction.COUNT:
-                items.append(f"{counted} AS {slot.name}_c")
-        # A global aggregate (no GROUP BY) yields its one row even for an empty batch: the
-        # view row exists over no rows (COUNT 0, SUM NULL).
-        sql = f"SELECT {', '.join(items)} {self._from(windows.placeholder(relation, self.window))}{self._group_by()}"
-        return windows.substitute(
-            sqlglot.transpile(sql, read="spark", write=dialect)[0], relation, self.window, self.alias, dialect
-        )
-
     def extremes_only(self, index: int) -> bool:
         """Whether multiset ``index`` keeps only each group's lowest and highest value: over append-only input,
         when no COUNT(DISTINCT) reads it (MIN/MAX of values that are never retracted need nothing else, so its
         size follows the groups, not the history)."""
         readers = {s.function for s in self.slots if s.multiset == index}
         return self.append_only and readers <= {AggregateFunction.MIN, AggregateFunction.MAX}
-
-    def multiset_delta_sql(self, index: int, relation: str, dialect: str = "spark") -> str:
-        """Per touched (group, value): the sum of weights of the non-null values of one argument (only each
-        group's lowest and highest value when :meth:`extremes_only`)."""
-        sql = self._multiset_values_sql(index, relation, dialect)
-        if not self.extremes_only(index):
-            return sql
-        keys = ", ".join(f"`{k}`" for k in self.keys)
-        part = f"PARTITION BY {keys}" if keys else ""
-        extremes = (
-            f"SELECT {keys + ', ' if keys else ''}{VALUE}, {COUNT} FROM (SELECT *, MIN({VALUE}) OVER ({part}) AS "
-            f"{LOWEST}, MAX({VALUE}) OVER ({part}) AS {HIGHEST} FROM __lv_values) AS __lv_m "
-            f"WHERE {VALUE} = {LOWEST} OR {VALUE} = {HIGHEST}"
-        )
-        return sqlglot.transpile(extremes, read="spark", write=dialect)[0].replace("__lv_values", f"({sql}) AS __lv_d")
-
-    def _multiset_values_sql(self, index: int, relation: str, dialect: str) -> str:
-        arg = f"({self.multisets[index]})"
-        items = [f"{e} AS `{k}`" for k, e in zip(self.keys, self.key_exprs)] + [
-            f"{arg} AS {VALUE}",
-            f"SUM({WEIGHT}) AS {COUNT}",
-        ]
-        where = f"({self.where}) AND {arg} IS NOT NULL" if self.where else f"{arg} IS NOT NULL"
-        groups = ", ".join([*self.key_exprs, arg])
-        source = windows.placeholder(relation, self.window)
-        sql = f"SELECT {', '.join(items)} FROM {source} AS {self.alias} WHERE {where} GROUP BY {groups}"
-        return windows.substitute(
-            sqlglot.transpile(sql, read="spark", write=dialect)[0], relation, self.window, self.alias, dialect
-        )
-
-    def _group_by(self) -> str:
-        return f" GROUP BY {', '.join(self.key_exprs)}" if self.key_exprs else ""
-
-    # --- DuckDB: merge state, finalize view rows ------------------------------------------
-    def key_match(self, left: str, right: str, key: tuple[str, ...] | None = None) -> str:
-        names = self.keys if key is None else key
-        return " AND ".join(f'{left}."{k}" IS NOT DISTINCT FROM {right}."{k}"' for k in names) or "TRUE"
-
-    def finalize_sql(self, groups: str = "g", multisets: tuple[str, ...] = ()) -> str:
-        """DuckDB SQL: each live group's view row (groups whose row count is 0 or that fail
-        HAVING yield none) from its group state and its value multisets."""
-        keys = [f'g."{k}"' for k in self.keys]
-        joins = []
-        for i, rel in enumerate(multisets):
-            agg = f"SELECT {', '.join(chr(34) + k + chr(34) for k in self.keys) + ', ' if self.keys else ''}"
-            agg += f"MIN({VALUE}) AS {LOWEST}, MAX({VALUE}) AS {HIGHEST}, COUNT(*) AS {DISTINCT} FROM {rel} WHERE {COUNT} > 0"
-            agg += f" GROUP BY {', '.join(chr(34) + k + chr(34) for k in self.keys)}" if self.keys else ""
-            joins.append(f" LEFT JOIN ({agg}) AS m{i} ON {self.key_match('g', f'm{i}')}")
-        slots = []
-        for slot in self.slots:
-            n = slot.name
-            value = {
-                AggregateFunction.SUM: self._finished_sum(slot, f"CASE WHEN g.{n}_c > 0 THEN g.{n}_s END"),
-                AggregateFunction.AVG: f"CASE WHEN g.{n}_c > 0 THEN CAST(g.{n}_s AS DOUBLE) / g.{n}_c END"
-                if self._sum_kind(slot)[0] == "integral"
-                else f"CASE WHEN g.{n}_c > 0 THEN g.{n}_s / g.{n}_c END",
-                AggregateFunction.COUNT: f"COALESCE(g.{n}_c, 0)",  # 0 for a global aggregate with no state row
-                AggregateFunction.COUNT_STAR: f"COALESCE(g.{ROWS}, 0)",
-                AggregateFunction.MIN: f"m{slot.multiset}.{LOWEST}",
-                AggregateFunction.MAX: f"m{slot.multiset}.{HIGHEST}",
-                AggregateFunction.COUNT_DISTINCT: f"COALESCE(m{slot.multiset}.{DISTINCT}, 0)",
-            }[slot.function]
-            slots.append(f'{value} AS "{n}"')
-        if self.keys:
-            inner = f"SELECT {', '.join(keys + slots) or 'TRUE'} FROM {groups} AS g{''.join(joins)} WHERE g.{ROWS} > 0"
-        else:  # a global aggregate: always one row, also with no state (no rows: COUNT 0, SUM NULL)
-            inner = f"SELECT {', '.join(slots) or 'TRUE'} FROM (SELECT 1) AS __lv_one LEFT JOIN {groups} AS g ON TRUE{''.join(joins)}"
-        outputs = ", ".join(f'{sql} AS "{name}"' for name, sql in self.outputs)
-        having = f" WHERE {self.having}" if self.having else ""
-        return f"SELECT {outputs} FROM ({inner}) AS f{having}"
-
-    def merge_sql(self, delta: str = "delta", current: str = "current") -> str:
-        """DuckDB SQL giving each delta group's new row: its stored row merged with the delta
-        (only for :meth:`view_is_state` plans: append-only input, self-mergeable aggregates)."""
-        d, o = "d", "o"
-
-        def col(rel: str, name: str) -> str:
-            return f'{rel}."{name}"'
-
-        merged = []
-        for agg in self.aggregates:
-            new, old = col(d, agg.column), col(o, agg.column)
-            expr = {
-                AggregateFunction.SUM: f"CASE WHEN {old} IS NULL THEN {new} WHEN {new} IS NULL THEN {old} ELSE {old} + {new} END",
-                AggregateFunction.COUNT: f"COALESCE({old}, 0) + {new}",
-                AggregateFunction.COUNT_STAR: f"COALESCE({old}, 0) + {new}",
-                AggregateFunction.MIN: f"LEAST({old}, {new})",
-                AggregateFunction.MAX: f"GREATEST({old}, {new})",
-            }[agg.function]
-            merged.append(f'{expr} AS "{agg.column}"')
-        keys = [f'{col(d, k)} AS "{k}"' for k in self.keys]
-        return f"SELECT {', '.join(keys + merged)} FROM {delta} AS {d} LEFT JOIN {current} AS {o} ON {self.key_match(d, o)}"
 
 
 ViewPlan = Annotated[AppendPlan | KeyedAggregatePlan, Field(discriminator="kind")]

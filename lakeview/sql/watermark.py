@@ -15,7 +15,7 @@ or before the watermark can get no more rows: its state rows are deleted from th
 tables in the next epoch's commit (bounded state); its view row stays.
 
 Over a change feed (an operation column) the rule applies to a change's *images*, after the
-mirror lookup (:meth:`lakeview.ivm.maintain.ViewMaintainer.apply_changes`): the new image of an
+mirror lookup (:mod:`spark_jobs.graph_watermark`): the new image of an
 insert or update and the old image an update or delete retracts. An image older than the
 watermark is late: left out of the Z-set (never applied to a closed window's state), set
 aside and counted like a late append row; the others are applied exactly. The mirror still
@@ -26,7 +26,7 @@ arrived, so a delete can never move it.
 A before/after-image feed ([images]) carries the old image in the row (no mirror): its batch's
 Z-set (before -1, after +1) is first consolidated, so an image that a later change of the same
 batch retracts again cancels, as only the newest change per key counts over an operation
-column; then each image is judged by the same rule (:meth:`ViewMaintainer.apply_images`).
+column; then each image is judged by the same rule.
 """
 
 from __future__ import annotations
@@ -38,11 +38,10 @@ from dataclasses import dataclass
 import pyarrow as pa
 import sqlglot
 
-from lakeview.errors import WriterError
 from lakeview.ops.source_log import logged_files
 from lakeview.sql.duck import arrow_sql
 from lakeview.sql.plan import WEIGHT
-from lakeview.sql.windows import END, START, parse_interval
+from lakeview.sql.windows import parse_interval
 
 APPLIED = "lakeview.watermark-us"
 MAX_EVENT = "lakeview.max-event-time-us"
@@ -135,29 +134,6 @@ class Watermark:
         return f"late: {self.column} older than the watermark {_iso(applied)} (max event time - {self.delay_us // 1_000_000}s)"
 
 
-def closed_windows(plan, bound_us: int | None) -> Callable | None:
-    """For :func:`lakeview.ivm.zsets.apply_epoch`: a state table's rows whose window ended at or
-    before ``bound_us`` (None when there is nothing to drop)."""
-    window = getattr(plan, "window", None)
-    if window is None or bound_us is None:
-        return None
-    names = dict(zip(plan.key_exprs, plan.keys))
-    if END in names:
-        column, bound = names[END], bound_us
-    elif START in names:
-        column, bound = names[START], bound_us - window.size_us
-    else:
-        return None
-
-    def rows(writer) -> pa.Table:
-        if not writer.capabilities.closed_window_reads:
-            name = type(writer).__name__
-            raise WriterError(f"{name} cannot read the rows of closed windows; keep windowed state in Iceberg")
-        return writer.rows_ending_by(column, bound)
-
-    return rows
-
-
 def _iso(micros: int) -> str:
     return (dt.datetime(1970, 1, 1) + dt.timedelta(microseconds=micros)).isoformat(sep=" ") + " UTC"
 
@@ -180,19 +156,6 @@ def duckdb_where(plan) -> str | None:
     if not plan.where:
         return None
     return sqlglot.transpile(f"SELECT 1 WHERE {plan.where}", read="spark", write="duckdb")[0].split(" WHERE ", 1)[1]
-
-
-def apply_to_changes(
-    wm: Watermark, epoch: int, applied: int | None, zset: pa.Table, plan
-) -> tuple[pa.Table, pa.Table, dict[str, str]]:
-    """A change feed's epoch under the rule: the Z-set's on-time images, its late ones, and the
-    summary keys of the epoch's commits (the watermark moves by the new images consumed)."""
-    on_time, late = split_late(zset, wm.column, applied)
-    where = duckdb_where(plan) or "TRUE"
-    consumed = arrow_sql(
-        f'SELECT max(epoch_us("{wm.column}")) AS t FROM z AS {plan.alias} WHERE __lv_w > 0 AND ({where})', z=on_time
-    )
-    return on_time, late, {**wm.advance(epoch, applied, consumed.column("t")[0].as_py()), LATE: str(late.num_rows)}
 
 
 def _batches(checkpoint, files: list, source_index: int = 0) -> list[list]:

@@ -27,8 +27,8 @@ from lakeview.stack.history_sampler import HistorySampler
 from lakeview.stack.inline import inline_views, publish_inline_views
 from lakeview.stack.maintenance import MaintenanceThread
 from lakeview.stack.supervision import ViewSupervisor
+from spark_jobs.graph_pipeline import GraphPipeline
 from spark_jobs.group_pipeline import GroupPipeline
-from spark_jobs.pipeline import ViewPipeline
 from spark_jobs.session import build_session
 from writers.registry import make_writer, rest_catalog, state_writer_factory
 
@@ -37,7 +37,6 @@ if TYPE_CHECKING:
 
     from catalog_api.registrars.service import RegistrationService
     from lakeview.stack.supervision import ViewSupervisor
-    from spark_jobs.pipeline import ViewPipeline
 
 log = logging.getLogger("lakeview")
 
@@ -82,7 +81,7 @@ class EmbeddedStack:
             )
         self.runtime: RuntimePublisher | None = None
         self.spark: SparkSession | None = None
-        self.pipelines: dict[str, ViewPipeline] = {}
+        self.pipelines: dict[str, GraphPipeline] = {}
         self.maintenance: Any = None  # lakeview.maintenance.MaintenanceThread while views run
         self.registration: RegistrationService | None = None
         self.queries: dict[str, Any] = {}  # view -> its streaming query (a group's members share one)
@@ -176,7 +175,7 @@ class EmbeddedStack:
         else:
             writer = make_writer(self.project, name, self.catalog_uri)
             writer.commit = timed(name, writer.commit)  # type: ignore[method-assign]  # commit latency metric
-            pipeline = ViewPipeline(
+            pipeline = GraphPipeline(
                 self.spark, self.project, name, writer, on_commit, state_writer=state_writer_factory(self.project, name)
             )
             pipeline.prepare()

@@ -28,6 +28,7 @@ import logging
 import re
 import time
 from collections import Counter
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from lakeview.graph import WEIGHT as GRAPH_WEIGHT
@@ -36,7 +37,6 @@ from lakeview.ivm.changefeed import DELETE, OP, operation_sql
 from lakeview.ivm.commits import CommitRecord, Epoch
 from lakeview.sql.plan import WEIGHT
 from spark_jobs import faults
-from spark_jobs.executors.bootstrap import Bootstrap
 from spark_jobs.executors.writes import files_on_executors
 from spark_jobs.source_frames import SourceFrames, _input_frame, file_frame, source_frames
 from spark_jobs.sources.json_lines import json_line_count
@@ -52,6 +52,22 @@ if TYPE_CHECKING:
     from writers.staged_files import WrittenFile
 
 log = logging.getLogger("lakeview.pipeline")
+
+
+@dataclass
+class Bootstrap:
+    """What a backfilled epoch wrote: the view's commit and each table's executor-written files."""
+
+    record: CommitRecord | None
+    files: dict[str, list[WrittenFile]] = field(default_factory=dict)  # table name -> files (none: it had the epoch)
+
+    def report(self) -> dict[str, object]:
+        """How the epoch's rows went (a pipeline's ``last_write``): by the executors, none collected."""
+        files = [f for written in self.files.values() for f in written]
+        return {
+            "by": "executors", "bootstrap": True, "rows_collected": 0, "files": len(files), "rows": sum(f.rows for f in files),
+            "writers": sorted({f.writer for f in files}), "tables": {name: sum(f.rows for f in fs) for name, fs in self.files.items()},
+        }  # fmt: skip
 
 
 def backfills(pipeline: GraphPipeline, batch: DataFrame | None, epoch_id: int) -> bool:

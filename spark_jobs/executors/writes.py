@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
     from lakeview.config.models import ProjectConfig
-    from lakeview.ivm.commits import CommitRecord, Epoch
+    from lakeview.ivm.commits import Epoch
     from writers.base import SnapshotWriter
     from writers.staged_files import WrittenFile
 
@@ -100,20 +100,6 @@ def write_on_executors(df: DataFrame, target: IcebergFiles | DeltaFiles) -> list
 
     rows = _map_in_arrow(df, write_partition).collect()
     return [WrittenFile(path=r.path, size=r.size, rows=r.rows, writer=r.writer, payload=bytes(r.payload)) for r in rows]
-
-
-def append_on_executors(
-    writer: SnapshotWriter, rows: DataFrame, epoch: Epoch, project: ProjectConfig
-) -> tuple[CommitRecord | None, list[WrittenFile]]:
-    """Append ``rows`` to the view's table as ONE snapshot for ``epoch``, the data files written
-    by the executors. A replayed epoch writes nothing; files of a commit that never lands are
-    orphans ``lakeview maintain`` removes."""
-
-    last = writer.last_commit()
-    if last is not None and epoch.number <= last.epoch:
-        return None, []
-    files = files_on_executors(writer, rows, epoch, project)
-    return writer.commit_files(epoch, files), files  # type: ignore[attr-defined]
 
 
 def files_on_executors(

@@ -51,7 +51,6 @@ class Split:
     good: DataFrame
     rows_in: int
     quarantined: int
-    late: int = 0  # of ``quarantined``: rows older than the view's watermark
 
 
 def _footer_rows(files: list[Path]) -> int | None:
@@ -68,7 +67,6 @@ class Quarantine:
         self.config = project.sources[source]
         self.directory = quarantine_dir(project, source) / view
         self.parses_text = self.config.format.reader_format in ("json", "csv")
-        self.late: tuple[str, str] | None = None  # this epoch's (late-row condition, reason): lakeview.watermark
 
     def read_schema(self) -> str:
         """The source schema as Spark reads it (plus the corrupt-record column for text formats)."""
@@ -95,9 +93,6 @@ class Quarantine:
             cases.append(
                 f"WHEN {operation} IS NULL THEN concat('unknown operation ', coalesce(CAST(`{op}` AS STRING), 'NULL'))"
             )
-        if self.late is not None:
-            condition, reason = self.late
-            cases.append(f"WHEN {condition} THEN '{reason}'")
         return f"CASE {' '.join(cases)} END" if cases else "CAST(NULL AS STRING)"
 
     def checks(self, operation: str | None) -> bool:
@@ -107,7 +102,6 @@ class Quarantine:
             self.parses_text
             or bool(self.config.required)
             or (operation is not None and self.config.changes is not None)
-            or self.late is not None
         )
 
     def split(
@@ -130,12 +124,10 @@ class Quarantine:
         payload = [c for c in batch.columns if c not in (CORRUPT, FILE, operation)]
         # One payload column read too: Spark refuses a raw JSON/CSV query that needs only the
         # corrupt-record column.
-        late = F.count(F.when(F.col(REASON).startswith("late:"), 1)) if self.late is not None else F.lit(0)
         counts = tagged.agg(
             F.count(F.lit(1)).alias("rows"),
             F.count(F.col(REASON)).alias("bad"),
             F.count(F.col(payload[0])).alias("_"),
-            late.alias("late"),
         ).first()
         bad = int(counts["bad"]) if counts else 0
         if bad:
@@ -145,7 +137,6 @@ class Quarantine:
             tagged.where(F.col(REASON).isNull()).drop(REASON),
             (int(counts["rows"]) if counts else 0) - bad,
             bad,
-            int(counts["late"]) if counts else 0,
         )
 
     def footer_count(self, files: list[Path] | None) -> int | None:

@@ -14,19 +14,13 @@ from typing import TYPE_CHECKING
 
 from lakeview.config.models import ProjectConfig, SourceConfig
 from lakeview.project import graph_output_schema
-from lakeview.sql.dag import upstream_of, upstreams_of, view_key
+from lakeview.sql.dag import upstreams_of
 from lakeview.sql.plan import WEIGHT
 from spark_jobs.sources.view_changes import reader_path
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.types import StructType
-
-
-def upstream_key(project: ProjectConfig, view: str) -> tuple[str, ...] | None:
-    """The key of the view ``view`` reads (None: it reads a source, or an append-only view)."""
-    upstream = upstream_of(project, view)
-    return view_key(project, upstream) if upstream is not None else None
 
 
 def with_upstream_source(spark: SparkSession, project: ProjectConfig, view: str) -> ProjectConfig:

@@ -6,11 +6,9 @@ import duckdb
 import pyarrow as pa
 import pytest
 import sqlglot
-from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lakeview.errors import UnsupportedSQLError
-from lakeview.ivm.zsets import merge_groups
 from lakeview.sql.plan import AggregateFunction
 from lakeview.sql.planner import plan_view
 
@@ -89,23 +87,6 @@ def _table(batch: list[tuple]) -> pa.Table:
 
 def _as_set(table: pa.Table) -> set[tuple]:
     return {tuple(r.values()) for r in table.to_pylist()}
-
-
-@settings(max_examples=25, deadline=None)
-@given(st.lists(rows, min_size=1, max_size=5))
-def test_merging_batch_aggregates_equals_recompute(batches: list[list[tuple]]) -> None:
-    """Folding each batch's partial aggregate into the stored groups (nulls in keys and
-    values included) equals the view recomputed over all rows, after every batch."""
-    plan = plan_view("v", VIEW_SQL)
-    state = _run(VIEW_SQL, _table([]))
-    seen: list[tuple] = []
-    for batch in batches:
-        seen += batch
-        delta = _run(VIEW_SQL, _table(batch))
-        merged = merge_groups(plan, delta, state)
-        untouched = [r for r in state.to_pylist() if r["k"] not in {d["k"] for d in delta.to_pylist()}]
-        state = pa.concat_tables([pa.Table.from_pylist(untouched, schema=merged.schema), merged.cast(merged.schema)])
-        assert _as_set(state) == _as_set(_run(VIEW_SQL, _table(seen)))
 
 
 def test_supported_classes_plan_their_state() -> None:

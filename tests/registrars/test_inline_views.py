@@ -97,12 +97,12 @@ def test_materialized_view_sql_per_dialect() -> None:
 def test_pipeline_stamps_materialized_view_sql_per_dialect(
     spark, make_project, catalog_server, rest_catalog, unique_name
 ) -> None:
-    from spark_jobs.pipeline import ViewPipeline
+    from spark_jobs.graph_pipeline import GraphPipeline
     from tests.conftest import SALES_SQL
     from writers.registry import make_writer
 
     project = make_project(views={unique_name: {"sql": SALES_SQL, "namespace": "sql_props"}})
-    ViewPipeline(spark, project, unique_name, make_writer(project, unique_name, catalog_server.uri)).prepare()
+    GraphPipeline(spark, project, unique_name, make_writer(project, unique_name, catalog_server.uri)).prepare()
     props = rest_catalog.load_table(("sql_props", unique_name)).properties
     for dialect in ("spark", "trino", "duckdb"):
         assert props[f"lakeview.sql.{dialect}"].startswith("SELECT product_id, SUM(quantity) AS total_sold")

@@ -15,7 +15,7 @@ from catalog_api.ops import view_tables as tables
 from catalog_api.server import CatalogServer
 from catalog_api.store.catalog import open_store
 from lakeview.config.models import SparkConfig
-from lakeview.ivm.zsets import summed
+from lakeview.graph.zset import summed
 from lakeview.project import parse_project
 from lakeview.stack.embedded import EmbeddedStack
 from spark_jobs.executors.reads import ExecutorReads

@@ -12,7 +12,7 @@ from lakeview.cli.generator import land_json, make_orders
 from lakeview.ivm import oracle
 from lakeview.ops.source_log import files_up_to
 from lakeview.sql.duck import connect_catalog
-from spark_jobs.pipeline import ViewPipeline
+from spark_jobs.graph_pipeline import GraphPipeline
 from tests.conftest import SALES_SQL
 from writers.registry import make_writer
 
@@ -23,7 +23,7 @@ def read_view(catalog_server: CatalogServer, namespace: str, view: str) -> pa.Ta
 
 
 def start(spark, project, view, catalog_server):
-    pipeline = ViewPipeline(spark, project, view, make_writer(project, view, catalog_server.uri))
+    pipeline = GraphPipeline(spark, project, view, make_writer(project, view, catalog_server.uri))
     pipeline.prepare()
     return pipeline, pipeline.start()
 
@@ -117,7 +117,7 @@ def test_files_landing_while_stopped_are_all_picked_up(
     landing = project.source_path("orders")
     for i in range(3):
         land_json(landing, f"f{i}.json", make_orders(40, seed=10 + i, first_id=i * 100))
-    pipeline = ViewPipeline(spark, project, unique_name, make_writer(project, unique_name, catalog_server.uri))
+    pipeline = GraphPipeline(spark, project, unique_name, make_writer(project, unique_name, catalog_server.uri))
     pipeline.prepare()
     pipeline.start(available_now=True).awaitTermination()  # what `lakeview refresh` does
     assert_matches_recompute(project, unique_name, read_view(catalog_server, "pipeline_tests", unique_name), files=3)

@@ -41,13 +41,13 @@ def test_every_declared_capability_works_on_a_real_table(lake, unique_name: str)
 
 
 def test_a_writer_declaring_nothing_is_refused_by_name(unique_name: str) -> None:
-    from spark_jobs.executors.writes import append_on_executors
+    from spark_jobs.executors.writes import files_on_executors
     from writers.snapshot_diff import snapshot_change
 
     writer = MemoryWriter(SCHEMA)
     assert not writer.capabilities.executor_writes and not writer.capabilities.snapshot_changes
     with pytest.raises(WriterError, match="MemoryWriter cannot commit files written by executors"):
-        append_on_executors(writer, None, Epoch(unique_name, 0, {}), None)  # type: ignore[arg-type]
+        files_on_executors(writer, None, Epoch(unique_name, 0, {}), None)  # type: ignore[arg-type]
     with pytest.raises(WriterError, match="no snapshot reader for MemoryWriter"):
         snapshot_change(writer, 1)
     with pytest.raises(NotImplementedError, match="MemoryWriter cannot evolve its schema"):

@@ -8,7 +8,7 @@ from catalog_api.ops.status import view_statuses
 from lakeview.cli.generator import land_json, make_orders
 from lakeview.cli.main import main
 from lakeview.ivm import oracle
-from spark_jobs.pipeline import ViewPipeline
+from spark_jobs.graph_pipeline import GraphPipeline
 from tests.conftest import SALES_SQL
 from writers.delta.writer import DeltaWriter
 from writers.registry import make_writer, state_writer_factory
@@ -27,7 +27,7 @@ def test_spark_pipeline_keeps_a_delta_view_equal_to_the_recompute(
     landing = project.source_path("orders")
     writer = make_writer(project, view, catalog_server.uri)
     assert isinstance(writer, DeltaWriter) and writer.location == project.table_location(view)
-    pipeline = ViewPipeline(spark, project, view, writer, state_writer=state_writer_factory(project, view))
+    pipeline = GraphPipeline(spark, project, view, writer, state_writer=state_writer_factory(project, view))
     pipeline.prepare()
     query = pipeline.start()
     try:

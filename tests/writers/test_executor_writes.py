@@ -22,7 +22,7 @@ from lakeview.ivm import oracle
 from lakeview.project import parse_project
 from lakeview.sql.duck import attach_sql, connect
 from lakeview.stack.maintenance import maintain_view
-from spark_jobs.pipeline import ViewPipeline
+from spark_jobs.graph_pipeline import GraphPipeline
 from tests.conftest import ORDERS_SCHEMA
 from tests.pipelines import view_pipeline
 from tests.s3_server import ACCESS_KEY, SECRET_KEY
@@ -73,7 +73,7 @@ def run_batches(spark, project: ProjectConfig, view: str, catalog_uri: str, batc
     """Land one file per entry (that many orders), let the pipeline commit it; return each epoch's
     ``last_write`` (how its rows reached the table)."""
     writer = make_writer(project, view, catalog_uri)
-    pipeline = ViewPipeline(spark, project, view, writer, state_writer=state_writer_factory(project, view))
+    pipeline = GraphPipeline(spark, project, view, writer, state_writer=state_writer_factory(project, view))
     pipeline.prepare()
     query = pipeline.start()
     writes = []
@@ -269,7 +269,7 @@ def test_max_files_per_trigger_bounds_each_keyed_batch(
     project = project.model_copy(update={"spark": SparkConfig(max_files_per_trigger=1)})
     for i, count in enumerate([40, 25, 30]):
         land_json(project.source_path("orders"), f"{i:03d}.json", make_orders(count, seed=60 + i, first_id=1 + 100 * i))
-    pipeline = ViewPipeline(spark, project, view, make_writer(project, view, catalog_server.uri))
+    pipeline = GraphPipeline(spark, project, view, make_writer(project, view, catalog_server.uri))
     pipeline.prepare()
     pipeline.start(available_now=True).awaitTermination()
     # One landed file per batch (in Spark's order): each delta the driver merged came from one file.
@@ -289,14 +289,14 @@ def test_large_unbounded_keyed_batch_warns_how_to_bound_it(
             f"{i:03d}.json",
             make_orders(DRIVER_ROWS_MAX + 10, seed=70 + i, first_id=1 + 1000 * i),
         )
-        pipeline = ViewPipeline(spark, project, view, make_writer(project, view, catalog_server.uri))
+        pipeline = GraphPipeline(spark, project, view, make_writer(project, view, catalog_server.uri))
         pipeline.prepare()
         with caplog.at_level("WARNING", logger="lakeview.pipeline"):
             pipeline.start(available_now=True).awaitTermination()
         assert_equals_recompute(project, view, catalog_server.uri)
         if (
             i == 0
-        ):  # a first batch: the executors write the view (spark_jobs.executors.bootstrap), nothing to warn about
+        ):  # a first batch: the executors write the view (spark_jobs.executors.graph_backfill), nothing to warn about
             assert pipeline.last_write.get("bootstrap") and "max_files_per_trigger" not in caplog.text
     assert "set [spark] max_files_per_trigger to bound each batch" in caplog.text, (
         "the second batch merges in the driver"
