@@ -86,8 +86,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("lakeview.pipeline")
 
 
-
-
 class GraphPipeline(SourcesPipeline):
     """Keeps one graph view fresh: ``prepare()`` once, then ``start()`` (the surface of
     :class:`~spark_jobs.sources_pipeline.SourcesPipeline`)."""
