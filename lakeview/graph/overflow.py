@@ -19,15 +19,10 @@ from sqlglot import exp
 from lakeview.errors import AggregateOverflowError
 from lakeview.graph.aggregate import NUM, SUM, Aggregate
 from lakeview.graph.driver import Graph
-from lakeview.graph.operators import Filter, Operator, Project
+from lakeview.graph.operators import Filter, Operator, Project, Source
 from lakeview.graph.zset import WEIGHT, q
 
 LONG_MIN, LONG_MAX = -(2**63), 2**63 - 1
-
-
-def overflow_error(view: str, columns: list[str], aggregate: str, exc: Exception) -> AggregateOverflowError:
-    """The error naming the view, the output column(s) and the aggregate whose sum ``exc`` says left its type."""
-    return AggregateOverflowError(view, ", ".join(columns), aggregate, str(exc).splitlines()[0])
 
 
 def exact_partial(partial: str, types: dict[str, pa.DataType | None]) -> str:
@@ -91,4 +86,21 @@ def aggregate_error(view: str, graph: Graph, op: Aggregate, i: int, where: str) 
     """The error for aggregate ``i`` of ``op`` whose sum over ``where`` (e.g. "the first batch's rows") left its type."""
     a = op.aggs[i]
     column = view_columns(graph, op).get(a.out, a.out)
-    return overflow_error(view, [column], a.sql(), ValueError(f"its sum over {where} is out of range"))
+    aggregate = f"{a.func.upper()}({_argument(graph, op.inputs[0], a.arg or '*')})"
+    return AggregateOverflowError.of(view, [column], aggregate, ValueError(f"its sum over {where} is out of range"))
+
+
+def _argument(graph: Graph, op: Operator, column: str) -> str:
+    """``column`` of ``op`` as the view's inputs name it: an input's column through plain projections (else the
+    expression that computes it, in internal names)."""
+    while isinstance(op, (Project, Filter, Source)):
+        if isinstance(op, Source):
+            return dict(zip(op.columns, graph.schemas[op.name].names, strict=True)).get(column, column)
+        if isinstance(op, Project):
+            expr = dict(zip(op.columns, op.exprs, strict=True))[column]
+            plain = {q(c): c for c in op.inputs[0].columns}
+            if expr not in plain:
+                return expr
+            column = plain[expr]
+        op = op.inputs[0]
+    return column

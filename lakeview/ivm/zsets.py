@@ -226,7 +226,7 @@ def overflow_error(plan: KeyedAggregatePlan, slot: Slot, exc: Exception) -> Aggr
     """The error naming the view, the output column(s) and the aggregate of ``slot``, whose sum ``exc`` says left its type."""
     columns = [name for name, sql in plan.outputs if f'"{slot.name}"' in sql] or [slot.name]
     aggregate = f"{slot.function.value.upper()}({slot.argument})"
-    return AggregateOverflowError(plan.view, ", ".join(columns), aggregate, str(exc).splitlines()[0])
+    return AggregateOverflowError.of(plan.view, columns, aggregate, exc)
 
 
 def _check_batch_sums(plan: KeyedAggregatePlan, delta: pa.Table) -> None:
