@@ -95,13 +95,12 @@ class _Writer:
     def __init__(self, dialect: str, graph: Graph) -> None:
         self.dialect, self.graph = dialect, graph
         self.checks: list[SumCheck] = []
-        self._types: SparkTypes | None = None
 
     def types(self, op: Operator) -> dict[str, pa.DataType | None]:
         """``op``'s output columns' Spark types (None: not derived)."""
-        if self._types is None:
-            self._types = SparkTypes(self.graph)
-        return dict(zip(op.columns, self._types.of(op), strict=True))
+        if SparkTypes not in self.graph.derived:
+            self.graph.derived[SparkTypes] = SparkTypes(self.graph)
+        return dict(zip(op.columns, self.graph.derived[SparkTypes].of(op), strict=True))
 
     def q(self, name: str) -> str:
         if self.dialect == "spark":

@@ -31,8 +31,8 @@ def exact_partial(partial: str, types: dict[str, pa.DataType | None]) -> str:
     tree = sqlglot.parse_one(partial, read="duckdb")
     for total in tree.find_all(exp.Sum):
         for column in list(total.find_all(exp.Column)):
-            kind = types.get(column.name)
-            if column.name == WEIGHT or kind is None:
+            kind = types.get(column.name)  # (the weight's too, if given: a later batch's weights may be summed)
+            if kind is None:
                 continue
             if pa.types.is_integer(kind):
                 column.replace(exp.cast(column.copy(), exp.DataType.build("DECIMAL(38, 0)")))

@@ -78,6 +78,10 @@ def recompute(project: ProjectConfig, view: str, files: list[Path] | dict[str, l
             if judged is not None:  # a graph view: only its event-time source's late rows are left out
                 if source_name == judged and project.sources[judged].changes is not None:
                     relation = _graph_applied_changes(con, project, view, plan, chosen)
+                elif source_name == judged and project.sources[judged].images is not None:  # no WHERE: every
+                    wm = Watermark(delay_us(config.watermark or ""), event_time(project, view, plan.sources).column)
+                    index = plan.sources.index(judged)  # new on-time image moves the watermark
+                    relation = _applied_images(con, project, view, chosen, judged, wm, f'"{judged}"', None, index)
                 elif source_name == judged:
                     relation = _graph_on_time(con, project, view, plan, chosen)
             elif (
@@ -87,7 +91,8 @@ def recompute(project: ProjectConfig, view: str, files: list[Path] | dict[str, l
             elif (
                 config.watermark and project.sources[source_name].images is not None
             ):  # late images left out (lakeview.watermark)
-                relation = _applied_images(con, project, view, plan, chosen, source_name)
+                wm = _watermark(project, view, plan)
+                relation = _applied_images(con, project, view, chosen, source_name, wm, plan.alias, duckdb_where(plan))
             elif config.watermark:  # late rows left out: the rule replayed batch by batch (lakeview.watermark)
                 relation = _on_time(
                     con, project, view, plan, chosen, lambda fs, s=source_name: _source_relation(project, s, fs)
@@ -175,10 +180,19 @@ def _applied_changes(con, project: ProjectConfig, view: str, plan, files: list[P
     )
 
 
-def _applied_images(con, project: ProjectConfig, view: str, plan, files: list[Path], source_name: str) -> str:
+def _applied_images(
+    con,
+    project: ProjectConfig,
+    view: str,
+    files: list[Path],
+    source_name: str,
+    wm: Watermark,
+    alias: str,
+    where: str | None,
+    source_index: int = 0,
+) -> str:
     source = project.sources[source_name]
     assert source.images is not None
-    wm = _watermark(project, view, plan)
     columns = duckdb_columns(source.schema_)
 
     def zset_of(batch: list[Path]) -> str:
@@ -187,9 +201,8 @@ def _applied_images(con, project: ProjectConfig, view: str, plan, files: list[Pa
             return f"SELECT {cols}, 1 AS __lv_w WHERE FALSE"
         return _image_zset(batch, columns, source.images.before, source.images.after)
 
-    held = applied_images(
-        con, project.checkpoint_path(view), files, zset_of, wm, list(columns), plan.alias, duckdb_where(plan)
-    )
+    checkpoint = project.checkpoint_path(view)
+    held = applied_images(con, checkpoint, files, zset_of, wm, list(columns), alias, where, source_index)
     good = [f'"{c}" IS NOT NULL' for c in source.required]
     return f"SELECT * FROM ({held}) WHERE {' AND '.join(good)}" if good else held
 
