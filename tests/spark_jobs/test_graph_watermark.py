@@ -190,11 +190,12 @@ IMAGE_EPOCHS = [
 
 
 def test_a_watermark_judges_a_before_after_image_feed_from_its_first_batch_by_the_executors(
-    spark, catalog_server: CatalogServer, make_project, unique_name: str
+    spark, catalog_server: CatalogServer, make_project, unique_name: str, monkeypatch
 ) -> None:
     """The event source may be an [images] feed: each batch's Z-set (before -1, after +1) is consolidated, then
     each image judged as a change feed's are (a late old image's retraction and a late new image are left out,
     quarantined with their reason), the watermark moved by the new on-time images only."""
+    monkeypatch.setenv("LAKEVIEW_ENGINE", "graph")  # a one-source view: kept as a graph before the graph is the default
     view = unique_name[:50]
     views = {view: {"sql": IMAGE_SQL, "cadence": "200ms", "namespace": NS, "watermark": "10 minutes"}}
     project = make_project(views=views, sources=IMAGES)
