@@ -49,6 +49,11 @@ class AggregateOverflowError(TerminalError):
             f"(e.g. CAST(x AS DECIMAL(38, 0))) or change the view, then resume it"
         )
 
+    @classmethod
+    def of(cls, view: str, columns: list[str], aggregate: str, exc: Exception) -> AggregateOverflowError:
+        """The error naming the view, the output column(s) and the aggregate whose sum ``exc`` says left its type."""
+        return cls(view, ", ".join(columns), aggregate, str(exc).splitlines()[0])
+
 
 class SetupError(TerminalError):
     """The machine lacks something Lakeview needs (Java, a jar, an extension)."""

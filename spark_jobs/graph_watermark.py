@@ -37,6 +37,7 @@ class GraphWatermark:
         self.rule = Watermark(delay_us(project.views[view].watermark or ""), found.column)
         self.quarantine: Quarantine = quarantines[found.source]
         self.feed = project.sources[found.source].changes  # a change feed is judged on its Z-set (judge_zset)
+        self.images = project.sources[found.source].images is not None  # judged on its consolidated Z-set (apply)
         self.bounded: dict[str, list[Bound]] | None = None  # the graph's state the watermark bounds (by operator)
         self.expired: tuple[int | None, int] | None = None  # (epoch, watermark) of this process's last drop
 
@@ -66,6 +67,11 @@ class GraphWatermark:
             newest_first = Window.partitionBy(*self.feed.key).orderBy(F.col(self.feed.sequence).desc())
             rows = rows.withColumn("__lv_n", F.row_number().over(newest_first)).where("__lv_n = 1")
             rows = rows.where(~F.col(self.feed.operation).isin(list(self.feed.delete)))
+        if self.images:  # the batch's Z-set consolidated: the images it keeps at a positive weight
+            from pyspark.sql import functions as F
+
+            columns = [c for c in rows.columns if c != WEIGHT]
+            rows = rows.groupBy(*columns).agg(F.sum(WEIGHT).alias(WEIGHT)).where(f"{WEIGHT} > 0")
         newest = rows.selectExpr(f"max(unix_micros(`{self.rule.column}`)) AS t").first()["t"]  # type: ignore[index]
         return replace(epoch, stamps={**epoch.stamps, **self.rule.advance(epoch.number, None, newest), LATE: "0"})
 
@@ -74,6 +80,8 @@ class GraphWatermark:
         file), and the epoch with them counted as set aside and the rule's stamps."""
         if self.feed is not None:  # judged on its Z-set, after the mirror (judge_zset)
             return epoch, inputs
+        if self.images and self.source in inputs:  # an image a later one of the batch cancels is never judged
+            inputs = {**inputs, self.source: consolidated(inputs[self.source])}
         return self._judge(epoch, inputs)
 
     def judge_zset(self, epoch: Epoch, deltas: dict[str, pa.Table]) -> tuple[Epoch, dict[str, pa.Table]]:
@@ -92,9 +100,10 @@ class GraphWatermark:
             on_time, late = split_late(rows, self.rule.column, applied)
         if late is not None and late.num_rows:
             reason = self.rule.reason(applied)  # type: ignore[arg-type]
-            extra = [c for c in late.column_names if c.startswith("__lv_") and (c != WEIGHT or self.feed is None)]
+            zset = self.feed is not None or self.images
+            extra = [c for c in late.column_names if c.startswith("__lv_") and (c != WEIGHT or not zset)]
             payload = late.drop_columns(extra)
-            if self.feed is not None:  # each image's reason says whether it was a new or a retracted old one
+            if zset:  # each image's reason says whether it was a new or a retracted old one
                 self.quarantine.set_aside_late(epoch.number, payload, reason)
             else:
                 records = [
@@ -102,8 +111,8 @@ class GraphWatermark:
                 ]
                 self.quarantine.record(epoch.number, records, suffix="-late")
         newest = None
-        if on_time is not None and on_time.num_rows:  # a change feed: its new images only (weight > 0)
-            new = f"WHERE {WEIGHT} > 0" if self.feed is not None else ""
+        if on_time is not None and on_time.num_rows:  # a change or image feed: its new images only (weight > 0)
+            new = f"WHERE {WEIGHT} > 0" if self.feed is not None or self.images else ""
             newest = arrow_sql(f'SELECT max(epoch_us("{self.rule.column}")) AS t FROM z {new}', z=on_time).column("t")[
                 0
             ]
@@ -129,3 +138,13 @@ class GraphWatermark:
             self.bounded = bounds(graph, self.source, self.rule.column)
         expire(graph, self.bounded, applied)
         self.expired = (epoch, applied)
+
+
+def consolidated(zset: pa.Table) -> pa.Table:
+    """A Z-set's distinct rows with their summed weights, those summing to 0 left out (the weight's type kept)."""
+    columns = [c for c in zset.column_names if c != WEIGHT]
+    cols = ", ".join(f'"{c}"' for c in columns)
+    summed = arrow_sql(
+        f"SELECT {cols}, SUM({WEIGHT}) AS {WEIGHT} FROM z GROUP BY ALL HAVING SUM({WEIGHT}) <> 0", z=zset
+    )
+    return summed.select(zset.column_names).cast(zset.schema)

@@ -54,6 +54,7 @@ def run(spark, catalog_server, lake_dir: Path, tmp_path_factory):
     data = {
         "lake": {"warehouse": str(lake_dir / "warehouse"), "catalog_store": f"sqlite:///{lake_dir / 'catalog.db'}"},
         "server": {"host": "127.0.0.1", "port": catalog_server.port},
+        "spark": {"driver_rows_max": 2},  # the first batch over t (6 rows) is computed by Spark's executors
         "sources": {
             "t": {"format": "parquet", "path": str(root / "t"), "schema": schema, "changes": feed},
             "a": {"format": "parquet", "path": str(root / "a"), "schema": "k BIGINT, i64 BIGINT"},
@@ -124,10 +125,10 @@ def test_a_sum_past_its_type_stops_the_view_with_an_error_naming_view_and_column
     # Its last commit is the epoch before the overflow: nothing wrapped was written.
     assert [c.epoch for c in reversed(tables.commit_history(project, view))][-1] == 1
     # Nor did its state advance: the epoch failed before any of its tables committed (the view
-    # over a change feed keeps state tables; the append view's own rows are its state).
+    # over a change feed keeps state tables; the append view's may be its own rows).
     store = open_store(project)
     states = [t for t in store.list_tables(("overflow",)) if t[-1].startswith(f"__lv_state_{view}_")]
-    assert bool(states) == (view == "ovf_long"), states
+    assert states or view == "ovf_append", states
     for name in states:
         assert last_commit_of(store.load_table(name)).epoch == 1, name
     served = {r["k"]: r["total"] for r in tables.read_rows(project, view).to_pylist()}

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import pyarrow as pa
 import sqlglot
 from sqlglot import exp
 
@@ -29,7 +30,9 @@ from lakeview.graph.expand import Expand
 from lakeview.graph.extremes import EXT
 from lakeview.graph.join import Join, SemiJoin
 from lakeview.graph.multisets import NEW_OF, VALUE, ValueSet, aggregate_sql, finished_sql
-from lakeview.graph.operators import Distinct, Filter, Project, Source, UnionAll
+from lakeview.graph.operators import Distinct, Filter, Operator, Project, Source, UnionAll
+from lakeview.graph.output_types import SparkTypes
+from lakeview.graph.overflow import exact_partial, overflow_flags
 from lakeview.graph.topk import TopK
 from lakeview.graph.zset import WEIGHT
 
@@ -43,6 +46,17 @@ class FirstBatch:
     relations: list[tuple[str, str]] = field(default_factory=list)
     state: dict[str, str] = field(default_factory=dict)  # state table name (StateTable.name) -> its rows
     view: str = ""
+    checks: list[SumCheck] = field(default_factory=list)  # Spark: asked before any table is written
+
+
+@dataclass(frozen=True)
+class SumCheck:
+    """One row of flags ``__lv_f{i}`` per SUM/AVG aggregate ``i`` of ``op`` in ``aggs``: 1 where a group's sum left the
+    type SQL gives it (:func:`lakeview.graph.overflow.overflow_flags`)."""
+
+    op: Aggregate
+    sql: str
+    aggs: list[int]
 
 
 def first_batch_sql(graph: Graph, sources: dict[str, str], prefix: str, dialect: str = "spark") -> FirstBatch:
@@ -67,6 +81,7 @@ def first_batch_sql(graph: Graph, sources: dict[str, str], prefix: str, dialect:
         if rule is None:
             raise UnsupportedSQLError(f"{op.id}: no first-batch rule for {type(op).__name__}")
         names[id(op)] = rule(sql, op, inputs, sources, relation, out.state)
+    out.checks = sql.checks
     output = graph.output
     net = relation(sql.consolidated(names[id(output)], output.columns))
     items = ", ".join(f"{sql.q(c)} AS {sql.q(n)}" for c, n in zip(output.columns, graph.names, strict=True))
@@ -79,6 +94,13 @@ class _Writer:
 
     def __init__(self, dialect: str, graph: Graph) -> None:
         self.dialect, self.graph = dialect, graph
+        self.checks: list[SumCheck] = []
+
+    def types(self, op: Operator) -> dict[str, pa.DataType | None]:
+        """``op``'s output columns' Spark types (None: not derived)."""
+        if SparkTypes not in self.graph.derived:
+            self.graph.derived[SparkTypes] = SparkTypes(self.graph)
+        return dict(zip(op.columns, self.graph.derived[SparkTypes].of(op), strict=True))
 
     def q(self, name: str) -> str:
         if self.dialect == "spark":
@@ -219,15 +241,22 @@ def _semi_join(sql: _Writer, op: SemiJoin, inputs: list[str], sources, relation:
 def _aggregate(sql: _Writer, op: Aggregate, inputs: list[str], sources, relation: Relation, state) -> str:  # type: ignore[no-untyped-def]
     group = sql.cols(op.group)
     lead, by = (f"{group}, ", f" GROUP BY {group}") if op.group else ("", "")
-    partials = op.partials()
+    partials, flags = op.partials(), []
+    if sql.dialect == "spark":  # Spark's sums wrap, go NULL or lose scale: summed exactly, then checked
+        types = sql.types(op.inputs[0])
+        partials = [(c, exact_partial(e, types)) for c, e in partials]
+        flags = overflow_flags(op, types, sql.q)
     items = ", ".join(sql.expr(f"{e} AS {c}") for c, e in partials)
     # a sum or count over no rows (or only NULLs) is 0 in the records, as the driver's merge with no record makes it;
     # an extreme stays NULL
     zeroed = ", ".join(c if c.startswith(EXT) else f"COALESCE({c}, 0) AS {c}" for c, _ in partials)
     live = f" WHERE {COUNT} <> 0" if op.group else ""  # a global aggregate has its one row over no rows too
-    records = relation(
-        f"SELECT {lead}{zeroed}, CAST(1 AS BIGINT) AS {WEIGHT} FROM (SELECT {lead}{items} FROM {inputs[0]}{by}) g{live}"
-    )
+    summed = f"(SELECT {lead}{items} FROM {inputs[0]}{by})"
+    if flags:
+        summed = relation(summed[1:-1])  # read by the check and by the records
+        checked = ", ".join(f"MAX(CASE WHEN {bad} THEN 1 ELSE 0 END) AS __lv_f{i}" for i, bad in flags)
+        sql.checks.append(SumCheck(op, f"SELECT {checked} FROM {summed}", [i for i, _ in flags]))
+    records = relation(f"SELECT {lead}{zeroed}, CAST(1 AS BIGINT) AS {WEIGHT} FROM {summed} g{live}")
     state[op.records.name] = f"SELECT * FROM {records}"
     served, joins = {}, ""
     for j, vs in enumerate(op.value_sets):

@@ -26,6 +26,8 @@ class Graph:
     runtime: Runtime = field(init=False)
     # the last epoch per operator id: (wall seconds of its step, rows it output), shown by explain
     last_epoch: dict[str, tuple[float, int]] = field(init=False, default_factory=dict)
+    # what is derived from the graph alone once, not per epoch (Spark's types of its columns, a later batch's SQL)
+    derived: dict = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         duck = Duck()

@@ -20,14 +20,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import sqlglot
-from sqlglot import exp
+import pyarrow as pa
 
 from lakeview.graph.aggregate import Aggregate
 from lakeview.graph.backfill_sql import _RULES, _Writer, first_batch_sql
 from lakeview.graph.driver import Graph
 from lakeview.graph.expand import Expand
 from lakeview.graph.operators import Filter, Operator, Project, Source, UnionAll
+from lakeview.graph.overflow import exact_partial
 
 STATELESS = (Source, Filter, Project, UnionAll, Expand)
 VIEW = "the view"  # LaterBatch.collected's consumer of the graph's output
@@ -113,29 +113,24 @@ def _crossings(graph: Graph, side: set[int]) -> list[tuple[Operator, Operator | 
 def partials_sql(graph: Graph, op_id: str, rel: str, integral: set[str] | None = None, dialect: str = "spark") -> str:
     """The linear aggregate ``op_id``'s input ``rel`` summed per group: its count, sums and non-NULL counts (its
     state's columns). ``integral``: the input's integer columns, summed as DECIMAL(38, 0) (exact, as DuckDB's
-    HUGEINT sum the driver keeps; Spark's BIGINT sum would wrap past its range without a word)."""
+    HUGEINT sum the driver keeps; Spark's BIGINT sum would wrap past its range without a word); a decimal
+    argument is summed at 38 digits with its scale (:func:`lakeview.graph.overflow.exact_partial`)."""
+    key = (partials_sql, op_id, rel, frozenset(integral or ()), dialect)
+    if key not in graph.derived:  # the same every epoch: written once
+        graph.derived[key] = _partials_sql(graph, op_id, rel, integral, dialect)
+    return graph.derived[key]
+
+
+def _partials_sql(graph: Graph, op_id: str, rel: str, integral: set[str] | None, dialect: str) -> str:
     (op,) = [o for o in graph.operators if o.id == op_id]
     assert isinstance(op, Aggregate)
     sql = _Writer(dialect, graph)
     group = sql.cols(op.group)
-    partials = ", ".join(
-        _exact(sql.expr(p), integral or set(), dialect) for p in (f"{e} AS {c}" for c, e in op.partials())
-    )
+    types = {**sql.types(op.inputs[0]), **dict.fromkeys(integral or (), pa.int64())}
+    partials = ", ".join(sql.expr(f"{exact_partial(e, types)} AS {c}") for c, e in op.partials())
     if not op.group:
         return f"SELECT {partials} FROM {rel}"
     return f"SELECT {group}, {partials} FROM {rel} GROUP BY {group}"
-
-
-def _exact(partial: str, integral: set[str], dialect: str) -> str:
-    """``partial`` (in ``dialect``) with every integer column summed by SUM as DECIMAL(38, 0)."""
-    if not integral:
-        return partial
-    tree = sqlglot.parse_one(partial, read=dialect)
-    for total in tree.find_all(exp.Sum):
-        for column in list(total.find_all(exp.Column)):
-            if column.name in integral:
-                column.replace(exp.cast(column.copy(), exp.DataType.build("DECIMAL(38, 0)")))
-    return tree.sql(dialect=dialect)
 
 
 def later_cost(graph: Graph, retracting: set[str], driver_inputs: set[str]) -> str:

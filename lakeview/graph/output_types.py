@@ -19,8 +19,10 @@ from lakeview.errors import AggregateOverflowError
 from lakeview.graph.aggregate import Aggregate
 from lakeview.graph.compile import compile_view
 from lakeview.graph.driver import Graph
+from lakeview.graph.expand import Expand
 from lakeview.graph.join import Join
-from lakeview.graph.operators import Distinct, Filter, Operator, Project, Source
+from lakeview.graph.operators import Distinct, Filter, Operator, Project, Source, UnionAll
+from lakeview.graph.topk import TopK
 from lakeview.graph.zset import WEIGHT, Duck, q
 
 MAX_PRECISION = 38  # Spark's (and Iceberg's, Delta's) widest decimal
@@ -47,7 +49,76 @@ def aggregate_type(func: str, arg: pa.DataType | None) -> pa.DataType:
     return pa.float64()
 
 
-class _Types:
+_INTEGERS = (pa.int8(), pa.int16(), pa.int32(), pa.int64())
+_INTEGER_DIGITS = {pa.int8(): 3, pa.int16(): 5, pa.int32(): 10, pa.int64(): 20}  # Spark's integer as a decimal
+
+
+def wider(a: pa.DataType | None, b: pa.DataType | None) -> pa.DataType | None:
+    """Spark's wider type of two (a set operation's column, a VALUES column; None: unknown, or a pair this does
+    not derive): integers the wider integer, decimals the wider decimal (an integer as decimal(digits, 0)), a
+    float or double with any number a double (a float with an integer: a float), a date with a timestamp the
+    timestamp, a string with any other atomic type a string."""
+    if a is None or b is None or a == b:
+        return a if a == b else None
+    t = pa.types
+    if t.is_null(a) or t.is_null(b):  # NULL takes the other's type
+        return b if t.is_null(a) else a
+    if t.is_integer(a) and t.is_integer(b) and a in _INTEGERS and b in _INTEGERS:
+        return max(a, b, key=_INTEGERS.index)
+    if (t.is_decimal(a) or t.is_integer(a)) and (t.is_decimal(b) or t.is_integer(b)):
+        (p1, s1), (p2, s2) = _digits(a), _digits(b)
+        scale = max(s1, s2)
+        return pa.decimal128(min(MAX_PRECISION, max(p1 - s1, p2 - s2) + scale), min(MAX_PRECISION, scale))
+    numbers = (t.is_integer, t.is_decimal, t.is_floating)
+    if any(k(a) for k in numbers) and any(k(b) for k in numbers):
+        floats = {x for x in (a, b) if t.is_floating(x)}
+        return pa.float32() if floats == {pa.float32()} and not (t.is_decimal(a) or t.is_decimal(b)) else pa.float64()
+    if (t.is_date(a) and t.is_timestamp(b)) or (t.is_timestamp(a) and t.is_date(b)):
+        return a if t.is_timestamp(a) else b
+    strings = (t.is_string, t.is_large_string, t.is_string_view)
+    if any(k(a) for k in strings) != any(k(b) for k in strings):
+        other = b if any(k(a) for k in strings) else a
+        if not (t.is_binary(other) or t.is_boolean(other) or t.is_nested(other)):
+            return a if any(k(a) for k in strings) else b
+    return None
+
+
+def wider_of(types: list[pa.DataType | None]) -> pa.DataType | None:
+    """The wider type of all ``types`` (:func:`wider`); None where only NULLs give none."""
+    found = types[0] if types else None
+    for other in types[1:]:
+        found = wider(found, other)
+    return None if found is None or pa.types.is_null(found) else found
+
+
+def _digits(kind: pa.DataType) -> tuple[int, int]:
+    return (kind.precision, kind.scale) if pa.types.is_decimal(kind) else (_INTEGER_DIGITS[kind], 0)
+
+
+def literal_type(literal: str) -> pa.DataType | None:
+    """Spark's type of a SQL literal (a VALUES cell, DuckDB SQL): an integer INT (past its range BIGINT, then a
+    decimal), a decimal number its decimal(digits, scale), an exponent a double, a string a string, a boolean a
+    boolean, NULL null."""
+    text = literal.strip().removeprefix("-").strip()
+    if text.upper() == "NULL":
+        return pa.null()
+    if text.upper() in ("TRUE", "FALSE"):
+        return pa.bool_()
+    if text.startswith("'"):
+        return pa.string()
+    if text.isdigit():
+        value = int(text)
+        if value < 2**31:
+            return pa.int32()
+        return pa.int64() if value < 2**63 else pa.decimal128(min(MAX_PRECISION, len(text.lstrip("0") or "0")), 0)
+    whole, dot, fraction = text.partition(".")
+    if dot and (whole + fraction).isdigit():
+        digits = len((whole + fraction).lstrip("0") or "0")
+        return pa.decimal128(min(MAX_PRECISION, max(digits, len(fraction))), len(fraction))
+    return pa.float64() if "E" in text.upper() else None
+
+
+class SparkTypes:
     """Each operator's output columns' Spark types, from the sources' types up (None: not derived, the
     graph's own type stands)."""
 
@@ -77,6 +148,14 @@ class _Types:
             return self._project(op)
         if isinstance(op, (Filter, Distinct, Join)):  # columns passed through under their names
             return [self._passed(op, c) for c in op.columns]
+        if isinstance(op, UnionAll):  # by position: the branches' wider type, as Spark widens a set operation's
+            branches = [self.of(i) for i in op.inputs]
+            return [wider_of(list(types)) for types in zip(*branches, strict=True)]
+        if isinstance(op, TopK):  # the input's columns, then the rank: Spark's ROW_NUMBER() and RANK() are INT
+            return [*self.of(op.inputs[0]), pa.int32()]
+        if isinstance(op, Expand):  # the input's columns, then each constant column: its literals' wider type
+            added = [wider_of([literal_type(v) for v in column]) for column in zip(*op.rows, strict=True)]
+            return [*self.of(op.inputs[0]), *added]
         return [None] * len(op.columns)
 
     def _passed(self, op: Operator, name: str) -> pa.DataType | None:
@@ -108,7 +187,7 @@ def output_schema(graph: Graph, computed: pa.Schema, inputs: dict[str, pa.Schema
     partial aggregates below a join would widen a SUM's decimal twice and turn an AVG into a division), over
     ``inputs``, the schemas of every table the SQL names (an unused CTE's too)."""
     written = compile_view(graph.sql, inputs, eager=False)
-    types = _Types(written).of(written.output)
+    types = SparkTypes(written).of(written.output)
     return pa.schema(
         [f if t is None else pa.field(f.name, t) for f, t in zip(computed, types, strict=True)], computed.metadata
     )

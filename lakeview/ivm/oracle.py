@@ -31,6 +31,7 @@ from lakeview.sql.stars import evolving_stars
 from lakeview.sql.watermark import (
     Watermark,
     applied_changes,
+    applied_images,
     delay_us,
     on_time_relation,
 )
@@ -73,6 +74,10 @@ def recompute(project: ProjectConfig, view: str, files: list[Path] | dict[str, l
             # only the event-time source's late rows are left out, as the pipeline does (lakeview.sql.graph_watermark)
             if source_name == judged and project.sources[judged].changes is not None:
                 relation = _graph_applied_changes(con, project, view, plan, chosen)
+            elif source_name == judged and project.sources[judged].images is not None:  # no WHERE: every
+                wm = Watermark(delay_us(config.watermark or ""), event_time(project, view, plan.sources).column)
+                index = plan.sources.index(judged)  # new on-time image moves the watermark
+                relation = _applied_images(con, project, view, chosen, judged, wm, f'"{judged}"', None, index)
             elif source_name == judged:
                 relation = _graph_on_time(con, project, view, plan, chosen)
             con.execute(f'CREATE TEMP VIEW "{source_name}" AS {relation}')
@@ -115,6 +120,33 @@ def _graph_applied_changes(con, project: ProjectConfig, view: str, plan: GraphPl
         None,
         plan.sources.index(found.source),
     )
+
+
+def _applied_images(
+    con,
+    project: ProjectConfig,
+    view: str,
+    files: list[Path],
+    source_name: str,
+    wm: Watermark,
+    alias: str,
+    where: str | None,
+    source_index: int = 0,
+) -> str:
+    source = project.sources[source_name]
+    assert source.images is not None
+    columns = duckdb_columns(source.schema_)
+
+    def zset_of(batch: list[Path]) -> str:
+        if not batch:
+            cols = ", ".join(f'NULL::{t} AS "{n}"' for n, t in columns.items())
+            return f"SELECT {cols}, 1 AS __lv_w WHERE FALSE"
+        return _image_zset(batch, columns, source.images.before, source.images.after)
+
+    checkpoint = project.checkpoint_path(view)
+    held = applied_images(con, checkpoint, files, zset_of, wm, list(columns), alias, where, source_index)
+    good = [f'"{c}" IS NOT NULL' for c in source.required]
+    return f"SELECT * FROM ({held}) WHERE {' AND '.join(good)}" if good else held
 
 
 def source_rows(project: ProjectConfig, source_name: str, files: list[Path]) -> pa.Table:

@@ -9,7 +9,9 @@ rows (``lakeview verify`` replays the rule batch by batch). Every row of that so
 time moves the watermark (not only those passing the view's WHERE or finding a join partner: those
 depend on other inputs). A change feed ([changes]) is judged image by image, as the one-source rule does: its
 epoch's Z-set (old images -1, new +1) loses its late images (the mirror still takes every change), and only its
-new on-time images move the watermark.
+new on-time images move the watermark. A before/after-image feed ([images]) is judged the same way on its batch's
+Z-set (before -1, after +1), consolidated first so that an image a later change of the batch cancels is never
+judged.
 
 Not guaranteed: a closed window's row can still change when another input changes (a dimension row
 updated or deleted re-groups the fact rows it joins), so only the state that source alone reaches is
@@ -67,12 +69,6 @@ def event_time(config: ProjectConfig, view: str, sources: tuple[str, ...]) -> Ev
     source = having[0]
     if source not in config.sources:
         raise ValueError(f"a watermark applies to a view's source, not to the view {source!r} it reads")
-    found = config.sources[source]
-    if found.images is not None:
-        raise ValueError(
-            f"the event time's source {source!r} is a change feed ([images]); a watermark on a view kept as an "
-            "operator graph needs an append-only source or a change feed with an operation column ([changes])"
-        )
     column, kind = readable[source][name.lower()]
     if "TIMESTAMP" not in kind.upper():
         raise ValueError(f"event_time {source}.{column} is {kind}, not a TIMESTAMP")

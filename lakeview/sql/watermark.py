@@ -233,12 +233,13 @@ def applied_images(
     names: list[str],
     alias: str,
     where: str | None,
+    source_index: int = 0,
 ) -> str:
     """DuckDB SQL: the rows a watermarked view over a before/after-image feed holds, for the
-    oracle. The rule is replayed batch by batch in the order Spark took the files in, on each
-    batch's consolidated Z-set (``zset_of(files)``: DuckDB SQL of the images, ``names`` and the
-    weight ``__lv_w``): an image older than the watermark is left out, the on-time ones are
-    summed; a row is held as often as its total is positive."""
+    oracle. The rule is replayed batch by batch in the order Spark took the files in (the source's
+    file log: ``source_index``), on each batch's consolidated Z-set (``zset_of(files)``: DuckDB SQL of
+    the images, ``names`` and the weight ``__lv_w``): an image older than the watermark is left out,
+    the on-time ones are summed; a row is held as often as its total is positive."""
     cols = ", ".join(f'"{n}"' for n in names)
 
     def consolidated(batch: list) -> str:
@@ -246,7 +247,8 @@ def applied_images(
             f"SELECT {cols}, SUM({WEIGHT}) AS {WEIGHT} FROM ({zset_of(batch)}) GROUP BY ALL HAVING SUM({WEIGHT}) <> 0"
         )
 
-    parts = _replay(con, checkpoint, files, consolidated, wm, alias, f"{WEIGHT} > 0 AND ({where or 'TRUE'})")
+    consumed = f"{WEIGHT} > 0 AND ({where or 'TRUE'})"
+    parts = _replay(con, checkpoint, files, consolidated, wm, alias, consumed, source_index)
     if not parts:
         parts.append(f"SELECT * FROM ({zset_of([])}) WHERE FALSE")
     union = " UNION ALL ".join(f"SELECT {cols}, {WEIGHT} FROM ({p})" for p in parts)

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 
 from lakeview.graph import WEIGHT as GRAPH_WEIGHT
 from lakeview.graph.backfill_sql import FirstBatch, first_batch_sql
+from lakeview.graph.overflow import aggregate_error
 from lakeview.ivm.changefeed import DELETE, OP, operation_sql
 from lakeview.ivm.commits import CommitRecord, Epoch
 from lakeview.sql.plan import WEIGHT
@@ -125,6 +126,7 @@ def backfill_on_executors(pipeline: GraphPipeline, batch: DataFrame | None, epoc
                 relation = relation.persist()
                 held.append(relation)
             relation.createOrReplaceTempView(name)
+        _check_sums(pipeline, spark, first)
         assert pipeline.store is not None
         tables: list[tuple[SnapshotWriter, DataFrame]]
         if pipeline.store.log is not None:  # Iceberg: every state in the one log table
@@ -145,6 +147,16 @@ def backfill_on_executors(pipeline: GraphPipeline, batch: DataFrame | None, epoc
     pipeline.last_write = done.report()
     _after_backfill(pipeline, epoch_id, {name: sum(f.rows for f in files) for name, files in done.files.items()})
     return done.record
+
+
+def _check_sums(pipeline: GraphPipeline, spark, first: FirstBatch) -> None:  # type: ignore[no-untyped-def]
+    """Raise AggregateOverflowError, before any table is written, where a sum over the batch left the type SQL
+    gives it (Spark's own SUM would have written a wrapped value, or a NULL)."""
+    for check in first.checks:
+        flagged = spark.sql(check.sql).first()
+        for i in check.aggs:
+            if flagged is not None and flagged[f"__lv_f{i}"]:
+                raise aggregate_error(pipeline.view, pipeline.graph, check.op, i, "the first batch's rows")
 
 
 def _packed_log(spark, packing: StateLog, states: dict[str, str]) -> DataFrame:  # type: ignore[no-untyped-def]

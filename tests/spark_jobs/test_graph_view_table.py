@@ -93,3 +93,40 @@ def test_a_graph_views_table_has_sparks_types_and_its_group_key(
         log = DeltaTable(str(project.table_location(unique_name)))
         assert kinds(pa.schema(log.schema().to_arrow())) == expected
         assert any(entry.get("lakeview.key") == "category" for entry in log.history())
+
+
+T_SCHEMA = "id BIGINT, g BIGINT, i INT, d DECIMAL(10,2)"
+SHAPES = {  # view SQL over ``t``, and the format its table takes (each shape once: both formats are typed alike)
+    "ranked_expanded": (
+        "SELECT x.g, x.id, x.rn, o.k, o.f FROM (SELECT g, id, rn FROM (SELECT g, id, RANK() OVER "
+        "(PARTITION BY g ORDER BY id) AS rn FROM t) r WHERE rn <= 2) x CROSS JOIN (VALUES (0, 1.5), (1, 2)) AS o(k, f)",
+        "iceberg",
+    ),
+    "unions": (
+        "SELECT g, v, n FROM (SELECT g, i AS v, ROW_NUMBER() OVER (PARTITION BY g ORDER BY id) AS n FROM t) r "
+        "WHERE n <= 1 UNION ALL SELECT g, d, 7 FROM t UNION SELECT g, id, i FROM t",
+        "delta",
+    ),
+}
+
+
+def t_row(i: int) -> str:
+    return json.dumps({"id": i, "g": i % 2, "i": 10 * i, "d": round(1.5 * i, 2)})
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_union_top_k_and_constant_rows_keep_sparks_types(
+    spark, catalog_server: CatalogServer, make_project, unique_name: str, shape: str
+) -> None:
+    """ROW_NUMBER() and RANK() are INT (DuckDB: BIGINT), a UNION's column the branches' wider type as Spark
+    widens it (INT, DECIMAL(10,2) and BIGINT: DECIMAL(22,2)), a VALUES column its literals' wider type."""
+    sql, fmt = SHAPES[shape]
+    sources = {"t": {"format": "json", "path": "landing/t", "schema": T_SCHEMA}}
+    project = make_project(
+        views={unique_name: {"sql": sql, "cadence": "200ms", "namespace": NS, "format": fmt}}, sources=sources
+    )
+    spark.createDataFrame([], schema=T_SCHEMA).createOrReplaceTempView("t")
+    expected = kinds(to_arrow_schema(spark.sql(sql).schema))
+    assert pa.int32() in expected.values()  # a rank (and a constant) as Spark types them
+    run(spark, project, unique_name, catalog_server, epochs=[{"t": [t_row(i) for i in range(1, 7)]}])
+    assert kinds(read(project, unique_name, catalog_server).schema) == expected

@@ -154,3 +154,71 @@ def test_late_orders_of_a_windowed_join_are_quarantined_and_the_watermark_surviv
         query.stop()
     status = {s.view: s for s in view_statuses(project)}[view]
     assert (status.rows_late, status.rows_quarantined) == (2, 2)
+
+
+IMAGES = {  # a before/after-image feed of orders (each line the row before and after a change; None: none)
+    "order_images": {
+        "format": "json",
+        "path": "landing/order_images",
+        "schema": "order_id BIGINT, amount DOUBLE, ts TIMESTAMP",
+        "images": {"key": ["order_id"]},
+    }
+}
+IMAGE_SQL = (
+    "SELECT window(ts, '10 minutes').end AS window_end, COUNT(*) AS n, SUM(amount) AS total, MAX(amount) AS hi "
+    "FROM order_images GROUP BY window(ts, '10 minutes')"
+)
+
+
+def image(order_id: int, before: float | None, after: float | None) -> str:
+    """A change of an order whose time moves from minute ``before`` to ``after`` (its amount: the minute)."""
+
+    def row(minute: float | None) -> dict | None:
+        ts = None if minute is None else (T0 + timedelta(minutes=minute)).isoformat()
+        return None if minute is None else {"order_id": order_id, "amount": minute, "ts": ts}
+
+    return json.dumps({"before": row(before), "after": row(after)})
+
+
+# epoch 0 (the history, by the executors): orders at 5..40, and order 9 inserted at 50 then moved to 12 in the same
+# batch (its image at 50 cancels: the watermark's first advance is 40, not 50). Epoch 1, watermark 30: order 1's
+# retraction (its old image at 5) and order 10's insert at 25 are late; order 8 moves from 40 to 41, 11 comes at 45.
+IMAGE_EPOCHS = [
+    [image(i, None, 5 * i) for i in range(1, 9)] + [image(9, None, 50), image(9, 50, 12)],
+    [image(1, 5, None), image(10, None, 25), image(8, 40, 41), image(11, None, 45)],
+]
+
+
+def test_a_watermark_judges_a_before_after_image_feed_from_its_first_batch_by_the_executors(
+    spark, catalog_server: CatalogServer, make_project, unique_name: str, monkeypatch
+) -> None:
+    """The event source may be an [images] feed: each batch's Z-set (before -1, after +1) is consolidated, then
+    each image judged as a change feed's are (a late old image's retraction and a late new image are left out,
+    quarantined with their reason), the watermark moved by the new on-time images only."""
+    monkeypatch.setenv("LAKEVIEW_ENGINE", "graph")  # a one-source view: kept as a graph before the graph is the default
+    view = unique_name[:50]
+    views = {view: {"sql": IMAGE_SQL, "cadence": "200ms", "namespace": NS, "watermark": "10 minutes"}}
+    project = make_project(views=views, sources=IMAGES)
+    project = project.model_copy(update={"spark": SparkConfig(**BOUNDS)})
+    assert is_graph_view(project, view)
+    land(project.source_path("order_images"), "000.json", IMAGE_EPOCHS[0])
+    pipeline, query = start(spark, project, view, catalog_server)
+    try:
+        query.processAllAvailable()
+        by_executors(pipeline)
+        record = read_commit(project, view)
+        assert (record.extra[APPLIED], record.extra[MAX_EVENT]) == ("", str(T0_US + 40 * MINUTE_US))
+        land(project.source_path("order_images"), "001.json", IMAGE_EPOCHS[1])
+        query.processAllAvailable()
+        record = read_commit(project, view)
+        assert record.extra[APPLIED] == str(T0_US + 30 * MINUTE_US) and record.extra[LATE] == "2"
+        assert record.extra[MAX_EVENT] == str(T0_US + 45 * MINUTE_US)
+        assert_recomputed(project, view, pipeline, catalog_server)  # lakeview verify: equal
+        rows = quarantined_rows(project, "order_images", view)
+        late = sorted((json.loads(r["record"])["order_id"], r["reason"].rsplit("; ", 1)[1]) for r in rows)
+        assert late == [(1, "retracted old image left out"), (10, "new image left out")]
+        held = {plain(r["window_end"]): (r["n"], r["hi"]) for r in read(project, view, catalog_server).to_pylist()}
+        assert held[T0_US + 10 * MINUTE_US] == (1, 5.0), "order 1's late retraction left it in its closed window"
+        assert held[T0_US + 50 * MINUTE_US] == (2, 45.0) and held[T0_US + 20 * MINUTE_US] == (3, 15.0)
+    finally:
+        query.stop()
