@@ -14,6 +14,7 @@ from catalog_api.store.catalog import CatalogStore
 from lakeview.config.models import ProjectConfig
 from lakeview.project import parse_project
 from tests.jvm_archive import JAVA_OPTIONS, QUIET, ArchiveBuild, archive_file, submit_args
+from tests.stale_temp import remove_in_background
 
 # Every JVM a test starts compiles with C1 only and the serial collector (tests/jvm_archive.py JAVA_OPTIONS).
 OWN_SUBMIT_ARGS = "PYSPARK_SUBMIT_ARGS" not in os.environ
@@ -64,6 +65,12 @@ def spark():
     session = build_session("lakeview-tests")
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _old_runs_removed(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Older runs' temporary directories go in the background now, not at the end (tests/stale_temp.py)."""
+    remove_in_background(pytestconfig, tmp_path_factory.getbasetemp())
 
 
 @pytest.fixture(scope="session")

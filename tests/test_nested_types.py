@@ -58,7 +58,7 @@ def nested_project(spark, catalog_server, lake_dir: Path, tmp_path_factory):
         f"nested_{shape}_{src}_{fmt}": {
             "sql": sql.format(src=src),
             "format": fmt,
-            "cadence": "200ms",
+            "cadence": "100ms",
             "namespace": "nested",
         }
         for shape, sql in SQL.items()

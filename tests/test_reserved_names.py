@@ -65,7 +65,7 @@ def _project(root: Path, lake_dir: Path, port: int, schema_a: str = A_SCHEMA, vi
             "a": {"format": "parquet", "path": str(root / "a"), "schema": schema_a, "changes": FEED | {"key": ["id"]}},
             "b": {"format": "parquet", "path": str(root / "b"), "schema": B_SCHEMA, "changes": FEED | {"key": ["w"]}},
         },
-        "views": {name: {"sql": sql, "cadence": "200ms", "namespace": "reserved"} for name, sql in views.items()},
+        "views": {name: {"sql": sql, "cadence": "100ms", "namespace": "reserved"} for name, sql in views.items()},
     }
     return parse_project(data, file=str(root / "lakeview.toml"), root=root)
 

@@ -117,7 +117,7 @@ def typed_project(spark, catalog_server, tmp_path_factory, lake_dir: Path):
 
     root = tmp_path_factory.mktemp("types")
     views = {
-        f"types_{role}_{fmt}": {"sql": sql, "format": fmt, "cadence": "200ms", "namespace": "types"}
+        f"types_{role}_{fmt}": {"sql": sql, "format": fmt, "cadence": "100ms", "namespace": "types"}
         for role, sql in SQL.items()
         for fmt in ("iceberg", "delta")
     }

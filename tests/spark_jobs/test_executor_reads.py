@@ -37,7 +37,7 @@ def views_of(prefix: str) -> tuple[tuple[str, str, str], dict]:
     lines, sales, big, views = chain(prefix)
     for view in views.values():
         view.update(
-            cadence="200ms", format="iceberg", maintenance={"delete_files_max": 2}
+            cadence="100ms", format="iceberg", maintenance={"delete_files_max": 2}
         )  # fold at every second delete file
     return (lines, sales, big), views
 

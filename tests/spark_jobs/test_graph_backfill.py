@@ -78,7 +78,7 @@ def test_graph_views_backfill_on_the_executors_then_later_epochs_equal_the_recom
     # each view in one format (the backfill's SQL is the same for both; each format's writers and reads
     # take three views of different shapes), so the suite runs each Spark backfill once
     names = {f"{unique_name[:40]}_{v}": sql for v, sql in VIEWS.items() if v in FORMAT_VIEWS[fmt]}
-    views = {n: {"sql": sql, "cadence": "200ms", "namespace": NS, "format": fmt} for n, sql in names.items()}
+    views = {n: {"sql": sql, "cadence": "100ms", "namespace": NS, "format": fmt} for n, sql in names.items()}
     project = make_project(views=views, sources=sources).model_copy(update={"spark": SparkConfig(**BOUNDS)})
     land_epoch(project, 0, parquet)  # the history, whole before the views start: their first batch
     started = {name: start(spark, project, name, catalog_server) for name in names}

@@ -39,20 +39,20 @@ def test_graph_views_over_an_evolving_source_keep_named_columns_and_follow_star(
             dim: {"format": "json", "path": f"landing/{dim}", "schema": "id BIGINT, label STRING"},
         },
         views={
-            star: {"sql": f"SELECT * FROM {source}", "cadence": "200ms", "namespace": "evolution_tests"},
+            star: {"sql": f"SELECT * FROM {source}", "cadence": "100ms", "namespace": "evolution_tests"},
             top: {
                 "sql": f"SELECT id, amount FROM {source} ORDER BY amount DESC LIMIT 3",
-                "cadence": "200ms",
+                "cadence": "100ms",
                 "namespace": "evolution_tests",
             },
-            both: {"sql": union, "cadence": "200ms", "namespace": "evolution_tests"},
-            both_dl: {"sql": union, "cadence": "200ms", "namespace": "evolution_tests", "format": "delta"},
-            joined: {"sql": join, "cadence": "200ms", "namespace": "evolution_tests"},
-            joined_dl: {"sql": join, "cadence": "200ms", "namespace": "evolution_tests", "format": "delta"},
+            both: {"sql": union, "cadence": "100ms", "namespace": "evolution_tests"},
+            both_dl: {"sql": union, "cadence": "100ms", "namespace": "evolution_tests", "format": "delta"},
+            joined: {"sql": join, "cadence": "100ms", "namespace": "evolution_tests"},
+            joined_dl: {"sql": join, "cadence": "100ms", "namespace": "evolution_tests", "format": "delta"},
             # a view over the evolving graph view, naming its columns (SELECT * over it is refused at load)
             down: {
                 "sql": f"SELECT id, amount FROM {both} WHERE amount > 1",
-                "cadence": "200ms",
+                "cadence": "100ms",
                 "namespace": "evolution_tests",
             },
         },

@@ -107,7 +107,7 @@ def test_late_orders_of_a_windowed_join_are_quarantined_and_the_watermark_surviv
     spark, catalog_server: CatalogServer, make_project, unique_name: str
 ) -> None:
     view = unique_name[:50]
-    views = {view: {"sql": SQL, "cadence": "200ms", "namespace": NS, "watermark": "10 minutes"}}
+    views = {view: {"sql": SQL, "cadence": "100ms", "namespace": NS, "watermark": "10 minutes"}}
     project = make_project(views=views, sources={s: SOURCES[s] for s in ("orders", "products")})
     project = project.model_copy(update={"spark": SparkConfig(**BOUNDS)})
     assert is_graph_view(project, view)

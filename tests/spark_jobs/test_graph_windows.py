@@ -99,7 +99,7 @@ def test_windows_over_a_join_and_a_union_equal_sparks_window_after_every_epoch(
 ) -> None:
     names = {f"{unique_name[:40]}_{v}": v for v in VIEWS}
     plain = {n: VIEWS[v].format(orders="orders", returns="returns", products="products") for n, v in names.items()}
-    views = {n: {"sql": sql, "cadence": "200ms", "namespace": NS} for n, sql in plain.items()}
+    views = {n: {"sql": sql, "cadence": "100ms", "namespace": NS} for n, sql in plain.items()}
     project = make_project(views=views, sources=SOURCES).model_copy(update={"spark": SparkConfig(**BOUNDS)})
     assert all(is_graph_view(project, n) for n in names)
     for source, lines in EPOCHS[0].items():  # the history, whole before the views start: their first batch

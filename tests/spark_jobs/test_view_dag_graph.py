@@ -75,7 +75,7 @@ def test_graph_views_read_views_and_are_read_by_views_equal_the_recompute_after_
     lines, cats, star, topcat, top2, per, paired, proj = sqls
     declared = dict(reversed(list(sqls.items())))  # downstreams first: the DAG orders them
     views = {
-        n: {"sql": sql, "cadence": "200ms", "namespace": "graph_dag", "format": fmt} for n, sql in declared.items()
+        n: {"sql": sql, "cadence": "100ms", "namespace": "graph_dag", "format": fmt} for n, sql in declared.items()
     }
     project = make_project(views=views, sources=SOURCES)
     assert [v for v in sqls if is_graph_view(project, v)] == list(sqls)  # every view, one-source ones too

@@ -54,7 +54,7 @@ def test_join_and_union_over_views_equal_the_recompute_after_every_batch(
         totals: {"sql": f"SELECT product_id, SUM(amount) AS total, COUNT(*) AS k FROM {both} GROUP BY product_id"},
     }
     for view in views.values():
-        view.update({"namespace": "dag_tests", "cadence": "200ms"})  # each downstream waits for a trigger
+        view.update({"namespace": "dag_tests", "cadence": "100ms"})  # each downstream waits for a trigger
     sources = {
         "orders": {"format": "json", "path": "landing/orders", "schema": SCHEMA, "changes": FEED},
         "products": {"format": "json", "path": "landing/products", "schema": PRODUCTS},
