@@ -286,12 +286,15 @@ def read_parquet_files(paths: list[Path], schema: pa.Schema) -> pa.Table:
     """The rows of Parquet files as Spark reads them with the source's declared ``schema``: columns
     matched by name (case-insensitively), a column a file lacks NULL, values cast to the declared types.
 
-    Raises TerminalError naming the file and column whose values do not fit the declared type (Spark
-    refuses such a file too)."""
+    Raises TerminalError naming the file that is not Parquet, or the file and column whose values do not fit
+    the declared type (Spark refuses such files too)."""
     tables = []
     for logged in paths:
         path = local_file(logged)
-        found = pq.read_table(path)
+        try:
+            found = pq.read_table(path)
+        except (pa.ArrowInvalid, OSError) as exc:  # named as Spark names it: the file, then why
+            raise TerminalError(f"source file {path} is not a Parquet file: {exc}") from exc
         names = {n.lower(): n for n in found.column_names}
         columns = []
         for f in schema:

@@ -1,10 +1,9 @@
-"""A view the per-shape planner refuses but the operator graph (:mod:`lakeview.graph`) may maintain.
+"""A view's plan: every view is kept by the operator graph (:mod:`lakeview.graph`).
 
-The per-shape planner (:func:`lakeview.sql.planner.plan_view`) keeps the shapes it already runs; any
-other query (star and outer joins, CTEs, subqueries, top-k, ``ORDER BY … LIMIT``) is a ``GraphPlan``:
-only what the config checks, the DAG, the oracle and the pipelines need before compiling it (its
-sources, its SQL). Whether the graph can maintain it is decided by compiling it against the sources'
-schemas when the project loads (:func:`lakeview.project.view_graph`), never here.
+A ``GraphPlan`` (:func:`lakeview.sql.planner.view_plan`) holds only what the config checks, the DAG, the
+oracle and the pipelines need before compiling it (its sources, its SQL). Whether the graph can maintain it
+is decided by compiling it against the sources' schemas when the project loads
+(:func:`lakeview.project.view_graph`), never here.
 """
 
 from __future__ import annotations
@@ -23,8 +22,8 @@ KIND = "graph"
 
 @dataclass(frozen=True)
 class GraphPlan:
-    """A graph view: its SQL (as written, in ``dialect``), the tables it reads in the order its SQL
-    names them, and why the per-shape planner refused it."""
+    """A view: its SQL (as written, in ``dialect``), the tables it reads in the order its SQL names them, and
+    ``refusal``: the error for SQL that is not one query."""
 
     view: str
     sql: str
@@ -60,8 +59,7 @@ def graph_sql(sql: str, dialect: str) -> str:
 
 
 def graph_plan(view: str, sql: str, dialect: str, refusal: UnsupportedSQLError) -> GraphPlan:
-    """The GraphPlan of a query the per-shape planner refused with ``refusal``. Re-raises ``refusal``
-    when the SQL is not one query at all."""
+    """The GraphPlan of a view's SQL. Raises ``refusal`` when the SQL is not one query at all."""
     tree = parse_statement(sql, dialect)
     if not isinstance(tree, exp.Query):
         raise refusal

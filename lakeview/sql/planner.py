@@ -20,8 +20,6 @@ from lakeview.sql.plan import SUPPORTED, AppendPlan, KeyedAggregatePlan, parse_s
 if TYPE_CHECKING:
     from lakeview.config.models import ProjectConfig
 
-Plan = GraphPlan
-
 
 def view_plan(project: ProjectConfig, view: str) -> GraphPlan:
     """The GraphPlan of ``project``'s view ``view`` (:func:`plan_for`). Planned once per view SQL: plans are

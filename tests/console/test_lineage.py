@@ -105,5 +105,8 @@ def test_a_join_view_is_drawn_from_both_inputs_to_its_table(tmp_path: Path) -> N
     graph = plan_graph(text, ["orders", "products"], "shop.by_category")
     ids = [n["id"] for n in graph["nodes"]]
     assert ids[:2] == ["in:orders", "in:products"] and ids[-1] == "out", ids
+    joins = [n["id"] for n in graph["nodes"] if n["kind"] == "join"]
+    assert joins and sum(1 for _, to in graph["edges"] if to == joins[0]) == 2, "both inputs reach the join"
+    assert len(graph["edges"]) == len(ids) - 1, "a tree: every node but the table feeds one"
     assert graph["title"].startswith("view by_category (operator graph) -> shop.by_category"), graph["title"]
     assert "Join INNER" in text and any("__lv_state_by_category_g_log" in note for note in graph["notes"]), text

@@ -1,9 +1,9 @@
-"""Tables past ``[spark] driver_keys_max`` live rows are read only by Spark's executors: a chain
-of views over a change feed (a keyed projection, an aggregate with MAX state over it, a filter
-view over that) with the bound at 0 rows equals the full recompute after every batch, folds its
-deletes on the executors, publishes its changes exactly, and the driver never builds a key index
-or caches a row of any table it keeps (views, state tables, the feed's mirror), locally and on
-S3 (SeaweedFS)."""
+"""Tables past ``[spark] driver_keys_max`` live rows are never held by the driver: a chain of views over a
+change feed (a keyed projection, an aggregate with MAX state over it, a filter view over that) with the bound
+at 0 rows equals the full recompute after every batch, folds its deletes on the executors, publishes its
+changes exactly; its state and the feed's mirror are looked up by key in their tables, and the driver never
+builds a key index or caches a row of any table it keeps (views, state logs, the feed's mirror), locally and
+on S3 (SeaweedFS)."""
 
 from __future__ import annotations
 
@@ -19,9 +19,11 @@ from lakeview.graph.zset import summed
 from lakeview.project import parse_project
 from lakeview.stack.embedded import EmbeddedStack
 from spark_jobs.executors.reads import ExecutorReads
+from spark_jobs.graph_pipeline import GraphPipeline
 from tests.s3_server import ACCESS_KEY, SECRET_KEY
 from tests.spark_jobs.test_changes import land
 from tests.spark_jobs.test_view_dag import BATCHES, FEED, SCHEMA, assert_chain_equals_recompute, chain, order
+from writers.graph_table_rows import TableRows
 from writers.iceberg.writer import IcebergWriter
 from writers.maintenance import MAINTENANCE
 from writers.registry import make_writer
@@ -42,13 +44,9 @@ def views_of(prefix: str) -> tuple[tuple[str, str, str], dict]:
     return (lines, sales, big), views
 
 
-def kept_tables(pipeline) -> list[IcebergWriter]:
-    return pipeline.tables()  # the view's table, its state log and its change feed's mirror
-
-
 def run_chain(
     spark, project, names: tuple[str, str, str], catalog_uri: str, batches: list[list[str]]
-) -> dict[str, list[IcebergWriter]]:
+) -> dict[str, GraphPipeline]:
     stack = EmbeddedStack(project, catalog_uri=catalog_uri)
     stack.start_views(spark=spark)
     try:
@@ -57,17 +55,22 @@ def run_chain(
             for view in names:
                 stack.queries[view].processAllAvailable()
             assert_chain_equals_recompute(project, names, f"after batch {number}")
-        return {view: kept_tables(stack.pipelines[view]) for view in names}
+        return {view: stack.pipelines[view] for view in names}
     finally:
         stack.stop_views()
 
 
-def assert_nothing_kept_on_the_driver(kept: dict[str, list[IcebergWriter]]) -> None:
-    writers = [w for ws in kept.values() for w in ws]
+def assert_nothing_kept_on_the_driver(pipelines: dict[str, GraphPipeline]) -> None:
+    """Past ``[spark] driver_keys_max`` (0 here) every state table and mirror is looked up by key in its table,
+    never held in the driver's memory, and no table's keys are indexed or its rows cached by the driver."""
+    writers = [w for p in pipelines.values() for w in p.tables()]
     assert len(writers) >= 4, "the views, the aggregate's state and the feed's mirror"
+    for view, pipeline in pipelines.items():
+        held = {**pipeline.store.memory, **pipeline.mirror_store.store.memory}
+        for name, memory in held.items():
+            assert isinstance(memory, TableRows), f"{view}: {name} is held in the driver's memory"
     for writer in writers:
-        name, live = writer.identifier[-1], writer.live
-        assert isinstance(live.remote, ExecutorReads) and live.remote.jobs > 0, f"{name}: never read on the executors"
+        name, live = writer.table_name, writer.live
         assert live.index_builds == 0, f"{name}: the driver indexed the table's keys"
         assert live._bytes == 0 and not live._rows, f"{name}: the driver cached the table's rows"
 
