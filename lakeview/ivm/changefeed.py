@@ -2,7 +2,7 @@
 
 A change row is the new image of the row with its key (a delete needs only the key). To
 retract the old image of an update or a delete, each view over a change feed keeps a
-*mirror*: the current row per key (``<namespace>.__lv_state_<view>_src``), looked up by the
+*mirror*: the current row per key (``<namespace>.__lv_state_<view>_src_<source>``), looked up by the
 keys a batch touches only. Per batch and key the newest change (by the ``sequence`` column)
 wins; the Z-set is the mirror's old row with weight −1 plus the new image with weight +1
 (none for a delete). The mirror is committed last in an epoch, so a replayed epoch finds
@@ -16,55 +16,19 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lakeview.config.schema import parse_ddl
 from lakeview.ivm.commits import Change
-from lakeview.sql.dag import feed_key
-from lakeview.sql.plan import WEIGHT, AppendPlan, KeyedAggregatePlan
+from lakeview.sql.plan import WEIGHT
 
 if TYPE_CHECKING:
-    from lakeview.config.models import ChangeFeedConfig, ImagesConfig, ProjectConfig
+    from lakeview.config.models import ChangeFeedConfig, ImagesConfig
 
 OP = "__lv_op"  # the normalised operation: 'insert', 'update' or 'delete' (NULL: unknown)
 INSERT, UPDATE, DELETE = "insert", "update", "delete"
 
 
-def mirror_table_name(view: str) -> str:
-    return f"__lv_state_{view}_src"
-
-
 def source_mirror_name(view: str, source: str) -> str:
-    """A change-feed source's mirror when the view reads several sources (an operator graph's)."""
+    """A view's mirror of its change-feed source ``source``."""
     return f"__lv_state_{view}_src_{source}"
-
-
-def check_view_over_sources(plan: AppendPlan | KeyedAggregatePlan, project: ProjectConfig) -> str | None:
-    """What is wrong with a view over its (change-feed) source, or None."""
-    source = project.sources.get(plan.sources[0])
-    if source is None:
-        return None  # reported by the config check that names the declared sources
-    columns = {c.name.lower() for c in parse_ddl(source.schema_)}
-    missing = [c for c in source.required if c.lower() not in columns]
-    if missing:
-        return f"source {plan.sources[0]!r}: required column(s) {', '.join(missing)} are not in its schema"
-    if source.changes is not None and source.images is not None:
-        return f"source {plan.sources[0]!r}: declare either [changes] (an operation column) or [images] (before/after), not both"
-    key = feed_key(source)
-    if key is None:
-        return None
-    named = [*key] + ([source.changes.operation, source.changes.sequence] if source.changes else [])
-    absent = [c for c in named if c.lower() not in columns]
-    if absent:
-        return f"change feed {plan.sources[0]!r}: column(s) {', '.join(absent)} are not in its schema"
-    if isinstance(plan, AppendPlan) and not plan.star:
-        selected = {c.lower() for c in plan.plain_columns}
-        lacking = [k for k in key if k.lower() not in selected]
-        if lacking:
-            return (
-                f"a projection over the change feed {plan.sources[0]!r} must select its key column(s) "
-                f"{', '.join(lacking)} unchanged, so updates and deletes can be applied by key; "
-                "nearest supported form: add them to the SELECT list (or aggregate with GROUP BY)"
-            )
-    return None
 
 
 def images_sql(images: ImagesConfig, columns: list[str], relation: str, quote: str = "`") -> str:

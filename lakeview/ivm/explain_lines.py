@@ -1,35 +1,10 @@
-"""Lines every view's ``explain`` shares: how each aggregate is maintained, where batches are
-merged, which views read the published changes."""
+"""Lines every view's ``explain`` shares: where an operator graph's batches run, which views read the
+published changes."""
 
 from __future__ import annotations
 
 from lakeview.config.models import ProjectConfig
 from lakeview.sql.dag import downstreams_of
-from lakeview.sql.plan import AggregateFunction
-
-HOW_MAINTAINED = {
-    AggregateFunction.SUM: "weighted sum + non-null count (NULL when the count is 0)",
-    AggregateFunction.AVG: "weighted sum / non-null count",
-    AggregateFunction.COUNT: "weighted non-null count",
-    AggregateFunction.COUNT_STAR: "the group's hidden row count",
-    AggregateFunction.MIN: "least value with multiplicity > 0 in the value multiset",
-    AggregateFunction.MAX: "greatest value with multiplicity > 0 in the value multiset",
-    AggregateFunction.COUNT_DISTINCT: "number of values with multiplicity > 0 in the value multiset",
-}
-
-
-def batch_lines(project: ProjectConfig, first_in_driver: str | None = None) -> list[str]:
-    """Where a keyed view's batches are merged: a large first batch by Spark (spark_jobs.bootstrap),
-    unless ``first_in_driver`` says why not; later ones in the driver."""
-    limit, bound = project.spark.driver_rows_max, project.spark.max_files_per_trigger
-    first = (f"       a first batch of more than {limit} input rows ([spark] driver_rows_max), its tables still empty (a backfill): "
-             "every table's rows computed by Spark and written by the executors, nothing collected")  # fmt: skip
-    if first_in_driver:
-        first = f"       a first batch too is merged in the driver ({first_in_driver})"
-    later = "       later batches: the delta is merged in the driver, at most " + (
-        f"{bound} new files per batch ([spark] max_files_per_trigger)" if bound
-        else "everything landed since the last batch (unbounded: set [spark] max_files_per_trigger)")  # fmt: skip
-    return [first, later]
 
 
 def graph_batch_lines(project: ProjectConfig, later: str, watermark: bool) -> list[str]:

@@ -15,7 +15,7 @@ from sqlglot import exp
 from lakeview.config.schema import RESERVED_PREFIX
 from lakeview.errors import UnsupportedSQLError
 from lakeview.sql.graph_plan import GraphPlan, graph_plan
-from lakeview.sql.plan import SUPPORTED, AppendPlan, KeyedAggregatePlan, parse_statement, plan_select
+from lakeview.sql.plan import parse_statement
 
 if TYPE_CHECKING:
     from lakeview.config.models import ProjectConfig
@@ -42,24 +42,6 @@ def plan_for(view: str, sql: str, dialect: str = "spark") -> GraphPlan:
     _check_output_names(tree)
     refusal = UnsupportedSQLError(f"expected a SELECT statement, got {sql.strip()[:80]!r}")
     return graph_plan(view, sql, dialect, refusal)
-
-
-def plan_view(view: str, sql: str, dialect: str = "spark") -> AppendPlan | KeyedAggregatePlan:
-    """The one-source stack's per-shape analysis of a view's SQL (no view is planned by it any more: only the
-    stack's own tests still ask it, until the stack is deleted). Raises :class:`UnsupportedSQLError` naming
-    the construct, its line and the nearest supported form; a query over several inputs is refused."""
-    tree = parse_statement(sql, dialect)
-    _check_output_names(tree)
-    if isinstance(tree, exp.SetOperation):
-        raise UnsupportedSQLError(f"{tree.key.upper()} reads several inputs: kept as an operator graph")
-    if not isinstance(tree, exp.Select):
-        raise UnsupportedSQLError(f"expected a SELECT statement, got {sql.strip()[:80]!r}; {SUPPORTED}")
-    if tree.args.get("joins"):
-        raise UnsupportedSQLError("a JOIN reads several inputs: kept as an operator graph")
-    from_ = tree.args.get("from_") or tree.args.get("from")
-    if from_ is not None and isinstance(from_.this, exp.Subquery):
-        raise UnsupportedSQLError("a subquery in FROM is a subgraph: kept as an operator graph")
-    return plan_select(view, sql, tree, dialect)
 
 
 def _check_output_names(tree: exp.Expression) -> None:

@@ -1,12 +1,9 @@
 """Event-time tumbling and hopping windows: Spark SQL's ``window(ts, size[, slide])``.
 
-A windowed view is planned as a keyed aggregate over the source *expanded to windows*: each
-row becomes one row per window it falls in (one for a tumbling window, ``ceil(size/slide)``
-for a hopping one), carrying its Z-set weight, with the window bounds as two hidden columns
-(``__lv_ws``, ``__lv_we``) that the view's ``window(...).start`` / ``.end`` select and that
-are part of the view's key. The expansion is plain SQL written per engine (Spark for the
-batches, DuckDB for change feeds and the oracle), so both compute the same windows: aligned
-to the Unix epoch, ``start <= ts < end``, rows with a NULL event time in none, like Spark's.
+A windowed view is kept by the operator graph: :func:`inline` writes each SELECT's window where it
+stands, its bounds as expressions of the event time (aligned to the Unix epoch, ``start <= ts < end``,
+rows with a NULL event time in none, like Spark's), a hopping window as one row per offset, so the
+graph and DuckDB's recompute read the same windows.
 
 Accepted forms (``window`` in GROUP BY, its bounds selected by name)::
 
@@ -28,10 +25,7 @@ from sqlglot import exp
 from lakeview.errors import UnsupportedSQLError
 
 FUNCTION = "__lv_window"  # how window( is spelled for sqlglot, which parses WINDOW as a keyword
-START = "__lv_ws"
-END = "__lv_we"
 OFFSETS, OFFSET = "__lv_o", "__lv_k"  # a hopping window's offsets in the graph: VALUES (0), ..., (n-1)
-_EXPANDED = "__lv_expanded"  # placeholder relation replaced by the expansion after transpiling
 # quoted text (left alone) or a call of window(
 _CALL = re.compile(r"""('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|`[^`]*`)|(?<![\w.])window\s*\(""", re.IGNORECASE)
 _UNITS = {
@@ -75,81 +69,9 @@ class EventWindow(BaseModel):
     def windows_per_row(self) -> int:
         return math.ceil(self.size_us / self.slide_us)
 
-    def describe(self) -> str:
-        if self.is_hopping:
-            return f"hopping window({self.time_column}, '{self.size}', '{self.slide}'): each row in {self.windows_per_row} windows"
-        return f"tumbling window({self.time_column}, '{self.size}'): each row in one window"
-
-    def expand_sql(self, relation: str, alias: str, dialect: str) -> str:
-        """SQL (``spark`` or ``duckdb``) giving each row of ``relation`` once per window it falls
-        in, with ``__lv_ws``/``__lv_we``; the time column may be qualified by ``alias``."""
-        micros = {"spark": "unix_micros({})", "duckdb": "epoch_us({})"}[dialect]
-        ts = self.time_column if dialect == "spark" else _duckdb(self.time_column)
-        t = micros.format(ts)
-        offsets = ", ".join(f"({k})" for k in range(self.windows_per_row))
-        # the newest window's start, then one slide back per offset (epoch-aligned, floor mod)
-        start = f"{t} - ((({t}) % {self.slide_us}) + {self.slide_us}) % {self.slide_us} - __lv_k * {self.slide_us}"
-        if dialect == "spark":
-            bounds = f"timestamp_micros(__lv_s) AS {START}, timestamp_micros(__lv_s + {self.size_us}) AS {END}"
-        else:  # keep the event time's own type (TIMESTAMP or TIMESTAMPTZ)
-            bounds = (
-                f"{ts} - to_microseconds({t} - __lv_s) AS {START}, "
-                f"{ts} - to_microseconds({t} - __lv_s - {self.size_us}) AS {END}"
-            )
-        inner = (
-            f"SELECT {alias}.*, {start} AS __lv_s FROM {relation} AS {alias} "
-            f"CROSS JOIN (VALUES {offsets}) AS __lv_o(__lv_k) WHERE {ts} IS NOT NULL"
-        )
-        return f"SELECT {alias}.*, {bounds} FROM ({inner}) AS {alias} WHERE __lv_s + {self.size_us} > {t}"
-
-
-def _duckdb(spark_sql: str) -> str:
-    return sqlglot.transpile(spark_sql, read="spark", write="duckdb")[0]
-
-
-def substitute(sql: str, relation: str, window: EventWindow | None, alias: str, dialect: str) -> str:
-    """``sql`` (already in ``dialect``) with the placeholder relation replaced by the expansion."""
-    if window is None:
-        return sql
-    return sql.replace(_EXPANDED, f"({window.expand_sql(relation, alias, dialect)})")
-
-
-def placeholder(relation: str, window: EventWindow | None) -> str:
-    return relation if window is None else _EXPANDED
-
 
 def _is_call(node: exp.Expression) -> bool:
     return isinstance(node, exp.Anonymous) and str(node.this).lower() == FUNCTION
-
-
-def rewrite(tree: exp.Select, at: Callable[[exp.Expression, str, str], str]) -> tuple[exp.Select, EventWindow] | None:
-    """The view's SELECT over the expanded source (window bounds as columns) and its window,
-    or None when the view has no window(). ``at`` formats an error (node, problem, nearest)."""
-    found = _checked(tree, at)
-    if found is None:
-        return None
-    call, window = found
-    tree = tree.copy()
-    for node in _bounds(tree):
-        node.replace(exp.column(START if node.name.lower() == "start" else END))
-    selected = {
-        (i.this if isinstance(i, exp.Alias) else i).name
-        for i in tree.expressions
-        if isinstance(i.this if isinstance(i, exp.Alias) else i, exp.Column)
-    }
-    bounds = [exp.column(c) for c in (START, END) if c in selected]
-    if not bounds:
-        raise UnsupportedSQLError(
-            at(
-                call,
-                f"select the bounds of {_spark(call)}: they are the view's key",
-                f"SELECT {_spark(call)}.start AS window_start, {_spark(call)}.end AS window_end, ...",
-            )
-        )
-    new_group = tree.args["group"]
-    rest = [g for g in new_group.expressions if not _is_call(g)]
-    new_group.set("expressions", bounds + rest)
-    return tree, window
 
 
 def inline(tree: exp.Expression, at: Callable[[exp.Expression, str, str], str]) -> exp.Expression:

@@ -1,105 +1,148 @@
-"""SQL analysis and the incremental merge, checked against full recompute in DuckDB."""
+"""A one-source view's SQL at load time: the operator graph keeps projections, filters, DISTINCT and GROUP BY
+aggregates (the view's table keyed by its GROUP BY columns), and refuses what it cannot maintain with a
+ConfigError naming the view's key, the construct and why."""
 
 from __future__ import annotations
 
-import duckdb
-import pyarrow as pa
 import pytest
-import sqlglot
-from hypothesis import strategies as st
 
-from lakeview.errors import UnsupportedSQLError
-from lakeview.sql.plan import AggregateFunction
-from lakeview.sql.planner import plan_view
+from lakeview.errors import ConfigError, UnsupportedSQLError
+from lakeview.project import graph_output_schema, is_graph_view, parse_project, table_key
 
-
-def test_group_by_is_keyed_aggregate() -> None:
-    plan = plan_view("v", "SELECT product_id, SUM(quantity) AS total, COUNT(*) AS n FROM orders GROUP BY product_id")
-    assert plan.is_keyed_aggregate and plan.keys == ("product_id",) and plan.sources == ("orders",)
-    assert [a.function for a in plan.aggregates] == [AggregateFunction.SUM, AggregateFunction.COUNT_STAR]
+ORDERS = {
+    "format": "json",
+    "path": "landing/orders",
+    "schema": "order_id BIGINT, product_id BIGINT, quantity INT, ts TIMESTAMP, note STRING",
+}
 
 
-def test_projection_is_append() -> None:
-    plan = plan_view("v", "SELECT order_id, quantity * 2 AS double_qty FROM orders WHERE quantity > 1")
-    assert plan.is_append and plan.key is None
+def load(sql: str, dialect: str = "spark"):
+    """The project with one view ``v`` of ``sql`` over ``orders`` (and ``returns``, of the same schema)."""
+    sources = {"orders": ORDERS, "returns": {**ORDERS, "path": "landing/returns"}}
+    return parse_project({"sources": sources, "views": {"v": {"sql": sql, "dialect": dialect}}}, file="lakeview.toml")
 
 
-def test_batch_sql_reads_the_batch_relation() -> None:
-    plan = plan_view("v", "SELECT o.product_id, SUM(o.quantity) AS t FROM orders o GROUP BY o.product_id")
-    sql = plan.batch_sql({"orders": "__batch"})
-    assert "FROM __batch AS o" in sql
+@pytest.mark.parametrize(
+    ("sql", "dialect", "key", "columns"),
+    [
+        (
+            "SELECT product_id, SUM(quantity) AS total, COUNT(*) AS n FROM orders GROUP BY product_id",
+            "spark",
+            ("product_id",),
+            ["product_id", "total", "n"],
+        ),
+        (
+            "SELECT order_id, quantity * 2 AS double_qty FROM orders WHERE quantity > 1",
+            "spark",
+            None,
+            ["order_id", "double_qty"],
+        ),
+        (
+            "SELECT o.product_id, SUM(o.quantity) AS t FROM orders o GROUP BY o.product_id",
+            "spark",
+            ("product_id",),
+            ["product_id", "t"],
+        ),
+        (
+            "SELECT product_id, AVG(quantity) AS a, MIN(quantity) AS lo, COUNT(DISTINCT order_id) AS d, "
+            "SUM(quantity) / COUNT(*) AS r FROM orders GROUP BY product_id HAVING MAX(quantity) > 1",
+            "spark",
+            ("product_id",),
+            ["product_id", "a", "lo", "d", "r"],
+        ),
+        (
+            "SELECT DISTINCT product_id, quantity FROM orders WHERE quantity > 0",
+            "spark",
+            None,
+            ["product_id", "quantity"],
+        ),
+        (
+            "SELECT product_id, SUM(quantity) AS s FROM orders WHERE quantity::INTEGER > 1 GROUP BY product_id",
+            "duckdb",
+            ("product_id",),
+            ["product_id", "s"],
+        ),
+        ("SELECT COUNT(*) AS n, SUM(quantity) AS total FROM orders WHERE quantity > 0", "spark", (), ["n", "total"]),
+    ],
+    ids=["group_by", "projection", "aliased_source", "avg_min_distinct_having", "distinct", "duckdb", "global"],
+)
+def test_one_source_views_load_as_graph_views_keyed_by_their_group_by(
+    sql: str, dialect: str, key: tuple[str, ...] | None, columns: list[str]
+) -> None:
+    config = load(sql, dialect)
+    assert is_graph_view(config, "v")
+    assert table_key(config, "v") == key  # None: a multiset keyed by the whole row; (): one row
+    assert graph_output_schema(config, "v").names == columns
 
 
 @pytest.mark.parametrize(
     ("sql", "message"),
     [
-        ("SELECT a FROM s\nFULL JOIN t ON s.a = t.a", "a JOIN reads several inputs: kept as an operator graph"),
-        ("SELECT a, SUM(b) FROM s GROUP BY a", "give 'SUM(b)' a column name"),
         (
-            "SELECT a,\n  STDDEV(b) AS x FROM s GROUP BY a",
-            "aggregate STDDEV is not supported (line 2); nearest supported form: SUM, COUNT",
+            "SELECT product_id,\n  STDDEV(quantity) AS x FROM orders GROUP BY product_id",
+            "STDDEV(orders.quantity): aggregate not maintained (SUM, COUNT",
         ),
-        ("SELECT a, b, SUM(c) AS x FROM s GROUP BY a", "'b' is neither aggregated nor in GROUP BY (line 1)"),
-        ("SELECT SUM(c) AS x FROM s GROUP BY a", "GROUP BY 'a' must also be selected"),
         (
-            "SELECT SUM(c) AS x FROM s\nHAVING SUM(c) > 1",
-            "HAVING on a global aggregate (no GROUP BY) is not supported (line 2)",
+            "SELECT product_id, quantity, SUM(order_id) AS x FROM orders GROUP BY product_id",
+            "column orders.quantity: neither grouped nor aggregated",
         ),
-        ("SELECT a, COUNT(DISTINCT b, c) AS x FROM s GROUP BY a", "only COUNT(DISTINCT one_expression)"),
-        ("SELECT * FROM s\nORDER BY a", "ORDER BY is not supported yet (line 2)"),
-        ("SELECT a, ROW_NUMBER() OVER (ORDER BY a) AS r FROM s", "window functions"),
-        ("SELECT a FROM s WHERE a IN (SELECT b FROM t)", "subqueries"),
-        ("SELECT a, rand() AS r FROM s", "non-deterministic"),
-        ("SELECT a FROM s UNION SELECT a FROM t", "UNION reads several inputs: kept as an operator graph"),
         (
-            "SELECT a, COUNT(*) AS n FROM s GROUP BY a, session_window(ts, '5 minutes')",
-            "session windows (session_window) are not supported",
+            "SELECT order_id, ROW_NUMBER() OVER (ORDER BY order_id) AS r FROM orders",
+            "a window function is maintained only when filtered to rank <= k",
         ),
-        ("DELETE FROM s", "expected a SELECT statement"),
-        ("SELEC a FROM s", "cannot parse SQL"),
-        ("SELECT a FROM db.s", "without a qualifier"),
-        ("SELECT 1 AS one", "must read FROM a source"),
+        ("SELECT order_id, rand() AS r FROM orders", "RANDOM(): a non-deterministic function"),
+        (
+            "SELECT product_id, COUNT(*) AS n FROM orders GROUP BY product_id, session_window(ts, '5 minutes')",
+            "session windows (session_window) are not supported (line 1); nearest supported form: a tumbling window",
+        ),
+        ("SELECT 1 AS one", "SELECT without FROM: a view reads at least one input"),
+        ("SELECT order_id AS __lv_id FROM orders", "view column '__lv_id': names starting with '__lv_' are reserved"),
+        ("SELECT order_id FROM shipments", "'shipments'"),
+    ],
+    ids=[
+        "stddev",
+        "not_grouped",
+        "window_function",
+        "nondeterministic",
+        "session_window",
+        "no_from",
+        "reserved",
+        "unknown",
     ],
 )
-def test_unsupported_sql_names_the_construct(sql: str, message: str) -> None:
-    with pytest.raises(UnsupportedSQLError, match=message.replace("(", r"\(").replace(")", r"\)")):
-        plan_view("v", sql)
+def test_sql_the_graph_cannot_maintain_is_a_config_error_naming_the_construct(sql: str, message: str) -> None:
+    with pytest.raises(ConfigError) as raised:
+        load(sql)
+    assert "views.v.sql" in str(raised.value) and message in str(raised.value), str(raised.value)
 
 
-VIEW_SQL = "SELECT k, SUM(x) AS s, COUNT(*) AS n, COUNT(x) AS nx, MIN(x) AS lo, MAX(x) AS hi FROM src GROUP BY k"
-rows = st.lists(
-    st.tuples(st.one_of(st.none(), st.integers(0, 3)), st.one_of(st.none(), st.integers(-50, 50))), max_size=12
+@pytest.mark.parametrize(
+    ("sql", "message"),
+    [("DELETE FROM orders", "expected a SELECT statement"), ("SELEC order_id FROM orders", "cannot parse SQL")],
 )
+def test_sql_that_is_not_one_query_is_refused(sql: str, message: str) -> None:
+    with pytest.raises(UnsupportedSQLError, match=message):
+        load(sql)
 
 
-def _run(sql: str, table: pa.Table) -> pa.Table:
-    con = duckdb.connect()
-    con.register("src", table)
-    return con.execute(sqlglot.transpile(sql, read="spark", write="duckdb")[0]).to_arrow_table()
-
-
-def _table(batch: list[tuple]) -> pa.Table:
-    return pa.table(
-        {"k": [r[0] for r in batch], "x": [r[1] for r in batch]},
-        schema=pa.schema([("k", pa.int64()), ("x", pa.int64())]),
-    )
-
-
-def _as_set(table: pa.Table) -> set[tuple]:
-    return {tuple(r.values()) for r in table.to_pylist()}
-
-
-def test_supported_classes_plan_their_state() -> None:
-    plan = plan_view(
-        "v",
-        "SELECT k, AVG(x) AS a, MIN(x) AS lo, COUNT(DISTINCT y) AS d, SUM(x) / COUNT(*) AS r FROM s GROUP BY k HAVING MAX(x) > 1",
-    )
-    assert plan.is_keyed_aggregate and not plan.self_mergeable
-    assert plan.multisets == ("x", "y")  # MIN and MAX share the multiset of x
-    distinct = plan_view("v", "SELECT DISTINCT a, b FROM s WHERE b > 0")
-    assert distinct.is_keyed_aggregate and distinct.keys == ("a", "b") and distinct.self_mergeable
-
-
-def test_view_in_duckdb_dialect_is_transpiled() -> None:
-    plan = plan_view("v", "SELECT k, SUM(x) AS s FROM s WHERE x::INTEGER > 1 GROUP BY k", dialect="duckdb")
-    assert "CAST(x AS INT)" in plan.sql and plan.keys == ("k",)
+@pytest.mark.parametrize(
+    ("sql", "key", "columns"),
+    [
+        ("SELECT orders.order_id FROM orders\nFULL JOIN returns r ON orders.order_id = r.order_id", None, ["order_id"]),
+        ("SELECT order_id FROM orders UNION SELECT order_id FROM returns", None, ["order_id"]),
+        ("SELECT order_id FROM orders WHERE order_id IN (SELECT order_id FROM returns)", None, ["order_id"]),
+        ("SELECT order_id, note FROM orders\nORDER BY order_id", None, ["order_id", "note"]),
+        ("SELECT SUM(quantity) AS x FROM orders GROUP BY product_id", None, ["x"]),
+        ("SELECT SUM(quantity) AS x FROM orders\nHAVING SUM(quantity) > 1", (), ["x"]),
+        # an unnamed aggregate gets DuckDB's name for it
+        ("SELECT product_id, SUM(quantity) FROM orders GROUP BY product_id", ("product_id",), ["product_id", "_col_1"]),
+    ],
+    ids=["join", "union", "in_subquery", "order_by", "group_key_not_selected", "global_having", "unnamed_aggregate"],
+)
+def test_forms_the_per_shape_planner_refused_load_as_graph_views(
+    sql: str, key: tuple[str, ...] | None, columns: list[str]
+) -> None:
+    config = load(sql)
+    assert is_graph_view(config, "v")
+    assert table_key(config, "v") == key
+    assert graph_output_schema(config, "v").names == columns

@@ -9,7 +9,7 @@
 - ``GET /lakeview/v1/sources``: per source its backlog over time and its quarantined rows.
 
 Statuses come from :mod:`catalog_api.ops.status`, the history from :mod:`lakeview.history` (written by
-the process serving the catalog), plans from :mod:`lakeview.ivm.explain`. With auth on, a view needs
+the process serving the catalog), plans from :func:`lakeview.project.explain_view`. With auth on, a view needs
 ``read`` on its namespace (views the caller may not read are left out of the lists); the page and
 its assets are public (they hold no data) and send the bearer token the user gives them.
 """
