@@ -45,11 +45,18 @@ def plan_for(view: str, sql: str, dialect: str = "spark") -> GraphPlan:
 
 
 def _check_output_names(tree: exp.Expression) -> None:
-    """A view column named like Lakeview's internal columns (``__lv_...``) would be taken for one."""
+    """Every view column has a name of its own: a computed one (``SUM(x)``, ``a + 1``) is named with ``AS`` (else
+    its table column would get a name the user never wrote, and that differs between engines); a column named
+    like Lakeview's internal columns (``__lv_...``) would be taken for one."""
     select = tree
     while isinstance(select, exp.SetOperation):
         select = select.this
-    for item in select.expressions if isinstance(select, exp.Select) else ():
+    for number, item in enumerate(select.expressions if isinstance(select, exp.Select) else (), start=1):
+        if not isinstance(item, (exp.Alias, exp.Column, exp.Dot, exp.Star)):
+            raise UnsupportedSQLError(
+                f"view column {number} ({item.sql(dialect='spark')}) has no name; "
+                f"nearest supported form: {item.sql(dialect='spark')} AS a_name"
+            )
         if item.alias_or_name.lower().startswith(RESERVED_PREFIX):
             raise UnsupportedSQLError(
                 f"view column {item.alias_or_name!r}: names starting with {RESERVED_PREFIX!r} are reserved for "
