@@ -59,7 +59,7 @@ from lakeview.sql.planner import view_plan
 from spark_jobs import faults
 from spark_jobs.driver_stream import DriverStream
 from spark_jobs.epoch_guard import guarded
-from spark_jobs.executors.graph_backfill import backfill_on_executors, backfills, bound_memory
+from spark_jobs.executors.graph_backfill import backfill_on_executors, backfills, bound_grown, bound_memory
 from spark_jobs.executors.graph_batches import later_large, later_on_executors, warn_collected
 from spark_jobs.graph_watermark import GraphWatermark
 from spark_jobs.migrate import rebuild_older_layout, stored_columns, stored_schema
@@ -72,7 +72,7 @@ from spark_jobs.streams import reconcile_checkpoint
 from writers.graph_log import LAYOUT, StateLog, log_table_name
 from writers.graph_mirrors import CLUSTERED, SourceMirrors, mirror_schema, shared_sides
 from writers.graph_state import TableStateStore, commit_key, state_table_name, warm_up
-from writers.graph_view import ViewRows, small
+from writers.graph_view import REPLACE_ROWS, ViewRows, small
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -199,8 +199,9 @@ class GraphPipeline(SourcesPipeline):
         """Commit every epoch's tables through ``group`` (one catalog transaction; None: Delta, table by table),
         then hold what fits in memory and check the tables hold this graph's state."""
         self.group = group
-        held = self.group is not None and small(self.writer)
-        self.view_rows = ViewRows(self.writer, tuple(self.graph.names), self._output, held, self._unique)
+        rows_max = min(REPLACE_ROWS, self.project.spark.driver_keys_max)  # past [spark] driver_keys_max: not held
+        held = self.group is not None and small(self.writer, rows_max)
+        self.view_rows = ViewRows(self.writer, tuple(self.graph.names), self._output, held, self._unique, rows_max)
         self.mirror_store = SourceMirrors(
             self.mirrors, self._mirror_keys, self.schemas, append_log=self.group is not None
         )
@@ -433,6 +434,7 @@ class GraphPipeline(SourcesPipeline):
         self.view_rows.committed()
         self.mirror_store.committed()
         self._last_committed = epoch_id
+        bound_grown(self)  # a table grown past [spark] driver_keys_max rows: looked up by key from now on
 
     def _file_schema(self, source: str) -> pa.Schema:
         """A source's columns as its files hold them: an upstream view's change files add each row's weight."""

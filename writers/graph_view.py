@@ -42,10 +42,12 @@ class ViewRows:
         schema: pa.Schema,
         held: bool,
         unique: tuple[str, ...] | None = None,
+        rows_max: int = REPLACE_ROWS,
     ) -> None:
         """``held``: whether the view is small enough to be held in memory (see :func:`small`); ``unique``: the
-        rows' unique key (None: a multiset, keyed by the whole row ``key``)."""
-        self.writer, self.key, self.unique, self.duck = writer, key, unique, Duck()
+        rows' unique key (None: a multiset, keyed by the whole row ``key``); ``rows_max``: the most rows held
+        (``REPLACE_ROWS``, or ``[spark] driver_keys_max`` when lower: past it nothing is held by the driver)."""
+        self.writer, self.key, self.unique, self.duck, self.rows_max = writer, key, unique, Duck(), rows_max
         weighted = pa.schema([*schema, pa.field(WEIGHT, pa.int64())])
         self.memory: CommittedRows | None = CommittedRows(self._read, key, weighted, self.duck) if held else None
 
@@ -72,7 +74,7 @@ class ViewRows:
         )
         live = after.filter(pc.greater(after.column(WEIGHT), 0))
         copies = pc.sum(live.column(WEIGHT)).as_py() or 0
-        if copies > REPLACE_ROWS:  # grown past memory's share: changed by key from now on
+        if copies > self.rows_max:  # grown past memory's share: changed by key from now on
             self.memory = None
             return self._by_key(weighted)
         self.memory.stage(net)
@@ -93,14 +95,14 @@ class ViewRows:
             self.memory.committed()
 
 
-def small(writer: SnapshotWriter) -> bool:
-    """Whether an Iceberg view's table holds at most ``REPLACE_ROWS`` rows (its snapshot's totals; none: empty)."""
+def small(writer: SnapshotWriter, rows_max: int = REPLACE_ROWS) -> bool:
+    """Whether an Iceberg view's table holds at most ``rows_max`` rows (its snapshot's totals; none: empty)."""
     snapshot = writer.table().current_snapshot()  # type: ignore[attr-defined]
     if snapshot is None or snapshot.summary is None:
         return True
     totals = snapshot.summary.additional_properties
     rows = int(totals.get("total-records", 0)) - int(totals.get("total-position-deletes", 0))
-    return rows <= REPLACE_ROWS
+    return rows <= rows_max
 
 
 def multiset_change(view: SnapshotWriter, weighted: pa.Table, key: tuple[str, ...]) -> Change:

@@ -43,6 +43,7 @@ from spark_jobs.source_frames import SourceFrames, _input_frame, file_frame, sou
 from spark_jobs.sources.json_lines import json_line_count
 from writers.graph_log import OP as LOG_OP
 from writers.graph_log import StateLog
+from writers.graph_state import CommittedRows
 from writers.graph_table_rows import LogRows, TableRows, live_rows, mirror_rows
 
 if TYPE_CHECKING:
@@ -307,6 +308,18 @@ def bound_memory(pipeline: GraphPipeline, rows: dict[str, int] | None = None) ->
             memory = mirrors.memory[source]
             mirrors.memory[source] = mirror_rows(writer, memory.key, memory.schema, memory.duck)
             mirrors.logged[source] = mirrors.folded[source] = _rows(writer, rows)
+
+
+def bound_grown(pipeline: GraphPipeline) -> None:
+    """After an epoch's commit: once a table the driver holds in memory has grown past ``[spark] driver_keys_max``
+    rows, every table past the bound is looked up by key from then on (:func:`bound_memory`), as at a start, so a
+    long-running view's memory stays bounded. A table not held (past the bound already, or not read yet) costs
+    nothing here."""
+    bound = pipeline.project.spark.driver_keys_max
+    stores = [pipeline.store, pipeline.mirror_store.store]  # type: ignore[union-attr]  # (prepare made them)
+    held = [m.held() for s in stores for m in s.memory.values() if type(m) is CommittedRows and m.runs is not None]
+    if any(rows is not None and rows > bound for rows in held):
+        bound_memory(pipeline)
 
 
 def _rows(writer: SnapshotWriter, rows: dict[str, int] | None) -> int:

@@ -118,7 +118,7 @@ def _append(pipeline: GraphPipeline, epoch: Epoch, rows: DataFrame, started: flo
     view_rows = pipeline.view_rows
     assert view_rows is not None
     if view_rows.memory is not None:  # committed past the memory copy: read again on next use, while small
-        if small(writer):
+        if small(writer, view_rows.rows_max):
             view_rows.memory.forget()
         else:  # grown past memory's share: changed by key from now on, never read whole
             view_rows.memory = None

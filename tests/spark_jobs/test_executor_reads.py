@@ -66,6 +66,7 @@ def assert_nothing_kept_on_the_driver(pipelines: dict[str, GraphPipeline]) -> No
     writers = [w for p in pipelines.values() for w in p.tables()]
     assert len(writers) >= 4, "the views, the aggregate's state and the feed's mirror"
     for view, pipeline in pipelines.items():
+        assert pipeline.view_rows.memory is None, f"{view}: the view's rows are held in the driver's memory"
         held = {**pipeline.store.memory, **pipeline.mirror_store.store.memory}
         for name, memory in held.items():
             assert isinstance(memory, TableRows), f"{view}: {name} is held in the driver's memory"
