@@ -107,11 +107,14 @@ def small(writer: SnapshotWriter, rows_max: int = REPLACE_ROWS) -> bool:
 
 def multiset_change(view: SnapshotWriter, weighted: pa.Table, key: tuple[str, ...]) -> Change:
     """A view kept as a multiset keyed by the whole row: per distinct row touched, its stored copies are
-    replaced by (stored + net weight) copies."""
+    replaced by (stored + net weight) copies; an epoch that only adds copies appends them (no lookup, so a
+    nested column, which no table format looks up by value, may be passed through)."""
     cols = ", ".join(f'"{c}"' for c in key)
     net = _net(weighted, key)
     if net.num_rows == 0:
         return Change(rows=weighted.select(list(key)).slice(0, 0), key=key)
+    if pc.min(net.column(WEIGHT)).as_py() > 0:  # only new copies: appended, no stored row looked up by its key
+        return Change(rows=arrow_sql(f"SELECT {cols} FROM n, range(CAST(n.{WEIGHT} AS BIGINT))", n=net))
     stored = view.lookup(net.select(list(key)))
     stored = stored.select(list(key)) if stored.num_rows else net.select(list(key)).slice(0, 0)
     match = " AND ".join(f'n."{k}" IS NOT DISTINCT FROM s."{k}"' for k in key)
