@@ -161,14 +161,21 @@ def _spark_micros(node: exp.Expr) -> exp.Expr:
 
 def _spark_time(node: exp.Expr) -> exp.Expr:
     """DuckDB's ``t + INTERVAL (n) MICROSECOND`` with a computed ``n`` (an event-time window's bounds) is Spark's
-    ``timestampadd`` (Spark's interval literals take constants only), which keeps the timestamp's type."""
+    ``timestampadd`` (Spark's interval literals take constants only), which keeps the timestamp's type. Whole
+    seconds, then the rest: Spark's ``timestampadd`` takes an INT quantity, so ``n`` past 2^31 microseconds (a
+    window of 36 minutes or more) would wrap silently; DIV and % both truncate, so they add up to ``n``."""
     interval = node.expression if isinstance(node, exp.Add) else None
     if (
         isinstance(interval, exp.Interval)
         and str(interval.unit.this if interval.unit else "").upper() == "MICROSECOND"
         and not isinstance(interval.this, exp.Literal)
     ):
-        return exp.TimestampAdd(this=node.this, expression=interval.this, unit=exp.var("MICROSECOND"))
+        micros, second = exp.paren(interval.this), exp.Literal.number(1_000_000)
+        seconds = exp.TimestampAdd(
+            this=node.this, expression=exp.IntDiv(this=micros.copy(), expression=second), unit=exp.var("SECOND")
+        )
+        rest = exp.Mod(this=micros.copy(), expression=second.copy())
+        return exp.TimestampAdd(this=seconds, expression=rest, unit=exp.var("MICROSECOND"))
     return node
 
 

@@ -107,10 +107,10 @@ def test_stream_stream_left_join_projection(
         {"orders": [order(4, 2, 3.0)]},
     ]
     for number, batch in enumerate(batches):  # a restart between batches: each source resumes where it was
+        for source, lines in batch.items():  # landed before the start: one trigger takes the batch's files together
+            land(project.source_path(source), f"{number:03d}.json", lines)
         pipeline, query = start(spark, project, unique_name, catalog_server)
         try:
-            for source, lines in batch.items():
-                land(project.source_path(source), f"{number:03d}.json", lines)
             query.processAllAvailable()
             assert_verified(project, unique_name, pipeline, catalog_server, "join_tests")
         finally:
