@@ -30,12 +30,6 @@ def upstreams_of(project: ProjectConfig, view: str) -> list[str]:
     return _views_read(project, view)
 
 
-def reads_zsets(project: ProjectConfig, view: str) -> bool:
-    """Whether ``view`` reads its upstream views' changes as weighted inputs of any key and columns: every
-    materialized view does (an operator graph)."""
-    return project.views[view].materialize
-
-
 def downstreams_of(project: ProjectConfig, view: str) -> list[str]:
     """The views reading ``view`` directly."""
     return [name for name in project.views if view in _views_read(project, name)]

@@ -31,9 +31,6 @@ class GraphPlan:
     sources: tuple[str, ...]
     refusal: str
     kind: str = KIND
-    is_append: bool = False
-    window: None = None
-    top: None = None
 
     def duckdb_sql(self) -> str:
         """The view's SQL in DuckDB's dialect (what the graph compiles and the oracle recomputes)."""

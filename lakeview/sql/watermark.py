@@ -36,7 +36,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import pyarrow as pa
-import sqlglot
 
 from lakeview.ops.source_log import logged_files
 from lakeview.sql.duck import arrow_sql
@@ -51,36 +50,6 @@ LATE = "lakeview.rows-late"
 def delay_us(text: str) -> int:
     """Microseconds of a watermark delay ('10 minutes', '30 seconds', '1 hour')."""
     return parse_interval(text)
-
-
-def event_column(plan, declared: str | None) -> str | None:
-    """The view's event-time column (unqualified): declared, else its window's time column."""
-    if declared:
-        return declared
-    window = getattr(plan, "window", None)
-    return window.time_column.split(".")[-1].strip("`") if window is not None else None
-
-
-def check(plan, watermark: str | None, event_time: str | None, source=None) -> str | None:
-    """What is wrong with a view's watermark settings (``source``: its one source's config, None
-    over another view), or None."""
-    if watermark is None:
-        return 'event_time is set without a watermark; add watermark = "10 minutes"' if event_time else None
-    try:
-        delay_us(watermark)
-    except ValueError as exc:
-        return str(exc)
-    if event_column(plan, event_time) is None:
-        return 'a watermark needs an event-time column: GROUP BY window(ts, ...) or event_time = "ts"'
-    feed = source is not None and (source.changes is not None or source.images is not None)
-    if feed and not getattr(plan, "is_keyed_aggregate", False):
-        return (
-            "a watermark over a change feed needs an aggregate (GROUP BY window(ts, ...) or GROUP BY keys): "
-            "a projection keeps one row per feed key, so a late change could not be left out of it"
-        )
-    if not getattr(plan, "is_keyed_aggregate", False) and not getattr(plan, "is_append", False):
-        return "a watermark applies to a view over one source"
-    return None
 
 
 @dataclass
@@ -148,14 +117,6 @@ def split_late(zset: pa.Table, column: str, applied: int | None) -> tuple[pa.Tab
         arrow_sql(f"SELECT * FROM z WHERE NOT {late}", z=zset).cast(zset.schema),
         arrow_sql(f"SELECT * FROM z WHERE {late}", z=zset).cast(zset.schema),
     )
-
-
-def duckdb_where(plan) -> str | None:
-    """The view's WHERE in DuckDB SQL (None: no WHERE)."""
-
-    if not plan.where:
-        return None
-    return sqlglot.transpile(f"SELECT 1 WHERE {plan.where}", read="spark", write="duckdb")[0].split(" WHERE ", 1)[1]
 
 
 def _batches(checkpoint, files: list, source_index: int = 0) -> list[list]:
