@@ -135,14 +135,14 @@ def start(spark, project, view: str, catalog_server: CatalogServer) -> tuple[Gra
     return pipeline, pipeline.start()
 
 
-def read(project, view: str, catalog_server: CatalogServer) -> pa.Table:
+def read(project, view: str, catalog_server: CatalogServer, namespace: str = NS) -> pa.Table:
     if project.views[view].format.value == "delta":
         con = connect("delta")
         try:
             return con.sql(f"SELECT * FROM delta_scan('{project.table_location(view)}')").to_arrow_table()
         finally:
             con.close()
-    return read_view(catalog_server, NS, view)
+    return read_view(catalog_server, namespace, view)
 
 
 def assert_recomputed(project, view: str, pipeline: GraphPipeline, catalog_server: CatalogServer) -> None:

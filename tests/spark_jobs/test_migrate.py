@@ -28,24 +28,18 @@ from catalog_api.server import CatalogServer
 from lakeview.errors import WriterError
 from lakeview.ivm import oracle
 from lakeview.ivm.commits import Change, Epoch
-from lakeview.sql.duck import connect
 from spark_jobs.driver_stream import DriverStream
 from spark_jobs.graph_pipeline import GraphPipeline
 from spark_jobs.migrate import marker_path
 from tests.pipelines import view_pipeline
 from tests.spark_jobs.test_changes import land
-from tests.spark_jobs.test_pipeline import read_view
+from tests.spark_jobs.test_graph_pipeline import SOURCES as GRAPH_SOURCES
+from tests.spark_jobs.test_graph_pipeline import read as graph_read
 
 NS = "migrate_tests"
-FEED = {"operation": "op", "key": ["id"], "sequence": "seq", "insert": ["c"], "update": ["u"], "delete": ["d"]}
 SOURCES = {
     "orders": {"format": "json", "path": "landing/orders", "schema": "id BIGINT, pid BIGINT, qty INT"},
-    "products": {
-        "format": "json",
-        "path": "landing/products",
-        "schema": "id BIGINT, category STRING, price DOUBLE, op STRING, seq BIGINT",
-        "changes": FEED,
-    },
+    "products": GRAPH_SOURCES["products"],  # a change feed
 }
 PRODUCTS = pa.schema(
     {"id": pa.int64(), "category": pa.string(), "price": pa.float64(), "op": pa.string(), "seq": pa.int64()}
@@ -104,13 +98,7 @@ def land_all(project, batch: dict[str, list[str]], name: str) -> None:
 
 
 def read(project, view: str, catalog_server: CatalogServer) -> pa.Table:
-    if project.views[view].format.value == "delta":
-        con = connect("delta")
-        try:
-            return con.sql(f"SELECT * FROM delta_scan('{project.table_location(view)}')").to_arrow_table()
-        finally:
-            con.close()
-    return read_view(catalog_server, NS, view)
+    return graph_read(project, view, catalog_server, NS)
 
 
 def exists(pipeline: GraphPipeline, name: str) -> bool:
