@@ -4,8 +4,8 @@ DuckDB's recompute of the same SQL over the same inputs (as multisets).
 Prints a table of the seeds run and every failure found (seed, query, epoch, difference). The grammar and
 the check are tests/lakeview/graph/view_grammar.py, the same as the property test's fixed-seed slice.
 
-``--catalog``: each seed whose query is a graph view (the per-shape planner refuses it; other seeds are
-skipped and counted) runs as a view kept by GraphPipeline (real Spark, an embedded catalog over HTTP on
+``--catalog``: each seed whose query has rows after most of its epochs (other seeds are skipped and counted;
+every view is an operator graph) runs as a view kept by GraphPipeline (real Spark, an embedded catalog over HTTP on
 SQLite, Iceberg tables; ``--format delta`` or ``both`` for Delta), its inputs landing as change-feed files,
 and after every epoch the view is read back through the catalog (DuckDB; Delta: its log) and compared with
 DuckDB's recompute (tests/spark_jobs/graph_fuzz_catalog.py, as tests/spark_jobs/test_graph_properties.py).
