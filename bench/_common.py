@@ -3,11 +3,12 @@ timing a view's epochs from landing to commit through the embedded stack, and ti
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pyarrow as pa
@@ -224,3 +225,38 @@ def spark_settings(args) -> dict[str, int]:  # type: ignore[no-untyped-def]
 def rss(first_batch: dict[str, object]) -> str:
     """The first batch's peak resident MB, this process (the driver) / Spark's JVM."""
     return f"{first_batch['driver_mb']:,.0f} / {first_batch['jvm_mb']:,.0f}"
+
+
+@contextlib.contextmanager
+def profiled(path: Path | None, size: int) -> Iterator[None]:
+    """With ``path``: every trigger of the driver's stream after the first batch and the warm-up epoch profiled by
+    pyinstrument (the stream runs epochs in its own thread), the text report written to ``path`` (suffixed
+    by ``size``)."""
+    if path is None:
+        yield
+        return
+    from pyinstrument import Profiler
+
+    from spark_jobs.driver_stream import DriverStream
+
+    profiler, original, processed = Profiler(interval=0.0005), DriverStream._trigger, [0]
+
+    def trigger(self: DriverStream) -> bool:
+        if processed[0] < 2:  # the first batch and the warm-up epoch
+            done = original(self)
+            processed[0] += done
+            return done
+        profiler.start()
+        try:
+            return original(self)
+        finally:
+            profiler.stop()
+
+    DriverStream._trigger = trigger  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        DriverStream._trigger = original  # type: ignore[method-assign]
+        if profiler.last_session is not None:
+            out = path.with_name(f"{path.stem}-{size}{path.suffix or '.txt'}")
+            out.write_text(profiler.output_text(unicode=True, show_all=False))

@@ -14,7 +14,7 @@ pipeline's own timings, its CPU seconds from this process and Spark's JVM (on a 
 times stretch several-fold).
 
     .venv/bin/python bench/joins.py [--orders 200000] [--products 10000] [--batch 10000] [--updates 20] [--repeats 3]
-        [--feeds parquet|json] [--history-cache DIR]
+        [--feeds parquet|json] [--history-cache DIR] [--profile FILE]
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ from bench._common import (
     duckdb_seconds,
     land_history,
     median_phases,
+    profiled,
     rss,
     timed_epochs,
 )
@@ -91,6 +92,7 @@ def main() -> None:
         "--feeds", choices=["json", "parquet"], default="parquet",
         help="the products change-feed files (either way the driver reads every source: no Spark job per epoch)",
     )  # fmt: skip
+    parser.add_argument("--profile", type=Path, help="write a pyinstrument profile (text) of the timed epochs")
     args = parser.parse_args()
     console = Console(width=200)
     load_start = os.getloadavg()
@@ -127,7 +129,8 @@ def main() -> None:
 
     try:
         first_batch: dict[str, object] = {}
-        backfill, epochs = timed_epochs(project, "by_category", land, args.repeats, first_batch=first_batch)
+        with profiled(args.profile, args.orders):
+            backfill, epochs = timed_epochs(project, "by_category", land, args.repeats, first_batch=first_batch)
         relations = [
             f"CREATE TEMP VIEW orders AS SELECT * FROM read_parquet('{orders_dir}/*.parquet')",
             current_rows("products", products_scan(products_dir, args.feeds), key="product_id"),

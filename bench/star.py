@@ -15,21 +15,19 @@ CPU seconds from this process and Spark's JVM (on a shared machine wall times st
         [--feeds parquet|json] [--history-cache DIR] [--explain] [--profile FILE]
 
 ``--explain`` prints the view's operator graph after the last epoch (each operator's state rows and what its
-step took); ``--profile FILE`` writes a pyinstrument profile (text) of every trigger of the driver's stream
+step took); ``--profile FILE`` (needs the `bench` extra: `pip install -e .[bench]`) writes a pyinstrument profile (text) of every trigger of the driver's stream
 after the first batch (pyinstrument is not a dependency: ``.venv/bin/pip install pyinstrument``).
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import random
 import shutil
 import statistics
 import sys
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -43,6 +41,7 @@ from bench._common import (
     duckdb_seconds,
     land_history,
     median_phases,
+    profiled,
     rss,
     spark_settings,
     timed_epochs,
@@ -92,41 +91,6 @@ def land_orders(path: Path, count: int, first_id: int) -> None:
         f"SELECT i AS id, 1 + (i * 7919) % {products} AS pid, 1 + (i * 104729) % {customers} AS cid, "
         f"CAST(1 + i % 5 AS INT) AS qty FROM range({first_id}, {first_id + count}) t(i)",
     )
-
-
-@contextlib.contextmanager
-def profiled(path: Path | None, size: int) -> Iterator[None]:
-    """With ``path``: every trigger of the driver's stream after the first batch and the warm-up epoch profiled by
-    pyinstrument (the stream runs epochs in its own thread), the text report written to ``path`` (suffixed
-    by ``size``)."""
-    if path is None:
-        yield
-        return
-    from pyinstrument import Profiler
-
-    from spark_jobs.driver_stream import DriverStream
-
-    profiler, original, processed = Profiler(interval=0.0005), DriverStream._trigger, [0]
-
-    def trigger(self: DriverStream) -> bool:
-        if processed[0] < 2:  # the first batch and the warm-up epoch
-            done = original(self)
-            processed[0] += done
-            return done
-        profiler.start()
-        try:
-            return original(self)
-        finally:
-            profiler.stop()
-
-    DriverStream._trigger = trigger  # type: ignore[method-assign]
-    try:
-        yield
-    finally:
-        DriverStream._trigger = original  # type: ignore[method-assign]
-        if profiler.last_session is not None:
-            out = path.with_name(f"{path.stem}-{size}{path.suffix or '.txt'}")
-            out.write_text(profiler.output_text(unicode=True, show_all=False))
 
 
 def run(size: int, args: argparse.Namespace) -> tuple[float, float, tuple[float, float], float, dict, dict]:
