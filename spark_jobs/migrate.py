@@ -17,13 +17,18 @@ per-shape joins and unions                                  ``__lv_state_<view>_
 Delta, before value multisets                               ``__lv_state_<view>_g_<op>_rows`` (each group's rows)
 ==========================================================  =====================================================
 
-Such a view is REBUILT: one WARNING names it, why, and what is dropped; its older tables, its own table and
-Spark's checkpoint are dropped, and the first batch recomputes the view from its sources' full history (on the
-executors past ``[spark] driver_rows_max`` rows, as for a new view). Readers find the view empty (Delta: no
-table) from the drop until that batch commits. A crash part way is safe: the tables to drop are written to a
-marker file beside the checkpoint *before* anything is dropped, and a start that finds the marker finishes the
-drops; the marker goes once the view is a new view (no table, no checkpoint), whose first batch then runs (and
-replays after a crash) as any new view's.
+Such a view is REBUILT: one WARNING names it, why, and what is dropped; its older tables and Spark's checkpoint
+are dropped, and the first batch recomputes the view from its sources' full history (on the executors past
+``[spark] driver_rows_max`` rows, as for a new view). The view's own table is KEPT for its readers: one commit that
+changes no row marks its rows as a baseline (:meth:`writers.base.SnapshotWriter.baseline`: the table then reads as
+holding no epoch), and the first batch's commit replaces every row it holds with the rebuilt view's (Iceberg: one
+overwrite snapshot, in the same catalog transaction as the view's state tables; Delta: one commit removing every
+file and adding the new), so a reader sees the old view or the rebuilt one, never an empty or a half-written view.
+(A table whose columns are no longer the view's is dropped instead: readers find the view empty until that batch
+commits.) A crash part way is safe: the tables to drop are written to a marker file beside the checkpoint *before*
+anything is dropped, and a start that finds the marker finishes the drops and the baseline; the marker goes once
+the view is a new view (no state, no checkpoint, a table holding no epoch), whose first batch then runs (and
+replays after a crash) as any new view's, replacing the baseline rows when it commits.
 
 Adopted as it is: a one-source stack projection over an append-only source (the view's table alone, rows
 appended): the graph keeps no state for it and appends the same rows to the same table, from the same checkpoint.
@@ -180,8 +185,9 @@ def marker_path(checkpoint: Path) -> Path:
 
 def rebuild_older_layout(pipeline: GraphPipeline) -> None:
     """Rebuild ``pipeline``'s view when an older Lakeview kept it (see the module's doc): before its tables are
-    made, drop its older tables, its own table and Spark's checkpoint, so its first batch reads every source's
-    whole history. Raises WriterError for a view that cannot be rebuilt alone (see ``_refuse_alone``)."""
+    made, drop its older tables and Spark's checkpoint, so its first batch reads every source's whole history, and
+    mark its own table's rows as a baseline that batch replaces. Raises WriterError for a view that cannot be
+    rebuilt alone (see ``_refuse_alone``)."""
     view, checkpoint = pipeline.view, pipeline.checkpoint
     marker = marker_path(checkpoint)
     pending = json.loads(marker.read_text()) if marker.exists() else None
@@ -196,20 +202,37 @@ def rebuild_older_layout(pipeline: GraphPipeline) -> None:
         hidden.parent.mkdir(parents=True, exist_ok=True)
         hidden.write_text(json.dumps({"view": view, "tables": tables, "why": why}))
         os.replace(hidden, marker)  # before any drop: a crash part way finds it on the next start
-    dropped = ", ".join([*tables, pipeline.writer.table_name])
+    kept = _keeps_rows(pipeline)
+    dropped = ", ".join(tables if kept else [*tables, pipeline.writer.table_name])
+    readers = (
+        f"readers keep reading its old rows until that batch replaces them in one commit of {pipeline.writer.table_name}"
+        if kept
+        else "readers find it empty until that batch commits: its table's columns are not the view's now"
+    )
     log.warning(
         "%s: rebuilding the view from its sources' full history: an older Lakeview kept it (%s), which this "
         "version does not read; dropping %s and Spark's checkpoint %s; its first batch recomputes it from every "
-        "file of %s (readers find it empty until that batch commits)%s",
+        "file of %s (%s)%s",
         view,
         why,
         dropped,
         checkpoint,
         ", ".join(pipeline.sources),
+        readers,
         "; resuming a rebuild an earlier start began" if pending is not None else "",
     )
     for name in tables:
         pipeline._state_writer(name).drop()
-    pipeline.writer.drop()
+    if kept:
+        pipeline.writer.baseline()  # its rows stay readable; the first epoch replaces them (ViewRows.replaces)
+    else:
+        pipeline.writer.drop()
     shutil.rmtree(checkpoint, ignore_errors=True)
     marker.unlink()
+
+
+def _keeps_rows(pipeline: GraphPipeline) -> bool:
+    """Whether a rebuilt view's table is kept for its readers until the first batch replaces its rows: it exists
+    with the view's columns (Lakeview owns the state tables, which readers never query; the view's is theirs)."""
+    stored = _stored(pipeline.writer)
+    return stored is not None and stored == set(pipeline.output_schema().names)

@@ -69,6 +69,13 @@ class SnapshotWriter(ABC):
         sources: :mod:`spark_jobs.migrate`)."""
         raise NotImplementedError(f"{type(self).__name__} cannot drop its table")
 
+    def baseline(self) -> None:
+        """Mark the rows the table holds as from before the view's epochs (:data:`~lakeview.ivm.commits.BASELINE`),
+        in one commit that changes no row: readers keep reading them, ``last_commit()`` reads None, and the view's
+        first epoch replaces them in one commit (a view rebuilt from its sources: :mod:`spark_jobs.migrate`).
+        Nothing when the table holds no commit or is marked already."""
+        raise NotImplementedError(f"{type(self).__name__} cannot keep its rows as a baseline")
+
     @abstractmethod
     def commit(self, epoch: Epoch, change: Change) -> CommitRecord | None:
         """Apply ``change`` as one snapshot stamped with ``epoch``.

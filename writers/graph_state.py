@@ -36,6 +36,7 @@ from lakeview.graph.state import MemoryStateStore, StateTable
 from lakeview.graph.state import state_table_name as state_table_name  # where the pipeline asks for it
 from lakeview.graph.zset import WEIGHT, Duck
 from lakeview.ivm.commits import Change
+from lakeview.ivm.commits import Replacement as Replacement  # where the state's writers ask for it
 from writers.base import SnapshotWriter
 from writers.graph_log import StateLog
 
@@ -47,17 +48,6 @@ FOLD_SLACK = 50_000
 # The one log of every state (Iceberg) is also folded whenever its states hold no more rows than the epoch appends
 # (see TableStateStore._log_change).
 FOLD_WHEN_SMALLER = True
-
-
-@dataclass(frozen=True)
-class Replacement(Change):
-    """A table's whole content: ``rows`` replace every stored row (an append log's fold, a small view's
-    epoch). Only a writer that knows it commits it (the Iceberg group: one snapshot removing every data file
-    and adding these rows)."""
-
-    @property
-    def is_empty(self) -> bool:
-        return False  # no rows: every stored row goes
 
 
 def _q(name: str) -> str:

@@ -43,15 +43,21 @@ class ViewRows:
         held: bool,
         unique: tuple[str, ...] | None = None,
         rows_max: int = REPLACE_ROWS,
+        replaces: bool = False,
     ) -> None:
         """``held``: whether the view is small enough to be held in memory (see :func:`small`); ``unique``: the
         rows' unique key (None: a multiset, keyed by the whole row ``key``); ``rows_max``: the most rows held
-        (``REPLACE_ROWS``, or ``[spark] driver_keys_max`` when lower: past it nothing is held by the driver)."""
+        (``REPLACE_ROWS``, or ``[spark] driver_keys_max`` when lower: past it nothing is held by the driver);
+        ``replaces``: the table holds no epoch of the view (new, or a rebuild's baseline rows, which readers keep
+        reading until then): the first epoch's rows replace whatever it holds, in one commit."""
         self.writer, self.key, self.unique, self.duck, self.rows_max = writer, key, unique, Duck(), rows_max
-        weighted = pa.schema([*schema, pa.field(WEIGHT, pa.int64())])
-        self.memory: CommittedRows | None = CommittedRows(self._read, key, weighted, self.duck) if held else None
+        self.replaces = replaces
+        self.weighted = pa.schema([*schema, pa.field(WEIGHT, pa.int64())])
+        self.memory: CommittedRows | None = CommittedRows(self._read, key, self.weighted, self.duck) if held else None
 
     def _read(self) -> pa.Table:
+        if self.replaces:  # none of the rows the table holds are the view's (a rebuild's baseline rows)
+            return self.weighted.empty_table()
         rows = self.writer.lookup(every_key())
         return rows.append_column(WEIGHT, pa.array([1] * rows.num_rows, pa.int64()))
 
@@ -62,6 +68,9 @@ class ViewRows:
 
     def change(self, weighted: pa.Table) -> Change:
         """The table's change for the view's delta ``weighted`` (its columns and ``__lv_w``)."""
+        if self.memory is None and self.replaces:  # the first epoch: its rows are the view's (it held none)
+            net = _net(weighted, self.key)
+            return Replacement(rows=self._copies(net.filter(pc.greater(net.column(WEIGHT), 0))))
         if self.memory is None:
             return self._by_key(weighted)
         cols = cols_sql(list(self.key))
@@ -76,13 +85,17 @@ class ViewRows:
         copies = pc.sum(live.column(WEIGHT)).as_py() or 0
         if copies > self.rows_max:  # grown past memory's share: changed by key from now on
             self.memory = None
-            return self._by_key(weighted)
+            return self.change(weighted)
         self.memory.stage(net)
+        return Replacement(rows=self._copies(live))
+
+    def _copies(self, live: pa.Table) -> pa.Table:
+        """The rows of ``live`` (the view's columns and a positive ``__lv_w``), each repeated its weight times."""
         rows = live.select(list(self.key))
-        if copies != rows.num_rows:  # a row held more than once: its copies
-            weights = live.column(WEIGHT).to_pylist()
+        weights = live.column(WEIGHT).to_pylist()
+        if sum(weights) != rows.num_rows:  # a row held more than once: its copies
             rows = rows.take(pa.array([i for i, n in enumerate(weights) for _ in range(n)], pa.int64()))
-        return Replacement(rows=rows)
+        return rows
 
     def _by_key(self, weighted: pa.Table) -> Change:
         if self.unique is None:
@@ -91,6 +104,7 @@ class ViewRows:
 
     def committed(self) -> None:
         """The epoch's change is committed: the memory copy takes it."""
+        self.replaces = False
         if self.memory is not None:
             self.memory.committed()
 

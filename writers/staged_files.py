@@ -43,9 +43,22 @@ class WrittenFile:
     payload: bytes  # Iceberg: pickled DataFile fields; Delta: the add action's stats JSON
 
 
-def _stamp(epoch: Epoch, files: list[WrittenFile]) -> dict[str, str]:
-    props = CommitRecord.properties(epoch, inserted=sum(f.rows for f in files), deleted=0)
+class ReplacingFiles(list):  # type: ignore[type-arg]
+    """Executor-written files (:class:`WrittenFile`) that replace every live file of their table in ONE commit
+    instead of adding to them: a rebuilt view's first batch over the rows an older Lakeview left
+    (:meth:`writers.base.SnapshotWriter.baseline`). Iceberg: the group's overwrite snapshot; Delta: one commit
+    removing every file and adding these."""
+
+
+def stamp_files(epoch: Epoch, files: list[WrittenFile], deleted: int = 0) -> dict[str, str]:
+    """The Lakeview summary of a commit of executor-written ``files`` (``deleted``: the rows they replace)."""
+    props = CommitRecord.properties(epoch, inserted=sum(f.rows for f in files), deleted=deleted)
     return {**props, WRITTEN_BY: "executors", DATA_FILES: str(len(files))}
+
+
+def data_files(files: list[WrittenFile]) -> list[DataFile]:
+    """Iceberg's DataFiles of executor-written ``files``."""
+    return [DataFile.from_args(**pickle.loads(file.payload)) for file in files]
 
 
 def append_iceberg_files(table: Table, epoch: Epoch, files: list[WrittenFile]) -> CommitRecord:
@@ -60,21 +73,22 @@ def stage_iceberg_files(table: Table, epoch: Epoch, files: list[WrittenFile]) ->
     """The ``append`` of ``files`` staged in a transaction, uncommitted (a view group commits
     several tables' staged snapshots in one catalog transaction)."""
 
-    props = _stamp(epoch, files)
+    props = stamp_files(epoch, files)
     txn = transaction(table)
     with txn.update_snapshot(snapshot_properties=props).fast_append() as snapshot:
-        for file in files:
-            fields = pickle.loads(file.payload)
-            snapshot.append_data_file(DataFile.from_args(**fields))
+        for data_file in data_files(files):
+            snapshot.append_data_file(data_file)
     return txn, props
 
 
 def append_delta_files(table: DeltaTable, epoch: Epoch, files: list[WrittenFile]) -> dict[str, str]:
-    """One Delta commit adding ``files``, with the app transaction ``(view, epoch)``; returns its stamp."""
+    """One Delta commit adding ``files`` (:class:`ReplacingFiles`: and removing every file the table had), with the
+    app transaction ``(view, epoch)``; returns its stamp."""
     from deltalake import CommitProperties, Transaction  # lazy: deltalake loads only for Delta tables
     from deltalake.transaction import AddAction  # lazy: deltalake loads only for Delta tables
 
-    props = _stamp(epoch, files)
+    replacing = isinstance(files, ReplacingFiles)
+    props = stamp_files(epoch, files, table.to_pyarrow_dataset().count_rows() if replacing else 0)
     now = int(time.time() * 1000)
     actions = [
         AddAction(
@@ -89,5 +103,6 @@ def append_delta_files(table: DeltaTable, epoch: Epoch, files: list[WrittenFile]
     ]
     txn = Transaction(app_id=epoch.view, version=epoch.number, last_updated=now)
     commit = CommitProperties(custom_metadata=props, app_transactions=[txn], max_commit_retries=0)
-    table.create_write_transaction(actions, mode="append", schema=table.schema(), commit_properties=commit)
+    mode = "overwrite" if replacing else "append"  # overwrite: delta-rs removes every file the table had
+    table.create_write_transaction(actions, mode=mode, schema=table.schema(), commit_properties=commit)
     return props

@@ -19,6 +19,10 @@ ROWS_DELETED = "lakeview.rows-deleted"
 ROWS_IN = "lakeview.rows-in"
 LAG_MS = "lakeview.lag-ms"
 COMMITTED_AT = "lakeview.committed-at-ms"
+# A commit that marks the rows a table holds as from before the view's epochs (a view rebuilt from its sources,
+# :mod:`spark_jobs.migrate`): they stay readable, the table reads as holding no epoch, and the view's first epoch
+# replaces them in one commit. Its value is the view's name.
+BASELINE = "lakeview.baseline"
 STAMPED = ("lakeview.watermark", "lakeview.max-event-time", "lakeview.rows-late")  # read back into CommitRecord.extra
 
 
@@ -66,6 +70,17 @@ class Change:
         if self.deletes is None or self.deletes.num_rows == 0:
             return upserted
         return pa.concat_tables([upserted, self.deletes.select(list(self.key)).cast(upserted.schema)])
+
+
+@dataclass(frozen=True)
+class Replacement(Change):
+    """A table's whole content: ``rows`` replace every stored row in ONE commit (an append log's fold, a small
+    view's epoch, a rebuilt view's first epoch over its baseline rows). Only a writer that knows it commits it
+    (the Iceberg group: one snapshot removing every data file and adding these rows; Delta: one overwrite)."""
+
+    @property
+    def is_empty(self) -> bool:
+        return False  # no rows: every stored row goes
 
 
 @dataclass(frozen=True)

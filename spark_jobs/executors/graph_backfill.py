@@ -45,6 +45,7 @@ from writers.graph_log import OP as LOG_OP
 from writers.graph_log import StateLog
 from writers.graph_state import CommittedRows
 from writers.graph_table_rows import LogRows, TableRows, live_rows, mirror_rows
+from writers.staged_files import ReplacingFiles
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -254,7 +255,10 @@ def _write_and_commit(
         last = writer.last_commit()
         if last is not None and last.epoch >= epoch.number:
             continue  # a replay after a crash between the commits: this table has the epoch
-        written[writer.table_name] = files_on_executors(writer, rows, epoch, pipeline.project)
+        files = files_on_executors(writer, rows, epoch, pipeline.project)
+        # the view's first epoch replaces what its table holds (a rebuild's baseline rows: see ViewRows.replaces)
+        replaces = writer is pipeline.writer and pipeline.view_rows is not None and pipeline.view_rows.replaces
+        written[writer.table_name] = ReplacingFiles(files) if replaces else files
     done.files = written
     if pipeline.group is not None:
         faults.point("before_view_commit", epoch.number)  # Iceberg: before the one transaction of every table
@@ -280,6 +284,10 @@ def _after_backfill(pipeline: GraphPipeline, epoch_id: int, rows: dict[str, int]
     assert pipeline.mirror_store is not None
     for mirror in pipeline.mirror_store.store.memory.values():
         mirror.forget()
+    assert pipeline.view_rows is not None
+    pipeline.view_rows.replaces = False  # the view's table holds its epoch now
+    if pipeline.view_rows.memory is not None:
+        pipeline.view_rows.memory.forget()
     bound_memory(pipeline, rows)
 
 

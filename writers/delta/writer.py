@@ -28,7 +28,7 @@ from deltalake.exceptions import (
 )
 
 from lakeview.errors import CommitConflictError, StorageError, WriterError
-from lakeview.ivm.commits import EPOCH, Change, CommitRecord, Epoch
+from lakeview.ivm.commits import BASELINE, EPOCH, Change, CommitRecord, Epoch, Replacement
 from writers.arrow_ops import plain_schema, plain_types, rows_with_keys, rows_without_keys
 from writers.base import SnapshotWriter, WriterCapabilities, retry_commit
 from writers.delta.log import commit_infos, iter_commit_infos
@@ -60,12 +60,14 @@ def last_commit_of(table: DeltaTable) -> CommitRecord | None:
     is not. Raises OSError when the log cannot be read.
     """
     for entry in iter_commit_infos(table):
+        if BASELINE in entry:  # the rows are from before the view's epochs (see DeltaWriter.baseline)
+            return None
         record = record_of(entry)
         if record is not None:
             return record
     view = table.metadata().name or ""
     epoch = table.transaction_version(view) if view else None
-    if epoch is None:
+    if epoch is None or epoch < 0:  # (a baseline's app transaction: no epoch yet)
         return None
     return CommitRecord(view=view, epoch=epoch, frontier={}, snapshot_id=table.version(), committed_at_ms=0)
 
@@ -143,6 +145,17 @@ class DeltaWriter(SnapshotWriter):
         fs.delete_dir_contents(root, missing_dir_ok=True)
         if isinstance(fs, pafs.LocalFileSystem) and fs.get_file_info(root).type == pafs.FileType.Directory:
             fs.delete_dir(root)
+        self._current = None
+
+    def baseline(self) -> None:
+        table = self.table()
+        last = next(iter_commit_infos(table), {})
+        if BASELINE in last or last_commit_of(table) is None:
+            return
+        # the app transaction goes back before epoch 0, so the view's first epoch is not taken as committed
+        txn = Transaction(app_id=self.view, version=-1, last_updated=int(time.time() * 1000))
+        commit = CommitProperties(custom_metadata={BASELINE: self.view}, app_transactions=[txn], max_commit_retries=0)
+        table.create_write_transaction([], mode="append", schema=table.schema(), commit_properties=commit)
         self._current = None
 
     def table(self, version: int | None = None) -> DeltaTable:
@@ -225,11 +238,13 @@ class DeltaWriter(SnapshotWriter):
             # delta-rs retries only non-conflicting races itself; Lakeview's loop rechecks the epoch.
             return props, CommitProperties(custom_metadata=props, app_transactions=[txn], max_commit_retries=0)
 
-        if change.key is None:
+        # the rows replace the table's: a Replacement, or the empty key (a global aggregate's one row)
+        replaces = isinstance(change, Replacement) or change.key == ()
+        if change.key is None and not replaces:
             props, commit = stamp(0)
             write_deltalake(table, rows, mode="append", storage_options=self.storage_options, commit_properties=commit)
             return self._record(props, since)
-        if not change.key:  # the empty key (a global aggregate's one row): the rows replace the table's
+        if replaces:
             props, commit = stamp(table.to_pyarrow_dataset().count_rows() if table.version() > 0 else 0)
             write_deltalake(
                 table, rows, mode="overwrite", storage_options=self.storage_options, commit_properties=commit

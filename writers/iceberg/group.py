@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Callable
 from dataclasses import replace
 
 from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.io.pyarrow import _dataframe_to_data_files
-from pyiceberg.manifest import ManifestContent, ManifestEntry, ManifestEntryStatus, ManifestFile
+from pyiceberg.manifest import DataFile, ManifestContent, ManifestEntry, ManifestEntryStatus, ManifestFile
 from pyiceberg.table import CommitTableRequest, Table, TableIdentifier, Transaction
 from pyiceberg.table.snapshots import Operation
 from pyiceberg.table.update import AddSnapshotUpdate, TableUpdate
@@ -28,7 +29,7 @@ from writers.base import WriterCapabilities
 from writers.graph_state import Replacement
 from writers.iceberg.metadata_memo import transaction
 from writers.iceberg.writer import IcebergWriter, _LiveOverwrite, _replacing, last_commit_of
-from writers.staged_files import WrittenFile, stage_iceberg_files
+from writers.staged_files import ReplacingFiles, WrittenFile, data_files, stage_iceberg_files, stamp_files
 
 log = logging.getLogger("lakeview.writers.group")
 MAX_ATTEMPTS = 8
@@ -100,7 +101,9 @@ class IcebergGroupWriter:
                         f"group {self.group!r}: {view} stamps epoch {member_epoch.number}, not {epoch.number} and its frontier"
                     )
                 change = changes.get(view)
-                if isinstance(change, list) and change:
+                if isinstance(change, ReplacingFiles):
+                    txn, properties = _stage_replacing_files(table, member_epoch, change)
+                elif isinstance(change, list) and change:
                     txn, properties = stage_iceberg_files(table, member_epoch, change)
                 elif isinstance(change, Replacement):
                     txn, properties = _stage_replacement(table, member_epoch, change)
@@ -166,11 +169,31 @@ def _new_snapshot_id(updates: tuple[TableUpdate, ...]) -> int | None:
 
 def _stage_replacement(table: Table, epoch: Epoch, change: Replacement) -> tuple[Transaction, dict[str, str]]:
     """ONE snapshot holding exactly ``change.rows``: every live data file removed (no row read), one file of
-    the rows added. Position deletes of the removed files (a table written keyed before) dangle harmlessly.
-    Each manifest with live data files is read once (pyiceberg's overwrite would read them twice more)."""
+    the rows added (:func:`_stage_replacing`)."""
     schema = table.schema().as_arrow()
     rows = change.rows.select(schema.names).cast(schema)
     commit_uuid = uuid.uuid4()
+    files = (
+        list(_dataframe_to_data_files(table_metadata=table.metadata, df=rows, io=table.io, write_uuid=commit_uuid))
+        if rows.num_rows
+        else []
+    )
+    return _stage_replacing(
+        table, files, commit_uuid, lambda deleted: CommitRecord.properties(epoch, rows.num_rows, deleted)
+    )
+
+
+def _stage_replacing_files(table: Table, epoch: Epoch, files: ReplacingFiles) -> tuple[Transaction, dict[str, str]]:
+    """ONE snapshot holding exactly the executor-written ``files``: every live data file removed."""
+    return _stage_replacing(table, data_files(files), uuid.uuid4(), lambda deleted: stamp_files(epoch, files, deleted))
+
+
+def _stage_replacing(
+    table: Table, files: list[DataFile], commit_uuid: uuid.UUID, stamp: Callable[[int], dict[str, str]]
+) -> tuple[Transaction, dict[str, str]]:
+    """ONE snapshot removing every live data file (no row read) and adding ``files``, its summary ``stamp``
+    of the rows removed. Position deletes of the removed files (a table written keyed before) dangle
+    harmlessly. Each manifest with live data files is read once (pyiceberg's overwrite would read them twice more)."""
     snapshot = table.current_snapshot()
     manifests = snapshot.manifests(table.io) if snapshot is not None else []
     live = [  # the live data files, from the manifests alone (a scan's planning also indexes the delete files)
@@ -179,13 +202,7 @@ def _stage_replacement(table: Table, epoch: Epoch, change: Replacement) -> tuple
         if manifest.content == ManifestContent.DATA and _has_live_files(manifest)
         for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True)
     ]
-    files = (
-        list(_dataframe_to_data_files(table_metadata=table.metadata, df=rows, io=table.io, write_uuid=commit_uuid))
-        if rows.num_rows
-        else []
-    )
-    deleted = sum(e.data_file.record_count for e in live)
-    properties = CommitRecord.properties(epoch, inserted=rows.num_rows, deleted=deleted)
+    properties = stamp(sum(e.data_file.record_count for e in live))
     if not live:
         return _replacing(table, properties, [], files, commit_uuid), properties
     txn = transaction(table)

@@ -48,7 +48,7 @@ from pyiceberg.table.snapshots import Operation
 from pyiceberg.table.update.snapshot import UpdateSnapshot, _OverwriteFiles
 
 from lakeview.errors import CatalogUnavailableError, CommitConflictError, StorageError, WriterError
-from lakeview.ivm.commits import Change, CommitRecord, Epoch
+from lakeview.ivm.commits import BASELINE, Change, CommitRecord, Epoch
 from writers.arrow_ops import rows_at_most, rows_with_keys, rows_without_keys
 from writers.base import SnapshotWriter, WriterCapabilities, retry_commit
 from writers.iceberg.live_files import Found, LiveFiles
@@ -69,10 +69,13 @@ def merge_on_read(table: Table) -> bool:
 
 
 def last_commit_of(table: Table) -> CommitRecord | None:
-    """The newest Lakeview commit recorded in a table's snapshot history (walking parents)."""
+    """The newest Lakeview commit recorded in a table's snapshot history (walking parents); None past a
+    baseline (its rows are from before the view's epochs: :data:`~lakeview.ivm.commits.BASELINE`)."""
     snapshot = table.current_snapshot()
     while snapshot is not None:
         props = snapshot.summary.additional_properties if snapshot.summary else {}
+        if BASELINE in props:
+            return None
         record = CommitRecord.from_properties(props, snapshot.snapshot_id)
         if record is not None:
             return record
@@ -159,6 +162,16 @@ class IcebergWriter(SnapshotWriter):
             pass
         self.live = LiveFiles()  # rows by file of the dropped table
         self._files_read = {}
+
+    def baseline(self) -> None:
+        table = self.table()
+        current = table.current_snapshot()
+        if current is None or (current.summary is not None and BASELINE in current.summary.additional_properties):
+            return
+        txn = transaction(table)
+        with txn.update_snapshot(snapshot_properties={BASELINE: self.table_name}).fast_append():
+            pass  # a snapshot of the same files: readers see the same rows
+        txn.commit_transaction()
 
     def lookup(self, keys: pa.Table) -> pa.Table:
         started = time.perf_counter()
