@@ -27,7 +27,8 @@ from deltalake import DeltaTable
 from catalog_api.server import CatalogServer
 from lakeview.errors import WriterError
 from lakeview.ivm import oracle
-from lakeview.ivm.commits import Change, Epoch
+from lakeview.ivm.commits import EPOCH, Change, Epoch
+from spark_jobs import faults
 from spark_jobs.driver_stream import DriverStream
 from spark_jobs.graph_pipeline import GraphPipeline
 from spark_jobs.migrate import marker_path
@@ -35,6 +36,8 @@ from tests.pipelines import view_pipeline
 from tests.spark_jobs.test_changes import land
 from tests.spark_jobs.test_graph_pipeline import SOURCES as GRAPH_SOURCES
 from tests.spark_jobs.test_graph_pipeline import read as graph_read
+from writers.delta.log import commit_infos
+from writers.staged_files import WRITTEN_BY
 
 NS = "migrate_tests"
 SOURCES = {
@@ -137,13 +140,17 @@ def upgrade_and_run(spark, project, view: str, catalog_server: CatalogServer) ->
 @pytest.fixture()
 def older(spark, make_project, unique_name: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture):
     """A one-view project whose FIRST files an older Lakeview read, and WHILE_STOPPED's landed since: (the view's
-    graph pipeline, not prepared) for its SQL and format."""
+    graph pipeline, not prepared) for its SQL and format (``rows_max``: its ``[spark] driver_rows_max``)."""
     monkeypatch.setenv("LAKEVIEW_ENGINE", "graph")  # (until the graph is the only engine)
     caplog.set_level(logging.WARNING, logger="lakeview.pipeline")
 
-    def make(sql: str, fmt: str, catalog_server: CatalogServer) -> GraphPipeline:
+    def make(sql: str, fmt: str, catalog_server: CatalogServer, rows_max: int | None = None) -> GraphPipeline:
         view = {"sql": sql, "cadence": "200ms", "namespace": NS, "format": fmt}
         project = make_project(views={unique_name: view}, sources=SOURCES)
+        if rows_max is not None:
+            project = project.model_copy(
+                update={"spark": project.spark.model_copy(update={"driver_rows_max": rows_max})}
+            )
         pipeline = view_pipeline(spark, project, unique_name, catalog_server.uri)
         land_all(project, {s: FIRST[s] for s in pipeline.sources}, "000.json")
         return pipeline
@@ -270,3 +277,74 @@ def test_an_older_view_that_cannot_be_rebuilt_alone_is_refused_at_start_naming_w
     assert f"__lv_state_{unique_name}_0" in message
     assert ("group g's views" if linked == "group" else f"{unique_name} and base") in message, message
     assert exists(pipeline, f"__lv_state_{unique_name}_0")  # nothing dropped
+
+
+def versions(pipeline: GraphPipeline) -> list[pa.Table]:
+    """Every version of the view's table as a reader time-travelling to it finds it, oldest first (Iceberg: each
+    snapshot through pyiceberg; Delta: each version of its log)."""
+    if pipeline.writer.capabilities.format == "delta":
+        location = pipeline.project.table_location(pipeline.view)
+        newest = DeltaTable(location).version()
+        return [DeltaTable(location, version=v).to_pyarrow_table() for v in range(newest + 1)]
+    table = pipeline.writer.table()  # type: ignore[attr-defined]
+    snapshots = sorted(table.snapshots(), key=lambda s: s.sequence_number or 0)
+    return [table.scan(snapshot_id=s.snapshot_id).to_arrow() for s in snapshots]
+
+
+def rebuild_written_by(pipeline: GraphPipeline) -> str | None:
+    """Who wrote the data files of the view's newest epoch-0 commit (the rebuild's first batch): "executors"
+    past ``driver_rows_max``, else None (the driver)."""
+    if pipeline.writer.capabilities.format == "delta":
+        infos = commit_infos(DeltaTable(pipeline.project.table_location(pipeline.view)))
+        summaries = [info for info in infos if info.get(EPOCH) == "0"]
+    else:
+        table = pipeline.writer.table()  # type: ignore[attr-defined]
+        snapshots = sorted(table.snapshots(), key=lambda s: -(s.sequence_number or 0))
+        summaries = [s.summary.additional_properties for s in snapshots if s.summary]
+        summaries = [summary for summary in summaries if summary.get(EPOCH) == "0"]
+    return summaries[0].get(WRITTEN_BY)
+
+
+def landed_rows(project, view: str, sources) -> pa.Table:
+    """DuckDB's recompute of the view over every file landed so far."""
+    return oracle.recompute(project, view, {s: oracle.landed_files(project.source_path(s)) for s in sources})
+
+
+@pytest.mark.parametrize(
+    ("fmt", "rows_max"), [("iceberg", None), ("delta", None), ("iceberg", 10), ("delta", 10)],
+    ids=["iceberg-driver", "delta-driver", "iceberg-executors", "delta-executors"],
+)  # fmt: skip
+def test_rebuild_keeps_old_rows_for_readers(
+    older, catalog_server: CatalogServer, caplog, spark, monkeypatch: pytest.MonkeyPatch, fmt: str, rows_max
+) -> None:
+    """While the rebuild runs (its older tables dropped, its first batch computed and, past ``driver_rows_max``,
+    written by the executors) a reader of the view still finds the rows the older Lakeview left; then ONE commit
+    replaces them: no version of the view's table is empty or holds a mix of the old and the rebuilt rows."""
+    sql = "SELECT pid, AVG(qty) AS a, COUNT(DISTINCT qty) AS d FROM orders GROUP BY pid"
+    pipeline = older(sql, fmt, catalog_server, rows_max)
+    project, view = pipeline.project, pipeline.view
+    groups = pa.table({"pid": pa.array([0, 1, 2], pa.int64()), "__lv_rows": pa.array([9, 10, 10], pa.int64())})
+    stack_layout(pipeline, ("pid",), {f"__lv_state_{view}_0": (groups, ("pid",))})
+    old = read(project, view, catalog_server)
+    assert old.num_rows == 3
+    land_all(project, WHILE_STOPPED, "001.json")
+    rebuilt_rows = landed_rows(project, view, ["orders"])
+    seen: list[pa.Table] = []
+
+    def before_the_commit(name: str, epoch: int | None) -> None:  # the rebuild's first batch, about to commit
+        if (name, epoch) == ("before_view_commit", 0):
+            seen.append(read(project, view, catalog_server))
+
+    monkeypatch.setenv("LAKEVIEW_FAULT", "before_view_commit:0")  # (Delta: hooks the view writer's commit)
+    monkeypatch.setattr(faults, "point", before_the_commit)
+    done = upgrade_and_run(spark, project, view, catalog_server)
+    rebuilt(caplog, view, [f"__lv_state_{view}_0"])
+    assert len(seen) == 1 and oracle.compare(seen[0], old).equal, "a reader during the rebuild lost the old rows"
+    assert rebuild_written_by(done) == ("executors" if rows_max is not None else None)
+    kinds = []
+    for rows in versions(done):
+        kind = next((k for k, e in [("old", old), ("rebuilt", rebuilt_rows)] if oracle.compare(rows, e).equal), None)
+        kinds.append(kind or ("empty" if rows.num_rows == 0 else "next"))
+    assert [k for i, k in enumerate(kinds) if i == 0 or k != kinds[i - 1]] == [
+        *(["empty"] if fmt == "delta" else []), "old", "rebuilt", "next",
+    ], kinds  # fmt: skip
