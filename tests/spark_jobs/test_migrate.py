@@ -19,12 +19,14 @@ from __future__ import annotations
 
 import json
 import logging
+import signal
 
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
 from catalog_api.server import CatalogServer
+from catalog_api.store.catalog import open_store
 from lakeview.errors import WriterError
 from lakeview.ivm import oracle
 from lakeview.ivm.commits import EPOCH, Change, Epoch
@@ -34,8 +36,10 @@ from spark_jobs.graph_pipeline import GraphPipeline
 from spark_jobs.migrate import marker_path
 from tests.pipelines import view_pipeline
 from tests.spark_jobs.test_changes import land
+from tests.spark_jobs.test_crash import project_on_disk, refresh
 from tests.spark_jobs.test_graph_pipeline import SOURCES as GRAPH_SOURCES
 from tests.spark_jobs.test_graph_pipeline import read as graph_read
+from tests.spark_jobs.test_view_dag import refresh_in_process
 from writers.delta.log import commit_infos
 from writers.staged_files import WRITTEN_BY
 
@@ -348,3 +352,30 @@ def test_rebuild_keeps_old_rows_for_readers(
     assert [k for i, k in enumerate(kinds) if i == 0 or k != kinds[i - 1]] == [
         *(["empty"] if fmt == "delta" else []), "old", "rebuilt", "next",
     ], kinds  # fmt: skip
+
+
+@pytest.mark.parametrize("fmt", ["iceberg", "delta"])
+def test_rebuild_killed_before_its_commit_keeps_old_rows(spark, tmp_path, monkeypatch, fmt: str) -> None:
+    """`lakeview refresh` upgrading the view is killed (SIGKILL) with the rebuild's first batch computed and its
+    older tables dropped but the view's commit not made (Delta: its state tables committed): a reader still finds
+    the older Lakeview's rows, and the next refresh finishes the rebuild, the view then equal to the recompute."""
+    monkeypatch.setenv("LAKEVIEW_ENGINE", "graph")  # (until the graph is the only engine; the child inherits it)
+    view = f"killed_{fmt}"
+    config = {"sql": "SELECT pid, AVG(qty) AS a FROM orders GROUP BY pid", "format": fmt, "namespace": NS}
+    data = {"lake": {"warehouse": "lake"}, "server": {"port": 0}, "sources": SOURCES}
+    project = project_on_disk(tmp_path, {**data, "views": {view: {**config, "cadence": "manual"}}})
+    land_all(project, {"orders": FIRST["orders"]}, "000.json")
+    groups = pa.table({"pid": pa.array([0, 1, 2], pa.int64()), "__lv_rows": pa.array([9, 10, 10], pa.int64())})
+    with CatalogServer(open_store(project), host="127.0.0.1", port=0) as server:
+        pipeline = view_pipeline(spark, project, view, server.uri)
+        stack_layout(pipeline, ("pid",), {f"__lv_state_{view}_0": (groups, ("pid",))})
+        old = read(project, view, server)
+    land_all(project, {"orders": WHILE_STOPPED["orders"]}, "001.json")
+    assert refresh(tmp_path, "before_view_commit:0", view) == -signal.SIGKILL
+    with CatalogServer(open_store(project), host="127.0.0.1", port=0) as server:
+        assert not exists(view_pipeline(spark, project, view, server.uri), f"__lv_state_{view}_0")  # rebuilding
+        comparison = oracle.compare(read(project, view, server), old)
+        assert comparison.equal, f"a reader after the kill lost the old rows: {comparison.describe()}"
+    refresh_in_process(spark, project, [view])
+    with CatalogServer(open_store(project), host="127.0.0.1", port=0) as server:
+        assert_recomputed(project, view, server, ["orders"])
