@@ -8,7 +8,11 @@ copies, :class:`~writers.graph_state.CommittedRows`) and, while the view holds a
 commits an epoch as a :class:`~writers.graph_state.Replacement`: one data file of the view's rows after the
 epoch replacing every live file, nothing read. A view past that size is changed as before
 (:func:`multiset_change`: its copies looked up in the table) and not held in memory.
-Iceberg only (its group stages a replacement); Delta's views are always changed by key.
+Iceberg only (its group stages a replacement); Delta's views are changed by key, but for their first epoch.
+
+A view's first epoch (its table holds no epoch of the view: new, or a rebuild's baseline rows an older Lakeview
+left, :mod:`spark_jobs.migrate`) is always a :class:`~writers.graph_state.Replacement`, in both formats: its rows
+replace whatever the table holds in one commit, so readers of a rebuilt view go from its old rows to its new.
 
 A view whose rows have a unique key (:func:`lakeview.graph.output_types.output_key`: an aggregate's GROUP BY
 columns, a change feed's key) is changed by that key instead of the whole row, as the one-source stack changed

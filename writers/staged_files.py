@@ -8,6 +8,9 @@ DataFiles (pyiceberg ``fast_append``), Delta one write transaction of add action
 (``create_write_transaction``) carrying the app transaction ``(view, epoch)``. Both are stamped
 with the same Lakeview summary as any other commit, plus who wrote the files.
 
+A rebuilt view's first batch replaces the rows its table holds instead (:class:`ReplacingFiles`): Iceberg, one
+overwrite snapshot (:mod:`writers.iceberg.group`); Delta, one commit removing every file and adding these.
+
 Files of a commit that never lands (a crash, a lost race) are referenced by no snapshot:
 ``lakeview maintain`` removes them as orphans once older than ``orphan_min_age``.
 """
