@@ -33,7 +33,7 @@ from writers.arrow_ops import plain_schema, plain_types, rows_with_keys, rows_wi
 from writers.base import SnapshotWriter, WriterCapabilities, retry_commit
 from writers.delta.log import commit_infos, iter_commit_infos
 from writers.maintenance import filesystem_for
-from writers.staged_files import WrittenFile, append_delta_files
+from writers.staged_files import ReplacingFiles, WrittenFile, append_delta_files
 
 log = logging.getLogger("lakeview.writers.delta")
 OP = "__lakeview_op"  # the operation column of a merge source: 'u' upsert, 'd' delete, 'i' insert
@@ -202,7 +202,10 @@ class DeltaWriter(SnapshotWriter):
             since = table.version()
             return self._record(append_delta_files(table, epoch, files), since)
 
-        return self._commit_retrying(epoch, lambda table: once(table) if files else None)
+        # (no files replacing the table's: its rows all go)
+        return self._commit_retrying(
+            epoch, lambda table: once(table) if files or isinstance(files, ReplacingFiles) else None
+        )
 
     def _commit_retrying(self, epoch: Epoch, once: Callable[[DeltaTable], CommitRecord | None]) -> CommitRecord | None:
         def attempt() -> CommitRecord | None:

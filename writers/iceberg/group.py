@@ -249,6 +249,8 @@ class _KnownReplace(_LiveOverwrite):
 
 
 def _is_empty(change: Change | list[WrittenFile]) -> bool:
+    if isinstance(change, ReplacingFiles):
+        return False  # no files: every row of the table goes
     return not change if isinstance(change, list) else change.is_empty
 
 
