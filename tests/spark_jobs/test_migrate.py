@@ -342,7 +342,9 @@ def test_rebuild_keeps_old_rows_for_readers(
     monkeypatch.setenv("LAKEVIEW_FAULT", "before_view_commit:0")  # (Delta: hooks the view writer's commit)
     monkeypatch.setattr(faults, "point", before_the_commit)
     done = upgrade_and_run(spark, project, view, catalog_server)
-    rebuilt(caplog, view, [f"__lv_state_{view}_0"])
+    assert "readers keep reading its old rows until that batch replaces them" in rebuilt(
+        caplog, view, [f"__lv_state_{view}_0"]
+    )
     assert len(seen) == 1 and oracle.compare(seen[0], old).equal, "a reader during the rebuild lost the old rows"
     assert rebuild_written_by(done) == ("executors" if rows_max is not None else None)
     kinds = []
