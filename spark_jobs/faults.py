@@ -6,7 +6,9 @@ tables committed and the view's data files written, before the catalog commit of
 snapshot; Delta: state tables committed, before the view writer's commit; an Iceberg operator-graph
 view: before the one catalog transaction of all its tables), ``files_written`` (a large append's data files written by the executors, before
 their commit), ``before_publish`` (every table committed, before the epoch's change is published for
-the views reading this one), ``after_commit`` (every table committed, before Spark records the batch as done).
+the views reading this one), ``after_commit`` (every table committed, before Spark records the batch as done),
+``rebuild_dropped`` (epoch 0: a rebuilt view's older tables dropped and its rows kept as a baseline, before Spark's
+checkpoint and the rebuild's marker are removed: :mod:`spark_jobs.migrate`).
 
 Errors instead of kills (failure isolation tests): ``LAKEVIEW_FAULT=error:<view>:<epoch>`` makes that
 view's epoch raise a terminal :class:`InjectedFaultError` every time it runs (until the variable is

@@ -57,6 +57,7 @@ from lakeview.graph import WEIGHT
 from lakeview.graph.aggregate import Aggregate
 from lakeview.ivm.changefeed import source_mirror_name
 from lakeview.sql.plan import parse_statement
+from spark_jobs import faults
 from writers.graph_log import log_table_name
 from writers.graph_state import state_table_name
 
@@ -227,6 +228,7 @@ def rebuild_older_layout(pipeline: GraphPipeline) -> None:
         pipeline.writer.baseline()  # its rows stay readable; the first epoch replaces them (ViewRows.replaces)
     else:
         pipeline.writer.drop()
+    faults.point("rebuild_dropped", 0)
     shutil.rmtree(checkpoint, ignore_errors=True)
     marker.unlink()
 

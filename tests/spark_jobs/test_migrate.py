@@ -357,10 +357,13 @@ def test_rebuild_keeps_old_rows_for_readers(
 
 
 @pytest.mark.parametrize("fmt", ["iceberg", "delta"])
-def test_rebuild_killed_before_its_commit_keeps_old_rows(spark, tmp_path, monkeypatch, fmt: str) -> None:
-    """`lakeview refresh` upgrading the view is killed (SIGKILL) with the rebuild's first batch computed and its
-    older tables dropped but the view's commit not made (Delta: its state tables committed): a reader still finds
-    the older Lakeview's rows, and the next refresh finishes the rebuild, the view then equal to the recompute."""
+@pytest.mark.parametrize("point", ["rebuild_dropped", "before_view_commit"])
+def test_rebuild_killed_keeps_old_rows(spark, tmp_path, monkeypatch, fmt: str, point: str) -> None:
+    """`lakeview refresh` upgrading the view is killed (SIGKILL) part way: its older tables dropped and its rows
+    kept as a baseline but Spark's checkpoint and the marker not yet removed (``rebuild_dropped``), or the first
+    batch computed but the view's commit not made (``before_view_commit``; Delta: its state tables committed). A
+    reader still finds the older Lakeview's rows, and the next refresh finishes the rebuild, the view then equal to
+    the recompute."""
     monkeypatch.setenv("LAKEVIEW_ENGINE", "graph")  # (until the graph is the only engine; the child inherits it)
     view = f"killed_{fmt}"
     config = {"sql": "SELECT pid, AVG(qty) AS a FROM orders GROUP BY pid", "format": fmt, "namespace": NS}
@@ -373,7 +376,9 @@ def test_rebuild_killed_before_its_commit_keeps_old_rows(spark, tmp_path, monkey
         stack_layout(pipeline, ("pid",), {f"__lv_state_{view}_0": (groups, ("pid",))})
         old = read(project, view, server)
     land_all(project, {"orders": WHILE_STOPPED["orders"]}, "001.json")
-    assert refresh(tmp_path, "before_view_commit:0", view) == -signal.SIGKILL
+    assert refresh(tmp_path, f"{point}:0", view) == -signal.SIGKILL
+    marker = marker_path(project.checkpoint_path(view))
+    assert marker.exists() == (point == "rebuild_dropped")  # the next start finishes the rebuild it names
     with CatalogServer(open_store(project), host="127.0.0.1", port=0) as server:
         assert not exists(view_pipeline(spark, project, view, server.uri), f"__lv_state_{view}_0")  # rebuilding
         comparison = oracle.compare(read(project, view, server), old)
@@ -381,3 +386,4 @@ def test_rebuild_killed_before_its_commit_keeps_old_rows(spark, tmp_path, monkey
     refresh_in_process(spark, project, [view])
     with CatalogServer(open_store(project), host="127.0.0.1", port=0) as server:
         assert_recomputed(project, view, server, ["orders"])
+    assert not marker.exists()
