@@ -56,6 +56,7 @@ class TwoSided(Operator):
     def declare_sides(self) -> None:
         self.left_state = self.state("left", self.left_key, f"rows of {self.inputs[0].id} by key")
         self.right_state = self.state("right", self.right_key, f"rows of {self.inputs[1].id} by key")
+        self.derived: tuple[int, DerivedSide] | None = None  # a side read from an aggregate (Join.read_from)
 
     def stored_sides(
         self, rt: Runtime, da: pa.Table, db: pa.Table, crossed: bool = False
@@ -83,9 +84,8 @@ class TwoSided(Operator):
     def _side(self, rt: Runtime, side: int, keys: pa.Table, delta: pa.Table) -> pa.Table:
         if keys.num_rows == 0:  # nothing to read: the side's shape is its delta's
             return delta.schema.empty_table()
-        derived = getattr(self, "derived", None)
-        if derived is not None and derived[0] == side:
-            return derived[1].rows(rt, keys).select(delta.column_names).cast(delta.schema)
+        if self.derived is not None and self.derived[0] == side:
+            return self.derived[1].rows(rt, keys).select(delta.column_names).cast(delta.schema)
         return rt.store.lookup((self.left_state, self.right_state)[side], keys)
 
 
@@ -104,7 +104,6 @@ class Join(TwoSided):
         )
         if self.kind != "inner":
             self.cost += "; NULL-extension: both sides' rows under each changed key"
-        self.derived: tuple[int, DerivedSide] | None = None  # see read_from
 
     def read_from(self, side: int, derived: DerivedSide) -> None:
         """Read side ``side`` (0: left, 1: right) of this inner join from an aggregate's records instead of
