@@ -15,6 +15,8 @@ per-shape joins and unions                                  ``__lv_state_<view>_
                                                             ``__lv_state_<view>_<i>``, a change feed's mirror
                                                             ``__lv_state_<view>_src_<source>`` without ``__lv_w``
 Delta, before value multisets                               ``__lv_state_<view>_g_<op>_rows`` (each group's rows)
+a join side kept beside the aggregate under it (before      Delta: ``__lv_state_<view>_g_<join>_<side>``; Iceberg:
+join sides were read from the aggregate's records)          the state log, whose layout lists the side
 ==========================================================  =====================================================
 
 Such a view is REBUILT: one WARNING names it, why, and what is dropped; its older tables and Spark's checkpoint
@@ -55,10 +57,11 @@ from sqlglot import exp
 from lakeview.errors import WriterError
 from lakeview.graph import WEIGHT
 from lakeview.graph.aggregate import Aggregate
+from lakeview.graph.join import Join
 from lakeview.ivm.changefeed import source_mirror_name
 from lakeview.sql.plan import parse_statement
 from spark_jobs import faults
-from writers.graph_log import log_table_name
+from writers.graph_log import LAYOUT, log_table_name
 from writers.graph_state import state_table_name
 
 if TYPE_CHECKING:
@@ -120,11 +123,39 @@ def older_layout(pipeline: GraphPipeline) -> OlderLayout | None:
     if pipeline.writer.capabilities.format == "delta":  # (Iceberg: the state log's layout property tells it)
         rows = [f"__lv_state_{view}_g_{op.id}_rows" for op in pipeline.graph.operators if isinstance(op, Aggregate)]
         found += [name for name in rows if present(name)]
+    found += _derived_sides_kept(pipeline, present)
     if found:
         return OlderLayout(tuple(found), f"state tables {', '.join(found)} kept by an engine this version does not run")
     if _stateless_view_of_a_stateful_graph(pipeline, present):
         return OlderLayout((), "its table was kept as its own state (no state table of the view's operator graph)")
     return None
+
+
+def _derived_sides_kept(pipeline: GraphPipeline, present: Callable[[str], bool]) -> list[str]:
+    """The tables where an earlier version kept a join side that this version reads from an aggregate's records
+    (:class:`lakeview.graph.derived.DerivedSide`): Delta, the side's own state table; Iceberg, the state log
+    whose layout lists the side (the log's other states keep their columns, but its layout is this graph's)."""
+    sides = [
+        (op.left_state, op.right_state)[op.derived[0]]
+        for op in pipeline.graph.operators
+        if isinstance(op, Join) and op.derived is not None
+    ]
+    if not sides:
+        return []
+    view = pipeline.view
+    if pipeline.writer.capabilities.format == "delta":
+        kept = [name for side in sides if present(name := state_table_name(view, side))]
+        graph = [state_table_name(view, t) for t in pipeline.graph.state_tables()]
+    else:
+        log_name = log_table_name(view)
+        layout = pipeline._state_writer(log_name).table().properties.get(LAYOUT) if present(log_name) else None  # type: ignore[attr-defined]
+        kept = [log_name] if any(side.name in json.loads(layout or "{}") for side in sides) else []
+        graph = []
+    if not kept:
+        return []
+    # the rest of the view's state is of the epochs the rebuild recomputes: dropped with it
+    rest = [*graph, *(source_mirror_name(view, s) for s in pipeline.feeds)]
+    return [*kept, *(name for name in rest if present(name) and name not in kept)]
 
 
 def _tables_present(pipeline: GraphPipeline) -> Callable[[str], bool]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import sqlglot
 from sqlglot import exp
@@ -56,6 +57,7 @@ class Column:
         return self.type.sql(dialect=dialect)
 
 
+@lru_cache(maxsize=512)  # read every epoch (a source's declared columns): parsed once
 def parse_ddl(ddl: str) -> tuple[Column, ...]:
     """Parse a column list in Spark DDL. Raises ``ValueError`` naming the problem."""
     if not ddl or not ddl.strip():

@@ -222,7 +222,9 @@ def _distinct(sql: _Writer, op: Distinct, inputs: list[str], sources, relation: 
 
 def _join(sql: _Writer, op: Join, inputs: list[str], sources, relation: Relation, state) -> str:  # type: ignore[no-untyped-def]
     left, right = (relation(sql.consolidated(rel, child.columns)) for rel, child in zip(inputs, op.inputs, strict=True))
-    state[op.left_state.name], state[op.right_state.name] = f"SELECT * FROM {left}", f"SELECT * FROM {right}"
+    for table, rel in ((op.left_state, left), (op.right_state, right)):
+        if table in op.state_tables():  # not a side read from an aggregate's records (join.DerivedSide)
+            state[table.name] = f"SELECT * FROM {rel}"
     both = f"{sql.cols(op.left_columns, 'l.')}, {sql.cols(op.right_columns, 'r.')}"
     condition = sql.expr(op.condition)
     parts = [f"SELECT {both}, l.{WEIGHT} * r.{WEIGHT} AS {WEIGHT} FROM {left} l JOIN {right} r ON {condition}"]

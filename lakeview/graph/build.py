@@ -14,6 +14,7 @@ import pyarrow as pa
 from sqlglot import exp
 
 from lakeview.graph.aggregate import SUPPORTED, Aggregate, AggSpec
+from lakeview.graph.derived import derived_side
 from lakeview.graph.expand import Expand
 from lakeview.graph.join import Join, SemiJoin
 from lakeview.graph.operators import Distinct, Filter, Operator, Project, Source, UnionAll
@@ -342,6 +343,12 @@ class Builder:
             right_key=rk,
             condition=condition,
         )
+        if kind == "inner":  # a side that is a GROUP BY's output is read from its records, not kept twice
+            for side, key in ((0, lk), (1, rk)):
+                derived = derived_side(op.inputs[side], key)
+                if derived is not None:
+                    op.read_from(side, derived)
+                    break
         return Rel(op, scope, left.inputs | right.inputs)
 
     # -- IN / EXISTS ----------------------------------------------------------------------------------------

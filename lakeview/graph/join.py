@@ -1,7 +1,10 @@
 """Binary joins (INNER, LEFT, RIGHT, FULL OUTER) and semi/anti joins over Z-sets.
 
 Inner part: Δ(A⋈B) = ΔA⋈B + A⋈ΔB + ΔA⋈ΔB, with A and B each side's state before the epoch, read only
-for the keys the epoch touches. Outer part (the NULL-extended rows): for the touched keys, the rows of a
+for the keys the epoch touches. An inner join's side that is a GROUP BY's output (through projections, as
+eager aggregation makes) keeps no rows of its own: it is read from the aggregate's records after their
+epoch (:class:`DerivedSide`), so Δ(A⋈B) = ΔA⋈B + A'⋈ΔB with A' the side after the epoch (or, the right side
+derived, ΔA⋈B' + A⋈ΔB). Outer part (the NULL-extended rows): for the touched keys, the rows of a
 side with no match after the epoch minus those with no match before; a key's match depends only on the
 rows under that key, so this is exact, residual predicate included. Semi/anti joins use the same
 touched-key difference on the left side's rows.
@@ -20,6 +23,7 @@ from lakeview.graph.state import StateTable
 from lakeview.graph.zset import WEIGHT, cols_sql, q, union_sql
 
 if TYPE_CHECKING:
+    from lakeview.graph.derived import DerivedSide
     from lakeview.graph.driver import Graph
 
 KINDS = ("inner", "left", "right", "full")
@@ -52,6 +56,7 @@ class TwoSided(Operator):
     def declare_sides(self) -> None:
         self.left_state = self.state("left", self.left_key, f"rows of {self.inputs[0].id} by key")
         self.right_state = self.state("right", self.right_key, f"rows of {self.inputs[1].id} by key")
+        self.derived: tuple[int, DerivedSide] | None = None  # a side read from an aggregate (Join.read_from)
 
     def stored_sides(
         self, rt: Runtime, da: pa.Table, db: pa.Table, crossed: bool = False
@@ -61,8 +66,9 @@ class TwoSided(Operator):
         the sides' state. ``crossed``: each side only under the keys the *other* side's delta
         touches — all an inner join's ΔA⋈B + A⋈ΔB needs, so new facts never read the facts held."""
         if rt.epoch == 0:
-            rt.store.apply(self.left_state, da.schema.empty_table())
-            rt.store.apply(self.right_state, db.schema.empty_table())
+            for state, delta in ((self.left_state, da), (self.right_state, db)):
+                if state in self.state_tables():
+                    rt.store.apply(state, delta.schema.empty_table())
         if da.num_rows == 0 and db.num_rows == 0 and hasattr(self, "_empty"):
             return None
         if not self.left_key:
@@ -70,16 +76,17 @@ class TwoSided(Operator):
         if crossed:
             left_keys = touched_keys(rt, [(db, self.right_key)], self.left_key)
             right_keys = touched_keys(rt, [(da, self.left_key)], self.right_key)
-            return self._side(rt, self.left_state, left_keys, da), self._side(rt, self.right_state, right_keys, db)
+            return self._side(rt, 0, left_keys, da), self._side(rt, 1, right_keys, db)
         keys = touched_keys(rt, [(da, self.left_key), (db, self.right_key)], self.left_key)
         right_keys = keys.rename_columns(self.right_key)
         return rt.store.lookup(self.left_state, keys), rt.store.lookup(self.right_state, right_keys)
 
-    @staticmethod
-    def _side(rt: Runtime, state: StateTable, keys: pa.Table, delta: pa.Table) -> pa.Table:
+    def _side(self, rt: Runtime, side: int, keys: pa.Table, delta: pa.Table) -> pa.Table:
         if keys.num_rows == 0:  # nothing to read: the side's shape is its delta's
             return delta.schema.empty_table()
-        return rt.store.lookup(state, keys)
+        if self.derived is not None and self.derived[0] == side:
+            return self.derived[1].rows(rt, keys).select(delta.column_names).cast(delta.schema)
+        return rt.store.lookup((self.left_state, self.right_state)[side], keys)
 
 
 @dataclass(eq=False)
@@ -98,6 +105,13 @@ class Join(TwoSided):
         if self.kind != "inner":
             self.cost += "; NULL-extension: both sides' rows under each changed key"
 
+    def read_from(self, side: int, derived: DerivedSide) -> None:
+        """Read side ``side`` (0: left, 1: right) of this inner join from an aggregate's records instead of
+        keeping its rows (one side at most: the other is read as before the epoch, see the module's rule)."""
+        assert self.kind == "inner" and self.derived is None
+        self.derived = (side, derived)
+        self.cost += f"; {('left', 'right')[side]} side read from {derived.aggregate.id}'s records"
+
     @property
     def left_columns(self) -> list[str]:
         return self.inputs[0].columns
@@ -107,6 +121,8 @@ class Join(TwoSided):
         return self.inputs[1].columns
 
     def state_tables(self) -> list[StateTable]:
+        if self.derived is not None:
+            return [(self.right_state, self.left_state)[self.derived[0]]]
         return [self.left_state, self.right_state]
 
     def describe(self) -> str:
@@ -141,8 +157,10 @@ class Join(TwoSided):
         a, b = sides
         tables = {"da": da, "db": db, "a": a, "b": b}
         parts = [self._inner("da", "b"), self._inner("a", "db"), self._inner("da", "db")]
+        pairs = [(da, b), (a, db), (da, db)]
+        if self.derived is not None:  # one side as after the epoch: it holds ΔA⋈ΔB already
+            parts, pairs = parts[:2], pairs[:2]
         if self.kind == "inner" and hasattr(self, "_empty"):  # a side without changes adds no rows
-            pairs = ((da, b), (a, db), (da, db))
             parts = [p for p, (x, y) in zip(parts, pairs, strict=True) if x.num_rows and y.num_rows]
         if self.kind in ("left", "full", "right"):
             tables["an"] = self._merged(rt, a, da, self.left_columns)
@@ -158,8 +176,10 @@ class Join(TwoSided):
             out = rt.duck.query(sql, **{name: t for name, t in tables.items() if f" {name} " in sql})
         else:
             out = rt.duck.consolidate(union_sql(parts), self.columns, **tables)
-        rt.store.apply(self.left_state, da)
-        rt.store.apply(self.right_state, db)
+        kept = self.state_tables()
+        for state, delta in ((self.left_state, da), (self.right_state, db)):
+            if state in kept:
+                rt.store.apply(state, delta)
         if not hasattr(self, "_empty"):
             self._empty = out.schema.empty_table()
         return out

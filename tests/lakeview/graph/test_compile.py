@@ -146,12 +146,15 @@ def test_eager_aggregation_keeps_one_row_per_join_key_instead_of_one_per_fact_ro
         == [("cake", 9.0, 3, 3.0, -1), ("tea", 6.0, 3, 2.0, -1), ("tea", 15.0, 6, 2.5, 1)]
     )
 
-    # the join's order side holds one pre-aggregated row per product (2), not one per order (6)
-    def order_side(graph) -> str:
-        lines = explain(graph).splitlines()
-        return next(line for line in lines if ": Join" not in line and "key (o_product_id" in line)
+    # the join's order side is one pre-aggregated row per product (2), not one per order (6); eagerly, the
+    # join keeps none of them itself: it reads the pre-aggregate's records
+    def state_line(graph, key: str) -> str:
+        return next(line for line in explain(graph).splitlines() if " state " in line and f"key ({key}" in line)
 
-    assert "2 rows" in order_side(eager) and "6 rows" in order_side(lazy)
+    assert "6 rows" in state_line(lazy, "o_product_id")
+    assert "2 rows" in state_line(eager, "g_product_id") and "groups" in state_line(eager, "g_product_id")
+    assert not any(" state " in line and "key (o_product_id" in line for line in explain(eager).splitlines())
+    assert "side read from aggregate4's records" in explain(eager)
     assert explain(eager).count("Aggregate GROUP BY") == 2  # one below the join, one above
 
 
@@ -187,9 +190,12 @@ def test_a_top_k_of_groups_over_a_join_is_eagerly_aggregated_so_its_join_keeps_o
         assert sorted(map(str, got.to_pylist())) == sorted(map(str, expected.to_pylist())), f"epoch {number}"
         assert got.num_rows > 0
 
+    # the join's order side is one row per product: the pre-aggregate's 4 records, read by the join (the lazy
+    # graph's join holds the 12 orders)
     lines = explain(eager).splitlines()
-    order_side = next(line for line in lines if ": Join" not in line and "key (o_product_id" in line)
-    assert "4 rows" in order_side  # one per product (the lazy graph holds the 13 orders)
+    records = next(line for line in lines if " state " in line and "groups key (g_product_id" in line)
+    assert "4 rows" in records and "side read from aggregate" in explain(eager)
+    assert "12 rows" in next(line for line in explain(lazy).splitlines() if "state" in line and "(o_product_id" in line)
 
 
 def test_step_names_an_unknown_input_and_a_delta_missing_columns():
