@@ -41,6 +41,7 @@ def plan_for(view: str, sql: str, dialect: str = "spark") -> GraphPlan:
     tree = parse_statement(sql, dialect)
     _check_output_names(tree)
     _check_table_names(tree, sql, dialect)
+    _check_distinct_arguments(tree, sql, dialect)
     refusal = UnsupportedSQLError(f"expected a SELECT statement, got {sql.strip()[:80]!r}")
     return graph_plan(view, sql, dialect, refusal)
 
@@ -79,4 +80,27 @@ def _check_table_names(tree: exp.Expression, sql: str, dialect: str) -> None:
             f"table {written.sql(dialect=dialect)}{f' (line {line})' if line else ''}: a view reads its sources and "
             "other views by the name the project declares them under, without a catalog or database "
             f"(a view's namespace only places its table in the catalog); nearest supported form: FROM {table.name}"
+        )
+
+
+def _check_distinct_arguments(tree: exp.Expression, sql: str, dialect: str) -> None:
+    """An aggregate's DISTINCT takes one value: ``COUNT(DISTINCT a, b)`` (or of a row ``(a, b)``) would keep each
+    pair as a struct in the graph's state tables, which hold scalars only, so it is refused, naming the exact form
+    the graph keeps (distinct pairs without NULLs, as Spark and DuckDB count them)."""
+    for distinct in tree.find_all(exp.Distinct):
+        if not isinstance(distinct.parent, exp.AggFunc):
+            continue
+        values = distinct.expressions
+        if len(values) == 1 and not isinstance(values[0], (exp.Tuple, exp.Struct)):
+            continue
+        agg = distinct.parent
+        line = line_of(sql, agg)
+        columns = values[0].expressions if len(values) == 1 else values
+        names = ", ".join(c.sql(dialect=dialect) for c in columns)
+        present = " AND ".join(f"{c.sql(dialect=dialect)} IS NOT NULL" for c in columns)
+        raise UnsupportedSQLError(
+            f"{agg.sql(dialect=dialect)}{f' (line {line})' if line else ''}: an aggregate's DISTINCT over several "
+            "columns is not maintained (the graph's state keeps one scalar value per distinct argument); nearest "
+            f"supported form: COUNT(*) over SELECT DISTINCT {names}, and the GROUP BY columns, FROM ... "
+            f"WHERE {present}, in a subquery (a group without such a pair then has no row)"
         )

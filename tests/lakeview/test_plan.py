@@ -112,6 +112,17 @@ def test_one_source_views_load_as_graph_views_keyed_by_their_group_by(
             "table lake.sales.orders (line 1): a view reads its sources",
         ),
         ("SELECT order_id FROM default.returns", "nearest supported form: FROM returns"),
+        (
+            "SELECT product_id,\n  COUNT(DISTINCT order_id, quantity) AS pairs FROM orders GROUP BY product_id",
+            "COUNT(DISTINCT order_id, quantity) (line 2): an aggregate's DISTINCT over several columns is not "
+            "maintained (the graph's state keeps one scalar value per distinct argument); nearest supported form: "
+            "COUNT(*) over SELECT DISTINCT order_id, quantity, and the GROUP BY columns, FROM ... "
+            "WHERE order_id IS NOT NULL AND quantity IS NOT NULL, in a subquery",
+        ),
+        (
+            "SELECT COUNT(DISTINCT (order_id, note)) AS pairs FROM orders",
+            "COUNT(DISTINCT (order_id, note)) (line 1): an aggregate's DISTINCT over several columns",
+        ),
     ],
     ids=[
         "stddev",
@@ -126,6 +137,8 @@ def test_one_source_views_load_as_graph_views_keyed_by_their_group_by(
         "qualified",
         "catalog_qualified",
         "qualified_fix",
+        "count_distinct_pair",
+        "count_distinct_row",
     ],
 )
 def test_sql_the_graph_cannot_maintain_is_a_config_error_naming_the_construct(sql: str, message: str) -> None:
