@@ -62,7 +62,7 @@ from spark_jobs.epoch_guard import guarded
 from spark_jobs.executors.graph_backfill import backfill_on_executors, backfills, bound_grown, bound_memory
 from spark_jobs.executors.graph_batches import later_large, later_on_executors, warn_collected
 from spark_jobs.graph_watermark import GraphWatermark
-from spark_jobs.migrate import rebuild_older_layout, stored_columns, stored_schema
+from spark_jobs.migrate import created_ms, rebuild_older_layout, stored_columns, stored_schema
 from spark_jobs.source_frames import collect_sources, direct_sources, tagged_files
 from spark_jobs.sources.evolution import evolved
 from spark_jobs.sources.upstream import with_upstream_source
@@ -146,7 +146,7 @@ class GraphPipeline(SourcesPipeline):
                 {name: self.view for name in members},
             )
         self.attach(group)
-        reconcile_checkpoint(self.view, self.checkpoint, self.last_epoch())
+        reconcile_checkpoint(self.view, self.checkpoint, self.last_epoch(), lambda: created_ms(self.writer))
         # a restart: the state exists, so no operator starts it again (a global aggregate's row is in the view)
         self.graph.runtime.epoch = 0 if self.last_epoch() is None else 1
         self.publish_changes()  # epochs committed before a crash, not yet published
