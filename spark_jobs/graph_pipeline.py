@@ -46,8 +46,8 @@ import pyarrow as pa
 from lakeview.config.evolution import with_evolved_sources
 from lakeview.errors import WriterError
 from lakeview.graph import WEIGHT as GRAPH_WEIGHT
-from lakeview.graph import step
 from lakeview.graph.output_types import conform, output_key, output_schema, table_schema
+from lakeview.graph.overflow import checked_step
 from lakeview.ivm.changefeed import normalize, source_mirror_name
 from lakeview.ivm.commits import Change, CommitRecord, Epoch
 from lakeview.project import evolving_inputs, graph_output_schema, source_schemas, view_graph
@@ -369,7 +369,7 @@ class GraphPipeline(SourcesPipeline):
             epoch, deltas = self.watermark.judge_zset(epoch, deltas)
         # a table only an unused CTE names is a source of the view (its SQL names it) but no input of its graph
         deltas = {source: delta for source, delta in deltas.items() if source in self.graph.schemas}
-        out = step(self.graph, deltas, given, partials)
+        out = checked_step(self.view, self.graph, deltas, given, partials)  # an aggregate's overflow named
         if self.watermark is not None:  # state only closed windows reach: dropped in this epoch's commit
             self.watermark.expire(self.graph)
         self.timings["graph_step_s"] = time.perf_counter() - started
