@@ -46,8 +46,8 @@ import pyarrow as pa
 from lakeview.config.evolution import with_evolved_sources
 from lakeview.errors import WriterError
 from lakeview.graph import WEIGHT as GRAPH_WEIGHT
-from lakeview.graph import step
 from lakeview.graph.output_types import conform, output_key, output_schema, table_schema
+from lakeview.graph.overflow import checked_step
 from lakeview.ivm.changefeed import normalize, source_mirror_name
 from lakeview.ivm.commits import Change, CommitRecord, Epoch
 from lakeview.project import evolving_inputs, graph_output_schema, source_schemas, view_graph
@@ -62,7 +62,7 @@ from spark_jobs.epoch_guard import guarded
 from spark_jobs.executors.graph_backfill import backfill_on_executors, backfills, bound_grown, bound_memory
 from spark_jobs.executors.graph_batches import later_large, later_on_executors, warn_collected
 from spark_jobs.graph_watermark import GraphWatermark
-from spark_jobs.migrate import rebuild_older_layout, stored_columns, stored_schema
+from spark_jobs.migrate import created_ms, rebuild_older_layout, stored_columns, stored_schema
 from spark_jobs.source_frames import collect_sources, direct_sources, tagged_files
 from spark_jobs.sources.evolution import evolved
 from spark_jobs.sources.upstream import with_upstream_source
@@ -146,7 +146,7 @@ class GraphPipeline(SourcesPipeline):
                 {name: self.view for name in members},
             )
         self.attach(group)
-        reconcile_checkpoint(self.view, self.checkpoint, self.last_epoch())
+        reconcile_checkpoint(self.view, self.checkpoint, self.last_epoch(), lambda: created_ms(self.writer))
         # a restart: the state exists, so no operator starts it again (a global aggregate's row is in the view)
         self.graph.runtime.epoch = 0 if self.last_epoch() is None else 1
         self.publish_changes()  # epochs committed before a crash, not yet published
@@ -374,7 +374,7 @@ class GraphPipeline(SourcesPipeline):
             epoch, deltas = self.watermark.judge_zset(epoch, deltas)
         # a table only an unused CTE names is a source of the view (its SQL names it) but no input of its graph
         deltas = {source: delta for source, delta in deltas.items() if source in self.graph.schemas}
-        out = step(self.graph, deltas, given, partials)
+        out = checked_step(self.view, self.graph, deltas, given, partials)  # an aggregate's overflow named
         if self.watermark is not None:  # state only closed windows reach: dropped in this epoch's commit
             self.watermark.expire(self.graph)
         self.timings["graph_step_s"] = time.perf_counter() - started

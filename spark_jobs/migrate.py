@@ -84,6 +84,20 @@ def stored_columns(writer: SnapshotWriter) -> set[str]:
     return set(stored_schema(writer).names)
 
 
+def created_ms(writer: SnapshotWriter) -> int | None:
+    """When ``writer``'s table (an IcebergWriter's or a DeltaWriter's) was made, in ms; None when it does not exist.
+    Iceberg: its oldest metadata kept (the table's first unless over ``write.metadata.previous-versions-max``
+    changes old); Delta: version 0's commit."""
+    try:
+        table = writer.table()  # type: ignore[attr-defined]
+    except WriterError:
+        return None
+    if writer.capabilities.format == "delta":
+        return min(int(entry["timestamp"]) for entry in table.history())
+    logged = table.metadata.metadata_log
+    return logged[0].timestamp_ms if logged else table.metadata.last_updated_ms
+
+
 def _stored(writer: SnapshotWriter) -> set[str] | None:
     """The stored column names of ``writer``'s table, None when it does not exist."""
     try:

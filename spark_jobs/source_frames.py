@@ -28,7 +28,7 @@ from lakeview.ops.source_log import batch_logged_files, logged_files
 from lakeview.sql.duck import arrow_sql
 from lakeview.sql.plan import WEIGHT
 from spark_jobs.sources.json_lines import local_file, read_json_lines, readable
-from spark_jobs.sources.quarantine import CORRUPT, FILE, REASON, RECORD, Quarantine
+from spark_jobs.sources.quarantine import CORRUPT, FILE, REASON, RECORD, Quarantine, row_record
 from spark_jobs.sources.view_changes import upstream_position
 from spark_jobs.streams import collect_arrow, file_stream, source_reader
 
@@ -251,7 +251,7 @@ def read_direct(
         flagged = pc.is_valid(reason)
         payload = rows.filter(flagged).drop_columns([OP] if config.changes is not None else [])
         for row, why in zip(payload.to_pylist(), reason.filter(flagged).to_pylist()):
-            bad.append({"file": Path(path).as_uri(), "reason": why, "record": json.dumps(row, default=str)})
+            bad.append({"file": Path(path).as_uri(), "reason": why, "record": row_record(row)})
         parts.append(rows.filter(pc.invert(flagged)))
     if bad:
         quarantine.record(epoch_id, bad)

@@ -81,11 +81,22 @@ def collect_arrow(df: DataFrame) -> pa.Table:
     return pa.Table.from_batches(batches, schema=schema) if batches else schema.empty_table()
 
 
-def reconcile_checkpoint(view: str, checkpoint: Path, last: int | None) -> None:
+def reconcile_checkpoint(
+    view: str, checkpoint: Path, last: int | None, created_ms: Callable[[], int | None] | None = None
+) -> None:
     """Check Spark's checkpoint against ``last``, the tables' last epoch (a checkpoint without commits
-    starts over; commits without a checkpoint are refused)."""
-    has_progress = (checkpoint / "commits").exists() and any((checkpoint / "commits").iterdir())
-    if last is None and has_progress:
+    starts over; commits without a checkpoint are refused). ``created_ms``: when the view's table was made; one
+    made before Spark finished its first epoch saw every epoch and kept nothing (a view whose input never had a
+    row it keeps commits no empty epoch), so the checkpoint is kept; a table made since (dropped to rebuild the
+    view) starts over."""
+    commits = (
+        [p for p in (checkpoint / "commits").iterdir() if p.name.isdigit()] if (checkpoint / "commits").exists() else []
+    )
+    has_progress = bool(commits)
+    made = created_ms() if created_ms is not None and last is None and has_progress else None
+    if made is not None and made <= min(p.stat().st_mtime for p in commits) * 1000:
+        log.info("%s: no epoch has changed the view yet; resuming from Spark's checkpoint", view)
+    elif last is None and has_progress:
         log.warning("%s: the table has no commits but a checkpoint exists; starting over", view)
         shutil.rmtree(checkpoint)
     elif last is not None and not (checkpoint / "offsets").exists():

@@ -12,13 +12,14 @@ column, as the driver's cast to the view's table raises (:func:`lakeview.graph.o
 
 from __future__ import annotations
 
+import duckdb
 import pyarrow as pa
 import sqlglot
 from sqlglot import exp
 
 from lakeview.errors import AggregateOverflowError
 from lakeview.graph.aggregate import NUM, SUM, Aggregate
-from lakeview.graph.driver import Graph
+from lakeview.graph.driver import Graph, step
 from lakeview.graph.operators import Filter, Operator, Project, Source
 from lakeview.graph.zset import WEIGHT, q
 
@@ -84,10 +85,63 @@ def view_columns(graph: Graph, op: Aggregate) -> dict[str, str]:
 
 def aggregate_error(view: str, graph: Graph, op: Aggregate, i: int, where: str) -> AggregateOverflowError:
     """The error for aggregate ``i`` of ``op`` whose sum over ``where`` (e.g. "the first batch's rows") left its type."""
-    a = op.aggs[i]
-    column = view_columns(graph, op).get(a.out, a.out)
-    aggregate = f"{a.func.upper()}({_argument(graph, op.inputs[0], a.arg or '*')})"
-    return AggregateOverflowError.of(view, [column], aggregate, ValueError(f"its sum over {where} is out of range"))
+    return _error(view, graph, op, [i], ValueError(f"its sum over {where} is out of range"))
+
+
+def _error(view: str, graph: Graph, op: Aggregate, aggs: list[int], exc: Exception) -> AggregateOverflowError:
+    """The error naming the view's columns and the aggregates ``aggs`` of ``op`` (one of which ``exc`` says left
+    its type)."""
+    names = view_columns(graph, op)
+    columns = [names.get(op.aggs[i].out, op.aggs[i].out) for i in aggs]
+    aggregates = ", ".join(
+        f"{op.aggs[i].func.upper()}({_argument(graph, op.inputs[0], op.aggs[i].arg or '*')})" for i in aggs
+    )
+    return AggregateOverflowError.of(view, columns, aggregates, exc)
+
+
+def checked_step(
+    view: str,
+    graph: Graph,
+    deltas: dict[str, pa.Table],
+    given: dict[str, pa.Table] | None = None,
+    partials: dict[str, pa.Table] | None = None,
+) -> pa.Table:
+    """:func:`lakeview.graph.step` of the driver's epoch, raising AggregateOverflowError naming ``view``, the
+    column and the argument, before the epoch's state or view changes are committed, where a sum left its type:
+    a partial sum Spark reduced that came back NULL over values (a decimal past 38 digits, with ANSI off), or a
+    sum DuckDB found out of range while stepping an aggregate."""
+    for op_id, table in (partials or {}).items():
+        (op,) = [o for o in graph.operators if o.id == op_id]
+        assert isinstance(op, Aggregate)
+        flags = overflow_flags(op, {}, q)
+        if not flags or table.num_rows == 0:
+            continue
+        found = graph.runtime.duck.query(
+            "SELECT " + ", ".join(f"bool_or({bad}) AS f{i}" for i, bad in flags) + " FROM p", p=table
+        )
+        for i, _ in flags:
+            if found.column(f"f{i}")[0].as_py():
+                raise aggregate_error(view, graph, op, i, "a later batch's rows (partial sums by Spark)")
+    try:
+        return step(graph, deltas, given, partials)
+    except duckdb.OutOfRangeException as exc:
+        op = _stepping(graph, given or {})
+        if op is None:
+            raise
+        sums = [i for i, a in enumerate(op.aggs) if op.kinds[i] == "linear" and a.func in ("sum", "avg")]
+        if not sums:
+            raise
+        raise _error(view, graph, op, sums, exc) from exc
+
+
+def _stepping(graph: Graph, given: dict[str, pa.Table]) -> Aggregate | None:
+    """The aggregate whose step raised (operators step in order, each recorded in ``last_epoch`` once done), or
+    None when the operator that raised is not an aggregate."""
+    for op in graph.operators:
+        if isinstance(op, Source) or op.id in given or op.id in graph.last_epoch:
+            continue
+        return op if isinstance(op, Aggregate) else None
+    return None
 
 
 def _argument(graph: Graph, op: Operator, column: str) -> str:

@@ -15,7 +15,7 @@ from sqlglot import exp
 from lakeview.config.schema import RESERVED_PREFIX
 from lakeview.errors import UnsupportedSQLError
 from lakeview.sql.graph_plan import GraphPlan, graph_plan
-from lakeview.sql.plan import parse_statement
+from lakeview.sql.plan import line_of, parse_statement
 
 if TYPE_CHECKING:
     from lakeview.config.models import ProjectConfig
@@ -40,6 +40,8 @@ def plan_for(view: str, sql: str, dialect: str = "spark") -> GraphPlan:
     # A refusal (an exception) is not cached: the load that raised it fails.
     tree = parse_statement(sql, dialect)
     _check_output_names(tree)
+    _check_table_names(tree, sql, dialect)
+    _check_distinct_arguments(tree, sql, dialect)
     refusal = UnsupportedSQLError(f"expected a SELECT statement, got {sql.strip()[:80]!r}")
     return graph_plan(view, sql, dialect, refusal)
 
@@ -62,3 +64,43 @@ def _check_output_names(tree: exp.Expression) -> None:
                 f"view column {item.alias_or_name!r}: names starting with {RESERVED_PREFIX!r} are reserved for "
                 "Lakeview's internal columns; nearest supported form: ... AS another_name"
             )
+
+
+def _check_table_names(tree: exp.Expression, sql: str, dialect: str) -> None:
+    """Every table a view reads is named as the project declares it: a source or a view, whose names are one flat
+    namespace of the project. A qualified name (``db.s``, ``catalog.db.s``) would otherwise read ``s`` whatever its
+    qualifier says (a table of another catalog, a typo), so it is refused, naming the fix."""
+    for table in tree.find_all(exp.Table):
+        if not isinstance(table.this, exp.Identifier) or not (table.args.get("db") or table.args.get("catalog")):
+            continue
+        line = line_of(sql, table)
+        written = table.copy()
+        written.set("alias", None)
+        raise UnsupportedSQLError(
+            f"table {written.sql(dialect=dialect)}{f' (line {line})' if line else ''}: a view reads its sources and "
+            "other views by the name the project declares them under, without a catalog or database "
+            f"(a view's namespace only places its table in the catalog); nearest supported form: FROM {table.name}"
+        )
+
+
+def _check_distinct_arguments(tree: exp.Expression, sql: str, dialect: str) -> None:
+    """An aggregate's DISTINCT takes one value: ``COUNT(DISTINCT a, b)`` (or of a row ``(a, b)``) would keep each
+    pair as a struct in the graph's state tables, which hold scalars only, so it is refused, naming the exact form
+    the graph keeps (distinct pairs without NULLs, as Spark and DuckDB count them)."""
+    for distinct in tree.find_all(exp.Distinct):
+        if not isinstance(distinct.parent, exp.AggFunc):
+            continue
+        values = distinct.expressions
+        if len(values) == 1 and not isinstance(values[0], (exp.Tuple, exp.Struct)):
+            continue
+        agg = distinct.parent
+        line = line_of(sql, agg)
+        columns = values[0].expressions if len(values) == 1 else values
+        names = ", ".join(c.sql(dialect=dialect) for c in columns)
+        present = " AND ".join(f"{c.sql(dialect=dialect)} IS NOT NULL" for c in columns)
+        raise UnsupportedSQLError(
+            f"{agg.sql(dialect=dialect)}{f' (line {line})' if line else ''}: an aggregate's DISTINCT over several "
+            "columns is not maintained (the graph's state keeps one scalar value per distinct argument); nearest "
+            f"supported form: COUNT(*) over SELECT DISTINCT {names}, and the GROUP BY columns, FROM ... "
+            f"WHERE {present}, in a subquery (a group without such a pair then has no row)"
+        )

@@ -81,11 +81,21 @@ def inline(tree: exp.Expression, at: Callable[[exp.Expression, str, str], str]) 
     the window in GROUP BY becomes those two keys, a row with a NULL event time is filtered out, and a hopping
     window adds ``CROSS JOIN (VALUES (0), ..., (n-1)) AS __lv_o(__lv_k)`` as the SELECT's last join: each row
     once per window offset k, kept where the k-th window back still holds it (Spark's Expand and Filter)."""
+    outputs = _output_selects(tree)
     for select in reversed(list(tree.find_all(exp.Select))):  # innermost first: each sees only its own calls
         found = _checked(select, at)
         if found is None:
             continue
         call, window = found
+        if any(select is o for o in outputs) and not any(_bounds(item) for item in select.expressions):
+            raise UnsupportedSQLError(
+                at(
+                    call,
+                    f"GROUP BY {_spark(call)} without the window's bounds in the SELECT list gives one row per window "
+                    "that nothing tells apart; select window_start and/or window_end",
+                    f"SELECT {_spark(call)}.start AS window_start, {_spark(call)}.end AS window_end, ...",
+                )
+            )
         ts = call.expressions[0]
         # microseconds from the newest window start back to the event time (floor mod: also before 1970)
         back = _spark_sql(f"((unix_micros(__lv_t) % {window.slide_us}) + {window.slide_us}) % {window.slide_us}", ts)
@@ -111,6 +121,15 @@ def inline(tree: exp.Expression, at: Callable[[exp.Expression, str, str], str]) 
         where = select.args.get("where")
         select.set("where", exp.Where(this=exp.and_(*([where.this] if where else []), *conditions)))
     return tree
+
+
+def _output_selects(tree: exp.Expression) -> list[exp.Select]:
+    """The SELECTs whose rows are the view's rows: the query's, or each branch of its UNION."""
+    if isinstance(tree, exp.SetOperation):
+        return _output_selects(tree.this) + _output_selects(tree.expression)
+    if isinstance(tree, exp.Subquery):
+        return _output_selects(tree.this)
+    return [tree] if isinstance(tree, exp.Select) else []
 
 
 def _spark_sql(template: str, ts: exp.Expression) -> exp.Expression:

@@ -33,6 +33,12 @@ REASON = "__lv_reason"
 RECORD = "__lv_record"  # a bad row as the quarantine records it (Quarantine.tag)
 
 
+def row_record(row: dict) -> str:
+    """A set-aside row as its quarantine record, as Spark's ``to_json(struct(...))`` writes it for the rows Spark
+    reads: JSON of its fields, a NULL field left out (Spark's ``spark.sql.jsonGenerator.ignoreNullFields``)."""
+    return json.dumps({k: v for k, v in row.items() if v is not None}, default=str)
+
+
 def quarantine_dir(project: ProjectConfig, source: str) -> Path:
     return project.warehouse_path / "_lakeview" / "quarantine" / source
 

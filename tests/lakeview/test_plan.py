@@ -102,6 +102,27 @@ def test_one_source_views_load_as_graph_views_keyed_by_their_group_by(
             "SELECT product_id, SUM(quantity) FROM orders GROUP BY product_id",
             "view column 2 (SUM(quantity)) has no name; nearest supported form: SUM(quantity) AS a_name",
         ),
+        (
+            "SELECT order_id FROM\n  sales.orders",
+            "table sales.orders (line 2): a view reads its sources and other views by the name the project declares "
+            "them under, without a catalog or database",
+        ),
+        (
+            "SELECT o.order_id FROM lake.sales.orders AS o JOIN returns r ON o.order_id = r.order_id",
+            "table lake.sales.orders (line 1): a view reads its sources",
+        ),
+        ("SELECT order_id FROM default.returns", "nearest supported form: FROM returns"),
+        (
+            "SELECT product_id,\n  COUNT(DISTINCT order_id, quantity) AS pairs FROM orders GROUP BY product_id",
+            "COUNT(DISTINCT order_id, quantity) (line 2): an aggregate's DISTINCT over several columns is not "
+            "maintained (the graph's state keeps one scalar value per distinct argument); nearest supported form: "
+            "COUNT(*) over SELECT DISTINCT order_id, quantity, and the GROUP BY columns, FROM ... "
+            "WHERE order_id IS NOT NULL AND quantity IS NOT NULL, in a subquery",
+        ),
+        (
+            "SELECT COUNT(DISTINCT (order_id, note)) AS pairs FROM orders",
+            "COUNT(DISTINCT (order_id, note)) (line 1): an aggregate's DISTINCT over several columns",
+        ),
     ],
     ids=[
         "stddev",
@@ -113,6 +134,11 @@ def test_one_source_views_load_as_graph_views_keyed_by_their_group_by(
         "reserved",
         "unknown",
         "unnamed",
+        "qualified",
+        "catalog_qualified",
+        "qualified_fix",
+        "count_distinct_pair",
+        "count_distinct_row",
     ],
 )
 def test_sql_the_graph_cannot_maintain_is_a_config_error_naming_the_construct(sql: str, message: str) -> None:

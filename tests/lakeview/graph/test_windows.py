@@ -41,7 +41,9 @@ HOPPING_CTE = (  # the window inside a CTE, then joined; the bounds not selected
     "GROUP BY pid, window(ts, '15 minutes', '5 minutes')) "
     "SELECT p.cat, w.we, w.top FROM w JOIN products p ON w.pid = p.pid"
 )
-ONE_INPUT = "SELECT pid, COUNT(*) AS n FROM orders GROUP BY window(ts, '7 minutes'), pid"
+ONE_INPUT = (
+    "SELECT window(ts, '7 minutes').end AS we, pid, COUNT(*) AS n FROM orders GROUP BY window(ts, '7 minutes'), pid"
+)
 
 
 def windows_of(ts: dt.datetime | None, size_min: int, slide_min: int) -> list[tuple[dt.datetime, dt.datetime]]:
@@ -84,7 +86,7 @@ def reference(view: str, rows: dict[str, list[dict]]) -> Counter:
         out.update((cats[pid], we, top) for (pid, we), top in tops.items() if pid in cats)
     else:
         counts = Counter((w, o["pid"]) for o in rows["orders"] for w in windows_of(o["ts"], 7, 7))
-        out.update((pid, n) for (_, pid), n in counts.items())
+        out.update((w[1], pid, n) for (w, pid), n in counts.items())
     return out
 
 
