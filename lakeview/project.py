@@ -8,7 +8,6 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import duckdb
 import pyarrow as pa
 from pydantic import BaseModel, ValidationError
 
@@ -47,6 +46,7 @@ from lakeview.ivm.explain_lines import graph_batch_lines, published_lines
 from lakeview.sql.column_roles import check_column_roles
 from lakeview.sql.dag import check_dag, upstreams_of
 from lakeview.sql.dialects import check_inline_view
+from lakeview.sql.duck import cursor
 from lakeview.sql.graph_plan import GraphPlan, graph_plan
 from lakeview.sql.graph_watermark import check_graph as check_graph_watermark
 from lakeview.sql.graph_watermark import event_time as graph_event_time
@@ -236,7 +236,7 @@ def source_schemas(
     in a column of their own, not an input column), or a materialized view's output columns
     (:func:`view_schema`). Raises ConfigError for views that read each other in a cycle."""
     schemas = {}
-    con = duckdb.connect()
+    con = cursor()
     try:
         for source in sources:
             if source not in config.sources:

@@ -201,9 +201,9 @@ class GraphPipeline(SourcesPipeline):
         self.group = group
         rows_max = min(REPLACE_ROWS, self.project.spark.driver_keys_max)  # past [spark] driver_keys_max: not held
         held = self.group is not None and small(self.writer, rows_max)
-        # a table with no epoch of the view (new, or the rows an older layout left during a rebuild): its first
-        # epoch replaces what it holds in one commit, so readers see the old rows or the new, never a mix
-        replaces = self.writer.last_commit() is None
+        # a table holding the rows an older layout left, kept for readers during a rebuild (spark_jobs.migrate): its
+        # first epoch replaces them in one commit, so readers see the old rows or the new, never a mix
+        replaces = self.writer.at_baseline()
         self.view_rows = ViewRows(
             self.writer, tuple(self.graph.names), self._output, held, self._unique, rows_max, replaces
         )

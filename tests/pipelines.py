@@ -11,10 +11,12 @@ from typing import TypeVar
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from lakeview.config.models import ProjectConfig
+from spark_jobs.epoch_guard import failure_of
 from spark_jobs.graph_pipeline import GraphPipeline
 from writers.registry import make_writer, state_writer_factory
 
@@ -40,6 +42,18 @@ def started(
     pipeline = view_pipeline(spark, project, view, catalog_uri)
     pipeline.prepare()
     return pipeline, pipeline.start()
+
+
+def stopping_error(query: StreamingQuery) -> BaseException | None:
+    """Run ``query`` until an epoch fails (its ``processAllAvailable`` raises), stop it, and return the error that
+    stopped it (as the epoch guard recorded it; None if none did)."""
+    try:
+        with pytest.raises(Exception):  # noqa: B017 - the query stops; what stopped it is returned
+            query.processAllAvailable()
+    finally:
+        query.stop()
+    failure = failure_of(query.name)
+    return failure.error if failure is not None else None
 
 
 def land_parquet(directory: Path, name: str, rows: list[dict], schema: pa.Schema) -> None:

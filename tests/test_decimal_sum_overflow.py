@@ -16,8 +16,7 @@ from catalog_api.ops import view_tables as tables
 from lakeview.errors import AggregateOverflowError
 from lakeview.ivm import oracle
 from lakeview.project import parse_project
-from spark_jobs.epoch_guard import failure_of
-from tests.pipelines import land_parquet, started
+from tests.pipelines import land_parquet, started, stopping_error
 
 D = decimal.Decimal
 ARROW = pa.schema([("k", pa.int64()), ("amount", pa.decimal128(38, 0))])
@@ -51,12 +50,10 @@ def test_a_decimal_sum_past_38_digits_in_a_later_epoch_stops_the_view_naming_vie
         later = [{"k": 0, "amount": BIG}, {"k": 0, "amount": BIG}, {"k": 1, "amount": D(-1)}]
         later += [{"k": 2, "amount": D(i)} for i in range(later_rows - len(later))]
         land_parquet(tmp_path / "t", "001.parquet", later, ARROW)
-        with pytest.raises(Exception):  # noqa: B017 - the query stops; what stopped it is asked below
-            query.processAllAvailable()
-    finally:
+    except BaseException:
         query.stop()
-    failure = failure_of(query.name)
-    error = failure.error if failure is not None else None
+        raise
+    error = stopping_error(query)
     assert isinstance(error, AggregateOverflowError), repr(error)
     assert f"view {view!r}" in str(error) and "column 'total'" in str(error) and "SUM(amount)" in str(error), error
     assert pipeline.last_write.get("reduced_by") == ("spark" if path == "spark" else None), pipeline.last_write

@@ -19,7 +19,7 @@ from lakeview.errors import AggregateOverflowError
 from lakeview.ivm import oracle
 from lakeview.project import parse_project
 from spark_jobs.epoch_guard import failure_of
-from tests.pipelines import land_parquet, run_views, view_pipeline
+from tests.pipelines import land_parquet, run_views, stopping_error, view_pipeline
 from writers.iceberg.writer import last_commit_of
 
 D = decimal.Decimal
@@ -152,14 +152,7 @@ def test_a_first_batch_written_by_the_executors_stops_on_a_sum_past_bigint_too(
     land_parquet(tmp_path / "a", "000.parquet", rows, APPEND_ARROW)
     pipeline = view_pipeline(spark, project, "ovf_backfill", catalog_server.uri)
     pipeline.prepare()
-    query = pipeline.start()
-    try:
-        with pytest.raises(Exception):  # noqa: B017 - the query stops; what stopped it is asked below
-            query.processAllAvailable()
-    finally:
-        query.stop()
-    failure = failure_of(query.name)
-    error = failure.error if failure is not None else None
+    error = stopping_error(pipeline.start())
     assert isinstance(error, AggregateOverflowError), repr(error)
     assert "view 'ovf_backfill'" in str(error) and "column 'total'" in str(error)
     assert tables.commit_history(project, "ovf_backfill") == [], "no wrapped sum was written"

@@ -76,6 +76,11 @@ class SnapshotWriter(ABC):
         Nothing when the table holds no commit or is marked already."""
         raise NotImplementedError(f"{type(self).__name__} cannot keep its rows as a baseline")
 
+    def at_baseline(self) -> bool:
+        """Whether the table's newest commit is a baseline (:meth:`baseline`): its rows are an older layout's, which
+        the view's first epoch replaces."""
+        return False
+
     @abstractmethod
     def commit(self, epoch: Epoch, change: Change) -> CommitRecord | None:
         """Apply ``change`` as one snapshot stamped with ``epoch``.

@@ -26,7 +26,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import duckdb
 import pyarrow as pa
 
 from lakeview.errors import WriterError
@@ -37,6 +36,7 @@ from lakeview.graph.state import state_table_name as state_table_name  # where t
 from lakeview.graph.zset import WEIGHT, Duck
 from lakeview.ivm.commits import Change
 from lakeview.ivm.commits import Replacement as Replacement  # where the state's writers ask for it
+from lakeview.sql.duck import cursor
 from writers.base import SnapshotWriter
 from writers.graph_log import StateLog
 
@@ -176,8 +176,7 @@ class TableStateStore:
     borrowed: dict[str, tuple[TableStateStore, StateTable, dict[str, str], pa.Schema]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.con = duckdb.connect()
-        self.con.execute("SET threads = 1")
+        self.con = cursor()
         duck = Duck()
         self.memory = {
             name: CommittedRows(lambda n=name: self._read(n), self.keys[name], self.schemas[name], duck)

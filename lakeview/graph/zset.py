@@ -7,10 +7,9 @@ casts, CASE, collations) are exactly DuckDB's.
 
 from __future__ import annotations
 
-import duckdb
 import pyarrow as pa
 
-from lakeview.sql.duck import arrow_sql
+from lakeview.sql.duck import arrow_sql, cursor
 
 WEIGHT = "__lv_w"  # Lakeview's reserved prefix: a user column may have any other name
 
@@ -42,8 +41,7 @@ class Duck:
     """One in-memory DuckDB connection that runs an operator's rule over named arrow tables."""
 
     def __init__(self) -> None:
-        self.con = duckdb.connect()
-        self.con.execute("SET threads = 1")  # small per-epoch queries: threads cost more than they give
+        self.con = cursor()
         self.queries = 0
 
     def query(self, sql: str, **tables: pa.Table) -> pa.Table:

@@ -18,7 +18,7 @@ from catalog_api.server import CatalogServer
 from lakeview.graph.join import Join
 from spark_jobs.graph_pipeline import GraphPipeline
 from tests.pipelines import view_pipeline
-from tests.spark_jobs.test_migrate import FIRST, NEXT, SOURCES, WHILE_STOPPED, assert_recomputed, exists, land_all
+from tests.spark_jobs.test_migrate import FIRST, SOURCES, WHILE_STOPPED, exists, land_all, upgrade_and_run
 from writers.graph_log import LAYOUT, log_table_name
 from writers.graph_state import state_table_name
 
@@ -62,18 +62,7 @@ def test_a_join_side_an_earlier_version_kept_is_rebuilt_to_be_read_from_the_aggr
         assert side.name in json.loads(log.table().properties[LAYOUT])  # type: ignore[attr-defined]
 
     land_all(project, WHILE_STOPPED, "001.json")
-    upgraded = view_pipeline(spark, project, unique_name, catalog_server.uri)
-    assert isinstance(upgraded, GraphPipeline)
-    upgraded.prepare()
-    query = upgraded.start()
-    try:
-        query.processAllAvailable()
-        assert_recomputed(project, unique_name, catalog_server, upgraded.sources)
-        land_all(project, NEXT, "002.json")
-        query.processAllAvailable()
-        assert_recomputed(project, unique_name, catalog_server, upgraded.sources)
-    finally:
-        query.stop()
+    upgraded = upgrade_and_run(spark, project, unique_name, catalog_server)
 
     (line,) = [r.getMessage() for r in caplog.records if "rebuilding" in r.getMessage()]
     dropped = side_table if fmt == "delta" else log_table_name(unique_name)

@@ -158,6 +158,13 @@ class DeltaWriter(SnapshotWriter):
         table.create_write_transaction([], mode="append", schema=table.schema(), commit_properties=commit)
         self._current = None
 
+    def at_baseline(self) -> bool:
+        try:
+            table = self.table()
+        except WriterError:  # no table yet
+            return False
+        return BASELINE in next(iter_commit_infos(table), {})
+
     def table(self, version: int | None = None) -> DeltaTable:
         """The table now (kept open and brought up to date incrementally: reloading the log from
         the last checkpoint every epoch grows with the log), or at ``version``."""

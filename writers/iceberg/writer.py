@@ -173,6 +173,10 @@ class IcebergWriter(SnapshotWriter):
             pass  # a snapshot of the same files: readers see the same rows
         txn.commit_transaction()
 
+    def at_baseline(self) -> bool:
+        current = self.table().current_snapshot()
+        return current is not None and current.summary is not None and BASELINE in current.summary.additional_properties
+
     def lookup(self, keys: pa.Table) -> pa.Table:
         started = time.perf_counter()
         table = (self.committed_table() if self.committed_table is not None else None) or self.table()
