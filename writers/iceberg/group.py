@@ -22,7 +22,7 @@ from lakeview.ivm.commits import Change, CommitRecord, Epoch
 from lakeview.ops.retrying import retry_transient
 from writers.base import WriterCapabilities
 from writers.graph_state import Replacement
-from writers.iceberg.replacement import Replaced, stage_replacement
+from writers.iceberg.replacement import Replaced, stage_replacement, start_writing
 from writers.iceberg.writer import IcebergWriter, last_commit_of
 from writers.staged_files import WrittenFile, stage_iceberg_files
 
@@ -88,6 +88,12 @@ class IcebergGroupWriter:
             if done is not None and epoch.number <= done:
                 log.info("group %s: epoch %s already committed; skipping", self.group, epoch.number)
                 return None
+            # the replacements' rows are written first, in pyiceberg's writer threads, while the members are staged
+            writing = {
+                view: start_writing(tables[view], change)
+                for view, change in changes.items()
+                if isinstance(change, Replacement)
+            }
             staged: list[CommitTableRequest] = []
             records: dict[str, CommitRecord] = {}
             after: dict[str, Table] = {}
@@ -102,8 +108,10 @@ class IcebergGroupWriter:
                 change = changes.get(view)
                 if isinstance(change, list) and change:
                     txn, properties = stage_iceberg_files(table, member_epoch, change)
-                elif isinstance(change, Replacement):
-                    txn, properties, left = stage_replacement(table, member_epoch, change, self._replaced.get(view))
+                elif view in writing:
+                    txn, properties, left = stage_replacement(
+                        table, member_epoch, writing[view], self._replaced.get(view)
+                    )
                     if left is not None:
                         replaced[view] = left
                 else:

@@ -1,17 +1,24 @@
-"""A pyiceberg transaction that computes its table metadata once per state.
+"""A pyiceberg transaction that computes its table metadata once per state, without a deep copy.
 
-pyiceberg 0.12's ``Transaction.table_metadata`` deep-copies the whole table metadata (every
-snapshot, schema and log entry) on each access, even with nothing staged, and one snapshot
-commit reads it ~20 times: measured 0.43 s of a 0.7 s merge-on-read commit on a table with 40
-snapshots. The metadata only changes when an update is staged or the table is refreshed, so
-this transaction keeps the last result until then (callers only read it), and with nothing staged
-answers the table's own metadata (a group commit stages five tables per epoch: ten deep copies before).
+pyiceberg 0.12's ``Transaction.table_metadata`` applies the staged updates to the table's metadata and
+deep-copies the result (every snapshot, schema and log entry) on each access, even with nothing staged, and
+one snapshot commit reads it ~20 times: measured 0.43 s of a 0.7 s merge-on-read commit on a table with 40
+snapshots. The metadata only changes when an update is staged or the table is refreshed, so this transaction
+keeps the last result until then (callers only read it), and with nothing staged answers the table's own
+metadata (a group commit stages five tables per epoch: ten deep copies before). The result is not deep-copied
+either (still 0.035 s of a 0.57 s group commit per 8 epochs): pyiceberg's metadata models are frozen and each
+update builds new containers for what it changes (``model_copy(update=...)``), so sharing the unchanged
+parts with the base metadata is safe for readers.
 """
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from pyiceberg.table import Table, Transaction
 from pyiceberg.table.metadata import TableMetadata
+from pyiceberg.table.update import TableUpdate, _apply_table_update, _TableMetadataUpdateContext
+from pyiceberg.utils.datetime import datetime_to_millis
 
 
 class MemoTransaction(Transaction):
@@ -25,8 +32,22 @@ class MemoTransaction(Transaction):
         if not updates:  # nothing staged: the table's own metadata (read only, as the memo's result is), no copy
             return base
         if self._memo is None or self._memo[0] is not base or self._memo[1] is not updates:
-            self._memo = (base, updates, super().table_metadata)
+            self._memo = (base, updates, applied(base, updates))
         return self._memo[2]
+
+
+def applied(base: TableMetadata, updates: tuple[TableUpdate, ...]) -> TableMetadata:
+    """``update_table_metadata(base, updates)`` (pyiceberg 0.12, no metadata location, no validation) minus its
+    final deep copy (see the module docstring)."""
+    context = _TableMetadataUpdateContext()
+    metadata = base
+    for update in updates:
+        metadata = _apply_table_update(update, metadata, context)
+    if context.has_changes() and base.last_updated_ms == metadata.last_updated_ms:
+        metadata = metadata.model_copy(update={"last_updated_ms": datetime_to_millis(datetime.now().astimezone())})
+    metadata.spec().check_compatible(metadata.schema())
+    metadata.sort_order().check_compatible(metadata.schema())
+    return metadata
 
 
 def transaction(table: Table) -> Transaction:

@@ -12,8 +12,10 @@ read as before.
 from __future__ import annotations
 
 import uuid
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
+import pyarrow as pa
 from pyiceberg.io.pyarrow import _dataframe_to_data_files
 from pyiceberg.manifest import DataFile, ManifestContent, ManifestEntry, ManifestEntryStatus, ManifestFile
 from pyiceberg.table import Table, Transaction
@@ -36,25 +38,51 @@ class Replaced:
     live: tuple[ManifestEntry, ...]
 
 
-def stage_replacement(
-    table: Table, epoch: Epoch, change: Replacement, known: Replaced | None = None
-) -> tuple[Transaction, dict[str, str], Replaced | None]:
-    """Stage ``change`` on ``table`` as one snapshot (see the module docstring); ``known``: what this process's
-    last replacement of the table left (used when it is the table's current snapshot). Returns the transaction,
-    the snapshot's properties and what it leaves once committed (None: not known, read next time)."""
+@dataclass(frozen=True)
+class Writing:
+    """A replacement's rows being written to the table's data files (by pyiceberg's writer threads, which encode
+    Parquet without the GIL, while the group stages its other members)."""
+
+    rows: pa.Table
+    commit_uuid: uuid.UUID
+    files: Future[list[DataFile]]
+
+
+# Writes the replacements' rows (pyiceberg's writer then uses its own executor per file, as for any write).
+_WRITERS = ThreadPoolExecutor(max_workers=2, thread_name_prefix="lakeview-replacement")
+
+
+def start_writing(table: Table, change: Replacement) -> Writing:
+    """Start writing ``change``'s rows to data files of ``table`` (``Writing.files`` gives them once written)."""
     schema = table.schema().as_arrow()
     rows = change.rows.select(schema.names).cast(schema)
     commit_uuid = uuid.uuid4()
+
+    def write() -> list[DataFile]:
+        if not rows.num_rows:
+            return []
+        return list(
+            _dataframe_to_data_files(table_metadata=table.metadata, df=rows, io=table.io, write_uuid=commit_uuid)
+        )
+
+    return Writing(rows, commit_uuid, _WRITERS.submit(write))
+
+
+def stage_replacement(
+    table: Table, epoch: Epoch, change: Replacement | Writing, known: Replaced | None = None
+) -> tuple[Transaction, dict[str, str], Replaced | None]:
+    """Stage ``change`` (or its rows being written, :func:`start_writing` on ``table``) on ``table`` as one
+    snapshot (see the module docstring); ``known``: what this process's last replacement of the table left (used
+    when it is the table's current snapshot). Returns the transaction, the snapshot's properties and what it
+    leaves once committed (None: not known, read next time)."""
+    writing = change if isinstance(change, Writing) else start_writing(table, change)
+    rows, commit_uuid = writing.rows, writing.commit_uuid
     snapshot = table.current_snapshot()
     if snapshot is not None and known is not None and known.snapshot_id == snapshot.snapshot_id:
         kept, live = list(known.kept), list(known.live)
     else:
         kept, live = _read_live(table)
-    files = (
-        list(_dataframe_to_data_files(table_metadata=table.metadata, df=rows, io=table.io, write_uuid=commit_uuid))
-        if rows.num_rows
-        else []
-    )
+    files = writing.files.result()
     deleted = sum(e.data_file.record_count for e in live)
     properties = CommitRecord.properties(epoch, inserted=rows.num_rows, deleted=deleted)
     if not live:
