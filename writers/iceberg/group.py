@@ -22,6 +22,7 @@ from lakeview.ivm.commits import Change, CommitRecord, Epoch
 from lakeview.ops.retrying import retry_transient
 from writers.base import WriterCapabilities
 from writers.graph_state import Replacement
+from writers.iceberg.metadata_memo import arrow_schema
 from writers.iceberg.replacement import Replaced, stage_replacement, start_writing
 from writers.iceberg.writer import IcebergWriter, last_commit_of
 from writers.staged_files import WrittenFile, stage_iceberg_files
@@ -115,7 +116,7 @@ class IcebergGroupWriter:
                     if left is not None:
                         replaced[view] = left
                 else:
-                    empty = Change(table.schema().as_arrow().empty_table())
+                    empty = Change(arrow_schema(table).empty_table())
                     txn, properties = writer.stage(table, member_epoch, change if isinstance(change, Change) else empty)
                 if table.properties.get(GROUP) != self.group:
                     txn.set_properties({GROUP: self.group})

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from datetime import datetime
 
+import pyarrow as pa
+from pyiceberg.schema import Schema
 from pyiceberg.table import Table, Transaction
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.update import TableUpdate, _apply_table_update, _TableMetadataUpdateContext
@@ -53,3 +55,19 @@ def applied(base: TableMetadata, updates: tuple[TableUpdate, ...]) -> TableMetad
 def transaction(table: Table) -> Transaction:
     """``table.transaction()``, with the metadata memoised (see the module docstring)."""
     return MemoTransaction(table)
+
+
+_ARROW: dict[int, tuple[Schema, pa.Schema]] = {}  # id(schema) -> (that schema, held so its id is not reused; arrow)
+
+
+def arrow_schema(table: Table) -> pa.Schema:
+    """``table.schema().as_arrow()``, converted once per schema object (a conversion walks every field in Python:
+    ~1 ms a table, paid by each member of a group every epoch). Tables staged on the metadata a transaction left
+    (:mod:`writers.iceberg.group`) share their schema objects, so only a load converts again."""
+    schema = table.schema()
+    held = _ARROW.get(id(schema))
+    if held is None or held[0] is not schema:
+        if len(_ARROW) > 1_000:
+            _ARROW.clear()
+        held = _ARROW[id(schema)] = (schema, schema.as_arrow())
+    return held[1]

@@ -24,7 +24,7 @@ from pyiceberg.table.update import AddSnapshotUpdate
 
 from lakeview.ivm.commits import CommitRecord, Epoch
 from writers.graph_state import Replacement
-from writers.iceberg.metadata_memo import transaction
+from writers.iceberg.metadata_memo import arrow_schema, transaction
 from writers.iceberg.writer import _LiveOverwrite, _replacing
 
 
@@ -54,7 +54,7 @@ _WRITERS = ThreadPoolExecutor(max_workers=2, thread_name_prefix="lakeview-replac
 
 def start_writing(table: Table, change: Replacement) -> Writing:
     """Start writing ``change``'s rows to data files of ``table`` (``Writing.files`` gives them once written)."""
-    schema = table.schema().as_arrow()
+    schema = arrow_schema(table)
     rows = change.rows.select(schema.names).cast(schema)
     commit_uuid = uuid.uuid4()
 
