@@ -13,14 +13,19 @@ parts with the base metadata is safe for readers.
 
 from __future__ import annotations
 
-from datetime import datetime
+import time
+from collections.abc import Callable
 
 import pyarrow as pa
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table, Transaction
 from pyiceberg.table.metadata import TableMetadata
-from pyiceberg.table.update import TableUpdate, _apply_table_update, _TableMetadataUpdateContext
-from pyiceberg.utils.datetime import datetime_to_millis
+from pyiceberg.table.update import (
+    TableUpdate,
+    _apply_table_update,
+    _TableMetadataUpdateContext,
+    _update_table_metadata_log,
+)
 
 
 class MemoTransaction(Transaction):
@@ -38,15 +43,25 @@ class MemoTransaction(Transaction):
         return self._memo[2]
 
 
-def applied(base: TableMetadata, updates: tuple[TableUpdate, ...]) -> TableMetadata:
-    """``update_table_metadata(base, updates)`` (pyiceberg 0.12, no metadata location, no validation) minus its
-    final deep copy (see the module docstring)."""
+def applied(
+    base: TableMetadata,
+    updates: tuple[TableUpdate, ...],
+    metadata_location: str | None = None,
+    apply: Callable[[TableUpdate, TableMetadata, _TableMetadataUpdateContext], TableMetadata] = _apply_table_update,
+    start: TableMetadata | None = None,
+) -> TableMetadata:
+    """pyiceberg 0.12's ``update_table_metadata(base, updates, metadata_location=...)`` without validation and
+    without its final deep copy (see the module docstring); ``apply`` applies one update (the catalog's also
+    upgrades to format v3), starting from ``start`` (default ``base``)."""
     context = _TableMetadataUpdateContext()
-    metadata = base
+    metadata = base if start is None else start
     for update in updates:
-        metadata = _apply_table_update(update, metadata, context)
-    if context.has_changes() and base.last_updated_ms == metadata.last_updated_ms:
-        metadata = metadata.model_copy(update={"last_updated_ms": datetime_to_millis(datetime.now().astimezone())})
+        metadata = apply(update, metadata, context)
+    if context.has_changes():
+        if metadata_location:
+            metadata = _update_table_metadata_log(metadata, metadata_location, base.last_updated_ms)
+        if base.last_updated_ms == metadata.last_updated_ms:
+            metadata = metadata.model_copy(update={"last_updated_ms": int(time.time() * 1000)})
     metadata.spec().check_compatible(metadata.schema())
     metadata.sort_order().check_compatible(metadata.schema())
     return metadata
