@@ -77,7 +77,7 @@ class ViewRows:
         if copies > self.rows_max:  # grown past memory's share: changed by key from now on
             self.memory = None
             return self._by_key(weighted)
-        self.memory.stage(net)
+        self.memory.stage_netted(net, after)  # after: the memory copy once committed (netted here already)
         rows = live.select(list(self.key))
         if copies != rows.num_rows:  # a row held more than once: its copies
             weights = live.column(WEIGHT).to_pylist()

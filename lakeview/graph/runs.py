@@ -91,6 +91,16 @@ class KeyedRuns:
             merged = self._merge([r for r in self.runs if level(r) == full[0]])
             self.runs = [r for r in self.runs if level(r) != full[0]] + ([merged] if merged.rows.num_rows else [])
 
+    @classmethod
+    def of_netted(cls, key: tuple[str, ...], schema: pa.Schema, duck: Duck, rows: pa.Table) -> KeyedRuns:
+        """A table holding ``rows``, already netted (each distinct row once, no zero weight): one run, hashed and
+        sorted, nothing merged. Raises pyarrow's ArrowInvalid when ``rows`` do not cast to ``schema``."""
+        runs = cls(key, schema, duck)
+        rows = rows.select(schema.names).cast(schema)
+        if rows.num_rows:
+            runs.runs = [runs._sorted(rows, runs._hash(rows), True)]
+        return runs
+
     def copy(self) -> KeyedRuns:
         """Another table holding the same rows (the runs' arrow tables are shared: a run is never changed)."""
         other = KeyedRuns(self.key, self.schema, self.duck)
