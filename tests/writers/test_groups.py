@@ -42,7 +42,7 @@ def test_grouped_views_commit_atomically_with_one_frontier(
     state: dict[int, int] = {}
     problems: list[str] = []
     reads: list[int] = []
-    done = threading.Event()
+    done, read = threading.Event(), threading.Event()
 
     def reader() -> None:
         try:
@@ -65,6 +65,7 @@ def test_grouped_views_commit_atomically_with_one_frontier(
                 "WHERE s.total IS DISTINCT FROM c.orders * 10"
             ).fetchall()
             reads.append(epoch)
+            read.set()
             if bad:
                 problems.append(f"epoch {epoch}: {bad}")
 
@@ -72,6 +73,8 @@ def test_grouped_views_commit_atomically_with_one_frontier(
     watcher.start()
     try:
         for epoch in range(6):
+            if epoch == 3:  # the reader reads while commits still run (they may outpace its first read)
+                read.wait(timeout=120)
             keys = [epoch % 3, 10 + epoch]
             for k in keys:
                 state[k] = state.get(k, 0) + 1
