@@ -121,6 +121,16 @@ class CommittedRows:
         self.staged, self.whole = [], after
         return rows
 
+    def stage_netted(self, delta: pa.Table, whole: pa.Table) -> None:
+        """Hold ``delta`` and the table's whole Z-set after it, netted by the caller (``whole``), until :meth:`committed`
+        (which then takes ``whole`` as it is: hashed once, not merged with the memory copy)."""
+        try:
+            after = KeyedRuns.of_netted(self.key, self.schema, self.duck, whole)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, KeyError):  # other types: merged as any delta is
+            self.stage(delta)
+            return
+        self.staged, self.whole = [], after
+
     def committed(self) -> None:
         """The epoch's commit succeeded: its staged deltas join the memory copy."""
         if self.whole is not None:

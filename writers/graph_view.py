@@ -90,7 +90,7 @@ class ViewRows:
         if copies > self.rows_max:  # grown past memory's share: changed by key from now on
             self.memory = None
             return self.change(weighted)
-        self.memory.stage(net)
+        self.memory.stage_netted(net, after)  # after: the memory copy once committed (netted here already)
         return Replacement(rows=self._copies(live))
 
     def _copies(self, live: pa.Table) -> pa.Table:

@@ -20,7 +20,6 @@ import logging
 import os
 import re
 import threading
-import time
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -46,7 +45,6 @@ from pyiceberg.table.update import (
     TableUpdate,
     _apply_table_update,
     _TableMetadataUpdateContext,
-    _update_table_metadata_log,
 )
 from pyiceberg.typedef import Identifier, Properties
 from sqlalchemy import bindparam, delete, event, insert, or_, select, update
@@ -60,6 +58,7 @@ from catalog_api.store.pointer_cache import Domains, PointerCache, Stamps, stamp
 from catalog_api.store.pointer_swaps import PointerSwaps, SwapConflict
 from lakeview import errors
 from lakeview.config.models import ProjectConfig, file_io_properties
+from writers.iceberg.metadata_memo import applied
 
 log = logging.getLogger("lakeview.catalog")
 
@@ -860,20 +859,13 @@ def _updated_metadata(
     """pyiceberg's ``update_table_metadata`` without its final deep copy (10 ms at 50 snapshots):
     metadata models are frozen and never mutated here, so sharing unchanged parts is safe.
     Upgrades to format v3, which pyiceberg refuses, are applied by :mod:`catalog_api.store.format_v3`."""
-    context = _TableMetadataUpdateContext()
-    new = format_v3.with_row_lineage(base)
-    for change in updates:
-        if format_v3.is_upgrade_to_v3(change, new):
-            new = format_v3.upgrade_to_v3(change, new, context)
-        else:
-            new = _apply_table_update(change, new, context)
-    if context.has_changes():
-        if metadata_location:
-            new = _update_table_metadata_log(new, metadata_location, base.last_updated_ms)
-        if base.last_updated_ms == new.last_updated_ms:
-            new = new.model_copy(update={"last_updated_ms": int(time.time() * 1000)})
-    new.spec().check_compatible(new.schema())
-    new.sort_order().check_compatible(new.schema())
+
+    def apply(change: TableUpdate, metadata: TableMetadata, context: _TableMetadataUpdateContext) -> TableMetadata:
+        if format_v3.is_upgrade_to_v3(change, metadata):
+            return format_v3.upgrade_to_v3(change, metadata, context)
+        return _apply_table_update(change, metadata, context)
+
+    new = applied(base, updates, metadata_location, apply, start=format_v3.with_row_lineage(base))
     format_v3.check_defaults(new)
     if enforce_validation:  # built from an empty (unvalidated) base: validate the result as a whole
         return TableMetadataUtil.parse_obj(new.model_dump())

@@ -73,15 +73,16 @@ class KeyedRuns:
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, KeyError):
             self._widen(delta)
             return
-        self.runs.append(self._sorted(delta, self._hash(delta)))
-        held = sum(r.rows.num_rows for r in self.runs[:-1])
-        if len(self.runs) > 1 and delta.num_rows * FAN_IN >= held:
+        hashes = self._hash(delta)
+        held = sum(r.rows.num_rows for r in self.runs)
+        if self.runs and delta.num_rows * FAN_IN >= held:
             # a delta as large as a FAN_IN-th of the rows held (state rewritten wholesale each epoch, e.g. an
             # aggregate whose every group changes): merge everything now, so lookups read one netted run
-            # (cost: the rows held, at most FAN_IN times the delta's)
-            merged = self._merge(self.runs)
+            # (cost: the rows held, at most FAN_IN times the delta's; the merge sorts, so the delta is not sorted first)
+            merged = self._merge([*self.runs, Run(delta, hashes)])
             self.runs = [merged] if merged.rows.num_rows else []
             return
+        self.runs.append(self._sorted(delta, hashes))
         while True:  # tiered merging: FAN_IN runs of one size class become one run of the next class
             levels = Counter(level(r) for r in self.runs)
             full = sorted(lv for lv, n in levels.items() if n >= FAN_IN)
@@ -89,6 +90,16 @@ class KeyedRuns:
                 return
             merged = self._merge([r for r in self.runs if level(r) == full[0]])
             self.runs = [r for r in self.runs if level(r) != full[0]] + ([merged] if merged.rows.num_rows else [])
+
+    @classmethod
+    def of_netted(cls, key: tuple[str, ...], schema: pa.Schema, duck: Duck, rows: pa.Table) -> KeyedRuns:
+        """A table holding ``rows``, already netted (each distinct row once, no zero weight): one run, hashed and
+        sorted, nothing merged. Raises pyarrow's ArrowInvalid when ``rows`` do not cast to ``schema``."""
+        runs = cls(key, schema, duck)
+        rows = rows.select(schema.names).cast(schema)
+        if rows.num_rows:
+            runs.runs = [runs._sorted(rows, runs._hash(rows), True)]
+        return runs
 
     def copy(self) -> KeyedRuns:
         """Another table holding the same rows (the runs' arrow tables are shared: a run is never changed)."""

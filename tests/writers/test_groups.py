@@ -12,6 +12,7 @@ import pytest
 from catalog_api.server import CatalogServer
 from lakeview.ivm.commits import Change, Epoch
 from lakeview.sql.duck import connect_catalog
+from writers.graph_state import Replacement
 from writers.iceberg.group import IcebergGroupWriter
 from writers.iceberg.writer import IcebergWriter
 
@@ -41,7 +42,7 @@ def test_grouped_views_commit_atomically_with_one_frontier(
     state: dict[int, int] = {}
     problems: list[str] = []
     reads: list[int] = []
-    done = threading.Event()
+    done, read = threading.Event(), threading.Event()
 
     def reader() -> None:
         try:
@@ -64,6 +65,7 @@ def test_grouped_views_commit_atomically_with_one_frontier(
                 "WHERE s.total IS DISTINCT FROM c.orders * 10"
             ).fetchall()
             reads.append(epoch)
+            read.set()
             if bad:
                 problems.append(f"epoch {epoch}: {bad}")
 
@@ -71,6 +73,8 @@ def test_grouped_views_commit_atomically_with_one_frontier(
     watcher.start()
     try:
         for epoch in range(6):
+            if epoch == 3:  # the reader reads while commits still run (they may outpace its first read)
+                read.wait(timeout=120)
             keys = [epoch % 3, 10 + epoch]
             for k in keys:
                 state[k] = state.get(k, 0) + 1
@@ -182,3 +186,31 @@ def test_explain_says_who_a_grouped_view_commits_with(tmp_path) -> None:
     assert out.exit_code == 0, out.output
     assert "group g: one streaming query keeps w, v;" in out.output
     assert "ONE catalog transaction" in out.output and "refreshes the whole group" in out.output
+
+
+def test_replacements_in_a_row_leave_only_the_last_rows_for_every_reader(
+    rest_catalog, catalog_server: CatalogServer, unique_name: str
+) -> None:
+    """A member written whole each epoch (a fold, a small view): each replacement removes the files the one before
+    it added (remembered, not read back), also after another writer committed in between (then read back), and
+    DuckDB and pyiceberg read exactly the last epoch's rows, the snapshots' summaries counting what went."""
+    table_name = f"{unique_name}_whole"
+    member = IcebergWriter(rest_catalog, "group_tests", table_name)
+    member.ensure_table(SUMS, ("k",), {})
+    group = IcebergGroupWriter(rest_catalog, "whole", {table_name: member})
+    expected: list[tuple[int, int]] = []
+    for epoch in range(5):
+        if epoch == 3:  # another writer appends a row between two replacements: the next one removes it too
+            member.table().append(pa.table({"k": [99], "total": [99]}, schema=SUMS))
+        before = len(expected) + (1 if epoch == 3 else 0)
+        expected = [(k, epoch * 100 + k) for k in range(epoch + 2)]
+        rows = pa.table({"k": [k for k, _ in expected], "total": [t for _, t in expected]}, schema=SUMS)
+        group.commit(Epoch("whole", epoch, {}), {table_name: Replacement(rows=rows)})
+        summary = member.table().current_snapshot().summary
+        assert (int(summary["added-records"]), int(summary["deleted-records"] or 0)) == (len(expected), before)
+        assert sorted(member.table().scan().to_arrow().to_pylist(), key=lambda r: r["k"]) == [
+            {"k": k, "total": t} for k, t in expected
+        ]
+        con = connect_catalog(catalog_server.uri, "lakeview")
+        assert con.sql(f"SELECT k, total FROM lake.group_tests.{table_name} ORDER BY k").fetchall() == expected
+    assert member.table().current_snapshot().summary["total-data-files"] == "1"

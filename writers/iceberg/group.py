@@ -11,15 +11,10 @@ multi-table transaction.
 from __future__ import annotations
 
 import logging
-import uuid
-from collections.abc import Callable
 from dataclasses import replace
 
 from pyiceberg.catalog.rest import RestCatalog
-from pyiceberg.io.pyarrow import _dataframe_to_data_files
-from pyiceberg.manifest import DataFile, ManifestContent, ManifestEntry, ManifestEntryStatus, ManifestFile
-from pyiceberg.table import CommitTableRequest, Table, TableIdentifier, Transaction
-from pyiceberg.table.snapshots import Operation
+from pyiceberg.table import CommitTableRequest, Table, TableIdentifier
 from pyiceberg.table.update import AddSnapshotUpdate, TableUpdate
 
 from lakeview.errors import CommitConflictError, WriterError
@@ -27,9 +22,10 @@ from lakeview.ivm.commits import Change, CommitRecord, Epoch
 from lakeview.ops.retrying import retry_transient
 from writers.base import WriterCapabilities
 from writers.graph_state import Replacement
-from writers.iceberg.metadata_memo import transaction
-from writers.iceberg.writer import IcebergWriter, _LiveOverwrite, _replacing, last_commit_of
-from writers.staged_files import ReplacingFiles, WrittenFile, data_files, stage_iceberg_files, stamp_files
+from writers.iceberg.metadata_memo import arrow_schema
+from writers.iceberg.replacement import Replaced, stage_replacement, start_writing
+from writers.iceberg.writer import IcebergWriter, last_commit_of
+from writers.staged_files import ReplacingFiles, WrittenFile, stage_iceberg_files
 
 log = logging.getLogger("lakeview.writers.group")
 MAX_ATTEMPTS = 8
@@ -60,6 +56,9 @@ class IcebergGroupWriter:
         # to exactly these tables (their requirements held), so the next epoch stages on them without loading
         # every member again; a failed or refused attempt forgets them (a retry loads the tables).
         self._after_commit: dict[str, Table] = {}
+        # What each member's last replacement left (its live files), so its next replacement reads no manifest
+        # (used only while that replacement's snapshot is the member's current one: writers.iceberg.replacement).
+        self._replaced: dict[str, Replaced] = {}
 
     def last_epoch(self) -> int | None:
         """The newest epoch every member has committed (members move together, so they agree)."""
@@ -90,9 +89,16 @@ class IcebergGroupWriter:
             if done is not None and epoch.number <= done:
                 log.info("group %s: epoch %s already committed; skipping", self.group, epoch.number)
                 return None
+            # the replacements' rows are written first, in pyiceberg's writer threads, while the members are staged
+            writing = {
+                view: start_writing(tables[view], change)
+                for view, change in changes.items()
+                if isinstance(change, Replacement)
+            }
             staged: list[CommitTableRequest] = []
             records: dict[str, CommitRecord] = {}
             after: dict[str, Table] = {}
+            replaced: dict[str, Replaced] = {}
             for view, writer in self.members.items():
                 table = tables[view]
                 member_epoch = (epochs or {}).get(view) or replace(epoch, view=self.owners.get(view, view))
@@ -101,14 +107,16 @@ class IcebergGroupWriter:
                         f"group {self.group!r}: {view} stamps epoch {member_epoch.number}, not {epoch.number} and its frontier"
                     )
                 change = changes.get(view)
-                if isinstance(change, ReplacingFiles):
-                    txn, properties = _stage_replacing_files(table, member_epoch, change)
-                elif isinstance(change, list) and change:
+                if isinstance(change, list) and change and not isinstance(change, ReplacingFiles):
                     txn, properties = stage_iceberg_files(table, member_epoch, change)
-                elif isinstance(change, Replacement):
-                    txn, properties = _stage_replacement(table, member_epoch, change)
+                elif view in writing or isinstance(change, ReplacingFiles):
+                    txn, properties, left = stage_replacement(
+                        table, member_epoch, writing.get(view, change), self._replaced.get(view)
+                    )
+                    if left is not None:
+                        replaced[view] = left
                 else:
-                    empty = Change(table.schema().as_arrow().empty_table())
+                    empty = Change(arrow_schema(table).empty_table())
                     txn, properties = writer.stage(table, member_epoch, change if isinstance(change, Change) else empty)
                 if table.properties.get(GROUP) != self.group:
                     txn.set_properties({GROUP: self.group})
@@ -124,7 +132,7 @@ class IcebergGroupWriter:
                 after[view] = Table(table.name(), txn.table_metadata, table.metadata_location, table.io, table.catalog)
             status = self._post(staged)
             if status == 204:
-                self._after_commit = after
+                self._after_commit, self._replaced = after, replaced
                 return records
             log.warning(
                 "group %s: transaction for epoch %s answered %s (attempt %s)", self.group, epoch.number, status, number
@@ -165,87 +173,6 @@ def _new_snapshot_id(updates: tuple[TableUpdate, ...]) -> int | None:
     catalog accepted it, with no load to ask)."""
     added = [u.snapshot.snapshot_id for u in updates if isinstance(u, AddSnapshotUpdate)]
     return added[-1] if added else None
-
-
-def _stage_replacement(table: Table, epoch: Epoch, change: Replacement) -> tuple[Transaction, dict[str, str]]:
-    """ONE snapshot holding exactly ``change.rows``: every live data file removed (no row read), one file of
-    the rows added (:func:`_stage_replacing`)."""
-    schema = table.schema().as_arrow()
-    rows = change.rows.select(schema.names).cast(schema)
-    commit_uuid = uuid.uuid4()
-    files = (
-        list(_dataframe_to_data_files(table_metadata=table.metadata, df=rows, io=table.io, write_uuid=commit_uuid))
-        if rows.num_rows
-        else []
-    )
-    return _stage_replacing(
-        table, files, commit_uuid, lambda deleted: CommitRecord.properties(epoch, rows.num_rows, deleted)
-    )
-
-
-def _stage_replacing_files(table: Table, epoch: Epoch, files: ReplacingFiles) -> tuple[Transaction, dict[str, str]]:
-    """ONE snapshot holding exactly the executor-written ``files``: every live data file removed."""
-    return _stage_replacing(table, data_files(files), uuid.uuid4(), lambda deleted: stamp_files(epoch, files, deleted))
-
-
-def _stage_replacing(
-    table: Table, files: list[DataFile], commit_uuid: uuid.UUID, stamp: Callable[[int], dict[str, str]]
-) -> tuple[Transaction, dict[str, str]]:
-    """ONE snapshot removing every live data file (no row read) and adding ``files``, its summary ``stamp``
-    of the rows removed. Position deletes of the removed files (a table written keyed before) dangle
-    harmlessly. Each manifest with live data files is read once (pyiceberg's overwrite would read them twice more)."""
-    snapshot = table.current_snapshot()
-    manifests = snapshot.manifests(table.io) if snapshot is not None else []
-    live = [  # the live data files, from the manifests alone (a scan's planning also indexes the delete files)
-        entry
-        for manifest in manifests
-        if manifest.content == ManifestContent.DATA and _has_live_files(manifest)
-        for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True)
-    ]
-    properties = stamp(sum(e.data_file.record_count for e in live))
-    if not live:
-        return _replacing(table, properties, [], files, commit_uuid), properties
-    txn = transaction(table)
-    producer = txn.update_snapshot(snapshot_properties=properties)
-    replace = _KnownReplace(
-        commit_uuid=commit_uuid, operation=Operation.OVERWRITE, transaction=txn, io=producer._io,
-        branch=producer._branch, snapshot_properties=producer._snapshot_properties,
-    )  # fmt: skip
-    replace.known(manifests, live)
-    with replace:
-        for entry in live:
-            replace.delete_data_file(entry.data_file)
-        for data_file in files:
-            replace.append_data_file(data_file)
-    return txn, properties
-
-
-def _has_live_files(manifest: ManifestFile) -> bool:
-    """Whether a manifest may list live files (its counts in the manifest list; unknown counts: maybe)."""
-    return manifest.has_added_files() or manifest.has_existing_files()
-
-
-class _KnownReplace(_LiveOverwrite):
-    """An overwrite removing every live data file of the table, whose manifests' entries were read already
-    (:func:`_stage_replacement`): the snapshot's deleted entries are those, and the manifests kept are those
-    without a data file (delete files' manifests with live entries), so no manifest is read again."""
-
-    def known(self, manifests: list[ManifestFile], live: list[ManifestEntry]) -> None:
-        self._known_manifests, self._known_live = manifests, live
-
-    def _deleted_entries(self) -> list[ManifestEntry]:
-        deleted = [
-            ManifestEntry.from_args(
-                status=ManifestEntryStatus.DELETED, snapshot_id=self._snapshot_id, sequence_number=e.sequence_number,
-                file_sequence_number=e.file_sequence_number, data_file=e.data_file,
-            )
-            for e in self._known_live
-        ]  # fmt: skip
-        self._validate_required_deletes(deleted)
-        return deleted
-
-    def _existing_manifests(self) -> list[ManifestFile]:
-        return [m for m in self._known_manifests if m.content != ManifestContent.DATA and _has_live_files(m)]
 
 
 def _is_empty(change: Change | list[WrittenFile]) -> bool:

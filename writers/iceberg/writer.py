@@ -52,6 +52,7 @@ from lakeview.ivm.commits import BASELINE, Change, CommitRecord, Epoch
 from writers.arrow_ops import rows_at_most, rows_with_keys, rows_without_keys
 from writers.base import SnapshotWriter, WriterCapabilities, retry_commit
 from writers.iceberg.live_files import Found, LiveFiles
+from writers.iceberg.metadata_memo import arrow_schema as arrow_schema_of
 from writers.iceberg.metadata_memo import transaction
 from writers.iceberg.position_deletes import row_delta, write_position_deletes
 from writers.maintenance import MAINTENANCE, MaintenancePolicy
@@ -257,7 +258,7 @@ class IcebergWriter(SnapshotWriter):
     def stage(self, table: Table, epoch: Epoch, change: Change) -> tuple[Transaction, dict[str, str]]:
         """Write the epoch's data files and stage its snapshot in a transaction, uncommitted
         (the group writer commits several staged tables in one catalog transaction)."""
-        arrow_schema = table.schema().as_arrow()
+        arrow_schema = arrow_schema_of(table)
         rows = change.rows.select(arrow_schema.names).cast(arrow_schema)
         commit_uuid = uuid.uuid4()
         if change.key is not None and table.current_snapshot() is not None and merge_on_read(table):
