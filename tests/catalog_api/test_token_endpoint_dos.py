@@ -7,6 +7,7 @@ rate limit get 429 with Retry-After."""
 
 from __future__ import annotations
 
+import functools
 import secrets
 import threading
 import time
@@ -22,6 +23,7 @@ from catalog_api.server import CatalogServer
 from catalog_api.store.catalog import CatalogStore
 
 
+@functools.cache  # made once per run: each fixture's authenticator checks against it afresh
 def slow_hash(secret: str) -> str:
     """A valid scrypt hash 16x the default work (p=16): each check takes a while, at 16 MiB."""
     import hashlib
