@@ -65,8 +65,11 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/lint-imports
 
+# Bytecode is cached (__pycache__, git-ignored) even where PYTHONDONTWRITEBYTECODE is set: each of the Python
+# processes the suite starts (`lakeview up`, `lakeview refresh` killed and restarted) would otherwise compile
+# the project's modules again, and pytest would rewrite every test module's asserts again on each run.
 test: check-java check-postgres check-chromium check-ss lint $(STAMP)
-	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
+	PYTHONDONTWRITEBYTECODE= $(VENV)/bin/python -m pytest $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) demo-project .pytest_cache

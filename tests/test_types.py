@@ -15,7 +15,7 @@ import pytest
 
 from catalog_api.ops import view_tables as tables
 from lakeview.ivm import oracle
-from lakeview.sql.duck import connect, connect_catalog
+from tests.duck_readers import catalog_reader, delta_reader
 from tests.pipelines import land_parquet, run_views
 
 D = decimal.Decimal
@@ -169,9 +169,9 @@ def test_every_type_in_every_role_equals_the_recompute(typed_project, catalog_se
     native = tables.read_rows(project, view)  # pyiceberg or deltalake
     assert _multiset(native.to_pylist(), names) == want
     if fmt == "iceberg":
-        duck = connect_catalog(catalog_server.uri, "lakeview").sql(f"SELECT * FROM lake.types.{view}").to_arrow_table()
+        duck = catalog_reader(catalog_server.uri, "lakeview").sql(f"SELECT * FROM lake.types.{view}").to_arrow_table()
     else:
-        duck = connect("delta").sql(f"SELECT * FROM delta_scan('{project.table_location(view)}')").to_arrow_table()
+        duck = delta_reader().sql(f"SELECT * FROM delta_scan('{project.table_location(view)}')").to_arrow_table()
     assert _multiset(duck.to_pylist(), names) == want
     history = [c.epoch for c in reversed(tables.commit_history(project, view))]
     # Once each, in order; a JOIN's query (several sources) may start with an empty trigger, so its numbers may be 1..3.

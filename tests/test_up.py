@@ -39,13 +39,14 @@ def test_up_commits_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
         orders = make_orders(30, seed=5)
         land_json(tmp_path / "landing" / "orders", "a.json", orders)
 
-        def committed() -> dict | None:
-            out = subprocess.run([*CLI, "status", "--json", "-p", str(tmp_path)], capture_output=True, text=True)
-            [view] = json.loads(out.stdout)
-            return view if view["state"] == "committed" else None
+        def committed() -> bool:  # the catalog's status route: polling `lakeview status` would start a process a look
+            [view] = httpx.get(f"http://127.0.0.1:{port}/lakeview/v1/views", timeout=10).json()["views"]
+            return view["state"] == "committed"
 
-        view = wait_for(committed, 120, "the first snapshot")
-        assert view["epoch"] == 0 and view["snapshot_id"] is not None
+        wait_for(committed, 120, "the first snapshot")
+        out = subprocess.run([*CLI, "status", "--json", "-p", str(tmp_path)], capture_output=True, text=True)
+        [view] = json.loads(out.stdout)
+        assert view["state"] == "committed" and view["epoch"] == 0 and view["snapshot_id"] is not None, view
 
         process.send_signal(signal.SIGINT)
         output, _ = process.communicate(timeout=60)

@@ -20,8 +20,8 @@ import pyarrow as pa
 
 from lakeview.errors import LakeviewError
 from lakeview.project import parse_project
-from lakeview.sql.duck import connect, connect_catalog
 from lakeview.sql.planner import plan_for
+from tests.duck_readers import catalog_reader, delta_reader
 from tests.lakeview.graph.view_grammar import TABLES, Failure, Inputs, multiset, random_query
 from tests.pipelines import view_pipeline
 from tests.spark_jobs.test_changes import land
@@ -87,10 +87,10 @@ def fuzz_project(root: Path, lake_dir: Path, port: int, view: str, sql: str, fmt
 def read_back(project: ProjectConfig, view: str, catalog_uri: str) -> pa.Table:
     """The view's rows as a reader sees them: DuckDB over the REST catalog (Iceberg) or the Delta log."""
     if project.views[view].format.value == "delta":
-        con = connect("delta")
+        con = delta_reader()
         sql = f"SELECT * FROM delta_scan('{project.table_location(view)}')"
     else:
-        con = connect_catalog(catalog_uri, "lakeview")
+        con = catalog_reader(catalog_uri, "lakeview")
         sql = f"SELECT * FROM lake.{NS}.{view}"
     try:
         return con.sql(sql).to_arrow_table()

@@ -11,14 +11,14 @@ from catalog_api.server import CatalogServer
 from lakeview.cli.generator import land_json, make_orders
 from lakeview.ivm import oracle
 from lakeview.ops.source_log import files_up_to
-from lakeview.sql.duck import connect_catalog
 from spark_jobs.graph_pipeline import GraphPipeline
 from tests.conftest import SALES_SQL
+from tests.duck_readers import catalog_reader
 from writers.registry import make_writer
 
 
 def read_view(catalog_server: CatalogServer, namespace: str, view: str) -> pa.Table:
-    con = connect_catalog(catalog_server.uri, "lakeview")
+    con = catalog_reader(catalog_server.uri, "lakeview")
     return con.sql(f"SELECT * FROM lake.{namespace}.{view}").to_arrow_table()
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from catalog_api.ops import view_tables as tables
 from lakeview.cli.generator import land_json
 from lakeview.ivm import oracle
-from lakeview.sql.duck import connect, connect_catalog
+from tests.duck_readers import catalog_reader, delta_reader
 from tests.pipelines import view_pipeline
 
 SCHEMA = "k STRING, v BIGINT"
@@ -65,13 +65,11 @@ def test_a_string_keyed_view_is_right_in_iceberg_and_delta(
         assert [c.epoch for c in tables.commit_history(project, view)][0] == 2, "one commit per landed file"
     iceberg_view, delta_view = views
     duck = (
-        connect_catalog(catalog_server.uri, "lakeview")
+        catalog_reader(catalog_server.uri, "lakeview")
         .sql(f"SELECT k, n, total FROM lake.string_keys.{iceberg_view}")
         .fetchall()
     )
-    delta = (
-        connect("delta").sql(f"SELECT k, n, total FROM delta_scan('{project.table_location(delta_view)}')").fetchall()
-    )
+    delta = delta_reader().sql(f"SELECT k, n, total FROM delta_scan('{project.table_location(delta_view)}')").fetchall()
     assert (
         sorted(duck, key=repr)
         == sorted(delta, key=repr)

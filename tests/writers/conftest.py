@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 
 from catalog_api.server import CatalogServer
-from lakeview.sql.duck import connect, connect_catalog
+from tests.duck_readers import catalog_reader, delta_reader
 from writers.base import SnapshotWriter
 from writers.delta.writer import DeltaWriter, history_of
 from writers.iceberg.writer import IcebergWriter
@@ -32,7 +32,7 @@ class IcebergLake:
         return writer.table().scan(snapshot_id=snapshot_id).to_arrow()  # type: ignore[attr-defined]
 
     def read_duckdb(self, writer: SnapshotWriter, snapshot_id: int | None = None) -> list[tuple]:
-        con = connect_catalog(self.server.uri, "lakeview")
+        con = catalog_reader(self.server.uri, "lakeview")
         at = f" AT (VERSION => {snapshot_id})" if snapshot_id is not None else ""
         return con.sql(f"SELECT * FROM lake.{NAMESPACE}.{writer.identifier[1]}{at}").fetchall()  # type: ignore[attr-defined]
 
@@ -53,7 +53,7 @@ class DeltaLake:
         return writer.table(snapshot_id).to_pyarrow_table()  # type: ignore[attr-defined]
 
     def read_duckdb(self, writer: SnapshotWriter, snapshot_id: int | None = None) -> list[tuple]:
-        con = connect("delta")
+        con = delta_reader()
         at = f", version => {snapshot_id}" if snapshot_id is not None else ""
         return con.sql(f"SELECT * FROM delta_scan('{writer.location}'{at})").fetchall()  # type: ignore[attr-defined]
 
