@@ -8,11 +8,12 @@ copies, :class:`~writers.graph_state.CommittedRows`) and, while the view holds a
 commits an epoch as a :class:`~writers.graph_state.Replacement`: one data file of the view's rows after the
 epoch replacing every live file, nothing read. A view past that size is changed as before
 (:func:`multiset_change`: its copies looked up in the table) and not held in memory.
-Iceberg only (its group stages a replacement); Delta's views are changed by key, but for their first epoch.
+Iceberg only (its group stages a replacement); Delta's views are changed by key, but for the first epoch below.
 
-A view's first epoch (its table holds no epoch of the view: new, or a rebuild's baseline rows an older Lakeview
-left, :mod:`spark_jobs.migrate`) is always a :class:`~writers.graph_state.Replacement`, in both formats: its rows
-replace whatever the table holds in one commit, so readers of a rebuilt view go from its old rows to its new.
+A rebuilt view's first epoch (its table holds the baseline rows an older Lakeview left, kept for readers:
+:meth:`writers.base.SnapshotWriter.at_baseline`, :mod:`spark_jobs.migrate`) is a
+:class:`~writers.graph_state.Replacement` in both formats: its rows replace the baseline rows in one commit, so
+readers go from the old rows to the new. A new view's first epoch is changed as any other.
 
 A view whose rows have a unique key (:func:`lakeview.graph.output_types.output_key`: an aggregate's GROUP BY
 columns, a change feed's key) is changed by that key instead of the whole row, as the one-source stack changed
@@ -52,8 +53,8 @@ class ViewRows:
         """``held``: whether the view is small enough to be held in memory (see :func:`small`); ``unique``: the
         rows' unique key (None: a multiset, keyed by the whole row ``key``); ``rows_max``: the most rows held
         (``REPLACE_ROWS``, or ``[spark] driver_keys_max`` when lower: past it nothing is held by the driver);
-        ``replaces``: the table holds no epoch of the view (new, or a rebuild's baseline rows, which readers keep
-        reading until then): the first epoch's rows replace whatever it holds, in one commit."""
+        ``replaces``: the table holds a rebuild's baseline rows (which readers keep reading until then): the first
+        epoch's rows replace them, in one commit."""
         self.writer, self.key, self.unique, self.duck, self.rows_max = writer, key, unique, Duck(), rows_max
         self.replaces = replaces
         self.weighted = pa.schema([*schema, pa.field(WEIGHT, pa.int64())])
@@ -72,7 +73,7 @@ class ViewRows:
 
     def change(self, weighted: pa.Table) -> Change:
         """The table's change for the view's delta ``weighted`` (its columns and ``__lv_w``)."""
-        if self.memory is None and self.replaces:  # the first epoch: its rows are the view's (it held none)
+        if self.memory is None and self.replaces:  # the first epoch over baseline rows: its rows are the view's
             net = _net(weighted, self.key)
             return Replacement(rows=self._copies(net.filter(pc.greater(net.column(WEIGHT), 0))))
         if self.memory is None:
@@ -96,8 +97,8 @@ class ViewRows:
     def _copies(self, live: pa.Table) -> pa.Table:
         """The rows of ``live`` (the view's columns and a positive ``__lv_w``), each repeated its weight times."""
         rows = live.select(list(self.key))
-        weights = live.column(WEIGHT).to_pylist()
-        if sum(weights) != rows.num_rows:  # a row held more than once: its copies
+        if (pc.sum(live.column(WEIGHT)).as_py() or 0) != rows.num_rows:  # a row held more than once: its copies
+            weights = live.column(WEIGHT).to_pylist()
             rows = rows.take(pa.array([i for i, n in enumerate(weights) for _ in range(n)], pa.int64()))
         return rows
 

@@ -149,8 +149,7 @@ class DeltaWriter(SnapshotWriter):
 
     def baseline(self) -> None:
         table = self.table()
-        last = next(iter_commit_infos(table), {})
-        if BASELINE in last or last_commit_of(table) is None:
+        if self.at_baseline() or last_commit_of(table) is None:
             return
         # the app transaction goes back before epoch 0, so the view's first epoch is not taken as committed
         txn = Transaction(app_id=self.view, version=-1, last_updated=int(time.time() * 1000))

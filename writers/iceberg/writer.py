@@ -166,8 +166,7 @@ class IcebergWriter(SnapshotWriter):
 
     def baseline(self) -> None:
         table = self.table()
-        current = table.current_snapshot()
-        if current is None or (current.summary is not None and BASELINE in current.summary.additional_properties):
+        if table.current_snapshot() is None or self.at_baseline():
             return
         txn = transaction(table)
         with txn.update_snapshot(snapshot_properties={BASELINE: self.table_name}).fast_append():
